@@ -1,0 +1,40 @@
+# Two commands: `make demo` and `make test`. Each creates .venv and installs what it needs.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEMO_DIR ?= runs/demo
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export PYTHONUNBUFFERED := 1
+
+.PHONY: demo test test-slow bench install install-test clean
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+# Generate the demo corpus, train fastText, pretrain ELMo-C, export, reload in a fresh process.
+demo: $(VENV)/.installed
+	$(VENV)/bin/tfeff-pretrain --config configs/demo_elmo_c.yaml --model_dir $(DEMO_DIR)
+	$(VENV)/bin/tfeff-export --model_dir $(DEMO_DIR) --output $(DEMO_DIR)/export --overwrite
+	$(PY) tools/demo_embed.py --embedder $(DEMO_DIR)/export
+
+test: $(VENV)/.installed-test
+	$(PY) -m pytest -q
+
+test-slow: $(VENV)/.installed-test
+	$(PY) -m pytest -q -m slow
+
+bench: $(VENV)/.installed-test
+	$(PY) tools/benchmark_continuous_output.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

@@ -1,0 +1,72 @@
+"""Typed, strict experiment configs: dataclasses per model family, YAML files, overrides."""
+
+import dataclasses
+
+from tfeff.config import base
+from tfeff.config.base import ConfigError
+from tfeff.config.base import write_yaml
+from tfeff.config.elmo import DataConfig
+from tfeff.config.elmo import ElmoConfig
+from tfeff.config.elmo import ElmoModelConfig
+from tfeff.config.elmo import EvalConfig
+from tfeff.config.elmo import FastTextConfig
+from tfeff.config.elmo import SyntheticCorpusConfig
+from tfeff.config.elmo import TrainConfig
+
+FAMILIES = {"elmo": ElmoConfig}
+
+
+def _validate_all(obj, prefix=""):
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name)
+        if dataclasses.is_dataclass(value):
+            _validate_all(value, base.join(prefix, field.name))
+    if hasattr(obj, "validate"):
+        obj.validate(prefix)
+
+
+def config_from_dict(data, overrides=None):
+    """Builds the family's config from a dict (`family` selects the dataclass)."""
+    data = base.apply_overrides(dict(data), overrides)
+    family = data.get("family")
+    if family not in FAMILIES:
+        raise ConfigError(
+            f"`family` must be one of {tuple(FAMILIES)}, got {family!r}"
+        )
+    config = base.from_dict(FAMILIES[family], data)
+    _validate_all(config)
+    return config
+
+
+def load_config(path, overrides=None):
+    """Reads a YAML config, applies `key.sub=value` overrides, validates it.
+
+    Raises:
+        ConfigError: naming the file and the offending key.
+    """
+    data = base.read_yaml(path)
+    try:
+        return config_from_dict(data, overrides)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from e
+
+
+def to_dict(config):
+    return base.to_dict(config)
+
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "ElmoConfig",
+    "ElmoModelConfig",
+    "EvalConfig",
+    "FAMILIES",
+    "FastTextConfig",
+    "SyntheticCorpusConfig",
+    "TrainConfig",
+    "config_from_dict",
+    "load_config",
+    "to_dict",
+    "write_yaml",
+]

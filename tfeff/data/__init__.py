@@ -1,0 +1,30 @@
+"""Data: corpora, vocabularies, fastText tables and tf.data pipelines."""
+
+from tfeff.data.corpus import CorpusError
+from tfeff.data.corpus import resolve_files
+from tfeff.data.corpus import text_lines
+from tfeff.data.fasttext_tables import WordVectors
+from tfeff.data.fasttext_tables import compute_vocabulary_vectors
+from tfeff.data.fasttext_tables import load_vocabulary_vectors
+from tfeff.data.fasttext_tables import mean_path
+from tfeff.data.fasttext_tables import train_fasttext
+from tfeff.data.lm_dataset import lines_to_windows
+from tfeff.data.lm_dataset import lm_dataset
+from tfeff.data.synthetic import synthetic_corpus
+from tfeff.data.synthetic import write_synthetic_corpus
+from tfeff.data.vocabulary import Vocabulary
+
+__all__ = [
+    "CorpusError",
+    "Vocabulary",
+    "WordVectors",
+    "compute_vocabulary_vectors",
+    "lines_to_windows",
+    "lm_dataset",
+    "load_vocabulary_vectors",
+    "resolve_files",
+    "synthetic_corpus",
+    "text_lines",
+    "train_fasttext",
+    "write_synthetic_corpus",
+]

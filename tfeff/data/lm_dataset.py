@@ -1,0 +1,139 @@
+"""tf.data pipeline for bidirectional language modelling (TensorFlow-only).
+
+Each non-blank line is a sentence: it is whitespace-tokenized, wrapped in
+`<s> ... </s>`, mapped to vocabulary ids (unknown words to `<unk>`) and cut
+into windows of at most `max_sequence_length` tokens, so a pathological
+1 MB line becomes many ordinary windows instead of one huge batch. Windows are
+shuffled, batched with right padding (id 0) to the longest window of the
+batch, and prefetched. The dataset yields int32 id tensors `(batch, time)`;
+the model gathers their fixed vectors on the host.
+"""
+
+import tensorflow as tf
+
+from tfeff.data import corpus
+from tfeff.data import vocabulary as vocabulary_lib
+
+_LINES_PER_CHUNK = 256
+
+
+def _lookup_table(vocabulary_path):
+    initializer = tf.lookup.TextFileInitializer(
+        vocabulary_path,
+        key_dtype=tf.string,
+        key_index=0,
+        value_dtype=tf.int64,
+        value_index=tf.lookup.TextFileIndex.LINE_NUMBER,
+        delimiter="\t",
+    )
+    return tf.lookup.StaticHashTable(initializer, default_value=vocabulary_lib.UNK_ID)
+
+
+def lines_to_windows(lines, table, max_sequence_length):
+    """Tokenizes a batch of lines into ragged id windows `(num_windows, None)`.
+
+    Args:
+        lines: 1-D `tf.string` of sentences.
+        table: a `tf.lookup` table from word to id.
+        max_sequence_length: the longest window, in tokens (boundaries included).
+
+    Returns:
+        int32 `RaggedTensor`; windows shorter than 2 tokens (nothing to
+        predict) are dropped.
+    """
+    tokens = tf.strings.split(lines)  # ragged (lines, words)
+    n = tokens.nrows()
+    bos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.BOS))
+    eos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.EOS))
+    tokens = tf.concat([bos, tokens, eos], axis=1)
+    ids = tf.cast(table.lookup(tokens.flat_values), tf.int32)
+    lengths = tokens.row_lengths()
+    starts = tokens.row_starts()
+    row = tokens.value_rowids()
+    position = tf.range(tf.size(ids, out_type=tf.int64)) - tf.gather(starts, row)
+    windows_per_row = (lengths + max_sequence_length - 1) // max_sequence_length
+    first_window = tf.cumsum(windows_per_row, exclusive=True)
+    window = tf.gather(first_window, row) + position // max_sequence_length
+    windows = tf.RaggedTensor.from_value_rowids(
+        ids, window, nrows=tf.reduce_sum(windows_per_row)
+    )
+    return tf.ragged.boolean_mask(windows, windows.row_lengths() >= 2)
+
+
+def lm_dataset(
+    patterns,
+    vocabulary_path,
+    batch_size,
+    max_sequence_length,
+    shuffle_buffer=0,
+    seed=None,
+    repeat=False,
+    on_invalid_utf8="error",
+    drop_remainder=False,
+):
+    """Builds the LM dataset of right-padded id windows.
+
+    Args:
+        patterns: glob(s) of text files (see `tfeff.data.resolve_files`).
+        vocabulary_path: a file written by `Vocabulary.save`.
+        batch_size: windows per batch (the global batch under tf.distribute).
+        max_sequence_length: int >= 2.
+        shuffle_buffer: windows held for shuffling; 0 disables shuffling.
+        seed: shuffle seed.
+        repeat: repeat forever (training).
+        on_invalid_utf8: `"error"`, `"skip"` or `"replace"`. With `"error"`
+            the caller is expected to have validated the files (the vocabulary
+            pass does, naming file and line); here invalid lines then fail the
+            pipeline with TensorFlow's own error.
+        drop_remainder: drop a final smaller batch.
+
+    Returns:
+        `tf.data.Dataset` of int32 `(batch, time)` with `time <= max_sequence_length`.
+    """
+    if batch_size <= 0:
+        raise ValueError(f"`batch_size` must be positive. Received: batch_size={batch_size}")
+    if max_sequence_length < 2:
+        raise ValueError(
+            "`max_sequence_length` must be >= 2 (a token and its target). "
+            f"Received: max_sequence_length={max_sequence_length}"
+        )
+    if on_invalid_utf8 not in corpus.INVALID_UTF8_POLICIES:
+        raise ValueError(f"Invalid on_invalid_utf8={on_invalid_utf8!r}")
+    file_list = corpus.resolve_files(patterns)
+    table = _lookup_table(vocabulary_path)
+
+    ds = tf.data.Dataset.from_tensor_slices(file_list)
+    ds = ds.interleave(
+        tf.data.TextLineDataset,
+        cycle_length=min(len(file_list), 4),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if on_invalid_utf8 == "skip":
+        ds = ds.filter(
+            lambda line: tf.equal(
+                tf.strings.unicode_transcode(line, "UTF-8", "UTF-8", errors="replace"),
+                line,
+            )
+        )
+    elif on_invalid_utf8 == "replace":
+        ds = ds.map(
+            lambda line: tf.strings.unicode_transcode(
+                line, "UTF-8", "UTF-8", errors="replace"
+            )
+        )
+    ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
+    ds = ds.batch(_LINES_PER_CHUNK)
+    ds = ds.map(
+        lambda lines: lines_to_windows(lines, table, max_sequence_length),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    ds = ds.unbatch()
+    if shuffle_buffer:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
+    # Right padding with PAD_ID (0) to the longest window of the batch.
+    ds = ds.map(lambda windows: windows.to_tensor(default_value=vocabulary_lib.PAD_ID))
+    return ds.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,214 @@
+"""A seeded generator of sentences with real structure, for demos and tests.
+
+The language is made up but not random noise: there is something for a
+language model to learn, and a held-out split to measure it on.
+
+* A lexicon of invented words with a Zipf-distributed frequency: nouns
+  (animate or inanimate), transitive and intransitive verbs, adjectives,
+  adverbs, names, prepositions. Word forms are built from syllables with
+  regular morphology (plural `-s`/`-es`, third-person `-s`, adjective
+  suffixes, adverbs in `-ly`), so subword vectors carry information and rare
+  words are recognizable by their shape.
+* Agreement: determiners agree with their noun in number, verbs with their
+  subject.
+* Selection: each transitive verb takes either animate or inanimate objects.
+* Long-range dependencies: object relative clauses put a whole clause
+  between a subject and its verb ("the dogs that a farmer feeds run").
+* Rare words: the long Zipf tail makes many words appear a few times or only
+  in the held-out split.
+"""
+
+import numpy as np
+
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
+           "br", "dr", "gl", "kr", "pl", "st", "tr", "sn", "ch", "sh", "th")
+_VOWELS = ("a", "e", "i", "o", "u", "ai", "ou", "ee", "oa")
+_CODAS = ("", "", "", "n", "m", "r", "l", "k", "t", "sk", "nd", "ng")
+_ADJ_SUFFIXES = ("ful", "ous", "ish", "al", "ic", "y")
+_PREPOSITIONS = ("in", "on", "near", "under", "behind", "with", "beside")
+_DET_SINGULAR = ("the", "a", "this", "every", "one")
+_DET_PLURAL = ("the", "these", "some", "many", "two", "all")
+_ZIPF_EXPONENT = 1.07
+_ZIPF_SHIFT = 2.7
+
+
+def _zipf(n):
+    ranks = np.arange(n, dtype=np.float64)
+    weights = 1.0 / (ranks + _ZIPF_SHIFT) ** _ZIPF_EXPONENT
+    return weights / weights.sum()
+
+
+class _Lexicon:
+    def __init__(self, seed, size):
+        rng = np.random.default_rng([seed, 0])
+        self._seen = set(_PREPOSITIONS + _DET_SINGULAR + _DET_PLURAL + ("that", "and"))
+        n_nouns = max(4, int(size * 0.45))
+        n_verbs = max(4, int(size * 0.25))
+        n_adjectives = max(2, int(size * 0.15))
+        n_adverbs = max(2, int(size * 0.05))
+        n_names = max(2, size - n_nouns - n_verbs - n_adjectives - n_adverbs)
+        self.nouns = [self._stem(rng) for _ in range(n_nouns)]
+        self.noun_animate = rng.random(n_nouns) < 0.4
+        self.noun_animate[:2] = (True, False)  # both classes always exist
+        self.verbs = [self._stem(rng) for _ in range(n_verbs)]
+        self.verb_transitive = rng.random(n_verbs) < 0.6
+        self.verb_transitive[:2] = (True, False)
+        self.verb_object_animate = rng.random(n_verbs) < 0.5
+        self.verb_subject_animate = rng.random(n_verbs) < 0.7
+        self.adjectives = [
+            self._stem(rng) + _ADJ_SUFFIXES[rng.integers(len(_ADJ_SUFFIXES))]
+            for _ in range(n_adjectives)
+        ]
+        self.adverbs = [self._stem(rng) + "ly" for _ in range(n_adverbs)]
+        self.names = [self._stem(rng).capitalize() for _ in range(n_names)]
+        animate = np.flatnonzero(self.noun_animate)
+        inanimate = np.flatnonzero(~self.noun_animate)
+        self.nouns_by_animacy = {True: animate, False: inanimate}
+        self.noun_p = {k: _zipf(len(v)) for k, v in self.nouns_by_animacy.items()}
+        trans = np.flatnonzero(self.verb_transitive)
+        intrans = np.flatnonzero(~self.verb_transitive)
+        self.verbs_by_kind = {True: trans, False: intrans}
+        self.verb_p = {k: _zipf(len(v)) for k, v in self.verbs_by_kind.items()}
+        self.adjective_p = _zipf(n_adjectives)
+        self.adverb_p = _zipf(n_adverbs)
+        self.name_p = _zipf(n_names)
+
+    def _stem(self, rng):
+        while True:
+            syllables = 1 + rng.choice(3, p=(0.3, 0.5, 0.2))
+            stem = "".join(
+                _ONSETS[rng.integers(len(_ONSETS))]
+                + _VOWELS[rng.integers(len(_VOWELS))]
+                + _CODAS[rng.integers(len(_CODAS))]
+                for _ in range(syllables)
+            )
+            if stem not in self._seen and len(stem) > 2:
+                self._seen.add(stem)
+                return stem
+
+    @staticmethod
+    def plural(stem):
+        return stem + ("es" if stem.endswith(("s", "sh", "ch", "z")) else "s")
+
+    def third_person(self, stem):
+        return self.plural(stem)
+
+
+class _Sampler:
+    def __init__(self, lexicon, rng):
+        self.lex = lexicon
+        self.rng = rng
+
+    def _pick(self, items, p):
+        return items[self.rng.choice(len(items), p=p)]
+
+    def noun_phrase(self, plural, animate, allow_relative=True, allow_name=True):
+        """Returns the words of an NP; relative clauses create long-range agreement."""
+        lex, rng = self.lex, self.rng
+        if allow_name and animate and not plural and rng.random() < 0.15:
+            words = [self._pick(lex.names, lex.name_p)]
+        else:
+            words = [rng.choice(_DET_PLURAL if plural else _DET_SINGULAR)]
+            while rng.random() < 0.3 and len(words) < 3:
+                words.append(self._pick(lex.adjectives, lex.adjective_p))
+            idx = self._pick(lex.nouns_by_animacy[animate], lex.noun_p[animate])
+            noun = lex.nouns[idx]
+            words.append(lex.plural(noun) if plural else noun)
+        if allow_relative and rng.random() < 0.2:
+            words += self.relative_clause(object_animate=animate)
+        if rng.random() < 0.1:
+            words += [rng.choice(_PREPOSITIONS)] + self.noun_phrase(
+                rng.random() < 0.4, rng.random() < 0.3, allow_relative=False
+            )
+        return words
+
+    def relative_clause(self, object_animate):
+        """`that` + subject + transitive verb whose (gapped) object is the head noun."""
+        lex, rng = self.lex, self.rng
+        candidates = [
+            v for v in lex.verbs_by_kind[True] if lex.verb_object_animate[v] == object_animate
+        ] or list(lex.verbs_by_kind[True])
+        verb = candidates[rng.integers(len(candidates))]
+        subj_plural = rng.random() < 0.4
+        subject = self.noun_phrase(
+            subj_plural, bool(lex.verb_subject_animate[verb]), allow_relative=False
+        )
+        return ["that"] + subject + [self.verb_form(verb, subj_plural)]
+
+    def verb_form(self, verb, plural):
+        stem = self.lex.verbs[verb]
+        return stem if plural else self.lex.third_person(stem)
+
+    def clause(self):
+        lex, rng = self.lex, self.rng
+        transitive = rng.random() < 0.6
+        verb = self._pick(lex.verbs_by_kind[transitive], lex.verb_p[transitive])
+        plural = rng.random() < 0.4
+        words = self.noun_phrase(plural, bool(lex.verb_subject_animate[verb]))
+        words.append(self.verb_form(verb, plural))
+        if transitive:
+            words += self.noun_phrase(
+                rng.random() < 0.4, bool(lex.verb_object_animate[verb])
+            )
+        elif rng.random() < 0.4:
+            words.append(self._pick(lex.adverbs, lex.adverb_p))
+        return words
+
+    def sentence(self):
+        words = self.clause()
+        if self.rng.random() < 0.15:
+            words += [",", "and"] + self.clause()
+        return words + ["."]
+
+
+def synthetic_corpus(num_sentences, seed=0, split="train", lexicon_size=3000):
+    """Yields `num_sentences` sentences (space-separated words) of the demo language.
+
+    Args:
+        num_sentences: non-negative int.
+        seed: the language and its sentences are a function of this seed.
+        split: `"train"` or `"heldout"`: the same language (lexicon and
+            grammar), independent sentence streams.
+        lexicon_size: number of content words (nouns, verbs, adjectives,
+            adverbs, names).
+
+    Yields:
+        str sentences.
+    """
+    if not isinstance(num_sentences, int) or num_sentences < 0:
+        raise ValueError(
+            "Received an invalid value for `num_sentences`, expected a non-negative "
+            f"integer. Received: num_sentences={num_sentences}"
+        )
+    if not isinstance(lexicon_size, int) or lexicon_size < 20:
+        raise ValueError(
+            "Received an invalid value for `lexicon_size`, expected an integer >= 20. "
+            f"Received: lexicon_size={lexicon_size}"
+        )
+    splits = {"train": 1, "heldout": 2}
+    if split not in splits:
+        raise ValueError(
+            f"Received an invalid value for `split`, expected one of {tuple(splits)}. "
+            f"Received: split={split!r}"
+        )
+    lexicon = _Lexicon(seed, lexicon_size)
+    sampler = _Sampler(lexicon, np.random.default_rng([seed, splits[split]]))
+    for _ in range(num_sentences):
+        yield " ".join(sampler.sentence())
+
+
+def write_synthetic_corpus(directory, num_train, num_heldout, seed=0, lexicon_size=3000):
+    """Writes `train.txt` and `heldout.txt` under `directory` (atomically).
+
+    Returns:
+        `(train_path, heldout_path)`.
+    """
+    from tfeff.data import files  # Local import keeps this module free of I/O helpers.
+
+    tf_paths = []
+    for split, count in (("train", num_train), ("heldout", num_heldout)):
+        path = f"{directory}/{split}.txt"
+        lines = synthetic_corpus(count, seed=seed, split=split, lexicon_size=lexicon_size)
+        files.write_text_atomic(path, "".join(line + "\n" for line in lines))
+        tf_paths.append(path)
+    return tuple(tf_paths)

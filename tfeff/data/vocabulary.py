@@ -1,0 +1,139 @@
+"""Vocabulary: frequency-sorted words with reserved ids, built by streaming count."""
+
+import collections
+import logging
+
+import tensorflow as tf
+
+from tfeff.data import files
+
+PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+SPECIALS = (PAD, UNK, BOS, EOS)
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
+
+
+class Vocabulary:
+    """Words in id order with their corpus counts.
+
+    Ids 0-3 are reserved: `<pad>` (0, padding), `<unk>` (1, any word outside
+    the vocabulary), `<s>` and `</s>` (2, 3, sentence boundaries). Corpus
+    words follow by decreasing count, ties broken alphabetically, so a
+    vocabulary is a deterministic function of the corpus.
+
+    Continuous outputs need no truncation: every word keeps its own fastText
+    vector, however rare. `min_count` exists for the softmax baselines.
+
+    The file format is one `word<TAB>count` per line, in id order.
+    """
+
+    def __init__(self, words, counts):
+        words = list(words)
+        counts = [int(c) for c in counts]
+        if len(words) != len(counts):
+            raise ValueError("`words` and `counts` must have the same length.")
+        if tuple(words[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"A vocabulary must start with the reserved words {SPECIALS}.")
+        if len(set(words)) != len(words):
+            dup = next(w for w, c in collections.Counter(words).items() if c > 1)
+            raise ValueError(f"Duplicate word in vocabulary: {dup!r}")
+        self.words = words
+        self.counts = counts
+        self._index = {w: i for i, w in enumerate(words)}
+
+    @classmethod
+    def build(cls, lines, min_count=1, max_words_in_memory=10_000_000):
+        """Counts whitespace-separated words of `lines` in one streaming pass.
+
+        Memory is bounded: when more than `max_words_in_memory` distinct words
+        are held, the rarest are pruned with a rising threshold (as fastText
+        does), so counts of very rare words in huge corpora are lower bounds.
+
+        Args:
+            lines: iterable of str sentences (see `tfeff.data.text_lines`).
+            min_count: words seen fewer times are left out (they map to `<unk>`).
+            max_words_in_memory: bound on distinct words held while counting.
+        """
+        if min_count < 1:
+            raise ValueError(f"`min_count` must be >= 1. Received: min_count={min_count}")
+        if max_words_in_memory < 1:
+            raise ValueError(
+                "`max_words_in_memory` must be positive. "
+                f"Received: max_words_in_memory={max_words_in_memory}"
+            )
+        counter = collections.Counter()
+        sentences = 0
+        threshold = 1
+        for line in lines:
+            counter.update(line.split())
+            sentences += 1
+            if len(counter) > max_words_in_memory:
+                while len(counter) > 0.75 * max_words_in_memory:
+                    threshold += 1
+                    counter = collections.Counter(
+                        {w: c for w, c in counter.items() if c >= threshold}
+                    )
+                logging.warning(
+                    "Vocabulary count pruned words seen fewer than %d times to stay "
+                    "within max_words_in_memory=%d.", threshold, max_words_in_memory,
+                )
+        for special in SPECIALS:
+            counter.pop(special, None)
+        kept = sorted(
+            ((w, c) for w, c in counter.items() if c >= min_count),
+            key=lambda wc: (-wc[1], wc[0]),
+        )
+        words = list(SPECIALS) + [w for w, _ in kept]
+        counts = [0, 0, sentences, sentences] + [c for _, c in kept]
+        return cls(words, counts)
+
+    def with_extra_words(self, lines):
+        """A copy with the unseen words of `lines` appended with count 0.
+
+        Used for held-out text: with continuous outputs every word has a
+        (subword) vector, so held-out words can be targets too.
+        """
+        extra = sorted({w for line in lines for w in line.split()} - set(self.words))
+        return Vocabulary(self.words + extra, self.counts + [0] * len(extra))
+
+    @classmethod
+    def load(cls, path):
+        """Reads a vocabulary file; errors name the file and line."""
+        words, counts = [], []
+        with tf.io.gfile.GFile(path, "rb") as f:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8").rstrip("\n")
+                    word, count = line.split("\t")
+                    counts.append(int(count))
+                except (UnicodeDecodeError, ValueError) as e:
+                    raise ValueError(
+                        f"{path}:{number}: expected `word<TAB>count`, got {raw[:80]!r}"
+                    ) from e
+                words.append(word)
+        try:
+            return cls(words, counts)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from e
+
+    def save(self, path):
+        """Writes the vocabulary atomically."""
+        for word in self.words:
+            if "\t" in word or "\n" in word:
+                raise ValueError(f"Word {word!r} contains a tab or newline.")
+        files.write_text_atomic(
+            path, "".join(f"{w}\t{c}\n" for w, c in zip(self.words, self.counts))
+        )
+
+    def __len__(self):
+        return len(self.words)
+
+    def __contains__(self, word):
+        return word in self._index
+
+    def id(self, word):
+        """Id of `word`, or `UNK_ID`."""
+        return self._index.get(word, UNK_ID)
+
+    def most_frequent_ids(self, k):
+        """Ids of the `k` most frequent corpus words (specials excluded)."""
+        return list(range(len(SPECIALS), min(len(self), len(SPECIALS) + k)))

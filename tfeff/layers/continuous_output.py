@@ -1,0 +1,169 @@
+"""ContinuousOutput: predict the pre-trained embedding of the target word."""
+
+import keras
+import tensorflow as tf
+
+from tfeff.losses import continuous as continuous_losses
+
+LOSSES = tuple(continuous_losses.DISTANCES)
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class ContinuousOutput(keras.layers.Layer):
+    """Continuous output layer of ELMo-C (Li et al., TACL 2019).
+
+    Instead of a softmax over the vocabulary, the language model predicts the
+    fixed, pre-trained embedding of the target word (for example its fastText
+    vector). The layer is an optional linear projection of the hidden state to
+    the embedding dimension; `distance` is the training loss between that
+    prediction and the target embedding. Its cost does not depend on the
+    vocabulary size, it owns no output-embedding variable, and the target rows
+    are gathered per batch by the caller (on the host, see
+    `tfeff.layers.FixedEmbedding`).
+
+    Args:
+        embedding_dim: positive int, the size of the target embeddings.
+        loss: `"cosine"` (1 - cos), `"l2"` (squared Euclidean distance) or
+            `"vmf"` (von Mises-Fisher negative log-likelihood).
+        use_projection: if True (default), a `Dense(embedding_dim)` maps the
+            hidden state to the prediction. If False the hidden state is the
+            prediction and must already have `embedding_dim` features.
+        vmf_regularization1: lambda_1 of the vMF loss (penalty on ||e_hat||).
+        vmf_regularization2: lambda_2 of the vMF loss (scale of the dot product).
+        kernel_initializer: initializer of the projection kernel.
+        **kwargs: base `Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: hidden states `(..., hidden_dim)`.
+
+    Returns:
+        Predicted embeddings `(..., embedding_dim)`. Masks pass through unchanged.
+
+    Example:
+
+    >>> layer = ContinuousOutput(embedding_dim=4, loss="cosine")
+    >>> predictions = layer(keras.ops.ones((2, 3, 8)))
+    >>> tuple(predictions.shape)
+    (2, 3, 4)
+    >>> tuple(layer.distance(predictions, keras.ops.ones((2, 3, 4))).shape)
+    (2, 3)
+
+    Reference:
+        Li, Chen, Hsieh & Chang, "Efficient Contextual Representation
+        Learning With Continuous Outputs", TACL 2019. Kumar & Tsvetkov,
+        "Von Mises-Fisher Loss for Training Sequence to Sequence Models with
+        Continuous Outputs", ICLR 2019.
+    """
+
+    def __init__(
+        self,
+        embedding_dim,
+        loss="cosine",
+        use_projection=True,
+        vmf_regularization1=0.0,
+        vmf_regularization2=1.0,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(embedding_dim, int) or embedding_dim <= 0:
+            raise ValueError(
+                "Received an invalid value for `embedding_dim`, expected a positive "
+                f"integer. Received: embedding_dim={embedding_dim}"
+            )
+        if loss not in LOSSES:
+            raise ValueError(
+                f"Received an invalid value for `loss`, expected one of {LOSSES}. "
+                f"Received: loss={loss!r}"
+            )
+        if loss == "vmf" and embedding_dim < 2:
+            raise ValueError(
+                "The vMF loss needs `embedding_dim` >= 2. "
+                f"Received: embedding_dim={embedding_dim}"
+            )
+        if vmf_regularization1 < 0:
+            raise ValueError(
+                "Received an invalid value for `vmf_regularization1`, expected >= 0. "
+                f"Received: vmf_regularization1={vmf_regularization1}"
+            )
+        if not 0 < vmf_regularization2 <= 1:
+            raise ValueError(
+                "Received an invalid value for `vmf_regularization2`, expected a value "
+                f"in (0, 1]. Received: vmf_regularization2={vmf_regularization2}"
+            )
+        self.embedding_dim = embedding_dim
+        self.loss = loss
+        self.use_projection = bool(use_projection)
+        self.vmf_regularization1 = float(vmf_regularization1)
+        self.vmf_regularization2 = float(vmf_regularization2)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.supports_masking = True
+        self.projection = None
+        if self.use_projection:
+            self.projection = keras.layers.Dense(
+                embedding_dim,
+                kernel_initializer=self.kernel_initializer,
+                dtype=self.dtype_policy,
+                name="projection",
+            )
+
+    def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        if self.use_projection:
+            self.projection.build(input_shape)
+        elif hidden_dim is not None and hidden_dim != self.embedding_dim:
+            raise ValueError(
+                "With `use_projection=False` the inputs' last dimension must equal "
+                f"`embedding_dim`. Received: inputs.shape={input_shape}, "
+                f"embedding_dim={self.embedding_dim}"
+            )
+
+    def call(self, inputs):
+        if self.use_projection:
+            return self.projection(inputs)  # (..., embedding_dim)
+        return inputs
+
+    def distance(self, predictions, targets):
+        """Per-position loss between predictions and target embeddings.
+
+        Computed in float32 (also under mixed precision).
+
+        Args:
+            predictions: `(..., embedding_dim)`, output of `call`.
+            targets: `(..., embedding_dim)`, the fixed target embeddings.
+
+        Returns:
+            float32 tensor `(...)`.
+        """
+        predictions = tf.cast(predictions, tf.float32)
+        targets = tf.cast(targets, tf.float32)
+        if self.loss == "vmf":
+            return continuous_losses.vmf_nll(
+                predictions,
+                targets,
+                regularization1=self.vmf_regularization1,
+                regularization2=self.vmf_regularization2,
+            )
+        return continuous_losses.DISTANCES[self.loss](predictions, targets)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.embedding_dim,)
+
+    def compute_mask(self, inputs, mask=None):
+        return mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "embedding_dim": self.embedding_dim,
+                "loss": self.loss,
+                "use_projection": self.use_projection,
+                "vmf_regularization1": self.vmf_regularization1,
+                "vmf_regularization2": self.vmf_regularization2,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+            }
+        )
+        return config

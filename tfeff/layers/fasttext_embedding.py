@@ -1,0 +1,287 @@
+"""FastTextEmbedding: fastText word vectors computed in-graph from strings (TensorFlow-only)."""
+
+import os
+
+import numpy as np
+import keras
+import tensorflow as tf
+
+_FNV_OFFSET = 2166136261
+_FNV_PRIME = 16777619
+_UINT32 = 0xFFFFFFFF
+_MAX_UTF8_BYTES = 4
+_WORDS_ASSET = "words.txt"
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class FastTextEmbedding(keras.layers.Layer):
+    """fastText vectors of arbitrary token strings, computed with TF string ops.
+
+    Reproduces `fasttext.FastText.get_word_vector` exactly, so a SavedModel can
+    embed words it has never seen: the vector of a word is the average of the
+    input-matrix rows of its subwords, which are
+
+    * the word's own row, when the word is in the fastText dictionary;
+    * one row per character n-gram of `"<" + word + ">"` for n in
+      `[minn, maxn]` (characters are UTF-8 code points; the single characters
+      `<` and `>` themselves are not n-grams), at row
+      `nwords + fnv1a32(ngram) % bucket`. fastText's FNV-1a mixes each byte in
+      as a *signed* char (bytes >= 0x80 are sign-extended); so does this layer.
+
+    The end-of-sentence word `</s>` has no n-grams (as in fastText). A word
+    with no subword at all (not in the dictionary and `bucket == 0`, as for a
+    `.vec` file) gets the zero vector. Invalid UTF-8 in a token is replaced by
+    U+FFFD before the n-grams are taken (fastText would hash the raw bytes).
+
+    Cost: per distinct token of a batch, one gather of at most
+    `(maxn - minn + 1) * (len + 2) + 1` rows; no per-vocabulary table is built.
+
+    The input matrix is a non-trainable variable so that a SavedModel or a
+    `.keras` file carries it; the dictionary is stored as an asset.
+    This layer is for serving and feature extraction, not for replicated
+    training: training reads precomputed vocabulary vectors with
+    `FixedEmbedding`.
+
+    Args:
+        words: the fastText dictionary, a list of strings in id order.
+        input_matrix: float array `(len(words) + bucket, dim)`, or None to
+            create a zero matrix of shape `(num_words + bucket, output_dim)`
+            that is filled later (`.keras` loading).
+        minn, maxn: character n-gram range (fastText's `-minn`, `-maxn`).
+        bucket: number of n-gram hash buckets (fastText's `-bucket`).
+        output_dim: vector size (needed only when `input_matrix` is None).
+        num_words: dictionary size (needed only when `words` is None).
+        eos: fastText's end-of-sentence token.
+        **kwargs: base `Layer` arguments.
+
+    Call arguments:
+        inputs: `tf.string` tensor of tokens, any shape.
+
+    Returns:
+        float32 tensor `inputs.shape + (dim,)`.
+
+    Example:
+
+    >>> layer = FastTextEmbedding.from_fasttext("model.bin")  # doctest: +SKIP
+    >>> layer(tf.constant([["hello", "wrld"]])).shape  # doctest: +SKIP
+    TensorShape([1, 2, 300])
+
+    Reference:
+        Bojanowski et al., "Enriching Word Vectors with Subword Information",
+        TACL 2017; fastText's `Dictionary::computeSubwords` and `hash`.
+    """
+
+    def __init__(
+        self,
+        words=None,
+        input_matrix=None,
+        minn=3,
+        maxn=6,
+        bucket=2000000,
+        output_dim=None,
+        num_words=None,
+        eos="</s>",
+        **kwargs,
+    ):
+        super().__init__(trainable=False, **kwargs)
+        for arg, value in (("minn", minn), ("maxn", maxn), ("bucket", bucket)):
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"Received an invalid value for `{arg}`, expected a non-negative "
+                    f"integer. Received: {arg}={value}"
+                )
+        if words is None and num_words is None:
+            raise ValueError("Pass `words` (the fastText dictionary) or `num_words`.")
+        if words is not None:
+            words = [str(w) for w in words]
+            if num_words is not None and num_words != len(words):
+                raise ValueError(
+                    f"`num_words`={num_words} does not match len(words)={len(words)}"
+                )
+            num_words = len(words)
+        if input_matrix is not None:
+            input_matrix = np.asarray(input_matrix, dtype=np.float32)
+            if input_matrix.ndim != 2 or input_matrix.shape[0] != num_words + bucket:
+                raise ValueError(
+                    "`input_matrix` must have shape (num_words + bucket, dim) = "
+                    f"({num_words + bucket}, dim). Received: {input_matrix.shape}"
+                )
+            if output_dim is not None and output_dim != input_matrix.shape[1]:
+                raise ValueError(
+                    f"`output_dim`={output_dim} does not match the input matrix "
+                    f"dimension {input_matrix.shape[1]}"
+                )
+            output_dim = int(input_matrix.shape[1])
+        if not isinstance(output_dim, int) or output_dim <= 0:
+            raise ValueError(
+                "Received an invalid value for `output_dim`, expected a positive "
+                f"integer (or an `input_matrix`). Received: output_dim={output_dim}"
+            )
+        self.minn, self.maxn, self.bucket = minn, maxn, bucket
+        self.output_dim = output_dim
+        self.num_words = num_words
+        self.eos = eos
+        self._words = words
+        self._initial_matrix = input_matrix
+        self._table = None
+
+    @classmethod
+    def from_fasttext(cls, model, **kwargs):
+        """Builds the layer from a fastText `.bin` path or a loaded model."""
+        import fasttext  # Local: only this constructor needs the library.
+
+        if isinstance(model, (str, os.PathLike)):
+            path = os.fspath(model)
+            if not tf.io.gfile.exists(path):
+                raise FileNotFoundError(f"fastText model not found: {path}")
+            model = fasttext.load_model(path)
+        if model.is_quantized():
+            raise ValueError(
+                "Quantized fastText models (.ftz) are not supported: their n-gram "
+                "rows are pruned and re-indexed. Use the full .bin model."
+            )
+        args = model.f.getArgs()
+        return cls(
+            words=model.get_words(include_freq=False, on_unicode_error="replace"),
+            input_matrix=model.get_input_matrix(),
+            minn=int(args.minn),
+            maxn=int(args.maxn),
+            bucket=int(args.bucket),
+            **kwargs,
+        )
+
+    def build(self, input_shape=None):
+        initial = self._initial_matrix
+        self.input_matrix = self.add_weight(
+            shape=(self.num_words + self.bucket, self.output_dim),
+            initializer=(
+                (lambda shape, dtype=None: tf.constant(initial, dtype=dtype))
+                if initial is not None
+                else "zeros"
+            ),
+            dtype="float32",
+            trainable=False,
+            name="input_matrix",
+        )
+        self._initial_matrix = None
+        if self._words is not None:
+            self._make_table(self._words)
+
+    def _make_table(self, words):
+        if len(words) != self.num_words:
+            raise ValueError(
+                f"The dictionary has {len(words)} words, the layer expects {self.num_words}"
+            )
+        keys = tf.constant(words, dtype=tf.string)
+        values = tf.range(len(words), dtype=tf.int64)
+        self._table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(keys, values), default_value=-1
+        )
+        self._words = list(words)
+
+    def call(self, inputs):
+        inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
+        if self._table is None:
+            raise RuntimeError("FastTextEmbedding has no dictionary: load its assets first.")
+        flat = tf.reshape(inputs, [-1])
+        unique, index = tf.unique(flat)
+        vectors = self.word_vectors(unique)  # (num_unique, dim)
+        out = tf.gather(vectors, index)  # (num_tokens, dim)
+        return tf.reshape(out, tf.concat([tf.shape(inputs), [self.output_dim]], 0))
+
+    def subword_ids(self, words):
+        """Input-matrix rows of each word, as fastText's `getSubwords`.
+
+        Args:
+            words: 1-D `tf.string` tensor.
+
+        Returns:
+            int64 `RaggedTensor` `(num_words, None)`.
+        """
+        words = tf.convert_to_tensor(words, dtype=tf.string)
+        word_ids = self._table.lookup(words)  # (W,), -1 when absent
+        in_dict = word_ids >= 0
+        own = tf.RaggedTensor.from_row_lengths(
+            tf.boolean_mask(word_ids, in_dict), tf.cast(in_dict, tf.int64)
+        )
+        ngram_ids = self._ngram_ids(words)
+        keep = tf.logical_not(tf.logical_and(in_dict, tf.equal(words, self.eos)))
+        ngram_ids = tf.ragged.boolean_mask(
+            ngram_ids,
+            tf.ones_like(ngram_ids, dtype=tf.bool) & keep[:, None],
+        )
+        return tf.concat([own, ngram_ids], axis=1)
+
+    def word_vectors(self, words):
+        """Vectors of a 1-D `tf.string` tensor of words, `(num_words, dim)`."""
+        ids = self.subword_ids(words)
+        rows = tf.gather(self.input_matrix, ids.flat_values)  # (total, dim)
+        sums = tf.math.unsorted_segment_sum(
+            rows, ids.value_rowids(), num_segments=tf.shape(ids.row_lengths())[0]
+        )
+        counts = tf.cast(ids.row_lengths(), rows.dtype)[:, None]
+        return tf.where(counts > 0, sums * (1.0 / tf.maximum(counts, 1.0)), 0.0)
+
+    def _ngram_ids(self, words):
+        """Ragged `(W, None)` rows `num_words + hash % bucket` of each word's n-grams."""
+        num = tf.shape(words, out_type=tf.int64)[0]
+        lo = max(self.minn, 1)
+        if self.bucket == 0 or self.maxn < lo:
+            return tf.RaggedTensor.from_row_lengths(
+                tf.zeros([0], tf.int64), tf.zeros([num], tf.int64)
+            )
+        chars = tf.strings.unicode_split(
+            tf.strings.join(["<", words, ">"]), "UTF-8", errors="replace"
+        )  # ragged (W, chars)
+        parts = []
+        for n in range(lo, self.maxn + 1):
+            grams = tf.strings.ngrams(chars, n, separator="")  # ragged (W, chars-n+1)
+            if n == 1:
+                grams = grams[:, 1:-1]  # fastText skips the lone "<" and ">"
+            parts.append(grams)
+        grams = tf.concat(parts, axis=1)
+        hashes = _fnv1a32(grams.flat_values, max_bytes=_MAX_UTF8_BYTES * self.maxn)
+        rows = self.num_words + hashes % self.bucket
+        return grams.with_flat_values(rows)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape) + (self.output_dim,)
+
+    def save_assets(self, dir_path):
+        with open(os.path.join(dir_path, _WORDS_ASSET), "w", encoding="utf-8") as f:
+            for word in self._words:
+                f.write(word + "\n")
+
+    def load_assets(self, dir_path):
+        with open(os.path.join(dir_path, _WORDS_ASSET), encoding="utf-8") as f:
+            words = f.read().split("\n")[:-1]
+        self._make_table(words)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("trainable", None)
+        config.update(
+            {
+                "minn": self.minn,
+                "maxn": self.maxn,
+                "bucket": self.bucket,
+                "output_dim": self.output_dim,
+                "num_words": self.num_words,
+                "eos": self.eos,
+            }
+        )
+        return config
+
+
+def _fnv1a32(strings, max_bytes):
+    """fastText's 32-bit FNV-1a hash of each string (bytes as signed chars), int64."""
+    raw = tf.io.decode_raw(strings, tf.uint8, fixed_length=max_bytes)  # (N, max_bytes)
+    raw = tf.cast(raw, tf.int64)
+    lengths = tf.strings.length(strings)  # bytes
+    # int8 -> uint32 sign extension: bytes >= 0x80 become 0xFFFFFF80 | byte.
+    signed = tf.where(raw >= 128, raw | 0xFFFFFF00, raw)
+    h = tf.fill(tf.shape(strings), tf.constant(_FNV_OFFSET, tf.int64))
+    for k in range(max_bytes):
+        mixed = ((h ^ signed[:, k]) * _FNV_PRIME) & _UINT32
+        h = tf.where(k < lengths, mixed, h)
+    return h

@@ -1,0 +1,104 @@
+"""FixedEmbedding: a frozen embedding table gathered in host memory (TensorFlow-only)."""
+
+import numpy as np
+import keras
+import tensorflow as tf
+
+
+class _HostTable:
+    """Holds the table tensor out of reach of Keras/TF object tracking.
+
+    A plain attribute would be fine today, but keeping the tensor in a
+    non-trackable holder guarantees it never becomes part of a checkpoint,
+    a SavedModel variable list, or a per-replica mirrored copy.
+    """
+
+    def __init__(self, array):
+        with tf.device("/CPU:0"):
+            self.tensor = tf.constant(array)
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class FixedEmbedding(keras.layers.Layer):
+    """A fixed embedding table that lives in host memory and is not a weight.
+
+    The pre-trained vectors of ELMo-C (fastText rows of every vocabulary word)
+    are both the input layer and the output targets. They are never trained,
+    so they are kept out of the model's variables: the table is one host
+    (`/CPU:0`) tensor, never copied per replica under `tf.distribute`, never
+    written to checkpoints, and only the rows a batch needs are gathered (on
+    the host, then copied to the device that runs the rest of the step).
+
+    Args:
+        table: path to a `.npy` file of shape `(vocabulary_size, dim)` (read
+            with `mmap_mode="r"`, then held once in host memory), or a 2-D
+            float array. Only a path can be serialized with `get_config`.
+        mask_zero: if True, id 0 is padding and `compute_mask` returns
+            `ids != 0`.
+        **kwargs: base `Layer` arguments.
+
+    Call arguments:
+        inputs: integer ids of any shape.
+
+    Returns:
+        float32 tensor `inputs.shape + (dim,)`.
+
+    Example:
+
+    >>> layer = FixedEmbedding(np.eye(3, dtype="float32"))
+    >>> layer(np.array([[2, 0]])).numpy().tolist()
+    [[[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]]
+    """
+
+    def __init__(self, table, mask_zero=False, **kwargs):
+        super().__init__(trainable=False, **kwargs)
+        self.table_path = None
+        if isinstance(table, str):
+            self.table_path = table
+            try:
+                array = np.load(table, mmap_mode="r")
+            except (OSError, ValueError) as e:
+                raise ValueError(
+                    f"Could not read the embedding table `{table}` as a .npy file: {e}"
+                ) from e
+        else:
+            array = np.asarray(table)
+        if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
+            raise ValueError(
+                "Received an invalid `table`, expected a non-empty 2-D array "
+                f"(vocabulary_size, dim). Received shape: {array.shape}"
+            )
+        self._table = _HostTable(np.ascontiguousarray(array, dtype=np.float32))
+        self.vocabulary_size, self.output_dim = (int(d) for d in array.shape)
+        self.mask_zero = bool(mask_zero)
+        self.supports_masking = self.mask_zero
+
+    @property
+    def table(self):
+        """The host tensor `(vocabulary_size, dim)`."""
+        return self._table.tensor
+
+    def call(self, inputs):
+        with tf.device("/CPU:0"):
+            ids = tf.cast(inputs, tf.int32)
+            rows = tf.gather(self._table.tensor, ids)  # inputs.shape + (dim,)
+        return rows
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        return tf.not_equal(inputs, 0)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape) + (self.output_dim,)
+
+    def get_config(self):
+        if self.table_path is None:
+            raise NotImplementedError(
+                "A FixedEmbedding built from an in-memory array cannot be serialized: "
+                "save the table with numpy.save and pass its path as `table`."
+            )
+        config = super().get_config()
+        config.pop("trainable", None)
+        config.update({"table": self.table_path, "mask_zero": self.mask_zero})
+        return config

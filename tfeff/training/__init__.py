@@ -1,0 +1,25 @@
+"""Training: strategies, optimizers and schedules, checkpoints, `pretrain(config)`."""
+
+from tfeff.training.evaluation import target_ranks
+from tfeff.training.evaluation import top_k_accuracy
+from tfeff.training.evaluation import unigram_top_k_accuracy
+from tfeff.training.optimizers import WarmupDecay
+from tfeff.training.optimizers import make_optimizer
+from tfeff.training.pretrain import build_model
+from tfeff.training.pretrain import prepare_data
+from tfeff.training.pretrain import pretrain
+from tfeff.training.pretrain import restore_model
+from tfeff.training.strategy import make_strategy
+
+__all__ = [
+    "WarmupDecay",
+    "build_model",
+    "make_optimizer",
+    "make_strategy",
+    "prepare_data",
+    "pretrain",
+    "restore_model",
+    "target_ranks",
+    "top_k_accuracy",
+    "unigram_top_k_accuracy",
+]

@@ -1,0 +1,88 @@
+"""Held-out evaluation of continuous outputs: top-k accuracy by nearest vectors.
+
+The rank of a target is the number of vocabulary vectors whose cosine with
+the prediction is strictly higher than the target's own. It is computed in
+blocks of predictions x chunks of the table, so a 2M-word table never
+materializes a batch x V matrix and is never normalized as a whole copy.
+"""
+
+import numpy as np
+
+from tfeff.data import vocabulary as vocabulary_lib
+
+
+def _normalize(x):
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.maximum(norms, 1e-12)
+
+
+def target_ranks(predictions, target_ids, table, chunk_size=8192, block_size=1024,
+                 excluded_ids=(vocabulary_lib.PAD_ID, vocabulary_lib.UNK_ID)):
+    """Cosine rank of each target among all table rows (0 = nearest).
+
+    Args:
+        predictions: `(n, dim)` predicted vectors.
+        target_ids: `(n,)` ids of the true targets.
+        table: `(V, dim)` array (a memory map is fine).
+        chunk_size: table rows scored at once.
+        block_size: predictions scored at once.
+        excluded_ids: rows that never count as competitors.
+
+    Returns:
+        int64 `(n,)`.
+    """
+    predictions = _normalize(predictions)
+    target_ids = np.asarray(target_ids, dtype=np.int64)
+    target_sims = np.einsum(
+        "nd,nd->n", predictions, _normalize(np.asarray(table[target_ids]))
+    )
+    ranks = np.zeros(len(target_ids), dtype=np.int64)
+    excluded = np.asarray(sorted(excluded_ids), dtype=np.int64)
+    for start in range(0, table.shape[0], chunk_size):
+        chunk = _normalize(np.asarray(table[start:start + chunk_size]))
+        keep = np.ones(len(chunk), dtype=bool)
+        inside = excluded[(excluded >= start) & (excluded < start + len(chunk))]
+        keep[inside - start] = False
+        for b in range(0, len(predictions), block_size):
+            sims = predictions[b:b + block_size] @ chunk.T  # (block, chunk)
+            above = sims > target_sims[b:b + block_size, None]
+            ranks[b:b + block_size] += np.count_nonzero(above & keep[None, :], axis=1)
+    return ranks
+
+
+def top_k_accuracy(ranks, ks):
+    ranks = np.asarray(ranks)
+    return {int(k): float(np.mean(ranks < k)) if len(ranks) else 0.0 for k in ks}
+
+
+def unigram_top_k_accuracy(target_ids, vocabulary, ks):
+    """Accuracy of always predicting the k most frequent tokens (the baseline)."""
+    target_ids = np.asarray(target_ids)
+    counts = np.asarray(vocabulary.counts, dtype=np.float64)
+    counts[: vocabulary_lib.BOS_ID] = -1  # never predict <pad>/<unk>
+    order = np.argsort(-counts, kind="stable")
+    rank_of = np.empty(len(order), dtype=np.int64)
+    rank_of[order] = np.arange(len(order))
+    return top_k_accuracy(rank_of[target_ids], ks)
+
+
+def collect_predictions(model, dataset, max_targets):
+    """Runs the model on batches; returns (predictions, target_ids) of both directions."""
+    preds, targets, total = [], [], 0
+    for ids in dataset:
+        out = model(ids, training=False)
+        ids = ids.numpy()
+        for pred, tgt in (
+            (out["forward"].numpy()[:, :-1], ids[:, 1:]),
+            (out["backward"].numpy()[:, 1:], ids[:, :-1]),
+        ):
+            valid = tgt >= vocabulary_lib.BOS_ID
+            preds.append(pred[valid])
+            targets.append(tgt[valid])
+            total += int(valid.sum())
+        if total >= max_targets:
+            break
+    if not preds:
+        return np.zeros((0, 1), np.float32), np.zeros((0,), np.int64)
+    return np.concatenate(preds)[:max_targets], np.concatenate(targets)[:max_targets]

@@ -1,0 +1,71 @@
+"""Optimizer and learning-rate schedule factories (Keras 3 built-ins, no tensorflow-addons)."""
+
+import math
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup to `peak_learning_rate`, then cosine, linear or no decay.
+
+    Args:
+        peak_learning_rate: rate reached at the end of warmup.
+        warmup_steps: steps of linear warmup from 0 (0 for none).
+        total_steps: the last step; decay ends there.
+        decay: `"cosine"`, `"linear"` or `"constant"`.
+        final_fraction: the rate at `total_steps` is `peak * final_fraction`.
+    """
+
+    def __init__(self, peak_learning_rate, warmup_steps, total_steps, decay="cosine",
+                 final_fraction=0.1):
+        if decay not in ("cosine", "linear", "constant"):
+            raise ValueError(f"Unknown decay {decay!r}")
+        self.peak_learning_rate = float(peak_learning_rate)
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+        self.decay = decay
+        self.final_fraction = float(final_fraction)
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        peak = self.peak_learning_rate
+        warmup = float(max(self.warmup_steps, 0))
+        warm = peak * (step + 1.0) / max(warmup, 1.0)
+        span = float(max(self.total_steps - self.warmup_steps, 1))
+        progress = ops.clip((step - warmup) / span, 0.0, 1.0)
+        floor = peak * self.final_fraction
+        if self.decay == "cosine":
+            decayed = floor + (peak - floor) * 0.5 * (1.0 + ops.cos(math.pi * progress))
+        elif self.decay == "linear":
+            decayed = peak - (peak - floor) * progress
+        else:
+            decayed = ops.full_like(progress, peak)
+        return ops.where(step < warmup, warm, decayed)
+
+    def get_config(self):
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+            "decay": self.decay,
+            "final_fraction": self.final_fraction,
+        }
+
+
+def make_optimizer(train_config, global_batch_size):
+    """Adam with warmup/decay, the rate scaled linearly with the batch size,
+    and global-norm gradient clipping (`train.clipnorm`, 0 disables)."""
+    peak = train_config.learning_rate * global_batch_size / train_config.base_batch_size
+    schedule = WarmupDecay(
+        peak,
+        train_config.warmup_steps,
+        train_config.steps,
+        decay=train_config.decay,
+        final_fraction=train_config.final_learning_rate_fraction,
+    )
+    return keras.optimizers.Adam(
+        learning_rate=schedule,
+        global_clipnorm=train_config.clipnorm or None,
+    )

@@ -1,0 +1,367 @@
+"""`pretrain(config, model_dir)`: data preparation, training with `model.fit`, evaluation.
+
+The model directory is transactional. Every artifact is written to a
+temporary sibling and renamed; checkpoints go through
+`tf.train.CheckpointManager`, whose `checkpoint` index file is only updated
+after the new checkpoint is complete. A run killed at any point leaves a
+directory that the next run resumes from (the latest checkpoint) and that
+`tfeff-export` can read.
+
+Layout of `model_dir`:
+
+    config.yaml               the resolved config (read back by resume and export)
+    corpus/{train,heldout}.txt  the generated corpus (synthetic data only)
+    vocabulary.txt            word<TAB>count, id order
+    fasttext.bin              trained word vectors (unless fasttext.pretrained)
+    vocabulary_vectors.npy    fixed vectors of every vocabulary word
+    vocabulary_vectors.mean.npy  the subtracted mean (fasttext.center)
+    checkpoints/              tf.train.CheckpointManager checkpoints
+    logs/                     TensorBoard scalars (train/*, validation/*)
+    eval.json                 held-out top-k accuracy and the unigram baseline
+"""
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfeff import config as config_lib
+from tfeff import data as data_lib
+from tfeff.data import files
+from tfeff.models import ElmoLM
+from tfeff.training import evaluation
+from tfeff.training.callbacks import ScalarLogger
+from tfeff.training.optimizers import make_optimizer
+from tfeff.training.strategy import make_strategy
+
+CONFIG_FILE = "config.yaml"
+VOCABULARY_FILE = "vocabulary.txt"
+FASTTEXT_FILE = "fasttext.bin"
+VECTORS_FILE = "vocabulary_vectors.npy"
+CHECKPOINT_DIR = "checkpoints"
+EVAL_FILE = "eval.json"
+# Sections that define the model and its data: they cannot change on resume.
+_FROZEN_SECTIONS = ("family", "data", "fasttext", "model")
+
+
+@dataclasses.dataclass
+class DataArtifacts:
+    train_files: str
+    heldout_files: str
+    vocabulary_path: str
+    word_vectors_path: str
+    vectors_path: str
+
+
+def _path(model_dir, name):
+    return os.path.join(model_dir, name)
+
+
+def prepare_data(config, model_dir):
+    """Creates (or reuses) corpus, vocabulary, fastText model and vocabulary vectors."""
+    data_cfg, ft_cfg = config.data, config.fasttext
+    if data_cfg.synthetic is not None:
+        corpus_dir = _path(model_dir, "corpus")
+        train_files = _path(corpus_dir, "train.txt")
+        heldout_files = _path(corpus_dir, "heldout.txt")
+        if not (tf.io.gfile.exists(train_files) and tf.io.gfile.exists(heldout_files)):
+            syn = data_cfg.synthetic
+            logging.info("Generating the synthetic corpus in %s", corpus_dir)
+            data_lib.write_synthetic_corpus(
+                corpus_dir, syn.num_train_sentences, syn.num_heldout_sentences,
+                seed=syn.seed, lexicon_size=syn.lexicon_size,
+            )
+    else:
+        train_files, heldout_files = data_cfg.train_files, data_cfg.heldout_files
+
+    vocabulary_path = _path(model_dir, VOCABULARY_FILE)
+    if not tf.io.gfile.exists(vocabulary_path):
+        logging.info("Counting words of %s", train_files)
+        vocab = data_lib.Vocabulary.build(
+            data_lib.text_lines(train_files, data_cfg.on_invalid_utf8),
+            min_count=data_cfg.min_count,
+            max_words_in_memory=data_cfg.max_words_in_memory,
+        )
+        if heldout_files:
+            # Open vocabulary: held-out words get rows (count 0) so that they
+            # can be evaluated as targets through their subword vectors.
+            vocab = vocab.with_extra_words(
+                data_lib.text_lines(heldout_files, data_cfg.on_invalid_utf8)
+            )
+        vocab.save(vocabulary_path)
+        logging.info("Vocabulary: %d words -> %s", len(vocab), vocabulary_path)
+    else:
+        vocab = data_lib.Vocabulary.load(vocabulary_path)
+
+    if ft_cfg.pretrained:
+        word_vectors_path = ft_cfg.pretrained
+    else:
+        word_vectors_path = _path(model_dir, FASTTEXT_FILE)
+        if not tf.io.gfile.exists(word_vectors_path):
+            logging.info("Training %d-d fastText vectors on %s", ft_cfg.dim, train_files)
+            data_lib.train_fasttext(
+                train_files, word_vectors_path, dim=ft_cfg.dim, minn=ft_cfg.minn,
+                maxn=ft_cfg.maxn, bucket=ft_cfg.bucket, epoch=ft_cfg.epoch,
+                min_count=ft_cfg.min_count, threads=ft_cfg.threads,
+                on_invalid_utf8=data_cfg.on_invalid_utf8,
+            )
+
+    vectors_path = _path(model_dir, VECTORS_FILE)
+    if not tf.io.gfile.exists(vectors_path):
+        word_vectors = data_lib.WordVectors(word_vectors_path)
+        data_lib.compute_vocabulary_vectors(
+            word_vectors, vocab, vectors_path, expected_dim=ft_cfg.dim,
+            center=ft_cfg.center,
+        )
+    else:
+        table = data_lib.load_vocabulary_vectors(vectors_path, len(vocab))
+        if table.shape[1] != ft_cfg.dim:
+            raise ValueError(
+                f"{vectors_path} has dimension {table.shape[1]}, the config asks for "
+                f"fasttext.dim={ft_cfg.dim}"
+            )
+    return DataArtifacts(train_files, heldout_files, vocabulary_path,
+                         word_vectors_path, vectors_path)
+
+
+def build_model(config, vectors_path):
+    m = config.model
+    return ElmoLM(
+        vectors_path,
+        num_layers=m.num_layers,
+        units=m.units,
+        projection_dim=m.projection_dim,
+        dropout_rate=m.dropout_rate,
+        output_layer=m.output_layer,
+        output_loss=m.output_loss,
+        vmf_regularization1=m.vmf_regularization1,
+        vmf_regularization2=m.vmf_regularization2,
+        name="elmo_lm",
+    )
+
+
+def _differences(a, b, prefix=""):
+    out = []
+    for key in sorted(set(a) | set(b)):
+        full = f"{prefix}.{key}" if prefix else key
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += _differences(va, vb, full)
+        elif va != vb:
+            out.append(f"{full}: {va!r} -> {vb!r}")
+    return out
+
+
+def resolve_config(config, model_dir):
+    """Checks `config` against `<model_dir>/config.yaml` and writes it.
+
+    Resuming may change `train` and `eval` (for example more steps) but not
+    the data, word vectors or model: those would make the checkpoint
+    meaningless.
+    """
+    path = _path(model_dir, CONFIG_FILE)
+    if tf.io.gfile.exists(path):
+        saved = config_lib.load_config(path)
+        saved_dict, new_dict = config_lib.to_dict(saved), config_lib.to_dict(config)
+        diffs = _differences(
+            {k: saved_dict[k] for k in _FROZEN_SECTIONS},
+            {k: new_dict[k] for k in _FROZEN_SECTIONS},
+        )
+        if diffs:
+            raise config_lib.ConfigError(
+                f"{model_dir} was created with a different config; these keys differ "
+                "(only train.* and eval.* may change on resume): " + "; ".join(diffs)
+            )
+    config_lib.write_yaml(config, path)
+
+
+def restore_model(model_dir, config=None, strategy=None, with_optimizer=False):
+    """Builds the model of `model_dir` and restores its latest checkpoint.
+
+    Returns:
+        `(model, optimizer_or_None, step)`.
+
+    Raises:
+        FileNotFoundError: the directory has no config or no checkpoint.
+    """
+    if config is None:
+        path = _path(model_dir, CONFIG_FILE)
+        if not tf.io.gfile.exists(path):
+            raise FileNotFoundError(f"{model_dir} is not a tfeff model directory (no {CONFIG_FILE})")
+        config = config_lib.load_config(path)
+    vectors_path = _path(model_dir, VECTORS_FILE)
+    if not tf.io.gfile.exists(vectors_path):
+        raise FileNotFoundError(f"{model_dir} has no {VECTORS_FILE}: run tfeff-pretrain first")
+    latest = tf.train.latest_checkpoint(_path(model_dir, CHECKPOINT_DIR))
+    if latest is None:
+        raise FileNotFoundError(f"{model_dir} has no checkpoint yet: run tfeff-pretrain first")
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        model = build_model(config, vectors_path)
+        model.build()
+        optimizer = None
+        objects = {"model": model}
+        if with_optimizer:
+            optimizer = make_optimizer(config.train, config.data.batch_size)
+            optimizer.build(model.trainable_variables)
+            objects["optimizer"] = optimizer
+        checkpoint = tf.train.Checkpoint(**objects)
+        checkpoint.restore(latest).expect_partial().assert_existing_objects_matched()
+    step = int(latest.rsplit("-", 1)[-1])
+    return model, optimizer, step
+
+
+class CheckpointCallback(keras.callbacks.Callback):
+    """Saves every `every` steps and at `total_steps`, where it stops training."""
+
+    def __init__(self, manager, every, total_steps):
+        super().__init__()
+        self.manager = manager
+        self.every = every
+        self.total_steps = total_steps
+
+    def _step(self):
+        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self._step()
+        saved = self.manager.latest_checkpoint
+        last = int(saved.rsplit("-", 1)[-1]) if saved else 0
+        if step >= self.total_steps or step // self.every > last // self.every:
+            self.manager.save(checkpoint_number=step)
+        if step >= self.total_steps:
+            self.model.stop_training = True
+
+
+def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"):
+    """Prepares the data, trains (resuming from the latest checkpoint), evaluates.
+
+    Args:
+        config: an `ElmoConfig`.
+        model_dir: output directory (created; resumed when it holds a run).
+        strategy: `"default"`, `"mirrored"` or `"multi_worker"`.
+        devices: device list for `"mirrored"`.
+        verbose: passed to `model.fit`.
+
+    Returns:
+        dict with `step`, `history` (metric lists) and `eval` (top-k results).
+    """
+    tf.io.gfile.makedirs(model_dir)
+    resolve_config(config, model_dir)
+    artifacts = prepare_data(config, model_dir)
+    vocab = data_lib.Vocabulary.load(artifacts.vocabulary_path)
+    strategy = make_strategy(strategy, devices)
+    train_cfg = config.train
+    keras.utils.set_random_seed(train_cfg.seed)
+
+    with strategy.scope():
+        model = build_model(config, artifacts.vectors_path)
+        model.build()
+        optimizer = make_optimizer(train_cfg, config.data.batch_size)
+        optimizer.build(model.trainable_variables)
+        model.compile(
+            optimizer=optimizer,
+            jit_compile=False,
+            steps_per_execution=train_cfg.steps_per_execution,
+        )
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        manager = tf.train.CheckpointManager(
+            checkpoint, _path(model_dir, CHECKPOINT_DIR),
+            max_to_keep=train_cfg.keep_checkpoints,
+        )
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+            logging.info("Restored %s", manager.latest_checkpoint)
+    start = int(keras.ops.convert_to_numpy(optimizer.iterations))
+    logging.info(
+        "Model: %s trainable parameters; starting at step %d of %d",
+        f"{model.count_params():,}", start, train_cfg.steps,
+    )
+
+    history = {}
+    t0 = time.time()
+    if start < train_cfg.steps:
+        train_ds = data_lib.lm_dataset(
+            artifacts.train_files, artifacts.vocabulary_path,
+            batch_size=config.data.batch_size,
+            max_sequence_length=config.data.max_sequence_length,
+            shuffle_buffer=config.data.shuffle_buffer,
+            seed=train_cfg.seed + start,  # a resumed run does not replay the first batches
+            repeat=True, on_invalid_utf8=config.data.on_invalid_utf8,
+            drop_remainder=True,
+        )
+        validation = None
+        if artifacts.heldout_files and train_cfg.validation_steps:
+            validation = data_lib.lm_dataset(
+                artifacts.heldout_files, artifacts.vocabulary_path,
+                batch_size=config.data.batch_size,
+                max_sequence_length=config.data.max_sequence_length,
+                on_invalid_utf8=config.data.on_invalid_utf8,
+            )
+        every = train_cfg.checkpoint_every
+        callbacks = [
+            CheckpointCallback(manager, every, train_cfg.steps),
+            ScalarLogger(_path(model_dir, "logs"), train_cfg.log_every),
+        ]
+        fit = model.fit(
+            train_ds,
+            epochs=math.ceil(train_cfg.steps / every),
+            initial_epoch=start // every,
+            steps_per_epoch=every,
+            validation_data=validation,
+            validation_steps=train_cfg.validation_steps if validation is not None else None,
+            callbacks=callbacks,
+            verbose=verbose,
+        )
+        history = fit.history
+    step = int(keras.ops.convert_to_numpy(optimizer.iterations))
+    if manager.latest_checkpoint is None or not manager.latest_checkpoint.endswith(f"-{step}"):
+        manager.save(checkpoint_number=step)
+    train_seconds = time.time() - t0
+
+    results = {"step": step, "history": history, "train_seconds": train_seconds}
+    if artifacts.heldout_files:
+        results["eval"] = evaluate(model, config, artifacts, vocab)
+        results["eval"]["train_seconds"] = train_seconds
+        files.write_text_atomic(
+            _path(model_dir, EVAL_FILE), json.dumps(results["eval"], indent=2) + "\n"
+        )
+        for k in config.eval.top_k:
+            logging.info(
+                "held-out top-%d accuracy: %.4f (unigram baseline %.4f)",
+                k, results["eval"]["top_k"][str(k)], results["eval"]["unigram_top_k"][str(k)],
+            )
+    return results
+
+
+def evaluate(model, config, artifacts, vocab):
+    """Held-out loss and top-k accuracy (both directions) vs the unigram baseline."""
+    heldout = data_lib.lm_dataset(
+        artifacts.heldout_files, artifacts.vocabulary_path,
+        batch_size=config.data.batch_size,
+        max_sequence_length=config.data.max_sequence_length,
+        on_invalid_utf8=config.data.on_invalid_utf8,
+    )
+    predictions, target_ids = evaluation.collect_predictions(
+        model, heldout, config.eval.max_targets
+    )
+    table = data_lib.load_vocabulary_vectors(artifacts.vectors_path, len(vocab))
+    ranks = evaluation.target_ranks(
+        predictions, target_ids, table, chunk_size=config.eval.chunk_size
+    )
+    ks = config.eval.top_k
+    return {
+        "targets": int(len(target_ids)),
+        "top_k": {str(k): v for k, v in evaluation.top_k_accuracy(ranks, ks).items()},
+        "unigram_top_k": {
+            str(k): v
+            for k, v in evaluation.unigram_top_k_accuracy(target_ids, vocab, ks).items()
+        },
+        "median_rank": float(np.median(ranks)) if len(ranks) else None,
+    }
