@@ -25,7 +25,7 @@ install-test: $(VENV)/.installed-test
 demo: $(VENV)/.installed
 	$(VENV)/bin/tfeff-pretrain --config configs/demo_elmo_c.yaml --model_dir $(DEMO_DIR)
 	$(VENV)/bin/tfeff-export --model_dir $(DEMO_DIR) --output $(DEMO_DIR)/export --overwrite
-	$(PY) tools/demo_embed.py --embedder $(DEMO_DIR)/export
+	$(PY) tools/demo_embed.py --embedder $(DEMO_DIR)/export --sentences_from $(DEMO_DIR)/corpus/heldout.txt
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q

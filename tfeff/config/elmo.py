@@ -74,11 +74,12 @@ class FastTextConfig:
     maxn: int = 6
     bucket: int = 2000000
     epoch: int = 5
+    lr: float = 0.05
     min_count: int = 1
     threads: int = 1
 
     def validate(self, prefix):
-        for name in ("dim", "epoch", "min_count", "threads"):
+        for name in ("dim", "epoch", "lr", "min_count", "threads"):
             positive(getattr(self, name), join(prefix, name))
         positive(self.minn, join(prefix, "minn"), allow_zero=True)
         positive(self.maxn, join(prefix, "maxn"), allow_zero=True)

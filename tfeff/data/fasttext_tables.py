@@ -87,6 +87,7 @@ def train_fasttext(
     epoch=5,
     min_count=1,
     threads=1,
+    lr=0.05,
     on_invalid_utf8="error",
 ):
     """Trains skipgram vectors with subwords on the corpus; saves a `.bin` atomically.
@@ -108,18 +109,26 @@ def train_fasttext(
             for line in corpus.text_lines(corpus_patterns, on_invalid_utf8):
                 f.write(line + "\n")
         with files.atomic_local_path(output_path) as tmp_model:
-            model = fasttext.train_unsupervised(
-                text_path,
-                model="skipgram",
-                dim=dim,
-                minn=minn,
-                maxn=maxn,
-                bucket=bucket,
-                epoch=epoch,
-                minCount=min_count,
-                thread=threads,
-                verbose=0,
-            )
+            try:
+                model = fasttext.train_unsupervised(
+                    text_path,
+                    model="skipgram",
+                    dim=dim,
+                    minn=minn,
+                    maxn=maxn,
+                    bucket=bucket,
+                    epoch=epoch,
+                    lr=lr,
+                    minCount=min_count,
+                    thread=threads,
+                    verbose=0,
+                )
+            except RuntimeError as e:
+                raise ValueError(
+                    f"fastText training on {corpus_patterns} failed ({e}). On small "
+                    "corpora this is usually divergence: lower fasttext.lr or raise "
+                    "fasttext.dim."
+                ) from e
             model.save_model(tmp_model)
     finally:
         if os.path.exists(text_path):

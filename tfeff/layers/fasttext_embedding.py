@@ -198,6 +198,8 @@ class FastTextEmbedding(keras.layers.Layer):
         Returns:
             int64 `RaggedTensor` `(num_words, None)`.
         """
+        if not self.built:
+            self.build()
         words = tf.convert_to_tensor(words, dtype=tf.string)
         word_ids = self._table.lookup(words)  # (W,), -1 when absent
         in_dict = word_ids >= 0
@@ -214,7 +216,7 @@ class FastTextEmbedding(keras.layers.Layer):
 
     def word_vectors(self, words):
         """Vectors of a 1-D `tf.string` tensor of words, `(num_words, dim)`."""
-        ids = self.subword_ids(words)
+        ids = self.subword_ids(words)  # builds the layer if needed
         rows = tf.gather(self.input_matrix, ids.flat_values)  # (total, dim)
         sums = tf.math.unsorted_segment_sum(
             rows, ids.value_rowids(), num_segments=tf.shape(ids.row_lengths())[0]

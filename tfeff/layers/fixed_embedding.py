@@ -87,7 +87,7 @@ class FixedEmbedding(keras.layers.Layer):
     def compute_mask(self, inputs, mask=None):
         if not self.mask_zero:
             return None
-        return tf.not_equal(inputs, 0)
+        return keras.ops.not_equal(inputs, 0)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.output_dim,)

@@ -109,6 +109,22 @@ def _log_bessel_iv_debye(order, x):
     )
 
 
+def _log_bessel_iv_and_ratio(order, x):
+    """(log I_order(x), I_{order+1}(x) / I_order(x)) in float64."""
+    steps = max(0, int(math.ceil(_DEBYE_MIN_ORDER - order)))
+    top = order + steps
+    log_i = _log_bessel_iv_debye(top, x)
+    # Ratio R_nu = I_{nu+1}/I_nu at the top order (a difference of two logs of
+    # similar size: no cancellation), then the backward recurrence
+    # R_{nu-1} = 1 / (2 nu / x + R_nu), stable for decreasing order.
+    ratio = tf.exp(_log_bessel_iv_debye(top + 1.0, x) - log_i)
+    for k in range(steps):
+        nu = top - k
+        ratio = 1.0 / (2.0 * nu / x + ratio)  # now R_{nu-1} = I_nu / I_{nu-1}
+        log_i = log_i - tf.math.log(ratio)  # log I_{nu-1}
+    return log_i, ratio
+
+
 def log_bessel_iv(order, x):
     """log I_order(x) for a static order >= 0 and x > 0, computed in float64.
 
@@ -123,27 +139,16 @@ def log_bessel_iv(order, x):
         raise ValueError(
             f"Received an invalid value for `order`, expected >= 0. Received: order={order}"
         )
-    x = tf.cast(x, tf.float64)
-    steps = max(0, int(math.ceil(_DEBYE_MIN_ORDER - order)))
-    top = order + steps
-    log_i_top = _log_bessel_iv_debye(top, x)
-    if steps == 0:
-        return log_i_top
-    # Ratio R_nu = I_{nu+1}/I_nu at the top order, then the backward recurrence
-    # R_{nu-1} = 1 / (2 nu / x + R_nu), stable for decreasing order.
-    ratio = tf.exp(_log_bessel_iv_debye(top + 1.0, x) - log_i_top)
-    log_i = log_i_top
-    for k in range(steps):
-        nu = top - k  # ratio holds R_nu; compute R_{nu-1} = I_nu / I_{nu-1}
-        ratio = 1.0 / (2.0 * nu / x + ratio)
-        log_i = log_i - tf.math.log(ratio)  # log I_{nu-1} = log I_nu - log R_{nu-1}
-    return log_i
+    return _log_bessel_iv_and_ratio(order, tf.cast(x, tf.float64))[0]
 
 
 def log_vmf_normalizer(kappa, dim):
     """log C_m(kappa) of the von Mises-Fisher density on the unit sphere in R^m.
 
     C_m(kappa) = kappa^(m/2-1) / ((2 pi)^(m/2) I_{m/2-1}(kappa)).
+    Its gradient is the closed form -I_{m/2}(kappa) / I_{m/2-1}(kappa),
+    computed from the stable Bessel ratio (differentiating the formula
+    instead would cancel two terms of size (m/2-1)/kappa at small kappa).
 
     Args:
         kappa: positive float tensor (concentrations).
@@ -158,14 +163,20 @@ def log_vmf_normalizer(kappa, dim):
         )
     kappa = _as_float(kappa)
     out_dtype = kappa.dtype
-    k64 = tf.maximum(tf.cast(kappa, tf.float64), _MIN_KAPPA)
     order = dim / 2.0 - 1.0
-    log_c = (
-        order * tf.math.log(k64)
-        - (dim / 2.0) * math.log(2.0 * math.pi)
-        - log_bessel_iv(order, k64)
-    )
-    return tf.cast(log_c, out_dtype)
+
+    @tf.custom_gradient
+    def _log_c(k64):
+        k64 = tf.maximum(k64, _MIN_KAPPA)
+        log_i, ratio = _log_bessel_iv_and_ratio(order, k64)
+        value = order * tf.math.log(k64) - (dim / 2.0) * math.log(2.0 * math.pi) - log_i
+
+        def grad(upstream):
+            return upstream * -ratio
+
+        return value, grad
+
+    return tf.cast(_log_c(tf.cast(kappa, tf.float64)), out_dtype)
 
 
 def vmf_nll(predictions, targets, regularization1=0.0, regularization2=1.0):

@@ -5,10 +5,10 @@ from tfeff.training.evaluation import top_k_accuracy
 from tfeff.training.evaluation import unigram_top_k_accuracy
 from tfeff.training.optimizers import WarmupDecay
 from tfeff.training.optimizers import make_optimizer
-from tfeff.training.pretrain import build_model
-from tfeff.training.pretrain import prepare_data
-from tfeff.training.pretrain import pretrain
-from tfeff.training.pretrain import restore_model
+from tfeff.training.pretraining import build_model
+from tfeff.training.pretraining import prepare_data
+from tfeff.training.pretraining import pretrain
+from tfeff.training.pretraining import restore_model
 from tfeff.training.strategy import make_strategy
 
 __all__ = [

@@ -108,7 +108,7 @@ def prepare_data(config, model_dir):
             data_lib.train_fasttext(
                 train_files, word_vectors_path, dim=ft_cfg.dim, minn=ft_cfg.minn,
                 maxn=ft_cfg.maxn, bucket=ft_cfg.bucket, epoch=ft_cfg.epoch,
-                min_count=ft_cfg.min_count, threads=ft_cfg.threads,
+                min_count=ft_cfg.min_count, threads=ft_cfg.threads, lr=ft_cfg.lr,
                 on_invalid_utf8=data_cfg.on_invalid_utf8,
             )
 

@@ -1,0 +1,93 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.training.test_pretrain import trained_dir  # noqa: F401 (shared fixture)
+from tfeff.data import fasttext_tables
+from tfeff.export import export_model_dir, load_embedder
+from tfeff.training import restore_model
+
+SENTENCES = ["the cat sat .", "", "   ", "zzqx blorf unseenword café 日本 .", "a " * 300]
+
+_FRESH = r"""
+import json, sys
+import numpy as np, tensorflow as tf
+m = tf.saved_model.load(sys.argv[1])
+s = tf.constant(json.loads(sys.argv[2]))
+e = m.signatures["embed"](sentences=s)
+p = m.signatures["predict"](sentences=s)
+assert "tfeff" not in sys.modules
+np.savez(sys.argv[3], layers=e["layers"].numpy(), mask=e["mask"].numpy(),
+         tokens=e["tokens"].numpy(), forward=p["forward"].numpy())
+"""
+
+
+@pytest.fixture(scope="module")
+def exported(trained_dir, tmp_path_factory):  # noqa: F811
+    model_dir, _ = trained_dir
+    path = str(tmp_path_factory.mktemp("export") / "embedder")
+    export_model_dir(model_dir, path, max_tokens=64)
+    return model_dir, path
+
+
+def _library_embeddings(model_dir, sentences, max_tokens=64):
+    """The same computation through the library: fixed table rows / fastText + model."""
+    import fasttext
+
+    model, _, _ = restore_model(model_dir)
+    ft = fasttext.load_model(os.path.join(model_dir, "fasttext.bin"))
+    mean = np.load(fasttext_tables.mean_path(os.path.join(model_dir, "vocabulary_vectors.npy")))
+    outs = []
+    for s in sentences:
+        words = ["<s>"] + s.split()[:max_tokens] + ["</s>"]
+        vec = np.stack([ft.get_word_vector(w) for w in words])[None] - mean
+        stack, _, _ = model.encode(vec, np.ones((1, len(words)), bool))
+        outs.append(stack.numpy()[0, :, 1:-1])
+    return outs
+
+
+def test_reload_in_fresh_process_equals_library(exported, tmp_path):
+    model_dir, path = exported
+    out_file = str(tmp_path / "out.npz")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    r = subprocess.run([sys.executable, "-c", _FRESH, path, json.dumps(SENTENCES), out_file],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = np.load(out_file)
+    lib = _library_embeddings(model_dir, SENTENCES)
+    assert out["layers"].shape[:2] == (len(SENTENCES), 3)
+    for i, ref in enumerate(lib):
+        n = ref.shape[1]
+        assert out["mask"][i].sum() == n
+        np.testing.assert_allclose(out["layers"][i, :, :n], ref, rtol=1e-4, atol=1e-5)
+        assert not out["layers"][i, :, n:].any()
+    assert out["mask"][1].sum() == 0 and out["mask"][2].sum() == 0  # empty, whitespace
+    assert out["mask"][4].sum() == 64  # truncated to max_tokens
+    assert [t.decode() for t in out["tokens"][3][:3]] == ["zzqx", "blorf", "unseenword"]
+
+
+def test_signatures_and_unseen_word_vectors(exported):
+    model_dir, path = exported
+    loaded = load_embedder(path)
+    assert set(loaded.signatures) == {"embed", "predict"}
+    embedder_ft = loaded.fasttext  # the in-graph fastText layer inside the SavedModel
+    import fasttext
+    ft = fasttext.load_model(os.path.join(model_dir, "fasttext.bin"))
+    words = ["zzqx", "blorf", "café", "日本", "the"]
+    got = embedder_ft(tf.constant(words)).numpy()
+    np.testing.assert_allclose(got, np.stack([ft.get_word_vector(w) for w in words]),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_export_refuses_to_overwrite_and_needs_a_checkpoint(exported, tmp_path):
+    model_dir, path = exported
+    with pytest.raises(FileExistsError, match="overwrite"):
+        export_model_dir(model_dir, path)
+    with pytest.raises(FileNotFoundError, match="not a tfeff model directory"):
+        export_model_dir(str(tmp_path), str(tmp_path / "out"))
+    assert not os.path.exists(str(tmp_path / "out"))

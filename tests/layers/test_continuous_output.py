@@ -1,0 +1,33 @@
+import keras
+import numpy as np
+import pytest
+
+from tests.layers.layer_checks import run_layer_checks
+from tfeff.layers import ContinuousOutput
+
+
+@pytest.mark.parametrize("loss", ["cosine", "l2", "vmf"])
+def test_layer_checks_and_projection_golden(loss, tmp_path):
+    layer = ContinuousOutput(3, loss=loss, name=f"out_{loss}")
+    x = np.random.default_rng(0).normal(size=(2, 4, 5)).astype("float32")
+    out = run_layer_checks(layer, x, tmp_path, expected_weights=2)
+    kernel, bias = (keras.ops.convert_to_numpy(w) for w in layer.projection.weights)
+    np.testing.assert_allclose(out, x @ kernel + bias, rtol=1e-5, atol=1e-6)
+
+
+def test_distance_golden_values():
+    layer = ContinuousOutput(2, loss="cosine", use_projection=False)
+    pred = np.array([[1.0, 0.0], [0.0, 3.0]], "float32")
+    tgt = np.array([[0.0, 1.0], [0.0, 1.0]], "float32")
+    np.testing.assert_allclose(layer.distance(layer(pred), tgt).numpy(), [1.0, 0.0], atol=1e-6)
+    l2 = ContinuousOutput(2, loss="l2", use_projection=False)
+    np.testing.assert_allclose(l2.distance(pred, tgt).numpy(), [2.0, 4.0])
+
+
+def test_invalid_arguments_are_named():
+    with pytest.raises(ValueError, match="embedding_dim"):
+        ContinuousOutput(0)
+    with pytest.raises(ValueError, match="loss"):
+        ContinuousOutput(3, loss="softmax")
+    with pytest.raises(ValueError, match="use_projection=False"):
+        ContinuousOutput(3, use_projection=False)(np.ones((1, 4), "float32"))

@@ -1,0 +1,30 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.layers.layer_checks import run_layer_checks
+from tfeff.layers import FixedEmbedding
+
+
+def test_gathers_rows_and_is_not_a_weight(tmp_path):
+    table = np.random.default_rng(0).normal(size=(7, 3)).astype("float32")
+    path = str(tmp_path / "t.npy")
+    np.save(path, table)
+    layer = FixedEmbedding(path, mask_zero=True, name="fixed")
+    ids = np.array([[1, 6, 0]], "int32")
+    out = run_layer_checks(layer, ids, tmp_path)
+    np.testing.assert_array_equal(out, table[ids])
+    assert layer.weights == [] and layer.count_params() == 0
+    assert "CPU" in layer.table.device
+    np.testing.assert_array_equal(layer.compute_mask(ids).numpy(), [[True, True, False]])
+
+
+def test_in_memory_table_is_not_serializable_and_bad_tables_are_rejected(tmp_path):
+    with pytest.raises(NotImplementedError, match="numpy.save"):
+        FixedEmbedding(np.eye(2)).get_config()
+    with pytest.raises(ValueError, match="2-D"):
+        FixedEmbedding(np.zeros(3))
+    with pytest.raises(ValueError, match="missing.npy"):
+        FixedEmbedding(str(tmp_path / "missing.npy"))
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        FixedEmbedding(np.eye(2, dtype="float32"))(np.array([5]))

@@ -1,0 +1,59 @@
+import keras
+import numpy as np
+
+from tests.layers.layer_checks import run_layer_checks
+from tfeff.layers import ProjectedLSTM
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _numpy_lstmp(x, kernel, recurrent, bias, projection):
+    """Unrolled float64 LSTMP recurrence over one sequence (time, features)."""
+    units = recurrent.shape[1] // 4
+    r = np.zeros(projection.shape[1])
+    c = np.zeros(units)
+    out = []
+    for x_t in x:
+        z = x_t @ kernel + r @ recurrent + bias
+        i, f, g, o = np.split(z, 4)
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        r = (_sigmoid(o) * np.tanh(c)) @ projection
+        out.append(r)
+    return np.array(out)
+
+
+def test_layer_checks(tmp_path):
+    layer = ProjectedLSTM(6, 3, name="lstmp")
+    x = np.random.default_rng(0).normal(size=(2, 5, 4)).astype("float32")
+    run_layer_checks(layer, x, tmp_path, expected_weights=4)
+    assert layer.count_params() == 4 * 24 + 3 * 24 + 24 + 6 * 3
+
+
+def test_equals_numpy_recurrence_both_directions_with_padding():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 6, 4)).astype("float32")
+    mask = np.array([[1, 1, 1, 1, 0, 0], [1] * 6], bool)
+    for backwards in (False, True):
+        layer = ProjectedLSTM(5, 3, go_backwards=backwards)
+        out = layer(x, mask=mask).numpy()
+        w = [keras.ops.convert_to_numpy(v).astype("float64") for v in layer.weights]
+        for b in range(2):
+            n = mask[b].sum()
+            seq = x[b, :n].astype("float64")
+            ref = _numpy_lstmp(seq[::-1] if backwards else seq, *w)
+            ref = ref[::-1] if backwards else ref
+            np.testing.assert_allclose(out[b, :n], ref, rtol=1e-5, atol=1e-6)
+            assert np.all(out[b, n:] == 0)
+
+
+def test_padding_never_changes_real_positions():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(1, 6, 4)).astype("float32")
+    mask = np.array([[1, 1, 1, 0, 0, 0]], bool)
+    noisy = x.copy()
+    noisy[:, 3:] = 1e3
+    for backwards in (False, True):
+        layer = ProjectedLSTM(5, 3, go_backwards=backwards)
+        np.testing.assert_array_equal(layer(x, mask=mask).numpy(), layer(noisy, mask=mask).numpy())

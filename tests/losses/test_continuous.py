@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy import special
+
+from tfeff import losses
+
+
+def _log_iv_reference(v, x):
+    """float64 log I_v(x): SciPy where ive is representable, else the power series."""
+    ive = special.ive(v, x)
+    if ive > 1e-250 and np.isfinite(ive):
+        return np.log(ive) + x
+    k = np.arange(0, 400)
+    terms = (2 * k + v) * np.log(x / 2) - special.gammaln(k + 1) - special.gammaln(k + v + 1)
+    return special.logsumexp(terms)
+
+
+def _ratio_reference(v, x):
+    """I_{v+1}(x)/I_v(x) in float64."""
+    return np.exp(_log_iv_reference(v + 1, x) - _log_iv_reference(v, x))
+
+
+KAPPAS = np.logspace(-3, 4, 29)
+
+
+@pytest.mark.parametrize("dim", [2, 3, 16, 64, 300])
+def test_log_vmf_normalizer_value_and_gradient(dim):
+    v = dim / 2 - 1
+    kappa = tf.constant(KAPPAS, tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(kappa)
+        value = losses.log_vmf_normalizer(kappa, dim)
+    grad = tape.gradient(value, kappa).numpy()
+    ref = np.array([v * np.log(k) - dim / 2 * np.log(2 * np.pi) - _log_iv_reference(v, k)
+                    for k in KAPPAS])
+    ref_grad = -np.array([_ratio_reference(v, k) for k in KAPPAS])
+    np.testing.assert_allclose(value.numpy(), ref, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-7, atol=1e-12)
+
+
+def test_vmf_nll_matches_numpy_with_regularizers():
+    rng = np.random.default_rng(0)
+    pred = rng.normal(size=(5, 300)) * rng.uniform(0.01, 30, size=(5, 1))
+    target = rng.normal(size=(5, 300))
+    nll = losses.vmf_nll(tf.constant(pred, tf.float32), tf.constant(target, tf.float32),
+                         regularization1=0.02, regularization2=0.1).numpy()
+    kappa = np.linalg.norm(pred, axis=1)
+    log_c = np.array([149 * np.log(k) - 150 * np.log(2 * np.pi) - _log_iv_reference(149, k)
+                      for k in kappa])
+    unit = target / np.linalg.norm(target, axis=1, keepdims=True)
+    ref = -log_c - 0.1 * np.sum(pred * unit, axis=1) + 0.02 * kappa
+    np.testing.assert_allclose(nll, ref, rtol=1e-5)
+
+
+def test_vmf_gradient_finite_at_zero_prediction():
+    pred = tf.zeros((1, 8))
+    with tf.GradientTape() as tape:
+        tape.watch(pred)
+        loss = losses.vmf_nll(pred, tf.ones((1, 8)))
+    assert np.all(np.isfinite(tape.gradient(loss, pred).numpy()))
+
+
+def test_cosine_and_l2_golden_values():
+    p = tf.constant([[1.0, 0.0], [1.0, 1.0], [3.0, 4.0]])
+    t = tf.constant([[0.0, 2.0], [2.0, 2.0], [-3.0, -4.0]])
+    np.testing.assert_allclose(losses.cosine_distance(p, t).numpy(), [1.0, 0.0, 2.0], atol=1e-6)
+    np.testing.assert_allclose(losses.l2_distance(p, t).numpy(), [5.0, 2.0, 100.0])
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="dim"):
+        losses.log_vmf_normalizer(tf.ones(3), 1)
+    with pytest.raises(ValueError, match="regularization2"):
+        losses.vmf_nll(tf.ones((1, 4)), tf.ones((1, 4)), regularization2=0)
+    with pytest.raises(ValueError, match="same last dimension"):
+        losses.cosine_distance(tf.ones((1, 4)), tf.ones((1, 3)))

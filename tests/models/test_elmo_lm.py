@@ -1,0 +1,50 @@
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfeff.models import ElmoLM
+from tfeff.training import make_strategy
+
+
+def _one_step(strategy, table, ids):
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = ElmoLM(table, num_layers=2, units=16, projection_dim=8, dropout_rate=0.0)
+        model.build()
+        model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
+    history = model.fit(tf.data.Dataset.from_tensors(ids), epochs=1, verbose=0)
+    return history.history["loss"][0], [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+
+def test_two_replicas_equal_one_on_the_same_global_batch(tmp_path):
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(30, 6)).astype("float32")
+    table[:2] = 0
+    np.save(str(tmp_path / "t.npy"), table)
+    ids = rng.integers(2, 30, size=(4, 7)).astype("int32")
+    ids[0, 4:] = 0  # uneven padding: replica token counts differ
+    ids[3, 2:] = 0
+    devices = ["/cpu:0", "/cpu:1"]
+    assert len(tf.config.list_logical_devices("CPU")) >= 2
+    loss1, w1 = _one_step(make_strategy("default"), str(tmp_path / "t.npy"), ids)
+    loss2, w2 = _one_step(make_strategy("mirrored", devices), str(tmp_path / "t.npy"), ids)
+    np.testing.assert_allclose(loss2, loss1, rtol=1e-5)
+    for a, b in zip(w1, w2):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_loss_is_mean_over_predictable_targets(tmp_path):
+    table = np.random.default_rng(1).normal(size=(10, 4)).astype("float32")
+    table[:2] = 0
+    model = ElmoLM(table, num_layers=1, units=8, projection_dim=4, dropout_rate=0.0)
+    ids = np.array([[2, 5, 1, 3, 0]], "int32")  # <s> w <unk> </s> <pad>
+    pred = model(ids)
+    loss = float(model.compute_loss(x=ids, y_pred=pred))
+    out = model.output_projection
+    f = out.distance(pred["forward"][:, :-1], table[ids[:, 1:]]).numpy()[0]
+    b = out.distance(pred["backward"][:, 1:], table[ids[:, :-1]]).numpy()[0]
+    # Forward targets: 5, (unk), 3, (pad); backward targets: 2, 5, (unk), 3.
+    expected = (f[0] + f[2]) / 2 + (b[0] + b[1] + b[3]) / 3
+    np.testing.assert_allclose(loss, expected, rtol=1e-6)
+    assert model.token_embedding.weights == []
+    assert all("token_embedding" not in w.path for w in model.weights)
