@@ -17,8 +17,7 @@ SMALL = [
     "data.synthetic.num_train_sentences=12000",
     "data.synthetic.num_heldout_sentences=300",
     "fasttext.bucket=20000",
-    "model.units=128",
-    "train.steps=400",
+    "train.steps=600",
     "train.warmup_steps=50",
     "train.checkpoint_every=200",
     "train.validation_steps=5",
@@ -47,9 +46,24 @@ def test_demo_training_loss_falls_and_beats_unigram(trained_dir):
     assert not [f for f in os.listdir(model_dir) if ".tmp-" in f]
 
 
+def test_checkpoint_holds_every_model_weight(trained_dir):
+    import tensorflow as tf
+    from tfeff.training import restore_model
+
+    model_dir, _ = trained_dir
+    names = {n for n, _ in tf.train.list_variables(
+        tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints")))}
+    model, _, step = restore_model(model_dir)
+    assert step == 600
+    for w in model.weights:
+        key = "model/" + w.path.replace("/", ".") + "/.ATTRIBUTES/VARIABLE_VALUE"
+        assert key in names, w.path
+    assert not any("token_embedding" in n for n in names)  # the fixed table is not saved
+
+
 def test_resume_rejects_changed_model_and_continues_with_more_steps(trained_dir):
     model_dir, _ = trained_dir
-    with pytest.raises(ConfigError, match="model.units: 128 -> 64"):
+    with pytest.raises(ConfigError, match="model.units: 256 -> 64"):
         pretrain(load_config(DEMO, SMALL + ["model.units=64"]), model_dir, verbose=0)
 
 

@@ -35,6 +35,7 @@ from tfeff import config as config_lib
 from tfeff import data as data_lib
 from tfeff.data import files
 from tfeff.models import ElmoLM
+from tfeff.training import checkpoints
 from tfeff.training import evaluation
 from tfeff.training.callbacks import ScalarLogger
 from tfeff.training.optimizers import make_optimizer
@@ -206,13 +207,10 @@ def restore_model(model_dir, config=None, strategy=None, with_optimizer=False):
         model = build_model(config, vectors_path)
         model.build()
         optimizer = None
-        objects = {"model": model}
         if with_optimizer:
             optimizer = make_optimizer(config.train, config.data.batch_size)
             optimizer.build(model.trainable_variables)
-            objects["optimizer"] = optimizer
-        checkpoint = tf.train.Checkpoint(**objects)
-        checkpoint.restore(latest).expect_partial().assert_existing_objects_matched()
+        checkpoints.restore(checkpoints.make_checkpoint(model, optimizer), latest)
     step = int(latest.rsplit("-", 1)[-1])
     return model, optimizer, step
 
@@ -270,13 +268,13 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
             jit_compile=False,
             steps_per_execution=train_cfg.steps_per_execution,
         )
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        checkpoint = checkpoints.make_checkpoint(model, optimizer)
         manager = tf.train.CheckpointManager(
             checkpoint, _path(model_dir, CHECKPOINT_DIR),
             max_to_keep=train_cfg.keep_checkpoints,
         )
         if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+            checkpoints.restore(checkpoint, manager.latest_checkpoint)
             logging.info("Restored %s", manager.latest_checkpoint)
     start = int(keras.ops.convert_to_numpy(optimizer.iterations))
     logging.info(
