@@ -48,6 +48,13 @@ class WordVectors:
     def has_subwords(self):
         return self._fasttext is not None
 
+    def words_and_matrix(self):
+        """For `.vec` files: `(words, (len(words), dim) array)` in file order."""
+        if self._fasttext is not None:
+            raise ValueError(f"{self.path} is a .bin model; use FastTextEmbedding.from_fasttext")
+        words = list(self._vectors)
+        return words, np.stack([self._vectors[w] for w in words])
+
     def vector(self, word):
         if self._fasttext is not None:
             return self._fasttext.get_word_vector(word)

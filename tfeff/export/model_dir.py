@@ -15,9 +15,7 @@ from tfeff.training import pretraining as pretrain_lib
 def fasttext_layer_for(word_vectors_path):
     """The in-graph fastText layer of a `.bin` model or a `.vec` file (no subwords)."""
     if word_vectors_path.endswith((".vec", ".txt")):
-        vectors = fasttext_tables.WordVectors(word_vectors_path)._vectors
-        words = list(vectors)
-        matrix = np.stack([vectors[w] for w in words])
+        words, matrix = fasttext_tables.WordVectors(word_vectors_path).words_and_matrix()
         return FastTextEmbedding(words, matrix, minn=0, maxn=0, bucket=0, name="fasttext")
     return FastTextEmbedding.from_fasttext(word_vectors_path, name="fasttext")
 
