@@ -27,8 +27,9 @@ SMALL = [
 
 @pytest.fixture(scope="session")
 def trained_dir(tmp_path_factory):
+    """The bundled demo config, unchanged (about 3 minutes on 2 cores)."""
     model_dir = str(tmp_path_factory.mktemp("run") / "model")
-    results = pretrain(load_config(DEMO, SMALL), model_dir, verbose=0)
+    results = pretrain(load_config(DEMO), model_dir, verbose=0)
     return model_dir, results
 
 
@@ -37,11 +38,10 @@ def test_demo_training_loss_falls_and_beats_unigram(trained_dir):
     loss = results["history"]["loss"]
     assert loss[-1] < loss[0]
     ev = json.load(open(os.path.join(model_dir, "eval.json")))
-    assert ev["targets"] == 4000
-    # At this reduced size the model beats the unigram baseline at top-1 (about 3x) but not
-    # yet at top-10; the full demo config does both (README, Results).
+    assert ev["targets"] == 20000
+    for k in ("1", "10"):
+        assert ev["top_k"][k] > ev["unigram_top_k"][k], ev
     assert ev["top_k"]["1"] > 2 * ev["unigram_top_k"]["1"], ev
-    assert ev["median_rank"] < 1000, ev
     for name in ("config.yaml", "vocabulary.txt", "fasttext.bin", "vocabulary_vectors.npy"):
         assert os.path.exists(os.path.join(model_dir, name))
     assert os.listdir(os.path.join(model_dir, "logs"))
@@ -56,7 +56,7 @@ def test_checkpoint_holds_every_model_weight(trained_dir):
     names = {n for n, _ in tf.train.list_variables(
         tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints")))}
     model, _, step = restore_model(model_dir)
-    assert step == 600
+    assert step == 1500
     model_entries = [n for n in names if n.startswith("model/")]
     assert len(model_entries) == len(model.weights)
     for w in model.weights:
