@@ -37,7 +37,7 @@ def fasttext_model(small_corpus, tmp_path_factory):
         encoding="utf-8",
     )
     path = str(d / "ft.bin")
-    train_fasttext(str(extra), path, dim=32, minn=2, maxn=5, bucket=20000, epoch=3, lr=0.01)
+    train_fasttext(str(extra), path, dim=32, minn=2, maxn=5, bucket=20000, epoch=3)
     import fasttext
 
     return path, fasttext.load_model(path)

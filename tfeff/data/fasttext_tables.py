@@ -6,8 +6,11 @@ and read back with `mmap_mode="r"`. They are ELMo-C's fixed input layer and
 its fixed output targets.
 """
 
+import json
 import logging
 import os
+import subprocess
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -100,12 +103,13 @@ def train_fasttext(
     """Trains skipgram vectors with subwords on the corpus; saves a `.bin` atomically.
 
     fastText reads one local file: the corpus lines (validated and stripped)
-    are first written to a temporary file next to `output_path`.
+    are first written to a temporary file next to `output_path`. Training
+    runs in a child Python process that imports only fastText: in a process
+    where TensorFlow has already trained a model, fastText's training
+    returns NaN every time (seen with TF 2.21 and fasttext-numpy2 0.10.4).
     With `threads=1` training is deterministic (fastText seeds each thread
     with its index; the Python wrapper exposes no seed).
     """
-    import fasttext
-
     for arg, value in (("dim", dim), ("epoch", epoch), ("threads", threads)):
         if value <= 0:
             raise ValueError(f"fastText `{arg}` must be positive. Received: {arg}={value}")
@@ -116,32 +120,44 @@ def train_fasttext(
             for line in corpus.text_lines(corpus_patterns, on_invalid_utf8):
                 f.write(line + "\n")
         with files.atomic_local_path(output_path) as tmp_model:
-            try:
-                model = fasttext.train_unsupervised(
-                    text_path,
-                    model="skipgram",
-                    dim=dim,
-                    minn=minn,
-                    maxn=maxn,
-                    bucket=bucket,
-                    epoch=epoch,
-                    lr=lr,
-                    minCount=min_count,
-                    thread=threads,
-                    verbose=0,
-                )
-            except RuntimeError as e:
-                raise ValueError(
-                    f"fastText training on {corpus_patterns} failed ({e}). On small "
-                    "corpora this is usually divergence: lower fasttext.lr or raise "
-                    "fasttext.dim."
-                ) from e
-            model.save_model(tmp_model)
+            _train_in_child_process(
+                text_path, tmp_model,
+                dict(model="skipgram", dim=dim, minn=minn, maxn=maxn, bucket=bucket,
+                     epoch=epoch, lr=lr, minCount=min_count, thread=threads, verbose=0),
+                corpus_patterns,
+            )
     finally:
         if os.path.exists(text_path):
             os.remove(text_path)
     logging.info("Trained fastText (%d-d) into %s", dim, output_path)
     return output_path
+
+
+_TRAIN_SCRIPT = """
+import json, sys
+import fasttext
+text_path, model_path, kwargs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+try:
+    model = fasttext.train_unsupervised(text_path, **kwargs)
+except RuntimeError as e:
+    print(e, file=sys.stderr)
+    sys.exit(3)
+model.save_model(model_path)
+"""
+
+
+def _train_in_child_process(text_path, model_path, kwargs, corpus_patterns):
+    done = subprocess.run(
+        [sys.executable, "-c", _TRAIN_SCRIPT, text_path, model_path, json.dumps(kwargs)],
+        capture_output=True, text=True, check=False,
+    )
+    if done.returncode != 0:
+        message = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output"
+        hint = (
+            " On small corpora this is usually divergence: lower fasttext.lr or raise "
+            "fasttext.dim." if "NaN" in message else ""
+        )
+        raise ValueError(f"fastText training on {corpus_patterns} failed ({message}).{hint}")
 
 
 def compute_vocabulary_vectors(word_vectors, vocabulary, output_path, expected_dim=None,
