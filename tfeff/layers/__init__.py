@@ -1,13 +1,19 @@
 """Keras layers: the efficiency ideas of tfeff, one public class per file."""
 
+from tfeff.layers.adaptive_softmax import AdaptiveSoftmax
 from tfeff.layers.continuous_output import ContinuousOutput
 from tfeff.layers.fasttext_embedding import FastTextEmbedding
 from tfeff.layers.fixed_embedding import FixedEmbedding
+from tfeff.layers.full_softmax import FullSoftmax
 from tfeff.layers.projected_lstm import ProjectedLSTM
+from tfeff.layers.sampled_softmax import SampledSoftmax
 
 __all__ = [
+    "AdaptiveSoftmax",
     "ContinuousOutput",
     "FastTextEmbedding",
     "FixedEmbedding",
+    "FullSoftmax",
     "ProjectedLSTM",
+    "SampledSoftmax",
 ]

@@ -1,0 +1,128 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.layers.layer_checks import run_output_layer_checks
+from tfeff.layers import FixedEmbedding, FullSoftmax, SampledSoftmax
+
+V, D = 50, 12
+
+
+def _log_softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def _set_random(layer, seed=0):
+    rng = np.random.default_rng(seed)
+    layer.set_weights([rng.normal(0, 0.5, w.shape).astype("float32") for w in layer.weights])
+
+
+def test_full_softmax_equals_reference():
+    layer = FullSoftmax(V, ignore_index=0)
+    layer.build((None, D))
+    _set_random(layer)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(3, 7, D)).astype("float32")
+    t = rng.integers(0, V, size=(3, 7)).astype("int32")
+    w, b = (np.asarray(v.numpy(), np.float64) for v in layer.weights)
+    ref = _log_softmax(x.astype(np.float64) @ w.T + b)
+    np.testing.assert_allclose(layer.log_prob(x).numpy(), ref, atol=1e-5)
+    lp, loss = layer(x, t)
+    expected = np.where(t != 0, np.take_along_axis(ref, t[..., None], -1)[..., 0], 0)
+    np.testing.assert_allclose(lp.numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(loss.numpy(), -expected[t != 0].mean(), atol=1e-5)
+    np.testing.assert_array_equal(layer.predict(x).numpy(), ref.argmax(-1))
+
+
+def test_full_softmax_tied_to_an_embedding_shares_and_trains_it():
+    embedding = keras.layers.Embedding(V, D)
+    embedding.build((None,))
+    layer = FullSoftmax(V, use_bias=False)
+    layer.tie_to(embedding)
+    x = np.random.default_rng(2).normal(size=(5, D)).astype("float32")
+    layer(x, np.arange(5))
+    assert layer.trainable_weights == []  # the matrix is the embedding's
+    ref = _log_softmax(x.astype(np.float64) @ embedding.embeddings.numpy().T)
+    np.testing.assert_allclose(layer.log_prob(x).numpy(), ref, atol=1e-5)
+    with tf.GradientTape() as tape:
+        _, loss = layer(x, np.arange(5))
+    (g,) = tape.gradient(loss, [embedding.embeddings])
+    assert np.abs(tf.convert_to_tensor(g).numpy()).sum() > 0
+
+
+def test_sampled_softmax_outside_training_is_exact():
+    layer = SampledSoftmax(V, num_sampled=5, seed=0)
+    full = FullSoftmax(V)
+    x = np.random.default_rng(3).normal(size=(8, D)).astype("float32")
+    t = np.arange(8, dtype="int32")
+    layer(x, t)
+    full(x, t)
+    _set_random(layer)
+    full.set_weights(layer.get_weights())
+    np.testing.assert_allclose(layer(x, t)[0].numpy(), full(x, t)[0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(layer.log_prob(x).numpy(), full.log_prob(x).numpy(), atol=1e-6)
+    np.testing.assert_array_equal(layer.predict(x).numpy(), full.predict(x).numpy())
+
+
+def test_sampled_loss_converges_to_full_loss():
+    vocab = 400
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(256, D)).astype("float32")
+    t = np.minimum(rng.zipf(1.2, size=256), vocab) - 1
+    errors = []
+    for num_sampled in (8, 64, 399):
+        layer = SampledSoftmax(vocab, num_sampled=num_sampled, seed=7)
+        layer(x, t)
+        _set_random(layer, seed=5)
+        exact = float(layer(x, t, training=False)[1])
+        sampled = np.mean([float(layer(x, t, training=True)[1]) for _ in range(20)])
+        errors.append(abs(sampled - exact) / exact)
+    assert errors[0] > errors[1] > errors[2], errors
+    assert errors[2] < 0.01, errors
+
+
+def test_sampled_softmax_gradient_is_sparse_and_only_touches_sampled_rows():
+    layer = SampledSoftmax(1000, num_sampled=10, seed=1, use_bias=False)
+    x = tf.constant(np.random.default_rng(5).normal(size=(4, D)), tf.float32)
+    t = tf.constant([1, 2, 3, 4])
+    layer(x, t)
+    with tf.GradientTape() as tape:
+        _, loss = layer(x, t, training=True)
+    (g,) = tape.gradient(loss, layer.trainable_weights)
+    assert isinstance(g, tf.IndexedSlices)
+    assert len(np.unique(g.indices.numpy())) <= 4 + 10
+
+
+def test_fixed_variant_uses_the_frozen_table(tmp_path):
+    rng = np.random.default_rng(6)
+    table = rng.normal(size=(V, D)).astype("float32")
+    path = str(tmp_path / "table.npy")
+    np.save(path, table)
+    layer = SampledSoftmax(V, num_sampled=10, use_bias=False,
+                           output_embedding=FixedEmbedding(path), seed=0)
+    x = rng.normal(size=(6, D)).astype("float32")
+    t = np.arange(6, dtype="int32")
+    layer(x, t)
+    assert layer.weights == []  # nothing to train: a ranking loss against fixed vectors
+    np.testing.assert_allclose(layer.log_prob(x).numpy(), _log_softmax(x @ table.T), atol=1e-5)
+    # The projection in front of it trains against the fixed targets.
+    run_output_layer_checks(layer, rng.normal(size=(64, D)), rng.integers(0, V, 64),
+                            tmp_path, call_kwargs={})
+    with pytest.raises(ValueError, match="dimension"):
+        SampledSoftmax(V, num_sampled=10, output_embedding=FixedEmbedding(path)).build((None, D + 1))
+
+
+@pytest.mark.parametrize("num_sampled", [0, V, V + 1, 2.5])
+def test_num_sampled_is_validated(num_sampled):
+    with pytest.raises(ValueError, match="num_sampled"):
+        SampledSoftmax(V, num_sampled=num_sampled)
+
+
+def test_standard_layer_checks(tmp_path):
+    rng = np.random.default_rng(8)
+    t = (np.minimum(rng.zipf(1.3, size=64), V) - 1).astype("int32")
+    h = rng.normal(size=(64, D))
+    run_output_layer_checks(FullSoftmax(V, name="full"), h, t, tmp_path)
+    run_output_layer_checks(SampledSoftmax(V, num_sampled=20, seed=3, name="sampled"), h, t, tmp_path)

@@ -1,0 +1,236 @@
+"""AdaptiveSoftmax: Grave et al.'s efficient softmax approximation (TensorFlow-only)."""
+
+import keras
+import tensorflow as tf
+
+from tfeff.layers import softmax_common
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class AdaptiveSoftmax(keras.layers.Layer):
+    """Adaptive softmax (Grave et al. 2016), with PyTorch's semantics.
+
+    Classes must be ordered by decreasing frequency. `cutoffs` split them
+    into a head (the shortlist `[0, cutoffs[0])`) and tail clusters
+    `[cutoffs[i], cutoffs[i+1])` (the last ending at `vocabulary_size`). The
+    head scores the shortlist plus one logit per cluster; tail `i` scores its
+    classes through a projection to `input_dim // div_value**(i+1)` features:
+
+        log p(c) = head_log_softmax[c]                       (c in the shortlist)
+        log p(c) = head_log_softmax[shortlist + i]
+                   + log_softmax(x P_i K_i)[c - cutoffs[i]]   (c in tail i)
+
+    exactly as `torch.nn.AdaptiveLogSoftmaxWithLoss` (kernels here are
+    `(in, out)`, the transpose of PyTorch's `Linear.weight`).
+
+    Training cost is real: the head runs on every example, and tail `i` runs
+    only on the examples whose target falls in it (gathered). A tail with no
+    target in the batch is skipped entirely (`tf.cond`), so its weights get a
+    zero gradient and its logits are never computed.
+
+    Args:
+        vocabulary_size: int, number of classes (`n_classes` in PyTorch).
+        cutoffs: increasing ints inside `(0, vocabulary_size)`.
+        div_value: float > 0, the projection-size divisor between clusters.
+        head_bias: whether the head has a bias (the tails never do).
+        ignore_index: targets equal to this value are ignored (no loss, log
+            probability 0), like PyTorch losses' `ignore_index`; None disables.
+        kernel_initializer: initializer of every kernel.
+        **kwargs: base `Layer` arguments.
+
+    Call arguments:
+        inputs: `(..., input_dim)` hidden states.
+        targets: int `(...)` class ids.
+        mask: optional bool `(...)`; False entries are ignored.
+
+    Returns:
+        `(target_log_probs, loss)`: float32 `(...)` log probabilities of the
+        targets (0 where ignored) and the scalar mean negative log-likelihood
+        over the targets that are not ignored. The layer adds no loss itself.
+
+    Example:
+
+    >>> layer = AdaptiveSoftmax(vocabulary_size=100, cutoffs=[10, 40])
+    >>> x = keras.ops.ones((2, 3, 16))
+    >>> log_probs, loss = layer(x, keras.ops.array([[1, 20, 90], [0, 5, 50]]))
+    >>> tuple(log_probs.shape), tuple(layer.log_prob(x).shape)
+    ((2, 3), (2, 3, 100))
+
+    Reference:
+        Grave, Joulin, Cissé, Grangier & Jégou, "Efficient softmax
+        approximation for GPUs", ICML 2017 (arXiv 2016).
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        cutoffs,
+        div_value=4.0,
+        head_bias=False,
+        ignore_index=None,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        softmax_common.validate_vocabulary_size(vocabulary_size)
+        self.supports_masking = True  # `mask` marks the targets to ignore
+        cutoffs = list(cutoffs)
+        if (
+            not cutoffs
+            or any(not isinstance(c, int) for c in cutoffs)
+            or cutoffs != sorted(set(cutoffs))
+            or cutoffs[0] <= 0
+            or cutoffs[-1] >= vocabulary_size
+        ):
+            raise ValueError(
+                "Received an invalid value for `cutoffs`, expected unique increasing "
+                f"integers inside (0, vocabulary_size={vocabulary_size}). "
+                f"Received: cutoffs={cutoffs}"
+            )
+        if not div_value > 0:
+            raise ValueError(
+                "Received an invalid value for `div_value`, expected a positive "
+                f"number. Received: div_value={div_value}"
+            )
+        self.vocabulary_size = vocabulary_size
+        self.cutoffs = cutoffs
+        self.div_value = float(div_value)
+        self.head_bias = bool(head_bias)
+        self.ignore_index = ignore_index
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.shortlist_size = cutoffs[0]
+        self.num_clusters = len(cutoffs)
+        self.head_size = self.shortlist_size + self.num_clusters
+        self._bounds = cutoffs + [vocabulary_size]
+
+    def tail_projection_size(self, i, input_dim):
+        return int(input_dim // (self.div_value ** (i + 1)))
+
+    def build(self, inputs_shape, targets_shape=None):
+        input_dim = int(inputs_shape[-1])
+        self.input_dim = input_dim
+        self.head_kernel = self.add_weight(
+            name="head_kernel", shape=(input_dim, self.head_size),
+            initializer=self.kernel_initializer,
+        )
+        self.head_bias_weight = None
+        if self.head_bias:
+            self.head_bias_weight = self.add_weight(
+                name="head_bias", shape=(self.head_size,), initializer="zeros"
+            )
+        self.tail_projections, self.tail_kernels = [], []
+        for i in range(self.num_clusters):
+            hidden = self.tail_projection_size(i, input_dim)
+            if hidden < 1:
+                raise ValueError(
+                    f"Tail {i} would have projection size input_dim // div_value**{i + 1}"
+                    f" = {input_dim} // {self.div_value ** (i + 1):g} = 0: lower "
+                    f"`div_value` or use fewer cutoffs. Received: div_value={self.div_value}"
+                )
+            size = self._bounds[i + 1] - self._bounds[i]
+            self.tail_projections.append(self.add_weight(
+                name=f"tail_{i}_projection", shape=(input_dim, hidden),
+                initializer=self.kernel_initializer,
+            ))
+            self.tail_kernels.append(self.add_weight(
+                name=f"tail_{i}_kernel", shape=(hidden, size),
+                initializer=self.kernel_initializer,
+            ))
+        self.built = True
+
+    # -- pieces -------------------------------------------------------------
+
+    def _head_log_probs(self, x):
+        logits = tf.matmul(x, tf.cast(self.head_kernel, x.dtype))  # (n, head_size)
+        logits = tf.cast(logits, tf.float32)
+        if self.head_bias_weight is not None:
+            logits = logits + tf.cast(self.head_bias_weight, tf.float32)
+        return tf.nn.log_softmax(logits, axis=-1)
+
+    def _tail_log_probs(self, i, x):
+        """log p(class | cluster i) for rows `x` `(k, input_dim)` -> `(k, size_i)`."""
+        hidden = tf.matmul(x, tf.cast(self.tail_projections[i], x.dtype))
+        logits = tf.matmul(hidden, tf.cast(self.tail_kernels[i], x.dtype))
+        return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+
+    # -- public API ---------------------------------------------------------
+
+    def call(self, inputs, targets, mask=None):
+        x, t, keep = softmax_common.flatten_inputs(inputs, targets, mask, self.ignore_index)
+        n = tf.shape(t)[0]
+        head = self._head_log_probs(x)  # (n, head_size)
+        # 0 for the shortlist, i + 1 for tail i.
+        cluster = tf.searchsorted(
+            tf.constant(self.cutoffs, tf.int32), t, side="right"
+        )
+        head_column = tf.where(
+            cluster == 0, t, self.shortlist_size + cluster - 1
+        )
+        log_probs = tf.gather(head, head_column, batch_dims=1)  # (n,)
+        for i in range(self.num_clusters):
+            rows = tf.where(tf.logical_and(keep, cluster == i + 1))[:, 0]  # (k,)
+
+            def tail_part(i=i, rows=rows):
+                lp = self._tail_log_probs(i, tf.gather(x, rows))  # (k, size_i)
+                relative = tf.gather(t, rows) - self._bounds[i]
+                return tf.gather(lp, relative, batch_dims=1)  # (k,)
+
+            part = tf.cond(
+                tf.size(rows) > 0, tail_part, lambda: tf.zeros([0], tf.float32)
+            )
+            log_probs += tf.scatter_nd(rows[:, None], part, [n])
+        return softmax_common.finish(log_probs, keep, targets)
+
+    def log_prob(self, inputs):
+        """Full log-distribution `(..., vocabulary_size)`; rows sum to 1 in probability."""
+        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        full = self._full_log_prob(x)
+        return tf.reshape(
+            full, tf.concat([tf.shape(inputs)[:-1], [self.vocabulary_size]], 0)
+        )
+
+    def _full_log_prob(self, x):
+        head = self._head_log_probs(x)
+        parts = [head[:, : self.shortlist_size]]
+        for i in range(self.num_clusters):
+            cluster = head[:, self.shortlist_size + i: self.shortlist_size + i + 1]
+            parts.append(cluster + self._tail_log_probs(i, x))
+        return tf.concat(parts, axis=-1)
+
+    def predict(self, inputs):
+        """Most probable class `(...)`, int32.
+
+        When the head's best entry is a shortlist class it is the global argmax
+        (a tail class has probability at most its cluster's); only the other
+        rows get their tails computed.
+        """
+        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        best = tf.argmax(self._head_log_probs(x), axis=-1, output_type=tf.int32)
+        rows = tf.where(best >= self.shortlist_size)[:, 0]
+        rest = tf.cond(
+            tf.size(rows) > 0,
+            lambda: tf.argmax(
+                self._full_log_prob(tf.gather(x, rows)), axis=-1, output_type=tf.int32
+            ),
+            lambda: tf.zeros([0], tf.int32),
+        )
+        best = tf.tensor_scatter_nd_update(best, rows[:, None], rest)
+        return tf.reshape(best, tf.shape(inputs)[:-1])
+
+    def compute_output_shape(self, inputs_shape, targets_shape=None):
+        return tuple(inputs_shape[:-1]), ()
+
+    def compute_mask(self, inputs, targets=None, mask=None):
+        return None
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "vocabulary_size": self.vocabulary_size,
+            "cutoffs": list(self.cutoffs),
+            "div_value": self.div_value,
+            "head_bias": self.head_bias,
+            "ignore_index": self.ignore_index,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        })
+        return config

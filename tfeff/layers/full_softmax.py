@@ -1,0 +1,132 @@
+"""FullSoftmax: the exact softmax over the whole vocabulary (TensorFlow-only)."""
+
+import keras
+import tensorflow as tf
+
+from tfeff.layers import softmax_common
+
+
+class _Tie:
+    """Holds the tied embedding layer out of Keras tracking (its owner tracks it)."""
+
+    def __init__(self, layer):
+        self.layer = layer
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class FullSoftmax(keras.layers.Layer):
+    """A softmax over every class: the baseline that the other output layers approximate.
+
+    Logits are `inputs @ embeddings^T + bias`, with `embeddings` of shape
+    `(vocabulary_size, input_dim)` (the layout of an input embedding, so the
+    two can be tied: see `tie_to`). Every step costs
+    `O(tokens x vocabulary_size x input_dim)`: this is what adaptive, sampled
+    and continuous outputs avoid.
+
+    Args:
+        vocabulary_size: int >= 2.
+        use_bias: whether to add a per-class bias.
+        ignore_index: targets equal to this value are ignored; None disables.
+        kernel_initializer: initializer of `embeddings` (when not tied).
+        **kwargs: base `Layer` arguments.
+
+    Call arguments:
+        inputs: `(..., input_dim)` hidden states.
+        targets: int `(...)` class ids.
+        mask: optional bool `(...)`; False entries are ignored.
+
+    Returns:
+        `(target_log_probs, loss)` as in `AdaptiveSoftmax`: float32 `(...)`
+        log probabilities (0 where ignored) and the mean negative log-likelihood.
+
+    Example:
+
+    >>> layer = FullSoftmax(vocabulary_size=50)
+    >>> log_probs, loss = layer(keras.ops.ones((2, 8)), keras.ops.array([3, 7]))
+    >>> tuple(layer.log_prob(keras.ops.ones((2, 8))).shape)
+    (2, 50)
+    """
+
+    def __init__(self, vocabulary_size, use_bias=True, ignore_index=None,
+                 kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        softmax_common.validate_vocabulary_size(vocabulary_size)
+        self.supports_masking = True  # `mask` marks the targets to ignore
+        self.vocabulary_size = vocabulary_size
+        self.use_bias = bool(use_bias)
+        self.ignore_index = ignore_index
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self._tie = _Tie(None)
+
+    def tie_to(self, embedding_layer):
+        """Uses `embedding_layer.embeddings` `(vocabulary_size, dim)` as the output matrix.
+
+        Call before the layer is built. The tie is not part of `get_config`:
+        the model that owns both layers re-creates it.
+        """
+        if self.built:
+            raise ValueError("`tie_to` must be called before the layer is built.")
+        self._tie = _Tie(embedding_layer)
+
+    @property
+    def tied(self):
+        return self._tie.layer is not None
+
+    def build(self, inputs_shape, targets_shape=None):
+        input_dim = int(inputs_shape[-1])
+        if self._tie.layer is None:
+            self._embeddings = self.add_weight(
+                name="embeddings", shape=(self.vocabulary_size, input_dim),
+                initializer=self.kernel_initializer,
+            )
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(
+                name="bias", shape=(self.vocabulary_size,), initializer="zeros"
+            )
+        self.built = True
+
+    @property
+    def embeddings(self):
+        if self._tie.layer is not None:
+            return self._tie.layer.embeddings
+        return self._embeddings
+
+    def logits(self, x):
+        """float32 logits `(n, vocabulary_size)` of rows `x` `(n, input_dim)`."""
+        logits = tf.matmul(x, tf.cast(self.embeddings, x.dtype), transpose_b=True)
+        logits = tf.cast(logits, tf.float32)
+        if self.bias is not None:
+            logits = logits + tf.cast(self.bias, tf.float32)
+        return logits
+
+    def call(self, inputs, targets, mask=None):
+        x, t, keep = softmax_common.flatten_inputs(inputs, targets, mask, self.ignore_index)
+        log_probs = tf.nn.log_softmax(self.logits(x), axis=-1)  # (n, V)
+        return softmax_common.finish(tf.gather(log_probs, t, batch_dims=1), keep, targets)
+
+    def log_prob(self, inputs):
+        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        out = tf.nn.log_softmax(self.logits(x), axis=-1)
+        return tf.reshape(out, tf.concat([tf.shape(inputs)[:-1], [self.vocabulary_size]], 0))
+
+    def predict(self, inputs):
+        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        best = tf.argmax(self.logits(x), axis=-1, output_type=tf.int32)
+        return tf.reshape(best, tf.shape(inputs)[:-1])
+
+    def compute_output_shape(self, inputs_shape, targets_shape=None):
+        return tuple(inputs_shape[:-1]), ()
+
+    def compute_mask(self, inputs, targets=None, mask=None):
+        return None
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "vocabulary_size": self.vocabulary_size,
+            "use_bias": self.use_bias,
+            "ignore_index": self.ignore_index,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        })
+        return config

@@ -1,0 +1,189 @@
+"""SampledSoftmax: log-uniform candidate sampling, optionally against a fixed table."""
+
+import keras
+import tensorflow as tf
+
+from tfeff.layers import softmax_common
+
+# Added to the logits of sampled classes that are the true class ("accidental hits").
+_HIT_PENALTY = -1e9
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class SampledSoftmax(keras.layers.Layer):
+    """Sampled softmax (Jean et al. 2015) with a log-uniform (Zipfian) sampler.
+
+    In training, each step draws `num_sampled` distinct negative classes
+    shared by the batch from the log-uniform distribution
+    `P(c) = log((c + 2) / (c + 1)) / log(vocabulary_size + 1)` (so ids must be
+    ordered by decreasing frequency), and the loss is the softmax
+    cross-entropy over `[true class, samples]` with the logits corrected by
+    `-log(expected count)`, as `tf.nn.sampled_softmax_loss` does. Only the
+    rows of the output matrix that the batch's targets and samples name are
+    gathered, so their gradient is sparse. Outside training (and in
+    `log_prob` / `predict`) the full softmax is used.
+
+    With `output_embedding` (a `tfeff.layers.FixedEmbedding`), the output
+    matrix is that frozen table in host memory and the layer owns no output
+    weights: the FIXED baseline of Li et al. (2019), a ranking loss against the
+    fixed fastText vectors. Inputs must then have the table's dimension.
+
+    Args:
+        vocabulary_size: int >= 2.
+        num_sampled: int in `[1, vocabulary_size)`, negatives per step.
+        use_bias: whether to add a trainable per-class bias.
+        remove_accidental_hits: mask samples that equal the target.
+        ignore_index: targets equal to this value are ignored; None disables.
+        seed: sampler seed (None: nondeterministic).
+        output_embedding: optional `FixedEmbedding` used as the output matrix.
+        kernel_initializer: initializer of `embeddings` `(vocabulary_size, input_dim)`.
+        **kwargs: base `Layer` arguments.
+
+    Call arguments:
+        inputs: `(..., input_dim)` hidden states.
+        targets: int `(...)` class ids.
+        mask: optional bool `(...)`; False entries are ignored.
+        training: sampled loss if True, exact loss otherwise.
+
+    Returns:
+        `(target_log_probs, loss)` as in `AdaptiveSoftmax` (in training, the
+        log probabilities are those of the sampled softmax).
+
+    Example:
+
+    >>> layer = SampledSoftmax(vocabulary_size=1000, num_sampled=64, seed=1)
+    >>> _, loss = layer(keras.ops.ones((4, 16)), keras.ops.array([1, 2, 3, 4]),
+    ...                 training=True)
+    >>> tuple(loss.shape)
+    ()
+
+    Reference:
+        Jean, Cho, Memisevic & Bengio, "On Using Very Large Target Vocabulary
+        for Neural Machine Translation", ACL 2015. Li et al., "Efficient
+        Contextual Representation Learning With Continuous Outputs", TACL 2019.
+    """
+
+    def __init__(self, vocabulary_size, num_sampled, use_bias=True,
+                 remove_accidental_hits=True, ignore_index=None, seed=None,
+                 output_embedding=None, kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        softmax_common.validate_vocabulary_size(vocabulary_size)
+        self.supports_masking = True  # `mask` marks the targets to ignore
+        if not isinstance(num_sampled, int) or not 0 < num_sampled < vocabulary_size:
+            raise ValueError(
+                "Received an invalid value for `num_sampled`, expected an integer in "
+                f"[1, vocabulary_size={vocabulary_size}). Received: num_sampled={num_sampled}"
+            )
+        if isinstance(output_embedding, dict):
+            output_embedding = keras.saving.deserialize_keras_object(output_embedding)
+        if output_embedding is not None and output_embedding.vocabulary_size != vocabulary_size:
+            raise ValueError(
+                f"`output_embedding` has {output_embedding.vocabulary_size} rows, expected "
+                f"vocabulary_size={vocabulary_size}"
+            )
+        self.vocabulary_size = vocabulary_size
+        self.num_sampled = num_sampled
+        self.use_bias = bool(use_bias)
+        self.remove_accidental_hits = bool(remove_accidental_hits)
+        self.ignore_index = ignore_index
+        self.seed = seed
+        self.output_embedding = output_embedding
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    def build(self, inputs_shape, targets_shape=None):
+        input_dim = int(inputs_shape[-1])
+        if self.output_embedding is None:
+            self.embeddings = self.add_weight(
+                name="embeddings", shape=(self.vocabulary_size, input_dim),
+                initializer=self.kernel_initializer,
+            )
+        elif self.output_embedding.output_dim != input_dim:
+            raise ValueError(
+                f"The inputs have {input_dim} features but `output_embedding` has "
+                f"dimension {self.output_embedding.output_dim}."
+            )
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(
+                name="bias", shape=(self.vocabulary_size,), initializer="zeros"
+            )
+        self.built = True
+
+    def _rows(self, ids, dtype):
+        """Output-matrix rows of `ids` (a sparse-gradient gather)."""
+        if self.output_embedding is not None:
+            return tf.cast(self.output_embedding(ids), dtype)
+        return tf.gather(tf.cast(self.embeddings, dtype), ids)
+
+    def _matrix(self, dtype):
+        if self.output_embedding is not None:
+            return tf.cast(self.output_embedding.table, dtype)
+        return tf.cast(self.embeddings, dtype)
+
+    def logits(self, x):
+        """Exact float32 logits `(n, vocabulary_size)`."""
+        logits = tf.cast(tf.matmul(x, self._matrix(x.dtype), transpose_b=True), tf.float32)
+        if self.bias is not None:
+            logits = logits + tf.cast(self.bias, tf.float32)
+        return logits
+
+    def call(self, inputs, targets, mask=None, training=None):
+        x, t, keep = softmax_common.flatten_inputs(inputs, targets, mask, self.ignore_index)
+        if not training:
+            log_probs = tf.nn.log_softmax(self.logits(x), axis=-1)
+            return softmax_common.finish(tf.gather(log_probs, t, batch_dims=1), keep, targets)
+        sampled, true_expected, sampled_expected = tf.random.log_uniform_candidate_sampler(
+            true_classes=tf.cast(t[:, None], tf.int64), num_true=1,
+            num_sampled=self.num_sampled, unique=True,
+            range_max=self.vocabulary_size, seed=self.seed,
+        )
+        sampled = tf.cast(tf.stop_gradient(sampled), tf.int32)  # (S,)
+        true_logits = tf.reduce_sum(x * self._rows(t, x.dtype), axis=-1)  # (n,)
+        sampled_logits = tf.matmul(x, self._rows(sampled, x.dtype), transpose_b=True)  # (n, S)
+        true_logits = tf.cast(true_logits, tf.float32)
+        sampled_logits = tf.cast(sampled_logits, tf.float32)
+        if self.bias is not None:
+            bias = tf.cast(self.bias, tf.float32)
+            true_logits += tf.gather(bias, t)
+            sampled_logits += tf.gather(bias, sampled)
+        true_logits -= tf.math.log(tf.stop_gradient(true_expected[:, 0]))
+        sampled_logits -= tf.math.log(tf.stop_gradient(sampled_expected))[None, :]
+        if self.remove_accidental_hits:
+            hits = tf.equal(sampled[None, :], t[:, None])
+            sampled_logits = tf.where(hits, _HIT_PENALTY, sampled_logits)
+        logits = tf.concat([true_logits[:, None], sampled_logits], axis=1)
+        log_probs = tf.nn.log_softmax(logits, axis=-1)[:, 0]
+        return softmax_common.finish(log_probs, keep, targets)
+
+    def log_prob(self, inputs):
+        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        out = tf.nn.log_softmax(self.logits(x), axis=-1)
+        return tf.reshape(out, tf.concat([tf.shape(inputs)[:-1], [self.vocabulary_size]], 0))
+
+    def predict(self, inputs):
+        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        best = tf.argmax(self.logits(x), axis=-1, output_type=tf.int32)
+        return tf.reshape(best, tf.shape(inputs)[:-1])
+
+    def compute_output_shape(self, inputs_shape, targets_shape=None):
+        return tuple(inputs_shape[:-1]), ()
+
+    def compute_mask(self, inputs, targets=None, mask=None):
+        return None
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "vocabulary_size": self.vocabulary_size,
+            "num_sampled": self.num_sampled,
+            "use_bias": self.use_bias,
+            "remove_accidental_hits": self.remove_accidental_hits,
+            "ignore_index": self.ignore_index,
+            "seed": self.seed,
+            "output_embedding": (
+                None if self.output_embedding is None
+                else keras.saving.serialize_keras_object(self.output_embedding)
+            ),
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        })
+        return config
