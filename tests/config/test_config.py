@@ -39,3 +39,46 @@ def test_missing_file_and_bad_yaml(tmp_path):
     (tmp_path / "bad.yaml").write_text("family: elmo\nmodel: [unclosed\n")
     with pytest.raises(ConfigError, match="bad.yaml"):
         load_config(str(tmp_path / "bad.yaml"))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model.output_layer=adaptive"], r"`model.adaptive_cutoffs` must list"),
+    (["model.output_layer=adaptive", "model.adaptive_cutoffs=[50, 10]"], r"must be increasing"),
+    (["model.output_layer=softmax"], r"`model.output_layer` must be one of"),
+    (["model.tie_output=true"], r"`model.tie_output` needs input_embedding: trainable"),
+    (["data.tokenization=wordpiece"], r"needs `model.input_embedding: trainable`"),
+    (["data.tokenization=wordpiece", "model.input_embedding=trainable"],
+     r"needs `model.output_layer` full, adaptive or sampled, got 'continuous'"),
+    (["data.tokenization=bpe"], r"`data.tokenization` must be one of"),
+    (["model.num_sampled=0"], r"`model.num_sampled` must be positive"),
+])
+def test_output_layer_settings_are_validated(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(DEMO, overrides)
+
+
+def test_every_bundled_config_loads():
+    names = sorted(os.listdir(os.path.join(REPO, "configs")))
+    for variant in ("elmo_c", "elmo_a", "elmo_sub", "elmo_sampled", "elmo_fixed"):
+        assert f"{variant}.yaml" in names and f"demo_{variant}.yaml" in names
+    layers = {load_config(os.path.join(REPO, "configs", n)).model.output_layer for n in names}
+    assert layers == {"continuous", "adaptive", "full", "sampled", "fixed"}
+
+
+def test_output_layer_is_checked_against_the_vocabulary():
+    from tfeff.data import Vocabulary
+    from tfeff.training.pretraining import check_output_layer
+
+    vocab = Vocabulary(["<pad>", "<unk>", "<s>", "</s>", "a", "b", "c"], [0, 0, 5, 5, 9, 4, 1])
+    check_output_layer(load_config(DEMO, ["model.output_layer=adaptive",
+                                          "model.adaptive_cutoffs=[5]"]), vocab)
+    with pytest.raises(ConfigError, match=r"adaptive_cutoffs` \[7\] must lie inside \(0, 7\)"):
+        check_output_layer(load_config(DEMO, ["model.output_layer=adaptive",
+                                              "model.adaptive_cutoffs=[7]"]), vocab)
+    with pytest.raises(ConfigError, match="num_sampled`=7 must be smaller"):
+        check_output_layer(load_config(DEMO, ["model.output_layer=sampled",
+                                              "model.num_sampled=7"]), vocab)
+    unsorted = Vocabulary(vocab.words, [0, 0, 5, 5, 1, 4, 9])
+    with pytest.raises(ValueError, match="not sorted by decreasing frequency"):
+        check_output_layer(load_config(DEMO, ["model.output_layer=sampled",
+                                              "model.num_sampled=3"]), unsorted)

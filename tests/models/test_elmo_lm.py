@@ -1,5 +1,6 @@
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfeff.models import ElmoLM
@@ -40,7 +41,7 @@ def test_loss_is_mean_over_predictable_targets(tmp_path):
     ids = np.array([[2, 5, 1, 3, 0]], "int32")  # <s> w <unk> </s> <pad>
     pred = model(ids)
     loss = float(model.compute_loss(x=ids, y_pred=pred))
-    out = model.output_projection
+    out = model.output_head
     f = out.distance(pred["forward"][:, :-1], table[ids[:, 1:]]).numpy()[0]
     b = out.distance(pred["backward"][:, 1:], table[ids[:, :-1]]).numpy()[0]
     # Forward targets: 5, (unk), 3, (pad); backward targets: 2, 5, (unk), 3.
@@ -48,3 +49,56 @@ def test_loss_is_mean_over_predictable_targets(tmp_path):
     np.testing.assert_allclose(loss, expected, rtol=1e-6)
     assert model.token_embedding.weights == []
     assert all("token_embedding" not in w.path for w in model.weights)
+
+
+VARIANTS = {
+    "full": {},
+    "adaptive": {"adaptive_cutoffs": [4, 7], "adaptive_div_value": 2.0},
+    "sampled": {"num_sampled": 5},
+    "fixed": {"num_sampled": 5},
+    "tied": {"output_layer": "full", "input_embedding": "trainable", "tie_output": True,
+             "embedding_dim": 6},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_softmax_variants_loss_is_mean_target_nll(variant):
+    table = np.random.default_rng(1).normal(size=(10, 4)).astype("float32")
+    kwargs = {"output_layer": variant, **VARIANTS[variant]}
+    model = ElmoLM(table, num_layers=1, units=8, projection_dim=4, dropout_rate=0.0, seed=0,
+                   **kwargs)
+    ids = np.array([[2, 5, 1, 3, 0], [2, 9, 8, 7, 3]], "int32")
+    out = model(ids)
+    loss = float(model.compute_loss(x=ids, y_pred=out, training=False))
+    expected = 0.0
+    for direction, h, tgt in (("forward", out["forward"][:, :-1], ids[:, 1:]),
+                              ("backward", out["backward"][:, 1:], ids[:, :-1])):
+        lp = np.take_along_axis(model.log_prob(h).numpy(), tgt[..., None], -1)[..., 0]
+        expected += -lp[tgt >= 2].mean()
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+    np.testing.assert_allclose(np.exp(model.log_prob(out["forward"]).numpy()).sum(-1), 1, atol=1e-5)
+    if variant == "tied":
+        assert model.output_head.embeddings is model.token_embedding.embeddings
+        paths = [w.path for w in model.weights]
+        assert len(paths) == len(set(paths))
+        assert not any("full_softmax/embeddings" in p for p in paths)
+    if variant == "fixed":
+        assert not any("fixed_sampled_softmax" in w.path for w in model.weights)
+    # A training step (sampled losses for sampled/fixed) gives finite gradients to every weight.
+    with tf.GradientTape() as tape:
+        train_loss = model.compute_loss(x=ids, y_pred=model(ids, training=True), training=True)
+    grads = tape.gradient(train_loss, model.trainable_weights)
+    assert np.isfinite(float(train_loss))
+    missing = [w.path for w, g in zip(model.trainable_weights, grads) if g is None]
+    assert missing == [] or (variant == "adaptive" and all("tail" in m for m in missing)), missing
+
+
+def test_config_round_trip_of_variants(tmp_path):
+    table = np.random.default_rng(1).normal(size=(10, 4)).astype("float32")
+    path = str(tmp_path / "t.npy")
+    np.save(path, table)
+    for variant, extra in VARIANTS.items():
+        kwargs = {"output_layer": variant, **extra}
+        model = ElmoLM(path, num_layers=1, units=8, projection_dim=4, **kwargs)
+        config = model.get_config()
+        assert ElmoLM.from_config(config).get_config() == config

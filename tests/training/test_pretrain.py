@@ -111,3 +111,60 @@ def test_killed_run_resumes_at_saved_step_and_exports(tmp_path):
          str(tmp_path / "export")], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert f"exported step {saved + 20}" in exported.stdout
+
+
+VARIANT_STEPS = [
+    "train.steps=120",
+    "train.warmup_steps=10",
+    "train.checkpoint_every=40",
+    "train.validation_steps=2",
+    "eval.max_targets=3000",
+]
+
+
+@pytest.mark.parametrize("variant", ["a", "sampled", "fixed", "sub"])
+def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_dir, tmp_path):
+    """Every demo_elmo_*.yaml trains (loss falls) and beats the unigram baseline.
+
+    The data section of these configs equals demo_elmo_c.yaml's, so the
+    corpus, vocabulary and fastText model of the demo run are reused.
+    """
+    import shutil
+
+    source, _ = trained_dir
+    model_dir = str(tmp_path / variant)
+    shutil.copytree(os.path.join(source, "corpus"), os.path.join(model_dir, "corpus"))
+    if variant != "sub":  # the subword LM learns its own WordPiece vocabulary
+        for name in ("vocabulary.txt", "fasttext.bin", "vocabulary_vectors.npy",
+                     "vocabulary_vectors.mean.npy"):
+            shutil.copy(os.path.join(source, name), model_dir)
+    config = load_config(os.path.join(REPO, "configs", f"demo_elmo_{variant}.yaml"), VARIANT_STEPS)
+    results = pretrain(config, model_dir, verbose=0)
+    loss = results["history"]["loss"]
+    assert loss[-1] < 0.9 * loss[0], loss
+    ev = results["eval"]
+    assert ev["top_k"]["1"] > 2 * ev["unigram_top_k"]["1"], ev
+    assert ev["top_k"]["10"] > ev["unigram_top_k"]["10"], ev
+    assert 1 < ev["perplexity"] < len(open(os.path.join(model_dir, "vocabulary.txt")).readlines())
+    if variant == "a":
+        # Softmax word models export the `embed` signature of the same encoder.
+        import tensorflow as tf
+
+        from tfeff.export import export_model_dir
+        from tfeff.training import restore_model
+
+        export_model_dir(model_dir, str(tmp_path / "export"))
+        loaded = tf.saved_model.load(str(tmp_path / "export"))
+        assert sorted(loaded.signatures) == ["embed"]
+        out = loaded.signatures["embed"](sentences=tf.constant(["the one"]))
+        model, _, _ = restore_model(model_dir)
+        vocab = [w.split("\t")[0] for w in open(os.path.join(model_dir, "vocabulary.txt"))]
+        ids = np.array([[2, vocab.index("the"), vocab.index("one"), 3]], "int32")
+        stack, _, _ = model.encode(model.token_embedding(ids), ids > 0)
+        # fastText vectors of in-vocabulary words equal the table rows (to 1e-5).
+        np.testing.assert_allclose(out["layers"].numpy()[0], stack.numpy()[0][:, 1:-1], atol=1e-4)
+    if variant == "sub":
+        from tfeff.export import export_model_dir
+
+        with pytest.raises(ValueError, match="not supported yet"):
+            export_model_dir(model_dir, str(tmp_path / "export"))

@@ -8,6 +8,9 @@ from tfeff.config.base import join
 from tfeff.config.base import one_of
 from tfeff.config.base import positive
 
+OUTPUT_LAYERS = ("continuous", "full", "adaptive", "sampled", "fixed")
+TOKENIZATIONS = ("word", "wordpiece")
+
 
 @dataclasses.dataclass
 class SyntheticCorpusConfig:
@@ -27,7 +30,11 @@ class SyntheticCorpusConfig:
 
 @dataclasses.dataclass
 class DataConfig:
-    """Corpus and batching. Either `train_files` or `synthetic` must be set."""
+    """Corpus, tokenization and batching. Either `train_files` or `synthetic` must be set.
+
+    `tokenization: wordpiece` learns a WordPiece vocabulary of about
+    `wordpiece_vocabulary_size` tokens from the corpus (the subword LM).
+    """
 
     train_files: str = ""
     heldout_files: str = ""
@@ -38,6 +45,8 @@ class DataConfig:
     min_count: int = 1
     max_words_in_memory: int = 10_000_000
     on_invalid_utf8: str = "error"
+    tokenization: str = "word"
+    wordpiece_vocabulary_size: int = 8000
 
     def validate(self, prefix):
         if not self.train_files and self.synthetic is None:
@@ -57,6 +66,9 @@ class DataConfig:
         positive(self.min_count, join(prefix, "min_count"))
         positive(self.max_words_in_memory, join(prefix, "max_words_in_memory"))
         one_of(self.on_invalid_utf8, ("error", "skip", "replace"), join(prefix, "on_invalid_utf8"))
+        one_of(self.tokenization, TOKENIZATIONS, join(prefix, "tokenization"))
+        if self.wordpiece_vocabulary_size < 10:
+            raise ConfigError(f"`{join(prefix, 'wordpiece_vocabulary_size')}` must be >= 10")
 
 
 @dataclasses.dataclass
@@ -90,7 +102,15 @@ class FastTextConfig:
 
 @dataclasses.dataclass
 class ElmoModelConfig:
-    """Sizes of the biLM (paper: 2 layers, 4096 cells, 512 projection)."""
+    """Sizes of the biLM (paper: 2 layers, 4096 cells, 512 projection) and its ends.
+
+    `output_layer` is one of `continuous` (ELMo-C), `full`, `adaptive`
+    (ELMo-A, with `adaptive_cutoffs` and `adaptive_div_value`), `sampled`
+    (`num_sampled` log-uniform negatives) or `fixed` (sampled softmax against
+    the frozen fastText table). `input_embedding` is `fixed` (fastText
+    vectors) or `trainable` (`embedding_dim` features, 0 = projection_dim;
+    `tie_output` shares it with a `full` softmax).
+    """
 
     num_layers: int = 2
     units: int = 4096
@@ -100,13 +120,39 @@ class ElmoModelConfig:
     output_loss: str = "cosine"
     vmf_regularization1: float = 0.0
     vmf_regularization2: float = 1.0
+    input_embedding: str = "fixed"
+    embedding_dim: int = 0
+    tie_output: bool = False
+    adaptive_cutoffs: List[int] = dataclasses.field(default_factory=list)
+    adaptive_div_value: float = 4.0
+    num_sampled: int = 8192
 
     def validate(self, prefix):
         for name in ("num_layers", "units", "projection_dim"):
             positive(getattr(self, name), join(prefix, name))
         if not 0 <= self.dropout_rate < 1:
             raise ConfigError(f"`{join(prefix, 'dropout_rate')}` must be in [0, 1)")
-        one_of(self.output_layer, ("continuous",), join(prefix, "output_layer"))
+        one_of(self.output_layer, OUTPUT_LAYERS, join(prefix, "output_layer"))
+        one_of(self.input_embedding, ("fixed", "trainable"), join(prefix, "input_embedding"))
+        positive(self.embedding_dim, join(prefix, "embedding_dim"), allow_zero=True)
+        positive(self.num_sampled, join(prefix, "num_sampled"))
+        positive(self.adaptive_div_value, join(prefix, "adaptive_div_value"))
+        cutoffs = list(self.adaptive_cutoffs)
+        if self.output_layer == "adaptive" and not cutoffs:
+            raise ConfigError(
+                f"`{join(prefix, 'adaptive_cutoffs')}` must list the cluster boundaries "
+                "(e.g. [20000, 100000]) when output_layer is adaptive"
+            )
+        if cutoffs and (cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0):
+            raise ConfigError(
+                f"`{join(prefix, 'adaptive_cutoffs')}` must be increasing positive integers, "
+                f"got {cutoffs}"
+            )
+        if self.tie_output and (self.input_embedding != "trainable" or self.output_layer != "full"):
+            raise ConfigError(
+                f"`{join(prefix, 'tie_output')}` needs input_embedding: trainable and "
+                "output_layer: full"
+            )
         one_of(self.output_loss, ("cosine", "l2", "vmf"), join(prefix, "output_loss"))
         positive(self.vmf_regularization1, join(prefix, "vmf_regularization1"), allow_zero=True)
         if not 0 < self.vmf_regularization2 <= 1:
@@ -145,7 +191,7 @@ class TrainConfig:
 
 @dataclasses.dataclass
 class EvalConfig:
-    """Held-out top-k accuracy of the continuous output."""
+    """Held-out top-k accuracy (cosine ranks for continuous outputs, log-prob ranks otherwise)."""
 
     top_k: List[int] = dataclasses.field(default_factory=lambda: [1, 10])
     max_targets: int = 20000
@@ -173,3 +219,14 @@ class ElmoConfig:
 
     def validate(self, prefix):
         one_of(self.family, ("elmo",), join(prefix, "family"))
+        if self.data.tokenization == "wordpiece":
+            if self.model.input_embedding != "trainable":
+                raise ConfigError(
+                    "`data.tokenization: wordpiece` needs `model.input_embedding: trainable` "
+                    "(there are no fixed vectors of subwords)"
+                )
+            if self.model.output_layer not in ("full", "adaptive", "sampled"):
+                raise ConfigError(
+                    "`data.tokenization: wordpiece` needs `model.output_layer` full, adaptive "
+                    f"or sampled, got {self.model.output_layer!r}"
+                )

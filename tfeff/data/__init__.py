@@ -12,13 +12,17 @@ from tfeff.data.lm_dataset import lines_to_windows
 from tfeff.data.lm_dataset import lm_dataset
 from tfeff.data.synthetic import synthetic_corpus
 from tfeff.data.synthetic import write_synthetic_corpus
+from tfeff.data.vocabulary import SPECIALS
 from tfeff.data.vocabulary import Vocabulary
+from tfeff.data.wordpiece import learn_wordpiece_vocabulary
 
 __all__ = [
     "CorpusError",
+    "SPECIALS",
     "Vocabulary",
     "WordVectors",
     "compute_vocabulary_vectors",
+    "learn_wordpiece_vocabulary",
     "lines_to_windows",
     "lm_dataset",
     "load_vocabulary_vectors",

@@ -1,7 +1,8 @@
-"""tf.data pipeline for bidirectional language modelling (TensorFlow-only).
+"""tf.data pipeline for bidirectional language modelling (TensorFlow; tensorflow-text for WordPiece).
 
-Each non-blank line is a sentence: it is whitespace-tokenized, wrapped in
-`<s> ... </s>`, mapped to vocabulary ids (unknown words to `<unk>`) and cut
+Each non-blank line is a sentence: it is whitespace-tokenized, mapped to
+vocabulary ids (unknown words to `<unk>`; or split into WordPiece ids with
+tensorflow-text), wrapped in `<s> ... </s>` and cut
 into windows of at most `max_sequence_length` tokens, so a pathological
 1 MB line becomes many ordinary windows instead of one huge batch. Windows are
 shuffled, batched with right padding (id 0) to the longest window of the
@@ -13,11 +14,12 @@ import tensorflow as tf
 
 from tfeff.data import corpus
 from tfeff.data import vocabulary as vocabulary_lib
+from tfeff.data import wordpiece as wordpiece_lib
 
 _LINES_PER_CHUNK = 256
 
 
-def _lookup_table(vocabulary_path):
+def _lookup_table(vocabulary_path, default_value=vocabulary_lib.UNK_ID):
     initializer = tf.lookup.TextFileInitializer(
         vocabulary_path,
         key_dtype=tf.string,
@@ -26,27 +28,34 @@ def _lookup_table(vocabulary_path):
         value_index=tf.lookup.TextFileIndex.LINE_NUMBER,
         delimiter="\t",
     )
-    return tf.lookup.StaticHashTable(initializer, default_value=vocabulary_lib.UNK_ID)
+    return tf.lookup.StaticHashTable(initializer, default_value=default_value)
 
 
-def lines_to_windows(lines, table, max_sequence_length):
+def lines_to_windows(lines, table, max_sequence_length, tokenizer=None):
     """Tokenizes a batch of lines into ragged id windows `(num_windows, None)`.
 
     Args:
         lines: 1-D `tf.string` of sentences.
-        table: a `tf.lookup` table from word to id.
+        table: a `tf.lookup` table from word to id (unused with `tokenizer`).
         max_sequence_length: the longest window, in tokens (boundaries included).
+        tokenizer: optional subword tokenizer (a tensorflow-text
+            `WordpieceTokenizer`) applied to the whitespace-split words.
 
     Returns:
         int32 `RaggedTensor`; windows shorter than 2 tokens (nothing to
         predict) are dropped.
     """
-    tokens = tf.strings.split(lines)  # ragged (lines, words)
-    n = tokens.nrows()
-    bos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.BOS))
-    eos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.EOS))
-    tokens = tf.concat([bos, tokens, eos], axis=1)
-    ids = tf.cast(table.lookup(tokens.flat_values), tf.int32)
+    words = tf.strings.split(lines)  # ragged (lines, words)
+    if tokenizer is None:
+        ids = tf.ragged.map_flat_values(table.lookup, words)
+    else:
+        ids = tokenizer.tokenize(words).merge_dims(1, 2)  # (lines, pieces)
+    ids = tf.cast(ids, tf.int32)
+    n = ids.nrows()
+    bos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.BOS_ID))
+    eos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.EOS_ID))
+    tokens = tf.concat([bos, ids, eos], axis=1)
+    ids = tokens.flat_values
     lengths = tokens.row_lengths()
     starts = tokens.row_starts()
     row = tokens.value_rowids()
@@ -70,6 +79,7 @@ def lm_dataset(
     repeat=False,
     on_invalid_utf8="error",
     drop_remainder=False,
+    wordpiece=False,
 ):
     """Builds the LM dataset of right-padded id windows.
 
@@ -86,6 +96,8 @@ def lm_dataset(
             pass does, naming file and line); here invalid lines then fail the
             pipeline with TensorFlow's own error.
         drop_remainder: drop a final smaller batch.
+        wordpiece: `vocabulary_path` is a WordPiece vocabulary
+            (`tfeff.data.wordpiece`): words are split into subword ids.
 
     Returns:
         `tf.data.Dataset` of int32 `(batch, time)` with `time <= max_sequence_length`.
@@ -100,7 +112,12 @@ def lm_dataset(
     if on_invalid_utf8 not in corpus.INVALID_UTF8_POLICIES:
         raise ValueError(f"Invalid on_invalid_utf8={on_invalid_utf8!r}")
     file_list = corpus.resolve_files(patterns)
-    table = _lookup_table(vocabulary_path)
+    tokenizer = None
+    if wordpiece:
+        table = _lookup_table(vocabulary_path, default_value=-1)
+        tokenizer = wordpiece_lib.wordpiece_tokenizer(table)
+    else:
+        table = _lookup_table(vocabulary_path)
 
     ds = tf.data.Dataset.from_tensor_slices(file_list)
     ds = ds.interleave(
@@ -125,7 +142,7 @@ def lm_dataset(
     ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
     ds = ds.batch(_LINES_PER_CHUNK)
     ds = ds.map(
-        lambda lines: lines_to_windows(lines, table, max_sequence_length),
+        lambda lines: lines_to_windows(lines, table, max_sequence_length, tokenizer),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     ds = ds.unbatch()

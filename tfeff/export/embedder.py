@@ -6,9 +6,12 @@ for the model and the boundaries are removed from the outputs):
 
 * `embed` -> `layers` float32 `[batch, num_layers + 1, tokens, dim]`,
   `mask` bool `[batch, tokens]`, `tokens` string `[batch, tokens]`.
-* `predict` -> `forward` / `backward` float32 `[batch, tokens, embedding_dim]`
-  (the predicted fixed-space vectors of the next / previous word), `mask`,
-  `tokens`.
+* `predict` (continuous outputs only) -> `forward` / `backward` float32
+  `[batch, tokens, embedding_dim]` (the predicted fixed-space vectors of the
+  next / previous word), `mask`, `tokens`.
+
+Every word-level `ElmoLM` exports (all output layers share the encoder and
+the fastText input); WordPiece models are not exported yet.
 
 Token vectors are computed in-graph by `FastTextEmbedding`, exactly as
 fastText's `get_word_vector`, so words never seen in training get their
@@ -35,6 +38,11 @@ class ElmoEmbedderModule(tf.Module):
 
     def __init__(self, model, fasttext_layer, vector_mean=None, max_tokens=256):
         super().__init__(name="elmo_embedder")
+        if model.input_embedding != "fixed":
+            raise NotImplementedError(
+                "Only models with the fixed fastText input embedding can be exported "
+                f"for now; this one has input_embedding={model.input_embedding!r}."
+            )
         if fasttext_layer.output_dim != model.embedding_dim:
             raise ValueError(
                 f"The fastText vectors have dimension {fasttext_layer.output_dim}, the "
@@ -50,7 +58,15 @@ class ElmoEmbedderModule(tf.Module):
         self.max_tokens = int(max_tokens)
         spec = tf.TensorSpec([None], tf.string, name="sentences")
         self.embed = tf.function(self._embed, input_signature=[spec])
-        self.predict = tf.function(self._predict, input_signature=[spec])
+        self.predict = None
+        if model.is_continuous:
+            self.predict = tf.function(self._predict, input_signature=[spec])
+
+    def signatures(self):
+        out = {"embed": self.embed}
+        if self.predict is not None:
+            out["predict"] = self.predict
+        return out
 
     def _run(self, sentences):
         words = tf.strings.split(sentences)[:, : self.max_tokens]  # ragged (batch, words)
@@ -73,10 +89,9 @@ class ElmoEmbedderModule(tf.Module):
     def _predict(self, sentences):
         _, forward, backward, word_mask, words = self._run(sentences)
         keep = tf.cast(word_mask, forward.dtype)[:, :, None]
-        out = self.model.output_projection
         return {
-            "forward": out(forward)[:, 1:-1] * keep,
-            "backward": out(backward)[:, 1:-1] * keep,
+            "forward": self.model.head_inputs(forward)[:, 1:-1] * keep,
+            "backward": self.model.head_inputs(backward)[:, 1:-1] * keep,
             "mask": word_mask,
             "tokens": words,
         }
@@ -105,9 +120,7 @@ def export_embedder(model, path, fasttext_layer, vector_mean=None, max_tokens=25
     module = ElmoEmbedderModule(model, fasttext_layer, vector_mean, max_tokens)
     tmp = files.temporary_sibling(path)
     try:
-        tf.saved_model.save(
-            module, tmp, signatures={"embed": module.embed, "predict": module.predict}
-        )
+        tf.saved_model.save(module, tmp, signatures=module.signatures())
         for name, source in (extra_files or {}).items():
             tf.io.gfile.makedirs(os.path.join(tmp, EXTRA_DIR))
             tf.io.gfile.copy(source, os.path.join(tmp, EXTRA_DIR, name), overwrite=True)

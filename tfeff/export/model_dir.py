@@ -28,6 +28,12 @@ def export_model_dir(model_dir, output, overwrite=False, max_tokens=256):
             f"{model_dir} is not a tfeff model directory (no {pretrain_lib.CONFIG_FILE})"
         )
     config = config_lib.load_config(config_path)
+    if config.model.input_embedding != "fixed":
+        raise ValueError(
+            f"{model_dir}: exporting models with a trainable input embedding "
+            f"(data.tokenization={config.data.tokenization!r}) is not supported yet; "
+            "only fastText-input ELMo models export."
+        )
     model, _, step = pretrain_lib.restore_model(model_dir, config)
     word_vectors_path = config.fasttext.pretrained or os.path.join(
         model_dir, pretrain_lib.FASTTEXT_FILE

@@ -5,23 +5,37 @@ import tensorflow as tf
 
 from tfeff import layers as tfeff_layers
 
-OUTPUT_LAYERS = ("continuous",)
+OUTPUT_LAYERS = ("continuous", "full", "adaptive", "sampled", "fixed")
+INPUT_EMBEDDINGS = ("fixed", "trainable")
+# Output layers that score the fixed table (they need `embedding_table`).
+_TABLE_OUTPUTS = ("continuous", "fixed")
 # Targets with these ids (padding, unknown word) carry no loss.
 _FIRST_PREDICTABLE_ID = 2
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
 class ElmoLM(keras.Model):
-    """ELMo-style biLM: ELMo-C of Li et al. (TACL 2019), Table 1.
+    """ELMo-style biLM with a pluggable input embedding and output layer.
 
-    * Fixed input: each token's pre-trained (fastText) vector, gathered in
-      host memory (`FixedEmbedding`), linearly projected to `projection_dim`.
+    With the defaults it is ELMo-C of Li et al. (TACL 2019), Table 1:
+
+    * Input: each token's pre-trained (fastText) vector, gathered in host
+      memory (`FixedEmbedding`), linearly projected to `projection_dim`; or,
+      with `input_embedding="trainable"`, a trainable `Embedding` (the
+      subword LM, ELMo-Sub).
     * Forward and backward stacks of `num_layers` LSTMs with a recurrent
       projection (`ProjectedLSTM`: `units` cells, `projection_dim` outputs),
       each followed by layer normalization and dropout; from the second layer
       on, a residual connection adds the layer's input.
-    * Output: a `ContinuousOutput` shared by both directions predicts the
-      fixed vector of the next (forward) and previous (backward) token.
+    * Output, shared by both directions, predicting the next (forward) and
+      previous (backward) token:
+      - `"continuous"`: `ContinuousOutput` predicts the target's fixed vector.
+      - `"full"`: `FullSoftmax` over the vocabulary (optionally tied to a
+        trainable input embedding, `tie_output`).
+      - `"adaptive"`: `AdaptiveSoftmax` with `adaptive_cutoffs`.
+      - `"sampled"`: `SampledSoftmax` with `num_sampled` log-uniform negatives.
+      - `"fixed"`: a projection to the fixed table's dimension and a sampled
+        softmax whose output matrix is that frozen table (FIXED in the paper).
       The loss is the mean over predictable targets of each direction,
       summed over the two directions.
 
@@ -31,15 +45,26 @@ class ElmoLM(keras.Model):
 
     Args:
         embedding_table: path of the `.npy` vocabulary vectors, or an array
-            `(vocabulary_size, embedding_dim)`; row 0 is padding.
+            `(vocabulary_size, embedding_dim)`; row 0 is padding. Required by
+            the fixed input embedding and the `"continuous"` / `"fixed"` outputs.
         num_layers: LSTM layers per direction.
         units: LSTM cell size.
         projection_dim: LSTM projection (and token-projection) size.
         dropout_rate: dropout after each LSTM layer, in [0, 1).
-        output_layer: `"continuous"` (the other output layers come with the
-            output-layer zoo).
-        output_loss: `"cosine"`, `"l2"` or `"vmf"` (see `ContinuousOutput`).
+        output_layer: one of `OUTPUT_LAYERS`.
+        output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
         vmf_regularization1, vmf_regularization2: vMF loss regularizers.
+        input_embedding: `"fixed"` (the table) or `"trainable"`.
+        vocabulary_size: number of ids; needed only without a table.
+        embedding_dim: size of a trainable input embedding (default: the
+            table's dimension, else `projection_dim`).
+        tie_output: use the trainable input embedding as the `"full"`
+            softmax's output matrix (a projection to `embedding_dim` is added
+            when it differs from `projection_dim`).
+        adaptive_cutoffs: cluster boundaries of `"adaptive"`.
+        adaptive_div_value: projection divisor of `"adaptive"`.
+        num_sampled: negatives per step of `"sampled"` and `"fixed"`.
+        seed: sampler seed.
         **kwargs: base `Model` arguments.
 
     Call arguments:
@@ -47,14 +72,16 @@ class ElmoLM(keras.Model):
         training: bool.
 
     Returns:
-        dict with `"forward"` and `"backward"` predictions
-        `(batch, time, embedding_dim)`: at position t, the forward prediction
-        is for token t+1 and the backward prediction for token t-1.
+        dict with `"forward"` and `"backward"` tensors `(batch, time, dim)`:
+        for `"continuous"` the predicted vectors, for the softmax outputs the
+        hidden states that the output layer scores (`output_head.log_prob`).
+        At position t, the forward output is for token t+1 and the backward
+        output for token t-1.
     """
 
     def __init__(
         self,
-        embedding_table,
+        embedding_table=None,
         num_layers=2,
         units=4096,
         projection_dim=512,
@@ -63,6 +90,14 @@ class ElmoLM(keras.Model):
         output_loss="cosine",
         vmf_regularization1=0.0,
         vmf_regularization2=1.0,
+        input_embedding="fixed",
+        vocabulary_size=None,
+        embedding_dim=None,
+        tie_output=False,
+        adaptive_cutoffs=None,
+        adaptive_div_value=4.0,
+        num_sampled=8192,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -86,6 +121,23 @@ class ElmoLM(keras.Model):
                 f"Received an invalid value for `output_layer`, expected one of "
                 f"{OUTPUT_LAYERS}. Received: output_layer={output_layer!r}"
             )
+        if input_embedding not in INPUT_EMBEDDINGS:
+            raise ValueError(
+                f"Received an invalid value for `input_embedding`, expected one of "
+                f"{INPUT_EMBEDDINGS}. Received: input_embedding={input_embedding!r}"
+            )
+        needs_table = input_embedding == "fixed" or output_layer in _TABLE_OUTPUTS
+        if needs_table and embedding_table is None:
+            raise ValueError(
+                f"`embedding_table` is required by input_embedding={input_embedding!r} "
+                f"/ output_layer={output_layer!r}."
+            )
+        if tie_output and (input_embedding != "trainable" or output_layer != "full"):
+            raise ValueError(
+                "`tie_output=True` needs input_embedding='trainable' and "
+                f"output_layer='full'. Received: input_embedding={input_embedding!r}, "
+                f"output_layer={output_layer!r}"
+            )
         self.num_layers = num_layers
         self.units = units
         self.projection_dim = projection_dim
@@ -94,12 +146,42 @@ class ElmoLM(keras.Model):
         self.output_loss = output_loss
         self.vmf_regularization1 = float(vmf_regularization1)
         self.vmf_regularization2 = float(vmf_regularization2)
+        self.input_embedding = input_embedding
+        self.tie_output = bool(tie_output)
+        self.adaptive_cutoffs = list(adaptive_cutoffs) if adaptive_cutoffs else None
+        self.adaptive_div_value = float(adaptive_div_value)
+        self.num_sampled = int(num_sampled)
+        self.seed = seed
 
-        self.token_embedding = tfeff_layers.FixedEmbedding(
-            embedding_table, mask_zero=True, name="token_embedding"
-        )
-        self.embedding_dim = self.token_embedding.output_dim
-        self.vocabulary_size = self.token_embedding.vocabulary_size
+        self.fixed_table = None
+        if embedding_table is not None:
+            self.fixed_table = tfeff_layers.FixedEmbedding(
+                embedding_table, mask_zero=True, name="token_embedding"
+            )
+            table_size = self.fixed_table.vocabulary_size
+            if vocabulary_size is not None and vocabulary_size != table_size:
+                raise ValueError(
+                    f"`vocabulary_size`={vocabulary_size} differs from the table's "
+                    f"{table_size} rows."
+                )
+            vocabulary_size = table_size
+        if not isinstance(vocabulary_size, int) or vocabulary_size < 2:
+            raise ValueError(
+                "Received an invalid value for `vocabulary_size`, expected an integer "
+                f">= 2 (or an `embedding_table`). Received: vocabulary_size={vocabulary_size}"
+            )
+        self.vocabulary_size = vocabulary_size
+        if input_embedding == "fixed":
+            self.token_embedding = self.fixed_table
+            self.embedding_dim = self.fixed_table.output_dim
+        else:
+            self.embedding_dim = int(embedding_dim or (
+                self.fixed_table.output_dim if self.fixed_table else projection_dim))
+            self.token_embedding = keras.layers.Embedding(
+                vocabulary_size, self.embedding_dim, mask_zero=True,
+                embeddings_initializer=keras.initializers.RandomNormal(stddev=0.05),
+                name="trainable_token_embedding",
+            )
         self.token_projection = keras.layers.Dense(
             projection_dim, name="token_projection"
         )
@@ -124,18 +206,51 @@ class ElmoLM(keras.Model):
                     )
                 )
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
-        self.output_projection = tfeff_layers.ContinuousOutput(
-            self.embedding_dim,
-            loss=output_loss,
-            vmf_regularization1=vmf_regularization1,
-            vmf_regularization2=vmf_regularization2,
-            name="continuous_output",
-        )
+        self.pre_output = None  # a projection in front of a softmax, when needed
+        if output_layer == "continuous":
+            self.output_head = tfeff_layers.ContinuousOutput(
+                self.fixed_table.output_dim,
+                loss=output_loss,
+                vmf_regularization1=vmf_regularization1,
+                vmf_regularization2=vmf_regularization2,
+                name="continuous_output",
+            )
+        elif output_layer == "full":
+            if tie_output and self.embedding_dim != projection_dim:
+                self.pre_output = keras.layers.Dense(self.embedding_dim, name="pre_output")
+            self.output_head = tfeff_layers.FullSoftmax(vocabulary_size, name="full_softmax")
+            if tie_output:
+                self.output_head.tie_to(self.token_embedding)
+        elif output_layer == "adaptive":
+            if not self.adaptive_cutoffs:
+                raise ValueError("output_layer='adaptive' needs `adaptive_cutoffs`.")
+            self.output_head = tfeff_layers.AdaptiveSoftmax(
+                vocabulary_size, self.adaptive_cutoffs, div_value=adaptive_div_value,
+                name="adaptive_softmax",
+            )
+        elif output_layer == "sampled":
+            self.output_head = tfeff_layers.SampledSoftmax(
+                vocabulary_size, self.num_sampled, seed=seed, name="sampled_softmax"
+            )
+        else:  # "fixed"
+            self.pre_output = keras.layers.Dense(
+                self.fixed_table.output_dim, name="pre_output"
+            )
+            self.output_head = tfeff_layers.SampledSoftmax(
+                vocabulary_size, self.num_sampled, use_bias=False, seed=seed,
+                output_embedding=self.fixed_table, name="fixed_sampled_softmax",
+            )
+
+    @property
+    def is_continuous(self):
+        return self.output_layer_type == "continuous"
 
     def build(self, input_shape=None):
         shape = (None, None)
         emb_shape = shape + (self.embedding_dim,)
         hidden_shape = shape + (self.projection_dim,)
+        if self.input_embedding == "trainable":
+            self.token_embedding.build(shape)
         self.token_projection.build(emb_shape)
         for i in range(self.num_layers):
             for lstm, norm in (
@@ -144,7 +259,13 @@ class ElmoLM(keras.Model):
             ):
                 lstm.build(hidden_shape)
                 norm.build(hidden_shape)
-        self.output_projection.build(hidden_shape)
+        if self.pre_output is not None:
+            self.pre_output.build(hidden_shape)
+            hidden_shape = shape + (self.pre_output.units,)
+        if self.is_continuous:
+            self.output_head.build(hidden_shape)
+        else:
+            self.output_head.build(hidden_shape, shape)
         self.built = True
 
     def encode(self, vectors, mask, training=False):
@@ -180,29 +301,56 @@ class ElmoLM(keras.Model):
     def call(self, inputs, training=False):
         ids = tf.cast(inputs, tf.int32)
         mask = ids > 0
-        vectors = self.token_embedding(ids)  # host gather: (batch, time, emb)
+        vectors = self.token_embedding(ids)  # (batch, time, emb); fixed: a host gather
         _, forward, backward = self.encode(vectors, mask, training=training)
-        return {
-            "forward": self.output_projection(forward),
-            "backward": self.output_projection(backward),
-        }
+        return {"forward": self.head_inputs(forward), "backward": self.head_inputs(backward)}
 
-    def direction_losses(self, ids, predictions):
+    def head_inputs(self, hidden):
+        """What the output layer consumes: predictions (continuous) or hidden states."""
+        if self.is_continuous:
+            return self.output_head(hidden)
+        if self.pre_output is not None:
+            return self.pre_output(hidden)
+        return hidden
+
+    def log_prob(self, head_inputs):
+        """Log-distribution over the vocabulary of softmax outputs `(..., vocabulary_size)`."""
+        if self.is_continuous:
+            raise ValueError("A continuous output has no distribution over the vocabulary.")
+        return self.output_head.log_prob(head_inputs)
+
+    def direction_losses(self, ids, predictions, training=False):
         """Per-direction (sum of losses, number of targets) over this batch.
 
         Forward position t predicts token t+1, backward position t predicts
-        token t-1. Targets that are padding or `<unk>` are skipped.
+        token t-1. Targets that are padding or `<unk>` are skipped; softmax
+        outputs only ever see the predictable positions (gathered first).
         """
         ids = tf.cast(ids, tf.int32)
-        targets = self.token_embedding(ids)  # host gather of the same rows
+        if not self.is_continuous:
+            return self._softmax_losses(ids, predictions, training)
+        targets = self.fixed_table(ids)  # host gather of the same rows
         out = {}
         for name, pred, tgt_ids, tgt in (
             ("forward", predictions["forward"][:, :-1], ids[:, 1:], targets[:, 1:]),
             ("backward", predictions["backward"][:, 1:], ids[:, :-1], targets[:, :-1]),
         ):
             valid = tf.cast(tgt_ids >= _FIRST_PREDICTABLE_ID, tf.float32)
-            per_token = self.output_projection.distance(pred, tgt)  # (batch, time-1)
+            per_token = self.output_head.distance(pred, tgt)  # (batch, time-1)
             out[name] = (tf.reduce_sum(per_token * valid), tf.reduce_sum(valid))
+        return out
+
+    def _softmax_losses(self, ids, hidden, training):
+        out = {}
+        for name, h, tgt_ids in (
+            ("forward", hidden["forward"][:, :-1], ids[:, 1:]),
+            ("backward", hidden["backward"][:, 1:], ids[:, :-1]),
+        ):
+            valid = tgt_ids >= _FIRST_PREDICTABLE_ID
+            h = tf.boolean_mask(h, valid)  # (targets, dim)
+            log_probs, _ = self.output_head(h, tf.boolean_mask(tgt_ids, valid),
+                                            training=training)
+            out[name] = (-tf.reduce_sum(log_probs), tf.reduce_sum(tf.cast(valid, tf.float32)))
         return out
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
@@ -216,7 +364,7 @@ class ElmoLM(keras.Model):
         share of the global loss), so its `loss` metric reports the global mean.
         """
         del y, sample_weight
-        losses = self.direction_losses(x, y_pred)
+        losses = self.direction_losses(x, y_pred, training=training)
         total = 0.0
         for loss_sum, count in losses.values():
             global_count = _all_reduce_sum(count)
@@ -229,7 +377,9 @@ class ElmoLM(keras.Model):
         config = super().get_config()
         config.update(
             {
-                "embedding_table": self.token_embedding.get_config()["table"],
+                "embedding_table": (
+                    self.fixed_table.get_config()["table"] if self.fixed_table else None
+                ),
                 "num_layers": self.num_layers,
                 "units": self.units,
                 "projection_dim": self.projection_dim,
@@ -238,6 +388,14 @@ class ElmoLM(keras.Model):
                 "output_loss": self.output_loss,
                 "vmf_regularization1": self.vmf_regularization1,
                 "vmf_regularization2": self.vmf_regularization2,
+                "input_embedding": self.input_embedding,
+                "vocabulary_size": self.vocabulary_size,
+                "embedding_dim": self.embedding_dim,
+                "tie_output": self.tie_output,
+                "adaptive_cutoffs": self.adaptive_cutoffs,
+                "adaptive_div_value": self.adaptive_div_value,
+                "num_sampled": self.num_sampled,
+                "seed": self.seed,
             }
         )
         return config

@@ -86,3 +86,31 @@ def collect_predictions(model, dataset, max_targets):
     if not preds:
         return np.zeros((0, 1), np.float32), np.zeros((0,), np.int64)
     return np.concatenate(preds)[:max_targets], np.concatenate(targets)[:max_targets]
+
+
+def log_prob_ranks(log_prob_fn, hidden, target_ids, block_size=512,
+                   excluded_ids=(vocabulary_lib.PAD_ID, vocabulary_lib.UNK_ID)):
+    """Ranks of the targets under a softmax output, and their log-probabilities.
+
+    Args:
+        log_prob_fn: maps `(block, dim)` hidden states to `(block, V)` log-probs.
+        hidden: `(n, dim)` inputs of the output layer.
+        target_ids: `(n,)` ids of the true targets.
+        block_size: rows scored at once (memory is `block_size x V`).
+        excluded_ids: classes that never count as competitors.
+
+    Returns:
+        `(ranks, target_log_probs)`: int64 `(n,)` numbers of classes with a
+        strictly higher log-probability, and float64 `(n,)`.
+    """
+    target_ids = np.asarray(target_ids, dtype=np.int64)
+    ranks = np.zeros(len(target_ids), np.int64)
+    target_lp = np.zeros(len(target_ids), np.float64)
+    excluded = np.asarray(sorted(excluded_ids), dtype=np.int64)
+    for b in range(0, len(target_ids), block_size):
+        lp = np.array(log_prob_fn(hidden[b:b + block_size]), dtype=np.float64)  # (block, V)
+        own = lp[np.arange(len(lp)), target_ids[b:b + block_size]]
+        lp[:, excluded] = -np.inf
+        ranks[b:b + block_size] = np.count_nonzero(lp > own[:, None], axis=1)
+        target_lp[b:b + block_size] = own
+    return ranks, target_lp

@@ -11,7 +11,8 @@ Layout of `model_dir`:
 
     config.yaml               the resolved config (read back by resume and export)
     corpus/{train,heldout}.txt  the generated corpus (synthetic data only)
-    vocabulary.txt            word<TAB>count, id order
+    vocabulary.txt            word<TAB>count, id order (WordPiece tokens for
+                              `data.tokenization: wordpiece`; no fastText then)
     fasttext.bin              trained word vectors (unless fasttext.pretrained)
     vocabulary_vectors.npy    fixed vectors of every vocabulary word
     vocabulary_vectors.mean.npy  the subtracted mean (fasttext.center)
@@ -34,6 +35,7 @@ import tensorflow as tf
 from tfeff import config as config_lib
 from tfeff import data as data_lib
 from tfeff.data import files
+from tfeff.layers.softmax_common import check_frequency_sorted
 from tfeff.models import ElmoLM
 from tfeff.training import checkpoints
 from tfeff.training import evaluation
@@ -82,6 +84,21 @@ def prepare_data(config, model_dir):
         train_files, heldout_files = data_cfg.train_files, data_cfg.heldout_files
 
     vocabulary_path = _path(model_dir, VOCABULARY_FILE)
+    if data_cfg.tokenization == "wordpiece":
+        if not tf.io.gfile.exists(vocabulary_path):
+            logging.info("Counting words of %s", train_files)
+            words = data_lib.Vocabulary.build(
+                data_lib.text_lines(train_files, data_cfg.on_invalid_utf8),
+                min_count=data_cfg.min_count,
+                max_words_in_memory=data_cfg.max_words_in_memory,
+            )
+            logging.info("Learning a WordPiece vocabulary of about %d tokens",
+                         data_cfg.wordpiece_vocabulary_size)
+            data_lib.learn_wordpiece_vocabulary(
+                words, data_cfg.wordpiece_vocabulary_size, vocabulary_path
+            )
+        # Subword models have no fixed vectors: no fastText, no table.
+        return DataArtifacts(train_files, heldout_files, vocabulary_path, None, None)
     if not tf.io.gfile.exists(vocabulary_path):
         logging.info("Counting words of %s", train_files)
         vocab = data_lib.Vocabulary.build(
@@ -131,7 +148,8 @@ def prepare_data(config, model_dir):
                          word_vectors_path, vectors_path)
 
 
-def build_model(config, vectors_path):
+def build_model(config, vectors_path=None, vocabulary_size=None):
+    """The `ElmoLM` of `config` (`vectors_path` for word models, else `vocabulary_size`)."""
     m = config.model
     return ElmoLM(
         vectors_path,
@@ -143,8 +161,46 @@ def build_model(config, vectors_path):
         output_loss=m.output_loss,
         vmf_regularization1=m.vmf_regularization1,
         vmf_regularization2=m.vmf_regularization2,
+        input_embedding=m.input_embedding,
+        vocabulary_size=None if vectors_path else vocabulary_size,
+        embedding_dim=m.embedding_dim or None,
+        tie_output=m.tie_output,
+        adaptive_cutoffs=m.adaptive_cutoffs or None,
+        adaptive_div_value=m.adaptive_div_value,
+        num_sampled=m.num_sampled,
+        seed=config.train.seed,
         name="elmo_lm",
     )
+
+
+def check_output_layer(config, vocab):
+    """Checks the output layer's settings against the vocabulary (ConfigError)."""
+    m = config.model
+    size = len(vocab)
+    if m.output_layer == "adaptive" and m.adaptive_cutoffs[-1] >= size:
+        raise config_lib.ConfigError(
+            f"`model.adaptive_cutoffs` {m.adaptive_cutoffs} must lie inside (0, {size}): "
+            f"the vocabulary has {size} entries"
+        )
+    if m.output_layer in ("sampled", "fixed") and m.num_sampled >= size:
+        raise config_lib.ConfigError(
+            f"`model.num_sampled`={m.num_sampled} must be smaller than the vocabulary "
+            f"({size} entries)"
+        )
+    if m.output_layer in ("adaptive", "sampled", "fixed"):
+        # Clusters and the log-uniform sampler assume frequency-ordered ids.
+        check_frequency_sorted(vocab.counts, first_id=len(data_lib.SPECIALS))
+
+
+def _model_inputs(config, model_dir):
+    """`(vectors_path, vocabulary_size)` for `build_model` from a prepared model_dir."""
+    if config.data.tokenization == "wordpiece":
+        vocab = data_lib.Vocabulary.load(_path(model_dir, VOCABULARY_FILE))
+        return None, len(vocab)
+    vectors_path = _path(model_dir, VECTORS_FILE)
+    if not tf.io.gfile.exists(vectors_path):
+        raise FileNotFoundError(f"{model_dir} has no {VECTORS_FILE}: run tfeff-pretrain first")
+    return vectors_path, None
 
 
 def _differences(a, b, prefix=""):
@@ -196,15 +252,13 @@ def restore_model(model_dir, config=None, strategy=None, with_optimizer=False):
         if not tf.io.gfile.exists(path):
             raise FileNotFoundError(f"{model_dir} is not a tfeff model directory (no {CONFIG_FILE})")
         config = config_lib.load_config(path)
-    vectors_path = _path(model_dir, VECTORS_FILE)
-    if not tf.io.gfile.exists(vectors_path):
-        raise FileNotFoundError(f"{model_dir} has no {VECTORS_FILE}: run tfeff-pretrain first")
+    vectors_path, vocabulary_size = _model_inputs(config, model_dir)
     latest = tf.train.latest_checkpoint(_path(model_dir, CHECKPOINT_DIR))
     if latest is None:
         raise FileNotFoundError(f"{model_dir} has no checkpoint yet: run tfeff-pretrain first")
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
-        model = build_model(config, vectors_path)
+        model = build_model(config, vectors_path, vocabulary_size)
         model.build()
         optimizer = None
         if with_optimizer:
@@ -254,12 +308,13 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
     resolve_config(config, model_dir)
     artifacts = prepare_data(config, model_dir)
     vocab = data_lib.Vocabulary.load(artifacts.vocabulary_path)
+    check_output_layer(config, vocab)
     strategy = make_strategy(strategy, devices)
     train_cfg = config.train
     keras.utils.set_random_seed(train_cfg.seed)
 
     with strategy.scope():
-        model = build_model(config, artifacts.vectors_path)
+        model = build_model(config, artifacts.vectors_path, len(vocab))
         model.build()
         optimizer = make_optimizer(train_cfg, config.data.batch_size)
         optimizer.build(model.trainable_variables)
@@ -282,6 +337,7 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
         f"{model.count_params():,}", start, train_cfg.steps,
     )
 
+    wordpiece_input = config.data.tokenization == "wordpiece"
     history = {}
     t0 = time.time()
     if start < train_cfg.steps:
@@ -292,7 +348,7 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
             shuffle_buffer=config.data.shuffle_buffer,
             seed=train_cfg.seed + start,  # a resumed run does not replay the first batches
             repeat=True, on_invalid_utf8=config.data.on_invalid_utf8,
-            drop_remainder=True,
+            drop_remainder=True, wordpiece=wordpiece_input,
         )
         validation = None
         if artifacts.heldout_files and train_cfg.validation_steps:
@@ -300,7 +356,7 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
                 artifacts.heldout_files, artifacts.vocabulary_path,
                 batch_size=config.data.batch_size,
                 max_sequence_length=config.data.max_sequence_length,
-                on_invalid_utf8=config.data.on_invalid_utf8,
+                on_invalid_utf8=config.data.on_invalid_utf8, wordpiece=wordpiece_input,
             )
         every = train_cfg.checkpoint_every
         callbacks = [
@@ -339,27 +395,39 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
 
 
 def evaluate(model, config, artifacts, vocab):
-    """Held-out loss and top-k accuracy (both directions) vs the unigram baseline."""
+    """Held-out top-k accuracy (both directions) vs the unigram baseline.
+
+    Continuous outputs rank the vocabulary by cosine with the prediction;
+    softmax outputs rank it by log-probability and also report perplexity
+    (of words, or of WordPiece tokens for subword models: not comparable).
+    """
     heldout = data_lib.lm_dataset(
         artifacts.heldout_files, artifacts.vocabulary_path,
         batch_size=config.data.batch_size,
         max_sequence_length=config.data.max_sequence_length,
         on_invalid_utf8=config.data.on_invalid_utf8,
+        wordpiece=config.data.tokenization == "wordpiece",
     )
     predictions, target_ids = evaluation.collect_predictions(
         model, heldout, config.eval.max_targets
     )
-    table = data_lib.load_vocabulary_vectors(artifacts.vectors_path, len(vocab))
-    ranks = evaluation.target_ranks(
-        predictions, target_ids, table, chunk_size=config.eval.chunk_size
-    )
+    results = {"targets": int(len(target_ids)), "output_layer": config.model.output_layer,
+               "tokenization": config.data.tokenization}
+    if model.is_continuous:
+        table = data_lib.load_vocabulary_vectors(artifacts.vectors_path, len(vocab))
+        ranks = evaluation.target_ranks(
+            predictions, target_ids, table, chunk_size=config.eval.chunk_size
+        )
+    else:
+        ranks, log_probs = evaluation.log_prob_ranks(model.log_prob, predictions, target_ids)
+        results["perplexity"] = float(np.exp(-np.mean(log_probs))) if len(log_probs) else None
     ks = config.eval.top_k
-    return {
-        "targets": int(len(target_ids)),
+    results.update({
         "top_k": {str(k): v for k, v in evaluation.top_k_accuracy(ranks, ks).items()},
         "unigram_top_k": {
             str(k): v
             for k, v in evaluation.unigram_top_k_accuracy(target_ids, vocab, ks).items()
         },
         "median_rank": float(np.median(ranks)) if len(ranks) else None,
-    }
+    })
+    return results

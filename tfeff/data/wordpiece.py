@@ -1,0 +1,94 @@
+"""WordPiece vocabularies for the subword LM (tensorflow-text's learner and tokenizer).
+
+The vocabulary is learned from the corpus' word counts with
+`tensorflow_text.tools.wordpiece_vocab` (the tool behind BERT's vocabularies)
+and stored as a `tfeff.data.Vocabulary` file: the reserved tokens first, then
+subwords by decreasing corpus frequency (what adaptive softmax and
+log-uniform sampling need). Continuation pieces carry BERT's `##` prefix.
+Words are split on whitespace exactly as the word-level pipeline does.
+"""
+
+import collections
+import logging
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as text
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+
+from tfeff.data import vocabulary as vocabulary_lib
+
+SUFFIX_INDICATOR = "##"
+MAX_BYTES_PER_WORD = 100
+
+
+def wordpiece_tokenizer(table):
+    """A `text.WordpieceTokenizer` over a `tf.lookup` table (token -> id, default -1)."""
+    return text.WordpieceTokenizer(
+        table,
+        suffix_indicator=SUFFIX_INDICATOR,
+        max_bytes_per_word=MAX_BYTES_PER_WORD,
+        token_out_type=tf.int64,
+        unknown_token=vocabulary_lib.UNK,
+    )
+
+
+def _table(tokens):
+    init = tf.lookup.KeyValueTensorInitializer(
+        tf.constant(tokens), tf.range(len(tokens), dtype=tf.int64)
+    )
+    return tf.lookup.StaticHashTable(init, default_value=-1)
+
+
+def learn_wordpiece_vocabulary(word_vocabulary, vocabulary_size, path, batch_size=4096):
+    """Learns a WordPiece vocabulary from word counts and saves it (token<TAB>count).
+
+    Args:
+        word_vocabulary: a `Vocabulary` of corpus words with counts.
+        vocabulary_size: the target number of tokens (reserved ones included);
+            the learner may return somewhat fewer or more.
+        path: output file.
+
+    Returns:
+        The WordPiece `Vocabulary`, its counts being the number of times each
+        token occurs when the corpus is tokenized.
+    """
+    specials = len(vocabulary_lib.SPECIALS)
+    word_counts = [
+        (w, c) for w, c in zip(word_vocabulary.words[specials:], word_vocabulary.counts[specials:])
+        if c > 0
+    ]
+    if not word_counts:
+        raise ValueError("Cannot learn a WordPiece vocabulary from an empty corpus.")
+    tokens = learner.learn(
+        word_counts, vocabulary_size, list(vocabulary_lib.SPECIALS),
+        lower_thresh=1, joiner=SUFFIX_INDICATOR,
+    )
+    tokenizer = wordpiece_tokenizer(_table(tokens))
+    counts = collections.Counter()
+    for start in range(0, len(word_counts), batch_size):
+        chunk = word_counts[start:start + batch_size]
+        pieces = tokenizer.tokenize(tf.constant([w for w, _ in chunk]))
+        for (_, count), ids in zip(chunk, pieces.to_list()):
+            for i in ids:
+                counts[int(i)] += count
+    sentences = word_vocabulary.counts[vocabulary_lib.BOS_ID]
+    ordered = sorted(range(specials, len(tokens)), key=lambda i: (-counts[i], tokens[i]))
+    words = list(vocabulary_lib.SPECIALS) + [tokens[i] for i in ordered]
+    token_counts = [0, counts[vocabulary_lib.UNK_ID], sentences, sentences] + [
+        counts[i] for i in ordered
+    ]
+    vocab = vocabulary_lib.Vocabulary(words, token_counts)
+    vocab.save(path)
+    logging.info(
+        "WordPiece vocabulary: %d tokens, %.2f pieces per word -> %s", len(vocab),
+        sum(token_counts[specials:]) / max(1, sum(c for _, c in word_counts)), path,
+    )
+    return vocab
+
+
+def pieces_per_word(vocabulary_path, words):
+    """Number of WordPiece tokens of each word (for tests and statistics)."""
+    vocab = vocabulary_lib.Vocabulary.load(vocabulary_path)
+    tokenizer = wordpiece_tokenizer(_table(vocab.words))
+    return np.asarray(tokenizer.tokenize(tf.constant(words)).row_lengths())
