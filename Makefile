@@ -33,8 +33,13 @@ test: $(VENV)/.installed-test
 test-slow: $(VENV)/.installed-test
 	$(PY) -m pytest -q -m slow
 
-bench: $(VENV)/.installed-test
-	$(PY) tools/benchmark_continuous_output.py
+$(VENV)/.installed-bench: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[bench]'
+	touch $@
+
+# Output-layer speed/memory table at a reduced size (minutes); see README for the full run.
+bench: $(VENV)/.installed-bench
+	$(PY) tools/benchmark_output_layers.py --preset small --results_dir runs/bench
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

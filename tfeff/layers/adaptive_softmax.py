@@ -74,6 +74,7 @@ class AdaptiveSoftmax(keras.layers.Layer):
         super().__init__(**kwargs)
         softmax_common.validate_vocabulary_size(vocabulary_size)
         self.supports_masking = True  # `mask` marks the targets to ignore
+        self.supports_jit = False  # tail sizes depend on the batch's targets
         cutoffs = list(cutoffs)
         if (
             not cutoffs

@@ -69,6 +69,7 @@ class SampledSoftmax(keras.layers.Layer):
         super().__init__(**kwargs)
         softmax_common.validate_vocabulary_size(vocabulary_size)
         self.supports_masking = True  # `mask` marks the targets to ignore
+        self.supports_jit = False  # the candidate sampler has no XLA kernel
         if not isinstance(num_sampled, int) or not 0 < num_sampled < vocabulary_size:
             raise ValueError(
                 "Received an invalid value for `num_sampled`, expected an integer in "

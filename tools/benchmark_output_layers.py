@@ -1,0 +1,448 @@
+"""Output-layer speed and memory table (the structure of Li et al. 2019, Tables 4 and 5).
+
+Every output layer of tfeff is put on the same encoder and trained side by side
+in one process on synthetic Zipfian data:
+
+    NONE      the encoder alone (loss = mean square of its states): the floor
+    CONT      ContinuousOutput (cosine) against the fixed table (ELMo-C)
+    FIXED     sampled softmax against the frozen fixed table
+    SUBWORD   trainable WordPiece embedding tied to a full softmax over subwords
+              (`--subword_vocabulary_size`, `--pieces_per_word` tokens per word)
+    ADAPTIVE  AdaptiveSoftmax, cutoffs [V/40, V/8], div_value 4
+    SAMPLED   SampledSoftmax, `--num_sampled` log-uniform negatives
+    FULL      the exact softmax (only to show that ADAPTIVE is adaptive)
+
+Per encoder (`--encoders`: the ELMo biLSTM with projection, a 2-layer LSTM
+biLM, a 2-layer Transformer biLM) and vocabulary size (`--vocabulary_sizes`),
+it reports:
+
+* params: trainable parameters (the fixed tables are not parameters);
+* memory: bytes of one training step (allocator peak, minus the fixed tables,
+  which stay in host memory on an accelerator) and the largest batch that
+  fits `--memory_budget_gib`, found by measuring two batch sizes,
+  extrapolating the linear fit, then measuring at the candidate and bisecting
+  down while it does not fit (`≈` marks batches above `--verify_max_batch`,
+  which are extrapolated, not measured);
+* S1: median seconds per step at batch 1;
+* S2: median seconds per million words at the largest batch (capped by
+  `--s2_max_batch` to bound the run time; the batch used is printed);
+* every time as a ratio to CONT measured in the same run.
+
+A step is forward, loss, gradients and a sparse-aware SGD update (rows of
+gathered matrices are updated with scatter, as TF1's Adagrad/SGD did for
+bilm-tf), so optimizer cost does not hide the output layer's.
+
+Results go to `--results_dir`: `output_layers.md` (the table) and
+`output_layers.png` (bar chart of S2 ratios, with matplotlib from the
+`bench` extra). The table is printed last.
+
+    python tools/benchmark_output_layers.py --preset small     # make bench
+    python tools/benchmark_output_layers.py --preset full      # the README table
+"""
+
+import os
+
+# The CPU allocator only reports peak memory when it is a BFC allocator.
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tfeff.models import ElmoLM  # noqa: E402
+
+HEADS = ("NONE", "CONT", "FIXED", "SUBWORD", "ADAPTIVE", "SAMPLED", "FULL")
+ENCODERS = ("elmo", "lstm2", "transformer")
+PRESETS = {
+    # make bench: a few minutes on 2 CPU cores.
+    "small": dict(runs=["elmo:40000", "elmo:800000", "lstm2:800000", "transformer:800000"],
+                  units=256, projection_dim=64, embedding_dim=64, sequence_length=20,
+                  num_sampled=1024, subword_vocabulary_size=8000, memory_budget_gib=2.0,
+                  s2_max_batch=64, verify_max_batch=256, repeats=3),
+    # The README table: a larger encoder, the paper's num_sampled and budget.
+    "full": dict(runs=["elmo:40000", "elmo:800000", "elmo:2000000", "lstm2:800000",
+                       "transformer:800000"],
+                 units=1024, projection_dim=256, embedding_dim=300, sequence_length=20,
+                 num_sampled=8192, subword_vocabulary_size=30000, memory_budget_gib=8.0,
+                 s2_max_batch=128, verify_max_batch=512, repeats=3),
+}
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("preset", "small", list(PRESETS), "Sizes; the flags below override them.")
+flags.DEFINE_list("runs", None, f"encoder:vocabulary_size pairs; encoders are {ENCODERS}.")
+flags.DEFINE_integer("full_max_vocabulary_size", 800000,
+                     "FULL is skipped above this vocabulary size (its steps take minutes on CPU).")
+flags.DEFINE_list("heads", list(HEADS), "Output layers to measure.")
+flags.DEFINE_integer("units", None, "LSTM cells (ELMo: 4096).")
+flags.DEFINE_integer("projection_dim", None, "LSTM projection / model width (ELMo: 512).")
+flags.DEFINE_integer("embedding_dim", None, "Fixed (fastText) vector size (paper: 300).")
+flags.DEFINE_integer("sequence_length", None, "Words per sequence (ELMo: 20).")
+flags.DEFINE_integer("num_sampled", None, "Negatives of SAMPLED and FIXED.")
+flags.DEFINE_integer("subword_vocabulary_size", None, "WordPiece vocabulary of SUBWORD.")
+flags.DEFINE_float("pieces_per_word", 1.3, "WordPiece tokens per word for SUBWORD.")
+flags.DEFINE_float("memory_budget_gib", None, "Memory budget of the largest-batch search.")
+flags.DEFINE_integer("s2_max_batch", None, "Largest batch at which S2 is timed.")
+flags.DEFINE_integer("verify_max_batch", None, "Largest batch whose memory is measured.")
+flags.DEFINE_integer("repeats", None, "Timed steps per measurement (median).")
+flags.DEFINE_float("zipf", 1.1, "Exponent of the Zipfian word distribution.")
+flags.DEFINE_float("learning_rate", 0.01, "SGD learning rate of the timed steps.")
+flags.DEFINE_string("results_dir", "runs/bench", "Where the table and chart are written.")
+
+
+def _settings():
+    s = dict(PRESETS[FLAGS.preset])
+    for key in s:
+        value = getattr(FLAGS, key, None)
+        if value is not None:
+            s[key] = value
+    runs = []
+    for run in s["runs"]:
+        encoder, _, size = run.partition(":")
+        if encoder not in ENCODERS or not size.isdigit():
+            raise app.UsageError(f"--runs: expected encoder:vocabulary_size with an encoder "
+                                 f"in {ENCODERS}, got {run!r}")
+        runs.append((encoder, int(size)))
+    s["runs"] = runs
+    for h in FLAGS.heads:
+        if h not in HEADS:
+            raise app.UsageError(f"--heads: unknown output layer {h!r}, expected {HEADS}")
+    return s
+
+
+class ZipfSampler:
+    """Ids 4..V-1 with p(rank r) ~ 1/r^s (ids are frequency-ordered, 0-3 reserved)."""
+
+    def __init__(self, vocabulary_size, exponent, seed=0):
+        ranks = np.arange(1, vocabulary_size - 3, dtype=np.float64)
+        self.cdf = np.cumsum(ranks ** -exponent)
+        self.cdf /= self.cdf[-1]
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, shape):
+        return (np.searchsorted(self.cdf, self.rng.random(shape)) + 4).astype(np.int32)
+
+
+class TransformerBlock(keras.layers.Layer):
+    """A post-norm Transformer layer with a causal (or anti-causal) mask."""
+
+    def __init__(self, dim, num_heads, reverse, **kwargs):
+        super().__init__(**kwargs)
+        self.reverse = reverse
+        self.attention = keras.layers.MultiHeadAttention(num_heads, dim // num_heads)
+        self.ffn1 = keras.layers.Dense(4 * dim, activation="gelu")
+        self.ffn2 = keras.layers.Dense(dim)
+        self.norm1 = keras.layers.LayerNormalization()
+        self.norm2 = keras.layers.LayerNormalization()
+
+    def call(self, x):
+        n = tf.shape(x)[1]
+        mask = tf.linalg.band_part(tf.ones([n, n], tf.bool), 0, -1) if self.reverse else \
+            tf.linalg.band_part(tf.ones([n, n], tf.bool), -1, 0)
+        x = self.norm1(x + self.attention(x, x, attention_mask=mask[None]))
+        return self.norm2(x + self.ffn2(self.ffn1(x)))
+
+
+class BenchLM(keras.Model):
+    """An `ElmoLM` (input, heads, loss), optionally with another biLM encoder."""
+
+    def __init__(self, lm, encoder, head):
+        super().__init__()
+        self.lm = lm
+        self.encoder = encoder
+        self.head = head
+        dim = lm.projection_dim
+        self.forward_layers, self.backward_layers = [], []
+        if encoder == "lstm2":
+            for i in range(2):
+                self.forward_layers.append(keras.layers.LSTM(dim, return_sequences=True))
+                self.backward_layers.append(
+                    keras.layers.LSTM(dim, return_sequences=True, go_backwards=True))
+        elif encoder == "transformer":
+            for i in range(2):
+                self.forward_layers.append(TransformerBlock(dim, 4, reverse=False))
+                self.backward_layers.append(TransformerBlock(dim, 4, reverse=True))
+
+    def encode(self, ids, training):
+        mask = ids > 0
+        vectors = self.lm.token_embedding(ids)
+        if self.encoder == "elmo":
+            _, f, b = self.lm.encode(vectors, mask, training=training)
+            return f, b
+        x = self.lm.token_projection(vectors)
+        f, b = x, x
+        for layer in self.forward_layers:
+            f = layer(f)
+        for layer in self.backward_layers:
+            b = layer(b)
+            if self.encoder == "lstm2":
+                b = tf.reverse(b, axis=[1])  # go_backwards returns reversed time
+        return f, b
+
+    def loss_fn(self, ids, training=True):
+        f, b = self.encode(ids, training)
+        if self.head == "NONE":
+            return tf.reduce_mean(tf.square(f)) + tf.reduce_mean(tf.square(b))
+        outputs = {"forward": self.lm.head_inputs(f), "backward": self.lm.head_inputs(b)}
+        return self.lm.compute_loss(x=ids, y_pred=outputs, training=training)
+
+
+def make_model(head, encoder, vocabulary_size, s, table):
+    kwargs = dict(num_layers=2, units=s["units"], projection_dim=s["projection_dim"],
+                  dropout_rate=0.0, seed=0)
+    if head == "SUBWORD":
+        lm = ElmoLM(None, input_embedding="trainable", vocabulary_size=s["subword_vocabulary_size"],
+                    embedding_dim=s["projection_dim"], output_layer="full", tie_output=True, **kwargs)
+    else:
+        output = {"NONE": "continuous", "CONT": "continuous", "FIXED": "fixed",
+                  "ADAPTIVE": "adaptive", "SAMPLED": "sampled", "FULL": "full"}[head]
+        lm = ElmoLM(table, output_layer=output,
+                    adaptive_cutoffs=[vocabulary_size // 40, vocabulary_size // 8],
+                    num_sampled=min(s["num_sampled"], vocabulary_size // 2), **kwargs)
+    model = BenchLM(lm, encoder, head)
+    model.loss_fn(tf.constant([[4, 5, 6]], tf.int32))  # build every weight
+    return model
+
+
+def trainable_parameters(model):
+    skip = set()
+    if model.head == "NONE":  # the floor has no output layer
+        skip = {id(v) for v in model.lm.output_head.trainable_variables}
+    return int(sum(np.prod(v.shape) for v in model.trainable_variables if id(v) not in skip))
+
+
+def make_step(model, learning_rate):
+    variables = model.trainable_variables
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], jit_compile=False)
+    def step(ids):
+        with tf.GradientTape() as tape:
+            loss = model.loss_fn(ids)
+        grads = tape.gradient(loss, variables)
+        for g, v in zip(grads, variables):
+            if g is None:
+                continue
+            if isinstance(g, tf.IndexedSlices):
+                v.value.scatter_sub(tf.IndexedSlices(learning_rate * g.values, g.indices))
+            else:
+                v.assign_sub(learning_rate * g)
+        return loss
+
+    return step
+
+
+def _device():
+    return "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
+
+
+def _run(step, batch):
+    t0 = time.perf_counter()
+    loss = step(batch)
+    float(loss)
+    return time.perf_counter() - t0
+
+
+def measure_memory(step, sample, batch, length, host_bytes):
+    """Peak allocator bytes of one step at `batch`, minus the host-resident tables."""
+    ids = tf.constant(sample((batch, length)))
+    _run(step, ids)  # allocations of this shape settle
+    tf.config.experimental.reset_memory_stats(_device())
+    _run(step, ids)
+    return tf.config.experimental.get_memory_info(_device())["peak"] - host_bytes
+
+
+def largest_batch(step, sample, length, budget, verify_max, host_bytes):
+    """Largest batch whose step fits `budget` bytes: `(batch, measured, bytes_at_batch)`."""
+    b1, b2 = 16, 64
+    m1 = measure_memory(step, sample, b1, length, host_bytes)
+    m2 = measure_memory(step, sample, b2, length, host_bytes)
+    per_example = max((m2 - m1) / (b2 - b1), 1.0)
+    fixed = m1 - per_example * b1
+    if fixed > budget:
+        return 0, True, m1
+    guess = int((budget - fixed) / per_example)
+    if guess > verify_max:
+        return guess, False, fixed + per_example * guess
+    lo, hi = 0, guess
+    while hi > lo:
+        used = measure_memory(step, sample, hi, length, host_bytes)
+        if used <= budget:
+            return hi, True, used
+        hi = lo + (hi - lo) // 2 if hi - lo > 1 else lo
+    return lo, True, None
+
+
+def timed(step, sample, batch, length, repeats):
+    ids = tf.constant(sample((batch, length)))
+    _run(step, ids)  # warm-up
+    return statistics.median(_run(step, ids) for _ in range(repeats))
+
+
+def benchmark(s):
+    rows = []
+    budget = s["memory_budget_gib"] * 2 ** 30
+    tables = {}
+    for encoder, vocabulary_size in s["runs"]:
+        if vocabulary_size not in tables:
+            tables.clear()
+            rng = np.random.default_rng(0)
+            tables[vocabulary_size] = rng.normal(
+                size=(vocabulary_size, s["embedding_dim"])).astype(np.float32)
+        table = tables[vocabulary_size]
+        table_bytes = table.nbytes
+        for head in FLAGS.heads:
+            if head == "FULL" and vocabulary_size > FLAGS.full_max_vocabulary_size:
+                continue
+            keras.utils.set_random_seed(0)
+            subword = head == "SUBWORD"
+            length = math.ceil(s["sequence_length"] * FLAGS.pieces_per_word) if subword \
+                else s["sequence_length"]
+            sample = ZipfSampler(s["subword_vocabulary_size"] if subword else vocabulary_size,
+                                 FLAGS.zipf)
+            t0 = time.time()
+            model = make_model(head, encoder, vocabulary_size, s, table)
+            step = make_step(model, FLAGS.learning_rate)
+            params = trainable_parameters(model)
+            host = 0 if subword else table_bytes
+            s1 = timed(step, sample, 1, length, s["repeats"])
+            batch, measured, used = largest_batch(
+                step, sample, length, budget, s["verify_max_batch"], host)
+            s2_batch = max(1, min(batch, s["s2_max_batch"]))
+            seconds = timed(step, sample, s2_batch, length, s["repeats"])
+            s2 = seconds / (s2_batch * s["sequence_length"]) * 1e6  # per million words
+            rows.append(dict(vocabulary_size=vocabulary_size, encoder=encoder, head=head,
+                             params=params, s1=s1, s2=s2, batch=batch, measured=measured,
+                             s2_batch=s2_batch, bytes=used))
+            print(f"V={vocabulary_size:>8} {encoder:<11} {head:<8} params={params:>11,} "
+                  f"S1={s1 * 1e3:8.1f} ms  S2={s2:8.2f} s/Mw (batch {s2_batch})  "
+                  f"largest batch {'' if measured else '≈'}{batch}  "
+                  f"[{time.time() - t0:.0f} s]", flush=True)
+            del model, step
+            keras.backend.clear_session()
+    return rows
+
+
+def _ratio(value, reference):
+    return f"{value / reference:.2f}" if reference else "-"
+
+
+def markdown(rows, s):
+    lines = [
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{tf.config.list_logical_devices('GPU') and 'GPU' or 'CPU only'}; "
+        f"TensorFlow {tf.__version__}. Encoder: units {s['units']}, projection "
+        f"{s['projection_dim']}, fixed vectors {s['embedding_dim']}-d, {s['sequence_length']} "
+        f"words per sequence; memory budget {s['memory_budget_gib']:g} GiB; medians of "
+        f"{s['repeats']} steps. Times are ratios to CONT in the same run (CONT's own in "
+        "seconds); S2 is per million words at the batch shown.",
+        "",
+        "| V | encoder | output | params | largest batch | S1 (batch 1) | S2 (per 1M words) | S2 batch |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for (v, e), group in _groups(rows).items():
+        cont = next((r for r in group if r["head"] == "CONT"), None)
+        for r in group:
+            if r is cont:
+                s1, s2 = f"{r['s1'] * 1e3:.1f} ms", f"{r['s2']:.2f} s"
+            else:
+                s1 = _ratio(r["s1"], cont and cont["s1"])
+                s2 = _ratio(r["s2"], cont and cont["s2"])
+            batch = f"{'' if r['measured'] else '≈'}{r['batch']}"
+            lines.append(f"| {v:,} | {e} | {r['head']} | {r['params']:,} | {batch} | {s1} | "
+                         f"{s2} | {r['s2_batch']} |")
+    lines += target_lines(rows)
+    return "\n".join(lines) + "\n"
+
+
+def target_lines(rows):
+    """The issue's targets, checked on this run's numbers (PASS / MISS)."""
+    out = ["", "Targets (S2 unless noted):"]
+    for (v, e), group in _groups(rows).items():
+        by = {r["head"]: r for r in group}
+        cont = by.get("CONT")
+        if cont is None:
+            continue
+        checks = []
+        others = [r for h, r in by.items() if h not in ("NONE", "CONT")]
+        if others:
+            fastest = all(cont["s2"] <= r["s2"] for r in others)
+            checks.append(("CONT fastest output layer", fastest, ""))
+        if "NONE" in by:
+            ratio = cont["s2"] / by["NONE"]["s2"]
+            checks.append(("CONT within 5% of the encoder floor", ratio <= 1.05, f"{ratio:.3f}"))
+        if v >= 800000:
+            for head, goal in (("ADAPTIVE", 1.5), ("SAMPLED", 1.35)):
+                if head in by:
+                    ratio = by[head]["s2"] / cont["s2"]
+                    checks.append((f"{head}/CONT >= {goal}", ratio >= goal, f"{ratio:.2f}"))
+            if "ADAPTIVE" in by and "FULL" in by:
+                ratio = by["FULL"]["s2"] / by["ADAPTIVE"]["s2"]
+                checks.append(("FULL/ADAPTIVE per step >= 3", ratio >= 3, f"{ratio:.2f}"))
+            if "ADAPTIVE" in by and by["ADAPTIVE"]["batch"]:
+                ratio = cont["batch"] / by["ADAPTIVE"]["batch"]
+                checks.append(("CONT largest batch >= 2x ADAPTIVE's", ratio >= 2, f"{ratio:.2f}"))
+        for name, ok, value in checks:
+            out.append(f"- V={v:,} {e}: {name}: {'PASS' if ok else 'MISS'} {value}".rstrip())
+    return out
+
+
+def _groups(rows):
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["vocabulary_size"], r["encoder"]), []).append(r)
+    return groups
+
+
+def chart(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[bench]'): no chart written")
+        return None
+    groups = _groups(rows)
+    fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 3.6), squeeze=False)
+    for ax, ((v, e), group) in zip(axes[0], groups.items()):
+        cont = next((r for r in group if r["head"] == "CONT"), None)
+        names = [r["head"] for r in group]
+        values = [r["s2"] / cont["s2"] if cont else r["s2"] for r in group]
+        ax.bar(names, values, color=["#888" if n == "NONE" else "#1f77b4" if n == "CONT"
+                                      else "#ff7f0e" for n in names])
+        ax.axhline(1.0, color="k", linewidth=0.5)
+        ax.set_title(f"{e}, V={v:,}", fontsize=9)
+        ax.set_ylabel("S2 time / CONT")
+        ax.tick_params(axis="x", rotation=60, labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def main(argv):
+    del argv
+    s = _settings()
+    os.makedirs(FLAGS.results_dir, exist_ok=True)
+    rows = benchmark(s)
+    table = markdown(rows, s)
+    with open(os.path.join(FLAGS.results_dir, "output_layers.md"), "w") as f:
+        f.write(table)
+    with open(os.path.join(FLAGS.results_dir, "output_layers.json"), "w") as f:
+        json.dump({"settings": s, "rows": rows}, f, indent=1)
+    png = chart(rows, os.path.join(FLAGS.results_dir, "output_layers.png"))
+    print(f"\nWrote {FLAGS.results_dir}/output_layers.md" + (f" and {png}" if png else ""))
+    print()
+    print(table)
+
+
+if __name__ == "__main__":
+    app.run(main)
