@@ -7,7 +7,7 @@ from tfeff.layers import softmax_common
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
-class AdaptiveSoftmax(keras.layers.Layer):
+class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     """Adaptive softmax (Grave et al. 2016), with PyTorch's semantics.
 
     Classes must be ordered by decreasing frequency. `cutoffs` split them
@@ -217,12 +217,6 @@ class AdaptiveSoftmax(keras.layers.Layer):
         )
         best = tf.tensor_scatter_nd_update(best, rows[:, None], rest)
         return tf.reshape(best, tf.shape(inputs)[:-1])
-
-    def compute_output_shape(self, inputs_shape, targets_shape=None):
-        return tuple(inputs_shape[:-1]), ()
-
-    def compute_mask(self, inputs, targets=None, mask=None):
-        return None
 
     def get_config(self):
         config = super().get_config()

@@ -14,7 +14,7 @@ class _Tie:
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
-class FullSoftmax(keras.layers.Layer):
+class FullSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
     """A softmax over every class: the baseline that the other output layers approximate.
 
     Logits are `inputs @ embeddings^T + bias`, with `embeddings` of shape
@@ -104,22 +104,6 @@ class FullSoftmax(keras.layers.Layer):
         x, t, keep = softmax_common.flatten_inputs(inputs, targets, mask, self.ignore_index)
         log_probs = tf.nn.log_softmax(self.logits(x), axis=-1)  # (n, V)
         return softmax_common.finish(tf.gather(log_probs, t, batch_dims=1), keep, targets)
-
-    def log_prob(self, inputs):
-        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
-        out = tf.nn.log_softmax(self.logits(x), axis=-1)
-        return tf.reshape(out, tf.concat([tf.shape(inputs)[:-1], [self.vocabulary_size]], 0))
-
-    def predict(self, inputs):
-        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
-        best = tf.argmax(self.logits(x), axis=-1, output_type=tf.int32)
-        return tf.reshape(best, tf.shape(inputs)[:-1])
-
-    def compute_output_shape(self, inputs_shape, targets_shape=None):
-        return tuple(inputs_shape[:-1]), ()
-
-    def compute_mask(self, inputs, targets=None, mask=None):
-        return None
 
     def get_config(self):
         config = super().get_config()

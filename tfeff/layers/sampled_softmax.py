@@ -10,7 +10,7 @@ _HIT_PENALTY = -1e9
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
-class SampledSoftmax(keras.layers.Layer):
+class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
     """Sampled softmax (Jean et al. 2015) with a log-uniform (Zipfian) sampler.
 
     In training, each step draws `num_sampled` distinct negative classes
@@ -155,22 +155,6 @@ class SampledSoftmax(keras.layers.Layer):
         logits = tf.concat([true_logits[:, None], sampled_logits], axis=1)
         log_probs = tf.nn.log_softmax(logits, axis=-1)[:, 0]
         return softmax_common.finish(log_probs, keep, targets)
-
-    def log_prob(self, inputs):
-        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
-        out = tf.nn.log_softmax(self.logits(x), axis=-1)
-        return tf.reshape(out, tf.concat([tf.shape(inputs)[:-1], [self.vocabulary_size]], 0))
-
-    def predict(self, inputs):
-        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
-        best = tf.argmax(self.logits(x), axis=-1, output_type=tf.int32)
-        return tf.reshape(best, tf.shape(inputs)[:-1])
-
-    def compute_output_shape(self, inputs_shape, targets_shape=None):
-        return tuple(inputs_shape[:-1]), ()
-
-    def compute_mask(self, inputs, targets=None, mask=None):
-        return None
 
     def get_config(self):
         config = super().get_config()

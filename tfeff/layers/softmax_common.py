@@ -62,3 +62,29 @@ def check_frequency_sorted(counts, first_id=0, name="vocabulary"):
                 "log-uniform sampling need frequency-ordered ids."
             )
         previous = counts[i]
+
+
+class SoftmaxOutputMixin:
+    """Shape and mask methods of the softmax output layers (mix in before `Layer`)."""
+
+    def compute_output_shape(self, inputs_shape, targets_shape=None):
+        return tuple(inputs_shape[:-1]), ()
+
+    def compute_mask(self, inputs, targets=None, mask=None):
+        return None
+
+
+class ExactSoftmaxMixin(SoftmaxOutputMixin):
+    """`log_prob` and `predict` of layers whose `logits(x)` covers every class."""
+
+    def log_prob(self, inputs):
+        """Full log-distribution `(..., vocabulary_size)`, float32."""
+        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        out = tf.nn.log_softmax(self.logits(x), axis=-1)
+        return tf.reshape(out, tf.concat([tf.shape(inputs)[:-1], [self.vocabulary_size]], 0))
+
+    def predict(self, inputs):
+        """Most probable class `(...)`, int32."""
+        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        best = tf.argmax(self.logits(x), axis=-1, output_type=tf.int32)
+        return tf.reshape(best, tf.shape(inputs)[:-1])

@@ -66,6 +66,15 @@ def _path(model_dir, name):
     return os.path.join(model_dir, name)
 
 
+def _count_words(data_cfg, train_files):
+    logging.info("Counting words of %s", train_files)
+    return data_lib.Vocabulary.build(
+        data_lib.text_lines(train_files, data_cfg.on_invalid_utf8),
+        min_count=data_cfg.min_count,
+        max_words_in_memory=data_cfg.max_words_in_memory,
+    )
+
+
 def prepare_data(config, model_dir):
     """Creates (or reuses) corpus, vocabulary, fastText model and vocabulary vectors."""
     data_cfg, ft_cfg = config.data, config.fasttext
@@ -86,12 +95,7 @@ def prepare_data(config, model_dir):
     vocabulary_path = _path(model_dir, VOCABULARY_FILE)
     if data_cfg.tokenization == "wordpiece":
         if not tf.io.gfile.exists(vocabulary_path):
-            logging.info("Counting words of %s", train_files)
-            words = data_lib.Vocabulary.build(
-                data_lib.text_lines(train_files, data_cfg.on_invalid_utf8),
-                min_count=data_cfg.min_count,
-                max_words_in_memory=data_cfg.max_words_in_memory,
-            )
+            words = _count_words(data_cfg, train_files)
             logging.info("Learning a WordPiece vocabulary of about %d tokens",
                          data_cfg.wordpiece_vocabulary_size)
             data_lib.learn_wordpiece_vocabulary(
@@ -100,12 +104,7 @@ def prepare_data(config, model_dir):
         # Subword models have no fixed vectors: no fastText, no table.
         return DataArtifacts(train_files, heldout_files, vocabulary_path, None, None)
     if not tf.io.gfile.exists(vocabulary_path):
-        logging.info("Counting words of %s", train_files)
-        vocab = data_lib.Vocabulary.build(
-            data_lib.text_lines(train_files, data_cfg.on_invalid_utf8),
-            min_count=data_cfg.min_count,
-            max_words_in_memory=data_cfg.max_words_in_memory,
-        )
+        vocab = _count_words(data_cfg, train_files)
         if heldout_files:
             # Open vocabulary: held-out words get rows (count 0) so that they
             # can be evaluated as targets through their subword vectors.
