@@ -44,10 +44,14 @@ def target_ranks(predictions, target_ids, table, chunk_size=8192, block_size=102
         keep = np.ones(len(chunk), dtype=bool)
         inside = excluded[(excluded >= start) & (excluded < start + len(chunk))]
         keep[inside - start] = False
+        columns = np.arange(start, start + len(chunk))
         for b in range(0, len(predictions), block_size):
             sims = predictions[b:b + block_size] @ chunk.T  # (block, chunk)
             above = sims > target_sims[b:b + block_size, None]
-            ranks[b:b + block_size] += np.count_nonzero(above & keep[None, :], axis=1)
+            # The target's own column: the matmul may round its cosine above
+            # the einsum's, and a target never outranks itself.
+            own = columns[None, :] == target_ids[b:b + block_size, None]
+            ranks[b:b + block_size] += np.count_nonzero(above & keep[None, :] & ~own, axis=1)
     return ranks
 
 
