@@ -1,4 +1,4 @@
-"""SampledSoftmax: log-uniform candidate sampling, optionally against a fixed table."""
+"""SampledSoftmax: log-uniform candidate sampling, optionally against a fixed table (TensorFlow-only)."""
 
 import keras
 import tensorflow as tf

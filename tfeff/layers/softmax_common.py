@@ -1,4 +1,4 @@
-"""Shared pieces of the softmax output layers (not a public layer).
+"""Shared pieces of the softmax output layers (TensorFlow-only; not a public layer).
 
 Every softmax output layer of tfeff has the same contract:
 
