@@ -194,8 +194,11 @@ def check_output_layer(config, vocab):
 def _model_inputs(config, model_dir):
     """`(vectors_path, vocabulary_size)` for `build_model` from a prepared model_dir."""
     if config.data.tokenization == "wordpiece":
-        vocab = data_lib.Vocabulary.load(_path(model_dir, VOCABULARY_FILE))
-        return None, len(vocab)
+        vocabulary_path = _path(model_dir, VOCABULARY_FILE)
+        if not tf.io.gfile.exists(vocabulary_path):
+            raise FileNotFoundError(
+                f"{model_dir} has no {VOCABULARY_FILE}: run tfeff-pretrain first")
+        return None, len(data_lib.Vocabulary.load(vocabulary_path))
     vectors_path = _path(model_dir, VECTORS_FILE)
     if not tf.io.gfile.exists(vectors_path):
         raise FileNotFoundError(f"{model_dir} has no {VECTORS_FILE}: run tfeff-pretrain first")
