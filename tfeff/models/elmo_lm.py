@@ -10,7 +10,20 @@ INPUT_EMBEDDINGS = ("fixed", "trainable")
 # Output layers that score the fixed table (they need `embedding_table`).
 _TABLE_OUTPUTS = ("continuous", "fixed")
 # Targets with these ids (padding, unknown word) carry no loss.
-_FIRST_PREDICTABLE_ID = 2
+FIRST_PREDICTABLE_ID = 2
+
+
+def direction_pairs(outputs, targets):
+    """`(direction, outputs, targets)` aligned per direction.
+
+    Forward position t predicts token t+1 and backward position t predicts
+    token t-1, so the outputs and targets are shifted against each other.
+    Works on tensors and NumPy arrays; `targets` may be ids or their vectors.
+    """
+    return (
+        ("forward", outputs["forward"][:, :-1], targets[:, 1:]),
+        ("backward", outputs["backward"][:, 1:], targets[:, :-1]),
+    )
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -329,24 +342,20 @@ class ElmoLM(keras.Model):
         ids = tf.cast(ids, tf.int32)
         if not self.is_continuous:
             return self._softmax_losses(ids, predictions, training)
-        targets = self.fixed_table(ids)  # host gather of the same rows
+        targets = self.fixed_table(ids)  # host gather of the same rows, once
         out = {}
-        for name, pred, tgt_ids, tgt in (
-            ("forward", predictions["forward"][:, :-1], ids[:, 1:], targets[:, 1:]),
-            ("backward", predictions["backward"][:, 1:], ids[:, :-1], targets[:, :-1]),
+        for (name, pred, tgt_ids), (_, _, tgt) in zip(
+            direction_pairs(predictions, ids), direction_pairs(predictions, targets)
         ):
-            valid = tf.cast(tgt_ids >= _FIRST_PREDICTABLE_ID, tf.float32)
+            valid = tf.cast(tgt_ids >= FIRST_PREDICTABLE_ID, tf.float32)
             per_token = self.output_head.distance(pred, tgt)  # (batch, time-1)
             out[name] = (tf.reduce_sum(per_token * valid), tf.reduce_sum(valid))
         return out
 
     def _softmax_losses(self, ids, hidden, training):
         out = {}
-        for name, h, tgt_ids in (
-            ("forward", hidden["forward"][:, :-1], ids[:, 1:]),
-            ("backward", hidden["backward"][:, 1:], ids[:, :-1]),
-        ):
-            valid = tgt_ids >= _FIRST_PREDICTABLE_ID
+        for name, h, tgt_ids in direction_pairs(hidden, ids):
+            valid = tgt_ids >= FIRST_PREDICTABLE_ID
             h = tf.boolean_mask(h, valid)  # (targets, dim)
             log_probs, _ = self.output_head(h, tf.boolean_mask(tgt_ids, valid),
                                             training=training)

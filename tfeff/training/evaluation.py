@@ -9,6 +9,7 @@ materializes a batch x V matrix and is never normalized as a whole copy.
 import numpy as np
 
 from tfeff.data import vocabulary as vocabulary_lib
+from tfeff.models import elmo_lm
 
 
 def _normalize(x):
@@ -75,13 +76,9 @@ def collect_predictions(model, dataset, max_targets):
     """Runs the model on batches; returns (predictions, target_ids) of both directions."""
     preds, targets, total = [], [], 0
     for ids in dataset:
-        out = model(ids, training=False)
-        ids = ids.numpy()
-        for pred, tgt in (
-            (out["forward"].numpy()[:, :-1], ids[:, 1:]),
-            (out["backward"].numpy()[:, 1:], ids[:, :-1]),
-        ):
-            valid = tgt >= vocabulary_lib.BOS_ID
+        out = {name: value.numpy() for name, value in model(ids, training=False).items()}
+        for _, pred, tgt in elmo_lm.direction_pairs(out, ids.numpy()):
+            valid = tgt >= elmo_lm.FIRST_PREDICTABLE_ID
             preds.append(pred[valid])
             targets.append(tgt[valid])
             total += int(valid.sum())
