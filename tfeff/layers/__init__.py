@@ -1,6 +1,7 @@
 """Keras layers: the efficiency ideas of tfeff, one public class per file."""
 
 from tfeff.layers.adaptive_softmax import AdaptiveSoftmax
+from tfeff.layers.alone_embedding import AloneEmbedding
 from tfeff.layers.continuous_output import ContinuousOutput
 from tfeff.layers.fasttext_embedding import FastTextEmbedding
 from tfeff.layers.fixed_embedding import FixedEmbedding
@@ -10,6 +11,7 @@ from tfeff.layers.sampled_softmax import SampledSoftmax
 
 __all__ = [
     "AdaptiveSoftmax",
+    "AloneEmbedding",
     "ContinuousOutput",
     "FastTextEmbedding",
     "FixedEmbedding",

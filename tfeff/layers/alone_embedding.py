@@ -1,0 +1,527 @@
+"""AloneEmbedding: every word embedding from one shared vector (TensorFlow-only).
+
+The filters are rebuilt from the seed with the integer hash below. Being
+computed with exact integer arithmetic (and float32 sums in a fixed order),
+they are bit-identical in every process, on every machine and device. The
+filter of an id does not depend on the vocabulary size, so a vocabulary can
+grow without changing the embeddings of the existing ids.
+"""
+
+import hashlib
+import math
+import secrets
+
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.trackable import base as trackable_base
+
+FILTER_TYPES = ("binary", "real")
+LOOKUPS = ("unique", "table", "token")
+# Bump when the construction changes: old checkpoints then fail the fingerprint check.
+CONSTRUCTION_VERSION = 1
+
+_MASK32 = 0xFFFFFFFF
+_MIX = 0x45D9F3B  # < 2**27, so every product below stays inside int64
+_HASH_START = 0x243F6A88
+_TAG_BINARY, _TAG_REAL, _TAG_ASSIGN = 1, 2, 3
+_FINGERPRINT_IDS = 4096  # ids whose assignment enters the fingerprint digest
+
+
+def _mix32(x):
+    """A bijection of [0, 2**32) with good avalanche, on int64 tensors."""
+    for _ in range(2):
+        x = tf.bitwise.bitwise_xor(tf.bitwise.right_shift(x, 16), x)
+        x = tf.bitwise.bitwise_and(x * _MIX, _MASK32)
+    return tf.bitwise.bitwise_xor(tf.bitwise.right_shift(x, 16), x)
+
+
+def hash32(*words):
+    """`h(w_1, ..., w_n)`: fold `h <- mix32(h XOR (w_i mod 2**32))` from 0x243F6A88.
+
+    Args are int tensors (or ints) that broadcast together; returns int64
+    values in [0, 2**32).
+    """
+    h = tf.constant(_HASH_START, tf.int64)
+    for w in words:
+        w = tf.bitwise.bitwise_and(tf.cast(w, tf.int64), _MASK32)
+        h = _mix32(tf.bitwise.bitwise_xor(h, w))
+    return h
+
+
+def _seed_words(seed):
+    return (seed & _MASK32, seed >> 32)
+
+
+def build_codebooks(seed, num_codebooks, codebook_size, base_dim, filter_type,
+                    zero_probability):
+    """The `(num_codebooks, codebook_size, base_dim)` float32 codebooks of a seed.
+
+    Entry `[k, j, i]` (row i of column j of codebook k) is, with
+    `h = hash32(seed mod 2**32, seed // 2**32, tag, k, j, i, ...)`:
+
+    * binary: 1 if `h(tag=1) < round((1 - p_o ** (1 / M)) * 2**32)`, else 0, so that
+      an element of the OR of M columns is 0 with probability p_o;
+    * real: Box-Muller in float64 of `u_t = (h(tag=2, ..., t) + 0.5) / 2**32`,
+      t = 0, 1: `sqrt(-2 ln u_0) cos(2 pi u_1) / sqrt(M)`, rounded to float32.
+    """
+    with tf.init_scope(), tf.device("/CPU:0"):
+        k, j, i = np.meshgrid(
+            np.arange(num_codebooks), np.arange(codebook_size), np.arange(base_dim),
+            indexing="ij",
+        )
+        k, j, i = (tf.constant(a, tf.int64) for a in (k, j, i))
+        s = _seed_words(seed)
+        if filter_type == "binary":
+            threshold = round((1.0 - zero_probability ** (1.0 / num_codebooks)) * 2**32)
+            h = hash32(s[0], s[1], _TAG_BINARY, k, j, i)
+            return tf.cast(h < threshold, tf.float32).numpy()
+        u0, u1 = (
+            (tf.cast(hash32(s[0], s[1], _TAG_REAL, k, j, i, t), tf.float64) + 0.5) / 2**32
+            for t in (0, 1)
+        )
+        z = tf.sqrt(-2.0 * tf.math.log(u0)) * tf.cos(2.0 * math.pi * u1)
+        return tf.cast(z / math.sqrt(num_codebooks), tf.float32).numpy()
+
+
+def assign_columns(ids, seed, num_codebooks, codebook_size):
+    """Column of each codebook assigned to each id: int64 `ids.shape + (M,)`.
+
+    `col_k(w) = (hash32(seed mod 2**32, seed // 2**32, 3, k, w) * c) >> 32`.
+    """
+    s = _seed_words(seed)
+    ids = tf.cast(ids, tf.int64)[..., None]
+    k = tf.range(num_codebooks, dtype=tf.int64)
+    h = hash32(s[0], s[1], _TAG_ASSIGN, k, ids)
+    return tf.bitwise.right_shift(h * codebook_size, 32)
+
+
+class _Frozen:
+    """Holds constant tensors out of reach of Keras/TF tracking (never a weight)."""
+
+    def __init__(self, **tensors):
+        self.__dict__.update(tensors)
+
+
+class _TableMemo:
+    """The embedding table computed in one traced graph, keyed by `training`."""
+
+    def __init__(self):
+        self.graph, self.tables = None, {}
+
+
+class _FilterFingerprint(trackable_base.Trackable):
+    """Writes the filter description into checkpoints and checks it on restore.
+
+    A checkpoint holds only the base vector and the FFN; restoring it into a
+    layer whose filters differ (another seed, sizes or construction) would
+    silently give other embeddings, so the restore raises instead.
+    """
+
+    def __init__(self, layer_name, fingerprint):
+        self.layer_name = layer_name
+        self.fingerprint = fingerprint
+
+    def _serialize_to_tensors(self):
+        return {"fingerprint": tf.constant(self.fingerprint)}
+
+    def _restore_from_tensors(self, restored_tensors):
+        value = restored_tensors["fingerprint"]
+        if hasattr(value, "numpy"):
+            check_fingerprint(value.numpy().decode("utf-8"), self.fingerprint, self.layer_name)
+        return tf.no_op()
+
+
+def check_fingerprint(stored, expected, layer_name):
+    """Raises ValueError naming the differing fields when `stored != expected`."""
+    if stored == expected:
+        return
+    fields = lambda s: dict(f.split("=", 1) for f in s.split() if "=" in f)  # noqa: E731
+    a, b = fields(stored), fields(expected)
+    diff = ", ".join(
+        f"{k}: saved {a.get(k)!s} vs layer {b.get(k)!s}"
+        for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+    )
+    raise ValueError(
+        f"AloneEmbedding `{layer_name}`: the saved weights were trained with other filters "
+        f"({diff}). The filters are rebuilt from the seed and not stored, so these weights "
+        "only make sense with the layer settings they were trained with."
+    )
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class AloneEmbedding(keras.layers.Layer):
+    """ALONE: all word embeddings from one shared vector and fixed random filters.
+
+    The embedding of word `w` is `FFN(m_w * o)`: `o` is one trainable vector
+    of size `base_dim` (D_o), `m_w` a fixed filter and
+    `FFN(x) = relu(x W_1) W_2` with bias-free `W_1` `(D_o, D_inter)` and
+    `W_2` `(D_inter, D_e)`, and dropout after the ReLU. The trainable
+    parameters are `D_o + D_inter * (D_o + D_e)` whatever the vocabulary size.
+
+    Filters are built from `num_codebooks` (M) random codebooks of
+    `codebook_size` (c) columns of size D_o: word `w` takes one
+    pseudo-random column of each codebook, the M columns are summed and
+    passed through `f`:
+
+    * `"binary"`: 0/1 codebook entries (1 with probability
+      `1 - zero_probability ** (1 / M)`), `f` = clip to 1 (element-wise OR),
+      so each filter element is 0 with probability `zero_probability`;
+    * `"real"`: Gaussian entries with variance `1 / M`, `f` = identity.
+
+    The filters are volatile: codebooks and assignments are rebuilt from
+    `seed` with exact integer hashing (`build_codebooks`, `assign_columns`),
+    never stored. Checkpoints and `.keras` files carry only `o`, the FFN and
+    a short fingerprint of the filters; loading them into a layer with other
+    filters raises a ValueError.
+
+    Lookups cost what the batch's distinct ids cost: with `lookup="unique"`
+    the FFN runs once per distinct id and the result is gathered per token.
+    `embedding_table()` computes all `(vocabulary_size, output_dim)`
+    embeddings, `table_chunk_size` rows at a time, and `attend(hidden)`
+    scores hidden states against them (the tied pre-softmax matrix of the
+    paper). Inside one traced function (a `tf.function`, such as one Keras
+    train step) the table is computed once and reused by every
+    `embedding_table`, `attend`, `embeddings` and (`lookup="table"`) call
+    of that graph: set `lookup="table"` when the output is tied, so that the
+    input side gathers rows of the table the output side needs anyway.
+    Calls must then share one gradient tape, as Keras' train step does.
+
+    Args:
+        vocabulary_size: number of ids, > 0.
+        output_dim: embedding size D_e, > 0.
+        base_dim: size D_o of the shared vector and the filters, > 0.
+        intermediate_dim: FFN inner size D_inter, > 0.
+        num_codebooks: M, > 0 (paper: 8).
+        codebook_size: c, columns per codebook, in (0, 2**31) (paper: 64).
+        filter_type: `"binary"` or `"real"`.
+        zero_probability: p_o in (0, 1), the binary filters' zero rate (paper: 0.5).
+        seed: non-negative int that determines the filters and the default
+            initializers; None draws one (stored in `get_config`).
+        dropout_rate: dropout after the ReLU, in [0, 1). Applied per embedded
+            word (each distinct id of a batch, or each row of the table), not
+            per token, except with `lookup="token"`.
+        train_base: whether `o` is trainable.
+        mask_zero: if True, id 0 is padding and `compute_mask` returns `ids != 0`.
+        lookup: `"unique"` (FFN per distinct id of the batch), `"table"`
+            (gather from `embedding_table()`, for tied outputs) or `"token"`
+            (FFN per token: the naive reference).
+        table_chunk_size: rows of the table computed at a time, > 0.
+        base_initializer: initializer of `o` (default: normal, stddev 1,
+            seeded from `seed`).
+        kernel_initializer: initializer of the FFN kernels (default: Glorot
+            uniform, seeded from `seed`).
+        **kwargs: base `Layer` arguments.
+
+    Call arguments:
+        inputs: int ids of any shape, in [0, vocabulary_size). Ids outside
+            raise an InvalidArgumentError (eager or in a graph; not under XLA).
+        training: bool, enables dropout.
+
+    Returns:
+        `inputs.shape + (output_dim,)` in the compute dtype. With `mask_zero`,
+        the mask `inputs != 0` is propagated.
+
+    Example:
+
+    >>> layer = AloneEmbedding(1000, output_dim=16, base_dim=16, intermediate_dim=32, seed=0)
+    >>> tuple(layer(np.array([[3, 3, 999]])).shape)
+    (1, 3, 16)
+    >>> layer.count_params() == 16 + 32 * (16 + 16)
+    True
+
+    Reference:
+        Takase & Kobayashi, "All Word Embeddings from One Embedding",
+        NeurIPS 2020 (https://arxiv.org/abs/2004.12073).
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        output_dim,
+        base_dim,
+        intermediate_dim,
+        num_codebooks=8,
+        codebook_size=64,
+        filter_type="binary",
+        zero_probability=0.5,
+        seed=None,
+        dropout_rate=0.0,
+        train_base=True,
+        mask_zero=False,
+        lookup="unique",
+        table_chunk_size=8192,
+        base_initializer=None,
+        kernel_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for arg, value in (
+            ("vocabulary_size", vocabulary_size),
+            ("output_dim", output_dim),
+            ("base_dim", base_dim),
+            ("intermediate_dim", intermediate_dim),
+            ("num_codebooks", num_codebooks),
+            ("codebook_size", codebook_size),
+            ("table_chunk_size", table_chunk_size),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+                raise ValueError(
+                    f"Received an invalid value for `{arg}`, expected a positive integer. "
+                    f"Received: {arg}={value!r}"
+                )
+        if codebook_size >= 2**31:
+            raise ValueError(
+                "Received an invalid value for `codebook_size`, expected less than 2**31. "
+                f"Received: codebook_size={codebook_size}"
+            )
+        if filter_type not in FILTER_TYPES:
+            raise ValueError(
+                f"Received an invalid value for `filter_type`, expected one of {FILTER_TYPES}. "
+                f"Received: filter_type={filter_type!r}"
+            )
+        if isinstance(zero_probability, bool) or not 0 < zero_probability < 1:
+            raise ValueError(
+                "Received an invalid value for `zero_probability`, expected a value in "
+                f"(0, 1). Received: zero_probability={zero_probability!r}"
+            )
+        if not 0 <= dropout_rate < 1:
+            raise ValueError(
+                "Received an invalid value for `dropout_rate`, expected a value in [0, 1). "
+                f"Received: dropout_rate={dropout_rate!r}"
+            )
+        if lookup not in LOOKUPS:
+            raise ValueError(
+                f"Received an invalid value for `lookup`, expected one of {LOOKUPS}. "
+                f"Received: lookup={lookup!r}"
+            )
+        if seed is None:
+            seed = secrets.randbelow(2**31)
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not (
+                0 <= seed < 2**63):
+            raise ValueError(
+                "Received an invalid value for `seed`, expected a non-negative integer "
+                f"below 2**63 or None. Received: seed={seed!r}"
+            )
+        self.vocabulary_size = int(vocabulary_size)
+        self.output_dim = int(output_dim)
+        self.base_dim = int(base_dim)
+        self.intermediate_dim = int(intermediate_dim)
+        self.num_codebooks = int(num_codebooks)
+        self.codebook_size = int(codebook_size)
+        self.filter_type = filter_type
+        self.zero_probability = float(zero_probability)
+        self.seed = int(seed)
+        self.dropout_rate = float(dropout_rate)
+        self.train_base = bool(train_base)
+        self.mask_zero = bool(mask_zero)
+        self.supports_masking = self.mask_zero
+        self.lookup = lookup
+        self.table_chunk_size = int(table_chunk_size)
+        self._base_initializer_arg = base_initializer
+        self._kernel_initializer_arg = kernel_initializer
+        self.base_initializer = keras.initializers.get(
+            base_initializer or keras.initializers.RandomNormal(stddev=1.0, seed=self.seed)
+        )
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self._default_kernel_seeds = kernel_initializer is None
+
+        codebooks = build_codebooks(
+            self.seed, self.num_codebooks, self.codebook_size, self.base_dim,
+            self.filter_type, self.zero_probability,
+        )
+        with tf.init_scope(), tf.device("/CPU:0"):
+            self._frozen = _Frozen(codebooks=tf.constant(codebooks))
+        self.filter_fingerprint = self._fingerprint(codebooks)
+        self._fingerprint_checker = _FilterFingerprint(self.name, self.filter_fingerprint)
+        self._memo = _TableMemo()
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy, name="ffn_dropout"
+        )
+
+    def _fingerprint(self, codebooks):
+        """One line `key=value ...` describing the filters, with a digest of their content."""
+        digest = hashlib.sha256(codebooks.tobytes())
+        ids = np.arange(_FINGERPRINT_IDS)  # the filter of an id does not depend on V
+        with tf.init_scope(), tf.device("/CPU:0"):
+            columns = assign_columns(ids, self.seed, self.num_codebooks, self.codebook_size)
+            digest.update(columns.numpy().astype("<i8").tobytes())
+        fields = {
+            "construction": CONSTRUCTION_VERSION,
+            "base_dim": self.base_dim,
+            "num_codebooks": self.num_codebooks,
+            "codebook_size": self.codebook_size,
+            "filter_type": self.filter_type,
+            "zero_probability": repr(self.zero_probability),
+            "seed": self.seed,
+            "digest": digest.hexdigest()[:16],
+        }
+        return "alone-filters " + " ".join(f"{k}={v}" for k, v in fields.items())
+
+    def build(self, input_shape=None):
+        kernel_inits = [self.kernel_initializer] * 2
+        if self._default_kernel_seeds:
+            kernel_inits = [keras.initializers.GlorotUniform(seed=self.seed + i) for i in (1, 2)]
+        self.base = self.add_weight(
+            name="base", shape=(self.base_dim,), initializer=self.base_initializer,
+            trainable=self.train_base,
+        )
+        self.intermediate_kernel = self.add_weight(
+            name="intermediate_kernel", shape=(self.base_dim, self.intermediate_dim),
+            initializer=kernel_inits[0],
+        )
+        self.output_kernel = self.add_weight(
+            name="output_kernel", shape=(self.intermediate_dim, self.output_dim),
+            initializer=kernel_inits[1],
+        )
+        self.dropout.build((None, self.intermediate_dim))
+        self.built = True
+
+    @property
+    def codebooks(self):
+        """The host constant `(num_codebooks, codebook_size, base_dim)`."""
+        return self._frozen.codebooks
+
+    def filters(self, ids):
+        """float32 filters `m_w` of `ids`: `ids.shape + (base_dim,)`."""
+        columns = assign_columns(ids, self.seed, self.num_codebooks, self.codebook_size)
+        total = None
+        for k in range(self.num_codebooks):  # a fixed order: bit-identical sums everywhere
+            part = tf.gather(self.codebooks[k], columns[..., k])
+            total = part if total is None else total + part
+        if self.filter_type == "binary":
+            total = tf.minimum(total, 1.0)
+        return total
+
+    def _embed(self, ids, training):
+        """FFN(m_w * o) of 1-D `ids`: `(n, output_dim)`."""
+        x = self.filters(ids) * tf.cast(self.base, tf.float32)  # (n, D_o)
+        x = tf.cast(x, self.compute_dtype)
+        h = tf.nn.relu(tf.matmul(x, tf.cast(self.intermediate_kernel, x.dtype)))  # (n, D_inter)
+        h = self.dropout(h, training=training)
+        return tf.matmul(h, tf.cast(self.output_kernel, h.dtype))  # (n, D_e)
+
+    def _check_ids(self, ids):
+        return [
+            tf.debugging.assert_non_negative(
+                ids, message=f"AloneEmbedding `{self.name}`: ids must be >= 0"),
+            tf.debugging.assert_less(
+                ids, tf.constant(self.vocabulary_size, ids.dtype),
+                message=f"AloneEmbedding `{self.name}`: ids must be < vocabulary_size="
+                        f"{self.vocabulary_size}"),
+        ]
+
+    def embedding_table(self, training=False):
+        """All embeddings `(vocabulary_size, output_dim)`, computed in chunks.
+
+        Computed once per traced graph and `training` value (see the class
+        docstring); in eager mode, on every call.
+        """
+        training = bool(training)
+        graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+        if graph is not None and self._memo.graph is graph and training in self._memo.tables:
+            return self._memo.tables[training]
+        chunks = []
+        for start in range(0, self.vocabulary_size, self.table_chunk_size):
+            stop = min(start + self.table_chunk_size, self.vocabulary_size)
+            chunks.append(self._embed(tf.range(start, stop, dtype=tf.int64), training))
+        table = chunks[0] if len(chunks) == 1 else tf.concat(chunks, axis=0)
+        if graph is not None:
+            if self._memo.graph is not graph:
+                self._memo.graph, self._memo.tables = graph, {}
+            self._memo.tables[training] = table
+        return table
+
+    @property
+    def embeddings(self):
+        """The table of this graph (whatever its `training`), else the inference table.
+
+        Lets layers that tie to an embedding's `embeddings` (such as
+        `FullSoftmax.tie_to`) share the table computed in the same step.
+        """
+        if not tf.executing_eagerly():
+            graph = tf.compat.v1.get_default_graph()
+            if self._memo.graph is graph and self._memo.tables:
+                return self._memo.tables[max(self._memo.tables)]  # training=True first
+        return self.embedding_table(training=False)
+
+    def attend(self, hidden, training=False):
+        """Logits `hidden @ table^T`: `hidden.shape[:-1] + (vocabulary_size,)`."""
+        table = self.embedding_table(training)
+        hidden = tf.convert_to_tensor(hidden)
+        return tf.einsum("...d,vd->...v", hidden, tf.cast(table, hidden.dtype))
+
+    def call(self, inputs, training=None):
+        ids = tf.cast(inputs, tf.int64)
+        flat = tf.reshape(ids, [-1])  # (tokens,)
+        if self.lookup == "table":
+            with tf.control_dependencies(self._check_ids(flat)):
+                rows = tf.gather(self.embedding_table(training), flat)
+        elif self.lookup == "token":
+            with tf.control_dependencies(self._check_ids(flat)):
+                rows = self._embed(flat, training)
+        else:
+            unique, index = tf.unique(flat)  # (distinct,), (tokens,)
+            with tf.control_dependencies(self._check_ids(unique)):
+                rows = tf.gather(self._embed(unique, training), index)
+        return tf.reshape(rows, tf.concat([tf.shape(ids), [self.output_dim]], axis=0))
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        return keras.ops.not_equal(inputs, 0)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape) + (self.output_dim,)
+
+    def save_own_variables(self, store):
+        variables = self._trainable_variables + self._non_trainable_variables
+        for i, variable in enumerate(variables):
+            store[str(i)] = variable
+        store["filter_fingerprint"] = np.frombuffer(
+            self.filter_fingerprint.encode("utf-8"), dtype=np.uint8
+        )
+
+    def load_own_variables(self, store):
+        keys = set(store.keys())
+        if "filter_fingerprint" not in keys:
+            raise ValueError(
+                f"AloneEmbedding `{self.name}`: the saved weights carry no filter fingerprint, "
+                "so they cannot be checked against this layer's filters."
+            )
+        stored = bytes(np.asarray(store["filter_fingerprint"], np.uint8)).decode("utf-8")
+        check_fingerprint(stored, self.filter_fingerprint, self.name)
+        variables = self._trainable_variables + self._non_trainable_variables
+        if len(keys) - 1 != len(variables):
+            raise ValueError(
+                f"AloneEmbedding `{self.name}` expects {len(variables)} saved variables, "
+                f"found {len(keys) - 1}."
+            )
+        for i, variable in enumerate(variables):
+            variable.assign(store[str(i)])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "vocabulary_size": self.vocabulary_size,
+            "output_dim": self.output_dim,
+            "base_dim": self.base_dim,
+            "intermediate_dim": self.intermediate_dim,
+            "num_codebooks": self.num_codebooks,
+            "codebook_size": self.codebook_size,
+            "filter_type": self.filter_type,
+            "zero_probability": self.zero_probability,
+            "seed": self.seed,
+            "dropout_rate": self.dropout_rate,
+            "train_base": self.train_base,
+            "mask_zero": self.mask_zero,
+            "lookup": self.lookup,
+            "table_chunk_size": self.table_chunk_size,
+            "base_initializer": (
+                None if self._base_initializer_arg is None
+                else keras.initializers.serialize(self.base_initializer)),
+            "kernel_initializer": (
+                None if self._kernel_initializer_arg is None
+                else keras.initializers.serialize(self.kernel_initializer)),
+        })
+        return config
