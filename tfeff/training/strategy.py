@@ -6,6 +6,12 @@ import os
 import tensorflow as tf
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
+# One MirroredStrategy per device set and process. A second strategy on the
+# same devices restarts the collective instance keys, and its all-reduces
+# then collide with the first one's cached shapes ("Shape mismatch in the
+# collective instance"; tensorflow/tensorflow#62790) as soon as it trains a
+# model with other variables.
+_MIRRORED = {}
 
 
 def make_strategy(name="default", devices=None):
@@ -16,11 +22,16 @@ def make_strategy(name="default", devices=None):
             GPUs, or `devices`) or `"multi_worker"` (`TF_CONFIG` describes the
             cluster).
         devices: optional device list for `"mirrored"` (e.g. two logical CPUs).
+            The same `"mirrored"` device set gets the same strategy object
+            in one process (see `_MIRRORED`).
     """
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy(devices=devices)
+        key = tuple(devices) if devices else None
+        if key not in _MIRRORED:
+            _MIRRORED[key] = tf.distribute.MirroredStrategy(devices=devices)
+        return _MIRRORED[key]
     if name == "multi_worker":
         raw = os.environ.get("TF_CONFIG")
         if not raw:
