@@ -104,10 +104,41 @@ class _Frozen:
 
 
 class _TableMemo:
-    """The embedding table computed in one traced graph, keyed by `training`."""
+    """The embedding tables computed in one traced graph, by (replica, `training`).
+
+    Under `tf.distribute`, every replica's step is traced into the same graph:
+    each replica must use its own table (on its own device, on its own tape).
+    """
 
     def __init__(self):
         self.graph, self.tables = None, {}
+
+    @staticmethod
+    def key():
+        """`(graph, replica)` of the current trace, or None when nothing may be reused."""
+        if tf.executing_eagerly():
+            return None
+        ctx = tf.distribute.get_replica_context()
+        replica = -1 if ctx is None else tf.get_static_value(ctx.replica_id_in_sync_group)
+        if replica is None:
+            return None
+        return tf.compat.v1.get_default_graph(), int(replica)
+
+    def get(self, key, training=None):
+        """The table of `key` for `training` (None: any, training first), or None."""
+        if key is None or self.graph is not key[0]:
+            return None
+        if training is None:
+            found = [t for (r, _), t in sorted(self.tables.items(), reverse=True) if r == key[1]]
+            return found[0] if found else None
+        return self.tables.get((key[1], training))
+
+    def put(self, key, training, table):
+        if key is None:
+            return
+        if self.graph is not key[0]:
+            self.graph, self.tables = key[0], {}
+        self.tables[(key[1], training)] = table
 
 
 class _FilterFingerprint(trackable_base.Trackable):
@@ -181,7 +212,7 @@ class AloneEmbedding(keras.layers.Layer):
     embeddings, `table_chunk_size` rows at a time, and `attend(hidden)`
     scores hidden states against them (the tied pre-softmax matrix of the
     paper). Inside one traced function (a `tf.function`, such as one Keras
-    train step) the table is computed once and reused by every
+    train step) the table is computed once per replica and reused by every
     `embedding_table`, `attend`, `embeddings` and (`lookup="table"`) call
     of that graph: set `lookup="table"` when the output is tied, so that the
     input side gathers rows of the table the output side needs anyway.
@@ -418,18 +449,16 @@ class AloneEmbedding(keras.layers.Layer):
         docstring); in eager mode, on every call.
         """
         training = bool(training)
-        graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
-        if graph is not None and self._memo.graph is graph and training in self._memo.tables:
-            return self._memo.tables[training]
+        key = self._memo.key()
+        table = self._memo.get(key, training)
+        if table is not None:
+            return table
         chunks = []
         for start in range(0, self.vocabulary_size, self.table_chunk_size):
             stop = min(start + self.table_chunk_size, self.vocabulary_size)
             chunks.append(self._embed(tf.range(start, stop, dtype=tf.int64), training))
         table = chunks[0] if len(chunks) == 1 else tf.concat(chunks, axis=0)
-        if graph is not None:
-            if self._memo.graph is not graph:
-                self._memo.graph, self._memo.tables = graph, {}
-            self._memo.tables[training] = table
+        self._memo.put(key, training, table)
         return table
 
     @property
@@ -439,11 +468,8 @@ class AloneEmbedding(keras.layers.Layer):
         Lets layers that tie to an embedding's `embeddings` (such as
         `FullSoftmax.tie_to`) share the table computed in the same step.
         """
-        if not tf.executing_eagerly():
-            graph = tf.compat.v1.get_default_graph()
-            if self._memo.graph is graph and self._memo.tables:
-                return self._memo.tables[max(self._memo.tables)]  # training=True first
-        return self.embedding_table(training=False)
+        table = self._memo.get(self._memo.key())
+        return table if table is not None else self.embedding_table(training=False)
 
     def attend(self, hidden, training=False):
         """Logits `hidden @ table^T`: `hidden.shape[:-1] + (vocabulary_size,)`."""
