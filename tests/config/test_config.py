@@ -51,6 +51,17 @@ def test_missing_file_and_bad_yaml(tmp_path):
      r"needs `model.output_layer` full, adaptive or sampled, got 'continuous'"),
     (["data.tokenization=bpe"], r"`data.tokenization` must be one of"),
     (["model.num_sampled=0"], r"`model.num_sampled` must be positive"),
+    (["model.input_embedding=alone", "model.alone.zero_probability=1.0"],
+     r"`model.alone.zero_probability` must be in \(0, 1\)"),
+    (["model.alone.filter_type=ternary"], r"`model.alone.filter_type` must be one of"),
+    (["model.alone.num_codebooks=0"], r"`model.alone.num_codebooks` must be positive"),
+    (["model.alone.codebook_size=-1"], r"`model.alone.codebook_size` must be positive"),
+    (["model.alone.intermediate_dim=0"], r"`model.alone.intermediate_dim` must be positive"),
+    (["model.alone.base_dim=-8"], r"`model.alone.base_dim` must be non-negative"),
+    (["model.alone.dropout_rate=1"], r"`model.alone.dropout_rate` must be in \[0, 1\)"),
+    (["model.alone.seeds=1"], r"Unknown config key `model.alone.seeds`. Did you mean `model.alone.seed`"),
+    (["model.input_embedding=alone", "model.tie_output=true", "model.output_layer=adaptive",
+      "model.adaptive_cutoffs=[100]"], r"`model.tie_output` needs input_embedding"),
 ])
 def test_output_layer_settings_are_validated(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -59,7 +70,7 @@ def test_output_layer_settings_are_validated(overrides, message):
 
 def test_every_bundled_config_loads():
     names = sorted(os.listdir(os.path.join(REPO, "configs")))
-    for variant in ("elmo_c", "elmo_a", "elmo_sub", "elmo_sampled", "elmo_fixed"):
+    for variant in ("elmo_c", "elmo_a", "elmo_sub", "elmo_sampled", "elmo_fixed", "elmo_alone"):
         assert f"{variant}.yaml" in names and f"demo_{variant}.yaml" in names
     layers = {load_config(os.path.join(REPO, "configs", n)).model.output_layer for n in names}
     assert layers == {"continuous", "adaptive", "full", "sampled", "fixed"}

@@ -7,17 +7,27 @@ from tfeff.models import ElmoLM
 from tfeff.training import make_strategy
 
 
-def _one_step(strategy, table, ids):
+ALONE = {"intermediate_dim": 12, "seed": 1, "dropout_rate": 0.0}
+# ALONE input tied to a full softmax: each replica computes its own table once per step.
+ALONE_TIED = {"output_layer": "full", "input_embedding": "alone", "tie_output": True,
+              "embedding_dim": 6, "alone": ALONE}
+
+
+def _one_step(strategy, table, ids, **kwargs):
     keras.utils.set_random_seed(0)
     with strategy.scope():
-        model = ElmoLM(table, num_layers=2, units=16, projection_dim=8, dropout_rate=0.0)
+        model = ElmoLM(table, num_layers=2, units=16, projection_dim=8, dropout_rate=0.0,
+                       **kwargs)
         model.build()
         model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
     history = model.fit(tf.data.Dataset.from_tensors(ids), epochs=1, verbose=0)
     return history.history["loss"][0], [keras.ops.convert_to_numpy(w) for w in model.weights]
 
 
-def test_two_replicas_equal_one_on_the_same_global_batch(tmp_path):
+# Two models with other variables on the same devices in one process: this also
+# checks that make_strategy reuses its MirroredStrategy (tensorflow#62790).
+@pytest.mark.parametrize("kwargs", [{}, ALONE_TIED], ids=["continuous", "alone_tied"])
+def test_two_replicas_equal_one_on_the_same_global_batch(kwargs, tmp_path):
     rng = np.random.default_rng(0)
     table = rng.normal(size=(30, 6)).astype("float32")
     table[:2] = 0
@@ -27,8 +37,9 @@ def test_two_replicas_equal_one_on_the_same_global_batch(tmp_path):
     ids[3, 2:] = 0
     devices = ["/cpu:0", "/cpu:1"]
     assert len(tf.config.list_logical_devices("CPU")) >= 2
-    loss1, w1 = _one_step(make_strategy("default"), str(tmp_path / "t.npy"), ids)
-    loss2, w2 = _one_step(make_strategy("mirrored", devices), str(tmp_path / "t.npy"), ids)
+    loss1, w1 = _one_step(make_strategy("default"), str(tmp_path / "t.npy"), ids, **kwargs)
+    loss2, w2 = _one_step(make_strategy("mirrored", devices), str(tmp_path / "t.npy"), ids,
+                          **kwargs)
     np.testing.assert_allclose(loss2, loss1, rtol=1e-5)
     for a, b in zip(w1, w2):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
@@ -58,6 +69,9 @@ VARIANTS = {
     "fixed": {"num_sampled": 5},
     "tied": {"output_layer": "full", "input_embedding": "trainable", "tie_output": True,
              "embedding_dim": 6},
+    "alone": {"output_layer": "full", "input_embedding": "alone", "embedding_dim": 6,
+              "alone": ALONE},
+    "alone_tied": ALONE_TIED,
 }
 
 
@@ -82,6 +96,18 @@ def test_softmax_variants_loss_is_mean_target_nll(variant):
         paths = [w.path for w in model.weights]
         assert len(paths) == len(set(paths))
         assert not any("full_softmax/embeddings" in p for p in paths)
+    if variant.startswith("alone"):
+        alone = model.token_embedding
+        assert alone.lookup == ("table" if variant == "alone_tied" else "unique")
+        assert alone.count_params() == 6 + 12 * (6 + 6)
+        paths = [w.path for w in model.weights]
+        assert sum("embeddings" in p for p in paths) == (0 if variant == "alone_tied" else 1)
+    if variant == "alone_tied":
+        # The softmax scores against the ALONE table: logits = h @ table^T + bias.
+        h = out["forward"]
+        logits = alone.attend(h).numpy() + model.output_head.bias.numpy()
+        expected_lp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        np.testing.assert_allclose(model.log_prob(h).numpy(), expected_lp, rtol=1e-5, atol=1e-5)
     if variant == "fixed":
         assert not any("fixed_sampled_softmax" in w.path for w in model.weights)
     # A training step (sampled losses for sampled/fixed) gives finite gradients to every weight.
@@ -102,3 +128,25 @@ def test_config_round_trip_of_variants(tmp_path):
         model = ElmoLM(path, num_layers=1, units=8, projection_dim=4, **kwargs)
         config = model.get_config()
         assert ElmoLM.from_config(config).get_config() == config
+
+
+def test_tied_alone_computes_its_table_once_per_train_step():
+    table = np.random.default_rng(1).normal(size=(10, 4)).astype("float32")
+    model = ElmoLM(table, num_layers=1, units=8, projection_dim=4, **ALONE_TIED)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=False)
+    alone = model.token_embedding
+    calls = []
+    embed = alone._embed
+
+    def counting_embed(ids, training):  # instruments the real computation
+        calls.append((tf.compat.v1.get_default_graph(), training, ids.shape[0]))
+        return embed(ids, training)
+
+    alone._embed = counting_embed
+    ids = np.array([[2, 5, 1, 3, 0], [2, 9, 8, 7, 3]], "int32")
+    model.fit(tf.data.Dataset.from_tensors(ids).repeat(3), epochs=1, verbose=0)
+    # Keras traces the step for its symbolic build, then for training: each graph
+    # runs one whole-table FFN, shared by the input and both output directions.
+    graphs = [graph for graph, _, _ in calls]
+    assert len(graphs) == len(set(graphs)) >= 1, calls
+    assert all(training and rows == 10 for _, training, rows in calls), calls

@@ -122,7 +122,7 @@ VARIANT_STEPS = [
 ]
 
 
-@pytest.mark.parametrize("variant", ["a", "sampled", "fixed", "sub"])
+@pytest.mark.parametrize("variant", ["a", "sampled", "fixed", "sub", "alone"])
 def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_dir, tmp_path):
     """Every demo_elmo_*.yaml trains (loss falls) and beats the unigram baseline.
 
@@ -134,7 +134,7 @@ def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_
     source, _ = trained_dir
     model_dir = str(tmp_path / variant)
     shutil.copytree(os.path.join(source, "corpus"), os.path.join(model_dir, "corpus"))
-    if variant != "sub":  # the subword LM learns its own WordPiece vocabulary
+    if variant not in ("sub", "alone"):  # subword LMs learn their own WordPiece vocabulary
         for name in ("vocabulary.txt", "fasttext.bin", "vocabulary_vectors.npy",
                      "vocabulary_vectors.mean.npy"):
             shutil.copy(os.path.join(source, name), model_dir)
@@ -163,7 +163,21 @@ def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_
         stack, _, _ = model.encode(model.token_embedding(ids), ids > 0)
         # fastText vectors of in-vocabulary words equal the table rows (to 1e-5).
         np.testing.assert_allclose(out["layers"].numpy()[0], stack.numpy()[0][:, 1:-1], atol=1e-4)
-    if variant == "sub":
+    if variant == "alone":
+        # The ALONE embedding is the layer of the config, and the checkpoint holds
+        # nothing vocabulary-sized for it (only o, the FFN and the filter fingerprint).
+        import tensorflow as tf
+
+        from tfeff.training import restore_model
+
+        model, _, _ = restore_model(model_dir)
+        alone = model.token_embedding
+        assert (alone.base_dim, alone.intermediate_dim, alone.seed) == (64, 256, 0)
+        assert alone.count_params() == 64 + 256 * (64 + 64)
+        ckpt = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+        shapes = [s for n, s in tf.train.list_variables(ckpt) if "alone" in n]
+        assert shapes and all(alone.vocabulary_size not in s for s in shapes), shapes
+    if variant in ("sub", "alone"):
         from tfeff.export import export_model_dir
 
         with pytest.raises(ValueError, match="not supported yet"):

@@ -3,6 +3,7 @@
 import dataclasses
 
 from tfeff.config import base
+from tfeff.config.alone import AloneConfig
 from tfeff.config.base import ConfigError
 from tfeff.config.base import write_yaml
 from tfeff.config.elmo import DataConfig
@@ -56,6 +57,7 @@ def to_dict(config):
 
 
 __all__ = [
+    "AloneConfig",
     "ConfigError",
     "DataConfig",
     "ElmoConfig",

@@ -3,6 +3,7 @@
 import dataclasses
 from typing import List, Optional
 
+from tfeff.config.alone import AloneConfig
 from tfeff.config.base import ConfigError
 from tfeff.config.base import join
 from tfeff.config.base import one_of
@@ -10,6 +11,7 @@ from tfeff.config.base import positive
 
 OUTPUT_LAYERS = ("continuous", "full", "adaptive", "sampled", "fixed")
 TOKENIZATIONS = ("word", "wordpiece")
+INPUT_EMBEDDINGS = ("fixed", "trainable", "alone")
 
 
 @dataclasses.dataclass
@@ -108,8 +110,10 @@ class ElmoModelConfig:
     (ELMo-A, with `adaptive_cutoffs` and `adaptive_div_value`), `sampled`
     (`num_sampled` log-uniform negatives) or `fixed` (sampled softmax against
     the frozen fastText table). `input_embedding` is `fixed` (fastText
-    vectors) or `trainable` (`embedding_dim` features, 0 = projection_dim;
-    `tie_output` shares it with a `full` softmax).
+    vectors), `trainable` (an `embedding_dim`-feature table, 0 =
+    projection_dim) or `alone` (ALONE, `tfeff.layers.AloneEmbedding`, set up
+    by `alone`; its parameters do not grow with the vocabulary). `tie_output`
+    shares a trainable or ALONE input embedding with a `full` softmax.
     """
 
     num_layers: int = 2
@@ -126,6 +130,7 @@ class ElmoModelConfig:
     adaptive_cutoffs: List[int] = dataclasses.field(default_factory=list)
     adaptive_div_value: float = 4.0
     num_sampled: int = 8192
+    alone: AloneConfig = dataclasses.field(default_factory=AloneConfig)
 
     def validate(self, prefix):
         for name in ("num_layers", "units", "projection_dim"):
@@ -133,7 +138,7 @@ class ElmoModelConfig:
         if not 0 <= self.dropout_rate < 1:
             raise ConfigError(f"`{join(prefix, 'dropout_rate')}` must be in [0, 1)")
         one_of(self.output_layer, OUTPUT_LAYERS, join(prefix, "output_layer"))
-        one_of(self.input_embedding, ("fixed", "trainable"), join(prefix, "input_embedding"))
+        one_of(self.input_embedding, INPUT_EMBEDDINGS, join(prefix, "input_embedding"))
         positive(self.embedding_dim, join(prefix, "embedding_dim"), allow_zero=True)
         positive(self.num_sampled, join(prefix, "num_sampled"))
         positive(self.adaptive_div_value, join(prefix, "adaptive_div_value"))
@@ -148,9 +153,10 @@ class ElmoModelConfig:
                 f"`{join(prefix, 'adaptive_cutoffs')}` must be increasing positive integers, "
                 f"got {cutoffs}"
             )
-        if self.tie_output and (self.input_embedding != "trainable" or self.output_layer != "full"):
+        if self.tie_output and (self.input_embedding not in ("trainable", "alone")
+                                or self.output_layer != "full"):
             raise ConfigError(
-                f"`{join(prefix, 'tie_output')}` needs input_embedding: trainable and "
+                f"`{join(prefix, 'tie_output')}` needs input_embedding: trainable or alone, and "
                 "output_layer: full"
             )
         one_of(self.output_loss, ("cosine", "l2", "vmf"), join(prefix, "output_loss"))
@@ -220,10 +226,10 @@ class ElmoConfig:
     def validate(self, prefix):
         one_of(self.family, ("elmo",), join(prefix, "family"))
         if self.data.tokenization == "wordpiece":
-            if self.model.input_embedding != "trainable":
+            if self.model.input_embedding == "fixed":
                 raise ConfigError(
                     "`data.tokenization: wordpiece` needs `model.input_embedding: trainable` "
-                    "(there are no fixed vectors of subwords)"
+                    "or `alone` (there are no fixed vectors of subwords)"
                 )
             if self.model.output_layer not in ("full", "adaptive", "sampled"):
                 raise ConfigError(

@@ -30,8 +30,9 @@ def export_model_dir(model_dir, output, overwrite=False, max_tokens=256):
     config = config_lib.load_config(config_path)
     if config.model.input_embedding != "fixed":
         raise ValueError(
-            f"{model_dir}: exporting models with a trainable input embedding "
-            f"(data.tokenization={config.data.tokenization!r}) is not supported yet; "
+            f"{model_dir}: exporting models with a trainable or ALONE input embedding "
+            f"(model.input_embedding={config.model.input_embedding!r}, "
+            f"data.tokenization={config.data.tokenization!r}) is not supported yet; "
             "only fastText-input ELMo models export."
         )
     model, _, step = pretrain_lib.restore_model(model_dir, config)

@@ -6,7 +6,7 @@ import tensorflow as tf
 from tfeff import layers as tfeff_layers
 
 OUTPUT_LAYERS = ("continuous", "full", "adaptive", "sampled", "fixed")
-INPUT_EMBEDDINGS = ("fixed", "trainable")
+INPUT_EMBEDDINGS = ("fixed", "trainable", "alone")
 # Output layers that score the fixed table (they need `embedding_table`).
 _TABLE_OUTPUTS = ("continuous", "fixed")
 # Targets with these ids (padding, unknown word) carry no loss.
@@ -35,7 +35,8 @@ class ElmoLM(keras.Model):
     * Input: each token's pre-trained (fastText) vector, gathered in host
       memory (`FixedEmbedding`), linearly projected to `projection_dim`; or,
       with `input_embedding="trainable"`, a trainable `Embedding` (the
-      subword LM, ELMo-Sub).
+      subword LM, ELMo-Sub); or, with `input_embedding="alone"`, an
+      `AloneEmbedding` whose parameters do not grow with the vocabulary.
     * Forward and backward stacks of `num_layers` LSTMs with a recurrent
       projection (`ProjectedLSTM`: `units` cells, `projection_dim` outputs),
       each followed by layer normalization and dropout; from the second layer
@@ -44,7 +45,8 @@ class ElmoLM(keras.Model):
       previous (backward) token:
       - `"continuous"`: `ContinuousOutput` predicts the target's fixed vector.
       - `"full"`: `FullSoftmax` over the vocabulary (optionally tied to a
-        trainable input embedding, `tie_output`).
+        trainable or ALONE input embedding, `tie_output`; a tied ALONE
+        embedding computes its table once per step for both ends).
       - `"adaptive"`: `AdaptiveSoftmax` with `adaptive_cutoffs`.
       - `"sampled"`: `SampledSoftmax` with `num_sampled` log-uniform negatives.
       - `"fixed"`: a projection to the fixed table's dimension and a sampled
@@ -67,17 +69,20 @@ class ElmoLM(keras.Model):
         output_layer: one of `OUTPUT_LAYERS`.
         output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
         vmf_regularization1, vmf_regularization2: vMF loss regularizers.
-        input_embedding: `"fixed"` (the table) or `"trainable"`.
+        input_embedding: `"fixed"` (the table), `"trainable"` or `"alone"`.
         vocabulary_size: number of ids; needed only without a table.
         embedding_dim: size of a trainable input embedding (default: the
             table's dimension, else `projection_dim`).
-        tie_output: use the trainable input embedding as the `"full"`
-            softmax's output matrix (a projection to `embedding_dim` is added
-            when it differs from `projection_dim`).
+        tie_output: use the trainable (or ALONE) input embedding as the
+            `"full"` softmax's output matrix (a projection to `embedding_dim`
+            is added when it differs from `projection_dim`).
         adaptive_cutoffs: cluster boundaries of `"adaptive"`.
         adaptive_div_value: projection divisor of `"adaptive"`.
         num_sampled: negatives per step of `"sampled"` and `"fixed"`.
         seed: sampler seed.
+        alone: dict of `AloneEmbedding` arguments (all but
+            `vocabulary_size`, `output_dim`, `mask_zero` and `lookup`) for
+            `input_embedding="alone"`; `base_dim` defaults to `embedding_dim`.
         **kwargs: base `Model` arguments.
 
     Call arguments:
@@ -111,6 +116,7 @@ class ElmoLM(keras.Model):
         adaptive_div_value=4.0,
         num_sampled=8192,
         seed=None,
+        alone=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -145,9 +151,10 @@ class ElmoLM(keras.Model):
                 f"`embedding_table` is required by input_embedding={input_embedding!r} "
                 f"/ output_layer={output_layer!r}."
             )
-        if tie_output and (input_embedding != "trainable" or output_layer != "full"):
+        if tie_output and (input_embedding not in ("trainable", "alone")
+                           or output_layer != "full"):
             raise ValueError(
-                "`tie_output=True` needs input_embedding='trainable' and "
+                "`tie_output=True` needs input_embedding='trainable' or 'alone', and "
                 f"output_layer='full'. Received: input_embedding={input_embedding!r}, "
                 f"output_layer={output_layer!r}"
             )
@@ -165,6 +172,9 @@ class ElmoLM(keras.Model):
         self.adaptive_div_value = float(adaptive_div_value)
         self.num_sampled = int(num_sampled)
         self.seed = seed
+        if alone is not None and input_embedding != "alone":
+            raise ValueError("`alone` is only used with input_embedding='alone'.")
+        self.alone = dict(alone or {}) if input_embedding == "alone" else None
 
         self.fixed_table = None
         if embedding_table is not None:
@@ -190,6 +200,15 @@ class ElmoLM(keras.Model):
         else:
             self.embedding_dim = int(embedding_dim or (
                 self.fixed_table.output_dim if self.fixed_table else projection_dim))
+        if input_embedding == "alone":
+            options = {"base_dim": self.embedding_dim, **self.alone}
+            self.token_embedding = tfeff_layers.AloneEmbedding(
+                vocabulary_size, self.embedding_dim, mask_zero=True,
+                # Tied: the softmax computes the whole table each step; gather from it.
+                lookup="table" if tie_output else "unique",
+                name="alone_token_embedding", **options,
+            )
+        elif input_embedding == "trainable":
             self.token_embedding = keras.layers.Embedding(
                 vocabulary_size, self.embedding_dim, mask_zero=True,
                 embeddings_initializer=keras.initializers.RandomNormal(stddev=0.05),
@@ -262,7 +281,7 @@ class ElmoLM(keras.Model):
         shape = (None, None)
         emb_shape = shape + (self.embedding_dim,)
         hidden_shape = shape + (self.projection_dim,)
-        if self.input_embedding == "trainable":
+        if self.input_embedding != "fixed":
             self.token_embedding.build(shape)
         self.token_projection.build(emb_shape)
         for i in range(self.num_layers):
@@ -314,7 +333,7 @@ class ElmoLM(keras.Model):
     def call(self, inputs, training=False):
         ids = tf.cast(inputs, tf.int32)
         mask = ids > 0
-        vectors = self.token_embedding(ids)  # (batch, time, emb); fixed: a host gather
+        vectors = self.token_embedding(ids, training=training)  # (batch, time, emb)
         _, forward, backward = self.encode(vectors, mask, training=training)
         return {"forward": self.head_inputs(forward), "backward": self.head_inputs(backward)}
 
@@ -405,6 +424,7 @@ class ElmoLM(keras.Model):
                 "adaptive_div_value": self.adaptive_div_value,
                 "num_sampled": self.num_sampled,
                 "seed": self.seed,
+                "alone": self.alone,
             }
         )
         return config

@@ -168,6 +168,7 @@ def build_model(config, vectors_path=None, vocabulary_size=None):
         adaptive_div_value=m.adaptive_div_value,
         num_sampled=m.num_sampled,
         seed=config.train.seed,
+        alone=m.alone.layer_kwargs() if m.input_embedding == "alone" else None,
         name="elmo_lm",
     )
 

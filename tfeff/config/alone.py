@@ -1,0 +1,47 @@
+"""Configuration of an ALONE input embedding (`input_embedding: alone`), shared by model families."""
+
+import dataclasses
+
+from tfeff.config.base import ConfigError
+from tfeff.config.base import join
+from tfeff.config.base import one_of
+from tfeff.config.base import positive
+
+
+@dataclasses.dataclass
+class AloneConfig:
+    """`tfeff.layers.AloneEmbedding` settings (defaults: the paper's, Takase & Kobayashi 2020).
+
+    `base_dim` 0 means the embedding size. `seed` determines the filters:
+    it is part of the model, like its weights (a checkpoint restored with
+    another seed is rejected).
+    """
+
+    base_dim: int = 0
+    intermediate_dim: int = 4096
+    num_codebooks: int = 8
+    codebook_size: int = 64
+    filter_type: str = "binary"
+    zero_probability: float = 0.5
+    dropout_rate: float = 0.1
+    seed: int = 0
+
+    def validate(self, prefix):
+        positive(self.base_dim, join(prefix, "base_dim"), allow_zero=True)
+        for name in ("intermediate_dim", "num_codebooks", "codebook_size"):
+            positive(getattr(self, name), join(prefix, name))
+        if self.codebook_size >= 2**31:
+            raise ConfigError(f"`{join(prefix, 'codebook_size')}` must be < 2**31")
+        one_of(self.filter_type, ("binary", "real"), join(prefix, "filter_type"))
+        if not 0 < self.zero_probability < 1:
+            raise ConfigError(f"`{join(prefix, 'zero_probability')}` must be in (0, 1)")
+        if not 0 <= self.dropout_rate < 1:
+            raise ConfigError(f"`{join(prefix, 'dropout_rate')}` must be in [0, 1)")
+        positive(self.seed, join(prefix, "seed"), allow_zero=True)
+
+    def layer_kwargs(self):
+        """`AloneEmbedding` keyword arguments (no `base_dim` when 0: the model's default)."""
+        kwargs = dataclasses.asdict(self)
+        if not self.base_dim:
+            del kwargs["base_dim"]
+        return kwargs
