@@ -37,9 +37,12 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[bench]'
 	touch $@
 
-# Output-layer speed/memory table at a reduced size (minutes); see README for the full run.
+# Output-layer speed/memory table at a reduced size (minutes; see README for the full run),
+# the ALONE reconstruction experiment at full size and the ALONE lookup benchmark.
 bench: $(VENV)/.installed-bench
 	$(PY) tools/benchmark_output_layers.py --preset small --results_dir runs/bench
+	$(PY) tools/alone_reconstruct.py --preset full --results_dir runs/bench
+	$(PY) tools/benchmark_alone.py --results runs/bench/alone_lookup.md
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info
