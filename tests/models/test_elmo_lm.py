@@ -128,6 +128,11 @@ def test_config_round_trip_of_variants(tmp_path):
         model = ElmoLM(path, num_layers=1, units=8, projection_dim=4, **kwargs)
         config = model.get_config()
         assert ElmoLM.from_config(config).get_config() == config
+    # An ALONE seed drawn at construction is kept: the clone has the same filters.
+    model = ElmoLM(path, num_layers=1, units=8, projection_dim=4, input_embedding="alone",
+                   output_layer="full", alone={"intermediate_dim": 8})
+    clone = ElmoLM.from_config(model.get_config())
+    assert clone.token_embedding.filter_fingerprint == model.token_embedding.filter_fingerprint
 
 
 def test_tied_alone_computes_its_table_once_per_train_step():

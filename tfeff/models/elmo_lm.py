@@ -208,6 +208,8 @@ class ElmoLM(keras.Model):
                 lookup="table" if tie_output else "unique",
                 name="alone_token_embedding", **options,
             )
+            # A drawn seed is part of the model: keep it for get_config.
+            self.alone["seed"] = self.token_embedding.seed
         elif input_embedding == "trainable":
             self.token_embedding = keras.layers.Embedding(
                 vocabulary_size, self.embedding_dim, mask_zero=True,
