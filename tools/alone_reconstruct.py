@@ -230,9 +230,8 @@ def fit_alone(matrix, filter_type, intermediate_dim, base_dim, steps, batch_size
 
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
-    losses = []
     for _ in range(steps):
-        losses.append(float(step(rng.integers(0, num_words, size=batch_size))))
+        step(rng.integers(0, num_words, size=batch_size))
     seconds = time.perf_counter() - start
     reconstruction = layer.embedding_table().numpy()
     final_loss = float(np.mean(np.sum((reconstruction - matrix) ** 2, axis=1)))
@@ -325,11 +324,12 @@ def run(vectors="", vocabulary="", similarity=(), filter_types=("binary", "real"
     original_pairs = pair_cosines(matrix, left, right)
     sims = {}
     for path in similarity:
-        ids = similarity_ids(read_similarity(path), index)
+        pairs = read_similarity(path)
+        ids = similarity_ids(pairs, index)
         if ids is None:
             raise ValueError(f"{path}: fewer than 2 pairs have both words in the table")
         sims[os.path.basename(path)] = {
-            "ids": ids, "pairs": len(read_similarity(path)), "covered": len(ids[2]),
+            "ids": ids, "pairs": len(pairs), "covered": len(ids[2]),
             "original": spearman(ids[2], pair_cosines(matrix, ids[0], ids[1])),
         }
     result = {
@@ -373,24 +373,15 @@ def run(vectors="", vocabulary="", similarity=(), filter_types=("binary", "real"
     return result
 
 
-def _positive_ints(values, flag):
+def _positive(values, flag, kind):
+    """A list flag's values as positive `kind` (int or float); UsageError otherwise."""
     try:
-        ints = [int(v) for v in values]
-    except ValueError as e:
-        raise app.UsageError(f"{flag}: expected positive integers, got {values}") from e
-    if any(i <= 0 for i in ints):
-        raise app.UsageError(f"{flag}: expected positive integers, got {values}")
-    return ints
-
-
-def _positive_floats(values, flag):
-    try:
-        floats = [float(v) for v in values]
-    except ValueError as e:
-        raise app.UsageError(f"{flag}: expected positive numbers, got {values}") from e
-    if not floats or any(f <= 0 for f in floats):
-        raise app.UsageError(f"{flag}: expected positive numbers, got {values}")
-    return floats
+        numbers = [kind(v) for v in values]
+    except ValueError:
+        numbers = []
+    if not numbers or any(n <= 0 for n in numbers):
+        raise app.UsageError(f"{flag}: expected positive {kind.__name__}s, got {values}")
+    return numbers
 
 
 def main(argv):
@@ -400,11 +391,11 @@ def main(argv):
         result = run(
             vectors=FLAGS.vectors, vocabulary=FLAGS.vocabulary, similarity=FLAGS.similarity,
             filter_types=FLAGS.filter_types,
-            intermediate_dims=_positive_ints(FLAGS.intermediate_dims, "--intermediate_dims")
+            intermediate_dims=_positive(FLAGS.intermediate_dims, "--intermediate_dims", int)
             if FLAGS.intermediate_dims else preset["intermediate_dims"],
             base_dim=FLAGS.base_dim, steps=FLAGS.steps or preset["steps"],
             batch_size=FLAGS.batch_size,
-            learning_rates=_positive_floats(FLAGS.learning_rates, "--learning_rates"),
+            learning_rates=_positive(FLAGS.learning_rates, "--learning_rates", float),
             num_pairs=FLAGS.num_pairs or preset["num_pairs"],
             max_words=preset["max_words"] if FLAGS.max_words is None else FLAGS.max_words,
             seed=FLAGS.seed, results_dir=FLAGS.results_dir,
