@@ -2,7 +2,9 @@
 
 from tfeff.layers.adaptive_softmax import AdaptiveSoftmax
 from tfeff.layers.alone_embedding import AloneEmbedding
+from tfeff.layers.anchor_multi_head_attention import AnchorMultiHeadAttention
 from tfeff.layers.continuous_output import ContinuousOutput
+from tfeff.layers.factorized_dense import FactorizedDense
 from tfeff.layers.fasttext_embedding import FastTextEmbedding
 from tfeff.layers.fixed_embedding import FixedEmbedding
 from tfeff.layers.full_softmax import FullSoftmax
@@ -12,7 +14,9 @@ from tfeff.layers.sampled_softmax import SampledSoftmax
 __all__ = [
     "AdaptiveSoftmax",
     "AloneEmbedding",
+    "AnchorMultiHeadAttention",
     "ContinuousOutput",
+    "FactorizedDense",
     "FastTextEmbedding",
     "FixedEmbedding",
     "FullSoftmax",

@@ -1,0 +1,242 @@
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfeff.layers import AnchorMultiHeadAttention
+
+HEADS, KEY_DIM, DIM = 3, 4, 10
+
+
+def _inputs(batch=3, n=9, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(batch, n, DIM)).astype("float32")
+    mask = np.ones((batch, n), bool)
+    mask[1, 6:] = False
+    mask[2, 2:] = False
+    return x, mask
+
+
+def _layer(num_anchors=4, **kwargs):
+    layer = AnchorMultiHeadAttention(HEADS, KEY_DIM, num_anchors=num_anchors,
+                                     bias_initializer="random_normal", **kwargs)
+    layer.build((None, None, DIM), (None, None, DIM))
+    return layer
+
+
+def _softmax(z, mask):
+    z = np.where(mask, z, -np.inf)
+    z = z - np.max(np.where(mask, z, -1e300), axis=-1, keepdims=True)
+    e = np.where(mask, np.exp(z), 0.0)
+    total = e.sum(-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def reference(layer, x, anchors, anchor_valid, key_mask):
+    """Eqs. 7-13 of the CoRe paper in float64 NumPy, with the given anchors."""
+    w = [np.asarray(v, np.float64) for v in layer.get_weights()]
+    wq, bq, wk, bk, wv, bv, wo, bo = w
+    x = x.astype(np.float64)
+    q = np.einsum("bnd,dhk->bhnk", x, wq) + bq[None, :, None, :]
+    k = np.einsum("bnd,dhk->bhnk", x, wk) + bk[None, :, None, :]
+    v = np.einsum("bnd,dhk->bhnk", x, wv) + bv[None, :, None, :]
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    out = np.zeros(x.shape[:2] + (wo.shape[-1],))
+    for b in range(x.shape[0]):
+        for h in range(HEADS):
+            a = q[b, h, anchors[b, h]]  # (m, k)
+            s1 = _softmax(np.sqrt(KEY_DIM) * q[b, h] @ a.T, anchor_valid[b, h][None, :])
+            s2 = _softmax(a @ k[b, h].T, key_mask[b][None, :])
+            u = s2 @ v[b, h] @ wo[h]  # (m, out)
+            out[b] += s1 @ u
+    return out + bo
+
+
+def test_weights_are_laid_out_like_keras_multi_head_attention():
+    layer = _layer()
+    mha = keras.layers.MultiHeadAttention(HEADS, KEY_DIM)
+    mha.build((None, None, DIM), (None, None, DIM))
+    strip = lambda w: (w.path.split("/", 1)[1], tuple(w.shape))  # noqa: E731
+    assert [strip(w) for w in layer.weights] == [strip(w) for w in mha.weights]
+    assert len(layer.weights) == 8
+
+
+def test_golden_against_numpy_with_fixed_anchors():
+    layer = _layer()
+    x, mask = _inputs()
+    anchors = np.array([[[0, 4, 8], [1, 2, 3], [8, 7, 6]],
+                        [[0, 5, 2], [3, 1, 4], [2, 2, 0]],
+                        [[0, 1, 0], [1, 0, 1], [0, 0, 0]]], np.int32)
+    out = layer(x, x, query_mask=mask, value_mask=mask, anchor_indices=anchors)
+    expected = reference(layer, x, anchors, np.ones(anchors.shape, bool), mask)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("selection", ["random", "strided"])
+def test_selected_anchors_match_the_reference_and_stay_inside_the_sequence(selection):
+    layer = _layer(num_anchors=4, anchor_selection=selection, seed=3)
+    x, mask = _inputs()
+    indices, valid = (np.asarray(t) for t in layer.select_anchors(mask))
+    assert indices.shape[-1] == 4
+    for b in range(len(mask)):
+        for h in range(indices.shape[1]):
+            chosen = indices[b, h][valid[b, h]]
+            assert mask[b, chosen].all()  # never a padded position
+            assert len(set(chosen.tolist())) == len(chosen) == min(4, mask[b].sum())
+    out = layer(x, x, query_mask=mask, value_mask=mask)
+    indices = np.broadcast_to(indices, (len(mask), HEADS, 4))
+    valid = np.broadcast_to(valid, indices.shape)
+    np.testing.assert_allclose(out, reference(layer, x, indices, valid, mask),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_strided_selection_golden():
+    layer = _layer(num_anchors=3, anchor_selection="strided")
+    mask = np.array([[1] * 6, [1, 1, 1, 1, 0, 0], [0, 1, 0, 1, 1, 1]], bool)
+    indices, valid = layer.select_anchors(mask)
+    # ranks floor((j + 1/2) L / m): L=6 -> 1, 3, 5; L=4 -> 0, 2, 3 (positions
+    # of those ranks among the real ones).
+    np.testing.assert_array_equal(np.asarray(indices)[:, 0],
+                                  [[1, 3, 5], [0, 2, 3], [1, 4, 5]])
+    assert np.asarray(valid).all()
+
+
+def test_random_selection_is_seeded_at_inference_and_fresh_in_training():
+    layer = _layer(num_anchors=3, seed=7)
+    mask = np.ones((4, 40), bool)
+    first, _ = layer.select_anchors(mask)
+    np.testing.assert_array_equal(first, layer.select_anchors(mask)[0])
+    np.testing.assert_array_equal(first, _layer(num_anchors=3, seed=7).select_anchors(mask)[0])
+    # per sequence and head
+    assert len({tuple(np.sort(r)) for r in np.asarray(first).reshape(-1, 3)}) > 6
+    a = layer.select_anchors(mask, training=True)[0]
+    b = layer.select_anchors(mask, training=True)[0]
+    assert not np.array_equal(a, b)
+
+
+def test_all_positions_become_anchors_when_m_exceeds_n():
+    """m >= n: every real position is an anchor, the closed form of the paper."""
+    layer = _layer(num_anchors=50)
+    x, mask = _inputs()
+    out, scores = layer(x, x, query_mask=mask, value_mask=mask, return_attention_scores=True)
+    n = x.shape[1]
+    all_positions = np.broadcast_to(np.arange(n), (len(x), HEADS, n))
+    valid = np.broadcast_to(mask[:, None, :], all_positions.shape)
+    np.testing.assert_allclose(out, reference(layer, x, all_positions, valid, mask),
+                               rtol=1e-5, atol=1e-5)
+    assert scores.shape == (len(x), HEADS, n, n)
+
+
+def test_attention_rows_sum_to_one_and_padded_keys_get_no_weight():
+    layer = _layer(num_anchors=4)
+    x, mask = _inputs()
+    _, scores = layer(x, x, query_mask=mask, value_mask=mask, return_attention_scores=True)
+    scores = np.asarray(scores)
+    np.testing.assert_allclose(scores.sum(-1), 1.0, rtol=1e-5)
+    assert np.all(scores[~np.broadcast_to(mask[:, None, None, :], scores.shape)] == 0)
+
+
+def test_fully_padded_sequence_gives_the_bias_and_no_nan():
+    layer = _layer(num_anchors=4)
+    x, mask = _inputs()
+    mask[0] = False
+    out, scores = layer(x, x, query_mask=mask, value_mask=mask, return_attention_scores=True)
+    assert np.isfinite(np.asarray(out)).all()
+    np.testing.assert_allclose(np.asarray(out)[0],
+                               np.broadcast_to(layer.get_weights()[-1], out.shape[1:]))
+    assert np.all(np.asarray(scores)[0] == 0)
+
+
+@pytest.mark.parametrize("selection", ["random", "strided"])
+def test_padding_never_leaks(selection):
+    layer = _layer(num_anchors=3, anchor_selection=selection, seed=1)
+    x, mask = _inputs()
+    changed = np.where(mask[:, :, None], x, 100.0 * np.random.default_rng(5).normal(size=x.shape))
+    a = np.asarray(layer(x, x, query_mask=mask, value_mask=mask))
+    b = np.asarray(layer(changed.astype("float32"), changed.astype("float32"),
+                         query_mask=mask, value_mask=mask))
+    np.testing.assert_allclose(a[mask], b[mask], rtol=1e-5, atol=1e-6)
+
+
+def test_exact_equals_keras_multi_head_attention():
+    layer = _layer()
+    mha = keras.layers.MultiHeadAttention(HEADS, KEY_DIM)
+    mha.build((None, None, DIM), (None, None, DIM))
+    mha.set_weights(layer.get_weights())
+    x, mask = _inputs()
+    expected, expected_scores = mha(x, x, value_mask=mask, return_attention_scores=True)
+    out, scores = layer(x, x, value_mask=mask, exact=True, return_attention_scores=True)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(scores, expected_scores)
+    exact_layer = AnchorMultiHeadAttention.from_config({**layer.get_config(), "exact": True})
+    exact_layer.build((None, None, DIM), (None, None, DIM))
+    exact_layer.set_weights(layer.get_weights())
+    np.testing.assert_array_equal(exact_layer(x, x, value_mask=mask), expected)
+
+
+def test_no_n_by_n_tensor_unless_scores_are_asked_for():
+    layer = _layer(num_anchors=4)
+    n = 37
+
+    @tf.function(input_signature=[tf.TensorSpec((2, n, DIM)), tf.TensorSpec((2, n), tf.bool)])
+    def run(x, mask):
+        return layer(x, x, query_mask=mask, value_mask=mask, training=True)
+
+    graph = run.get_concrete_function().graph
+    shapes = [o.shape for op in graph.get_operations() for o in op.outputs]
+    assert not [s for s in shapes if s.rank and s.rank >= 2 and list(s[-2:]) == [n, n]]
+
+
+def test_config_round_trip_save_load_and_fit(tmp_path):
+    layer = AnchorMultiHeadAttention(HEADS, KEY_DIM, num_anchors=4, anchor_selection="strided",
+                                     dropout=0.1, seed=2, name="anchors")
+    config = layer.get_config()
+    json.dumps(config)
+    assert AnchorMultiHeadAttention.from_config(config).get_config() == config
+    x, mask = _inputs()
+    inp = keras.Input((None, DIM))
+    model = keras.Model(inp, layer(inp, inp))
+    model.save(tmp_path / "m.keras")
+    reloaded = keras.saving.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(reloaded(x), model(x), rtol=1e-6, atol=1e-6)
+    assert isinstance(reloaded.layers[-1], AnchorMultiHeadAttention)
+
+    target = np.random.default_rng(3).normal(size=x.shape[:2] + (DIM,)).astype("float32")
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    losses = model.fit(x, target, epochs=40, verbose=0).history["loss"]
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_mixed_precision():
+    layer = _layer()
+    mixed = AnchorMultiHeadAttention.from_config({**layer.get_config(), "dtype": "mixed_float16"})
+    mixed.build((None, None, DIM), (None, None, DIM))
+    mixed.set_weights(layer.get_weights())
+    x, mask = _inputs()
+    out = mixed(x, x, query_mask=mask, value_mask=mask)
+    assert out.dtype == "float16"
+    np.testing.assert_allclose(np.asarray(out, np.float32),
+                               layer(x, x, query_mask=mask, value_mask=mask), atol=2e-2)
+
+
+def test_dropout_only_in_training():
+    layer = _layer(dropout=0.5, anchor_selection="strided")
+    x, mask = _inputs()
+    a = layer(x, x, query_mask=mask, value_mask=mask)
+    np.testing.assert_array_equal(a, layer(x, x, query_mask=mask, value_mask=mask))
+    assert not np.allclose(a, layer(x, x, query_mask=mask, value_mask=mask, training=True))
+
+
+def test_invalid_arguments_are_named():
+    with pytest.raises(ValueError, match="num_anchors=0"):
+        AnchorMultiHeadAttention(2, 4, num_anchors=0)
+    with pytest.raises(ValueError, match="anchor_selection='first'"):
+        AnchorMultiHeadAttention(2, 4, anchor_selection="first")
+    with pytest.raises(ValueError, match="use_gate"):
+        AnchorMultiHeadAttention(2, 4, use_gate=True)
+    layer = _layer()
+    x, _ = _inputs()
+    with pytest.raises(ValueError, match="exact=True"):
+        layer(x, x, use_causal_mask=True)

@@ -1,0 +1,275 @@
+"""AnchorMultiHeadAttention: CoRe's relaxed attention through m anchor queries.
+
+TensorFlow-backed: anchor selection uses `tf.math.top_k` with a dynamic k
+and batched `tf.gather`; the rest is `keras.ops`.
+"""
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+ANCHOR_SELECTIONS = ("random", "strided")
+# Anchor scores: chosen candidates score >= 1, non-candidates (padding) -1.
+_CHOSEN = 1.0
+_MASKED_LOGIT = -1e9
+
+
+def _masked_softmax(logits, mask):
+    """Softmax over the last axis where `mask`; rows with no True entry are zero."""
+    mask = ops.cast(mask, logits.dtype)
+    logits = logits + (1.0 - mask) * _MASKED_LOGIT
+    return ops.softmax(logits, axis=-1) * mask
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
+    """Multi-head attention through `num_anchors` anchor queries (CoRe, relaxed BERT).
+
+    The weights are exactly those of `keras.layers.MultiHeadAttention` (this
+    layer is a subclass: `query`, `key`, `value` and `attention_output`
+    einsum kernels and biases, same shapes and names), so a relaxed model's
+    attention converts to a standard one by copying.
+
+    Per sequence and head h (Yang et al., Section 4.1, Eqs. 6-13):
+
+    1. Q, K, V are the usual projections. m = `num_anchors` anchor queries
+       are chosen among the sequence's non-padded query positions
+       (`anchor_selection="random"`: uniformly without replacement, a fresh
+       draw per sequence and head while training and a fixed seeded draw at
+       inference; `"strided"`: evenly spaced positions, the same for every
+       head). When a sequence has at most m real positions, all of them are
+       anchors; slots left over are masked.
+    2. Queries and anchors are normalized to unit length: Q~, A~.
+    3. S1 = softmax(sqrt(d_k) Q~ A~^T) is n x m (over valid anchors) and
+       S2 = softmax(A~ K^T) is m x n (over non-padded keys).
+    4. The output is sum_h S1_h U_h + b_O with U_h = S2_h V_h W_h^O computed
+       first, so the cost per head is O(m n d + m d_k d) and no n x n matrix
+       exists. The approximate attention matrix S1_h S2_h (rows sum to one)
+       is built only for `return_attention_scores=True`.
+
+    Dropout (the `dropout` argument) applies to S1 and S2 while training.
+    Padded query positions receive an output (from the valid anchors) that
+    downstream layers should mask; padded keys and padded candidates never
+    influence real positions. A fully padded sequence gives the output bias
+    at every position. `exact=True` (constructor or call) runs the standard
+    scaled dot-product attention of `keras.layers.MultiHeadAttention` on the
+    same weights: that is the converted model's attention.
+
+    Only self- or cross-attention over one sequence axis with padding masks
+    is supported: `attention_mask`, `use_causal_mask`, `attention_axes`,
+    `use_gate` and `sliding_window` are rejected outside `exact` mode.
+
+    Args:
+        num_heads: number of attention heads.
+        key_dim: size of each head for query and key.
+        num_anchors: positive int m (paper: 32).
+        anchor_selection: `"random"` or `"strided"`.
+        exact: if True, standard attention by default.
+        seed: seed of dropout and of the anchor draws; the inference draw
+            uses it as a stateless seed (0 when None).
+        **kwargs: the other `keras.layers.MultiHeadAttention` arguments
+            (`value_dim`, `dropout`, `use_bias`, `output_shape`,
+            initializers, regularizers, constraints) and base `Layer` ones.
+
+    Call arguments:
+        query: `(batch, n, query_dim)`.
+        value: `(batch, s, value_dim)`.
+        key: optional `(batch, s, key_dim)`, defaults to `value`.
+        query_mask: optional bool `(batch, n)`: real query positions (anchor
+            candidates). Defaults to the Keras mask of `query`, else all.
+        value_mask: optional bool `(batch, s)`: real key/value positions.
+        key_mask: optional bool `(batch, s)`, combined with `value_mask`.
+        attention_mask: only with `exact` attention.
+        return_attention_scores: also return the `(batch, heads, n, s)`
+            attention matrix (S1 S2 per head, or the exact one).
+        training: bool.
+        use_causal_mask: only with `exact` attention.
+        exact: optional bool overriding the constructor's `exact`.
+        anchor_indices: optional int `(batch, heads, m')` anchor positions
+            to use instead of the selection (tests, analysis); all are valid.
+
+    Returns:
+        `(batch, n, output_dim)`, and the attention scores when asked.
+
+    Example:
+
+    >>> layer = AnchorMultiHeadAttention(num_heads=2, key_dim=4, num_anchors=3)
+    >>> x = keras.ops.ones((2, 7, 8))
+    >>> tuple(layer(x, x).shape)
+    (2, 7, 8)
+
+    Reference:
+        Yang et al., "An Efficient Coarse-refined Training Framework for
+        BERT", Section 4.1.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        num_anchors=32,
+        anchor_selection="random",
+        exact=False,
+        seed=None,
+        **kwargs,
+    ):
+        if not isinstance(num_anchors, (int, np.integer)) or isinstance(num_anchors, bool) \
+                or num_anchors <= 0:
+            raise ValueError(
+                "Received an invalid value for `num_anchors`, expected a positive integer. "
+                f"Received: num_anchors={num_anchors!r}"
+            )
+        if anchor_selection not in ANCHOR_SELECTIONS:
+            raise ValueError(
+                f"Received an invalid value for `anchor_selection`, expected one of "
+                f"{ANCHOR_SELECTIONS}. Received: anchor_selection={anchor_selection!r}"
+            )
+        for name in ("use_gate", "sliding_window", "attention_axes"):
+            if kwargs.get(name):
+                raise ValueError(
+                    f"`AnchorMultiHeadAttention` does not support `{name}`. "
+                    f"Received: {name}={kwargs[name]!r}"
+                )
+        super().__init__(num_heads, key_dim, seed=seed, **kwargs)
+        self.num_anchors = int(num_anchors)
+        self.anchor_selection = anchor_selection
+        self.exact = bool(exact)
+        self._inference_seed = 0 if seed is None else int(seed)
+        self.anchor_seed_generator = keras.random.SeedGenerator(seed, name="anchor_seed")
+
+    # (batch, heads, n) scores: chosen candidates >= 1, padding -1.
+    def _anchor_scores(self, candidates, training):
+        batch, n = ops.shape(candidates)[0], ops.shape(candidates)[1]
+        valid = ops.cast(candidates, "float32")[:, None, :]  # (batch, 1, n)
+        if self.anchor_selection == "random":
+            shape = (batch, self._num_heads, n)
+            if training:
+                noise = keras.random.uniform(shape, seed=self.anchor_seed_generator)
+            else:
+                noise = tf.random.stateless_uniform(
+                    tf.stack([batch, self._num_heads, n]),
+                    seed=[self._inference_seed, 0x5EED],
+                )
+            return valid * (_CHOSEN + noise) - (1.0 - valid)
+        # Strided: valid ranks floor((j + 1/2) L / m), j < m; all when L <= m.
+        rank = ops.cumsum(ops.cast(candidates, "int32"), axis=1) - 1  # (batch, n)
+        length = ops.sum(ops.cast(candidates, "float32"), axis=1, keepdims=True)  # (batch, 1)
+        j = ops.arange(self.num_anchors, dtype="float32")[None, :]
+        targets = ops.floor((j + 0.5) * length / float(self.num_anchors))  # (batch, m)
+        hit = ops.any(
+            ops.equal(ops.cast(rank, "float32")[:, :, None], targets[:, None, :]), axis=-1
+        )  # (batch, n)
+        chosen = ops.logical_or(hit, length <= float(self.num_anchors))
+        chosen = ops.logical_and(chosen, ops.cast(candidates, "bool"))
+        position = ops.cast(ops.arange(n), "float32")[None, :] / ops.cast(n, "float32")
+        score = ops.where(chosen, 2.0 * _CHOSEN - position, ops.where(candidates, 0.5, -1.0))
+        return score[:, None, :]
+
+    def select_anchors(self, query_mask, training=False):
+        """Anchor positions and their validity for a batch.
+
+        Args:
+            query_mask: bool `(batch, n)`, the candidate positions.
+            training: random selection draws afresh when True.
+
+        Returns:
+            `(indices, valid)`: int32 `(batch, heads or 1, min(m, n))` and
+            bool of the same shape.
+        """
+        scores = self._anchor_scores(ops.cast(query_mask, "bool"), training)
+        k = tf.minimum(self.num_anchors, tf.shape(scores)[-1])
+        top, indices = tf.math.top_k(scores, k=k, sorted=True)
+        return tf.cast(indices, "int32"), top >= _CHOSEN
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+        exact=None,
+        anchor_indices=None,
+    ):
+        exact = self.exact if exact is None else bool(exact)
+        if exact:
+            return super().call(
+                query, value, key=key, value_mask=value_mask, key_mask=key_mask,
+                attention_mask=attention_mask,
+                return_attention_scores=return_attention_scores,
+                training=training, use_causal_mask=use_causal_mask,
+            )
+        if attention_mask is not None or use_causal_mask:
+            raise ValueError(
+                "Anchor attention supports padding masks only (`query_mask`, `value_mask`, "
+                "`key_mask`); `attention_mask` and `use_causal_mask` need `exact=True`."
+            )
+        if key is None:
+            key = value
+        if query_mask is None:
+            query_mask = getattr(query, "_keras_mask", None)
+        dtype = self.compute_dtype
+        batch, n = ops.shape(query)[0], ops.shape(query)[1]
+        s = ops.shape(key)[1]
+        candidates = (ops.ones((batch, n), "bool") if query_mask is None
+                      else ops.cast(query_mask, "bool"))
+        key_valid = ops.ones((batch, s), "bool")
+        for m in (value_mask, key_mask):
+            if m is not None:
+                key_valid = ops.logical_and(key_valid, ops.cast(m, "bool"))
+
+        q = self._query_dense(query)  # (batch, n, heads, key_dim)
+        k = self._key_dense(key)  # (batch, s, heads, key_dim)
+        v = self._value_dense(value)  # (batch, s, heads, value_dim)
+        q = ops.transpose(ops.cast(q, "float32"), (0, 2, 1, 3))  # (batch, heads, n, key_dim)
+        q = q / ops.maximum(ops.sqrt(ops.sum(q * q, axis=-1, keepdims=True)), 1e-12)
+
+        if anchor_indices is None:
+            indices, anchor_valid = self.select_anchors(candidates, training=training)
+        else:
+            indices = ops.cast(anchor_indices, "int32")
+            anchor_valid = ops.ones(ops.shape(indices), "bool")
+        indices = ops.broadcast_to(indices, (batch, self._num_heads, ops.shape(indices)[-1]))
+        anchor_valid = ops.broadcast_to(anchor_valid, ops.shape(indices))
+        anchors = tf.gather(q, indices, batch_dims=2)  # (batch, heads, m, key_dim)
+
+        # S1 = softmax(sqrt(d_k) Q~ A~^T): (batch, heads, n, m)
+        s1 = ops.einsum("bhnk,bhmk->bhnm", q, anchors) * math.sqrt(float(self._key_dim))
+        s1 = _masked_softmax(s1, anchor_valid[:, :, None, :])
+        # S2 = softmax(A~ K^T): (batch, heads, m, s)
+        s2 = ops.einsum("bhmk,bshk->bhms", anchors, ops.cast(k, "float32"))
+        s2 = _masked_softmax(s2, key_valid[:, None, None, :])
+        s1, s2 = ops.cast(s1, dtype), ops.cast(s2, dtype)
+        s1_dropped = self._dropout_layer(s1, training=training)
+        s2_dropped = self._dropout_layer(s2, training=training)
+
+        kernel = ops.cast(self._output_dense.kernel, dtype)  # (heads, value_dim, out)
+        u = ops.einsum("bhms,bshv->bhmv", s2_dropped, v)  # (batch, heads, m, value_dim)
+        u = ops.einsum("bhmv,hvo->bhmo", u, kernel)  # U_h = S2_h V_h W_h^O
+        output = ops.einsum("bhnm,bhmo->bno", s1_dropped, u)  # sum_h S1_h U_h
+        if self._output_dense.bias is not None:
+            output = output + ops.cast(self._output_dense.bias, dtype)
+        if return_attention_scores:
+            return output, ops.einsum("bhnm,bhms->bhns", s1, s2)
+        return output
+
+    def get_config(self):
+        config = super().get_config()
+        for name in ("use_gate", "sliding_window", "attention_axes"):
+            config.pop(name, None)
+        config.update(
+            {
+                "num_anchors": self.num_anchors,
+                "anchor_selection": self.anchor_selection,
+                "exact": self.exact,
+            }
+        )
+        return config
