@@ -6,6 +6,12 @@ from tfeff.config import base
 from tfeff.config.alone import AloneConfig
 from tfeff.config.base import ConfigError
 from tfeff.config.base import write_yaml
+from tfeff.config.bert import BertConfig
+from tfeff.config.bert import BertDataConfig
+from tfeff.config.bert import BertEvalConfig
+from tfeff.config.bert import BertModelConfig
+from tfeff.config.bert import CoreConfig
+from tfeff.config.bert import RelaxedConfig
 from tfeff.config.elmo import DataConfig
 from tfeff.config.elmo import ElmoConfig
 from tfeff.config.elmo import ElmoModelConfig
@@ -14,7 +20,7 @@ from tfeff.config.elmo import FastTextConfig
 from tfeff.config.elmo import SyntheticCorpusConfig
 from tfeff.config.elmo import TrainConfig
 
-FAMILIES = {"elmo": ElmoConfig}
+FAMILIES = {"bert": BertConfig, "elmo": ElmoConfig}
 
 
 def _validate_all(obj, prefix=""):
@@ -58,6 +64,11 @@ def to_dict(config):
 
 __all__ = [
     "AloneConfig",
+    "BertConfig",
+    "BertDataConfig",
+    "BertEvalConfig",
+    "BertModelConfig",
+    "CoreConfig",
     "ConfigError",
     "DataConfig",
     "ElmoConfig",
@@ -65,6 +76,7 @@ __all__ = [
     "EvalConfig",
     "FAMILIES",
     "FastTextConfig",
+    "RelaxedConfig",
     "SyntheticCorpusConfig",
     "TrainConfig",
     "config_from_dict",

@@ -167,7 +167,11 @@ class ElmoModelConfig:
 
 @dataclasses.dataclass
 class TrainConfig:
-    """Optimization. The peak learning rate is `learning_rate * batch_size / base_batch_size`."""
+    """Optimization. The peak learning rate is `learning_rate * batch_size / base_batch_size`.
+
+    `weight_decay` > 0 selects AdamW (decoupled decay, not applied to biases,
+    layer norms or embeddings' bias-like vectors; BERT uses 0.01).
+    """
 
     steps: int = 10000
     learning_rate: float = 1e-3
@@ -176,6 +180,7 @@ class TrainConfig:
     decay: str = "cosine"
     final_learning_rate_fraction: float = 0.1
     clipnorm: float = 1.0
+    weight_decay: float = 0.0
     checkpoint_every: int = 500
     keep_checkpoints: int = 3
     log_every: int = 50
@@ -190,6 +195,7 @@ class TrainConfig:
         positive(self.warmup_steps, join(prefix, "warmup_steps"), allow_zero=True)
         positive(self.validation_steps, join(prefix, "validation_steps"), allow_zero=True)
         positive(self.clipnorm, join(prefix, "clipnorm"), allow_zero=True)
+        positive(self.weight_decay, join(prefix, "weight_decay"), allow_zero=True)
         one_of(self.decay, ("cosine", "linear", "constant"), join(prefix, "decay"))
         if not 0 <= self.final_learning_rate_fraction <= 1:
             raise ConfigError(f"`{join(prefix, 'final_learning_rate_fraction')}` must be in [0, 1]")

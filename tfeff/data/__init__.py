@@ -10,6 +10,8 @@ from tfeff.data.fasttext_tables import mean_path
 from tfeff.data.fasttext_tables import train_fasttext
 from tfeff.data.lm_dataset import lines_to_windows
 from tfeff.data.lm_dataset import lm_dataset
+from tfeff.data.mlm_dataset import learn_bert_vocabulary
+from tfeff.data.mlm_dataset import mlm_dataset
 from tfeff.data.synthetic import synthetic_corpus
 from tfeff.data.synthetic import write_synthetic_corpus
 from tfeff.data.vocabulary import SPECIALS
@@ -22,10 +24,12 @@ __all__ = [
     "Vocabulary",
     "WordVectors",
     "compute_vocabulary_vectors",
+    "learn_bert_vocabulary",
     "learn_wordpiece_vocabulary",
     "lines_to_windows",
     "lm_dataset",
     "load_vocabulary_vectors",
+    "mlm_dataset",
     "resolve_files",
     "synthetic_corpus",
     "text_lines",

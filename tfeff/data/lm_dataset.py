@@ -19,7 +19,7 @@ from tfeff.data import wordpiece as wordpiece_lib
 _LINES_PER_CHUNK = 256
 
 
-def _lookup_table(vocabulary_path, default_value=vocabulary_lib.UNK_ID):
+def lookup_table(vocabulary_path, default_value=vocabulary_lib.UNK_ID):
     initializer = tf.lookup.TextFileInitializer(
         vocabulary_path,
         key_dtype=tf.string,
@@ -69,6 +69,36 @@ def lines_to_windows(lines, table, max_sequence_length, tokenizer=None):
     return tf.ragged.boolean_mask(windows, windows.row_lengths() >= 2)
 
 
+def line_dataset(file_list, on_invalid_utf8="error"):
+    """The non-blank lines of `file_list` (str paths), in order, as a `tf.data.Dataset`.
+
+    `on_invalid_utf8="skip"` drops lines that are not valid UTF-8 and
+    `"replace"` substitutes U+FFFD; `"error"` leaves them to fail later.
+    """
+    ds = tf.data.Dataset.from_tensor_slices(file_list)
+    ds = ds.interleave(
+        tf.data.TextLineDataset,
+        cycle_length=min(len(file_list), 4),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if on_invalid_utf8 == "skip":
+        ds = ds.filter(
+            lambda line: tf.equal(
+                tf.strings.unicode_transcode(line, "UTF-8", "UTF-8", errors="replace"),
+                line,
+            )
+        )
+    elif on_invalid_utf8 == "replace":
+        ds = ds.map(
+            lambda line: tf.strings.unicode_transcode(
+                line, "UTF-8", "UTF-8", errors="replace"
+            )
+        )
+    ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
+    return ds
+
+
 def lm_dataset(
     patterns,
     vocabulary_path,
@@ -114,32 +144,12 @@ def lm_dataset(
     file_list = corpus.resolve_files(patterns)
     tokenizer = None
     if wordpiece:
-        table = _lookup_table(vocabulary_path, default_value=-1)
+        table = lookup_table(vocabulary_path, default_value=-1)
         tokenizer = wordpiece_lib.wordpiece_tokenizer(table)
     else:
-        table = _lookup_table(vocabulary_path)
+        table = lookup_table(vocabulary_path)
 
-    ds = tf.data.Dataset.from_tensor_slices(file_list)
-    ds = ds.interleave(
-        tf.data.TextLineDataset,
-        cycle_length=min(len(file_list), 4),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
-    if on_invalid_utf8 == "skip":
-        ds = ds.filter(
-            lambda line: tf.equal(
-                tf.strings.unicode_transcode(line, "UTF-8", "UTF-8", errors="replace"),
-                line,
-            )
-        )
-    elif on_invalid_utf8 == "replace":
-        ds = ds.map(
-            lambda line: tf.strings.unicode_transcode(
-                line, "UTF-8", "UTF-8", errors="replace"
-            )
-        )
-    ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
+    ds = line_dataset(file_list, on_invalid_utf8)
     ds = ds.batch(_LINES_PER_CHUNK)
     ds = ds.map(
         lambda lines: lines_to_windows(lines, table, max_sequence_length, tokenizer),

@@ -40,7 +40,8 @@ def _table(tokens):
     return tf.lookup.StaticHashTable(init, default_value=-1)
 
 
-def learn_wordpiece_vocabulary(word_vocabulary, vocabulary_size, path, batch_size=4096):
+def learn_wordpiece_vocabulary(word_vocabulary, vocabulary_size, path, batch_size=4096,
+                               extra_reserved=()):
     """Learns a WordPiece vocabulary from word counts and saves it (token<TAB>count).
 
     Args:
@@ -48,20 +49,25 @@ def learn_wordpiece_vocabulary(word_vocabulary, vocabulary_size, path, batch_siz
         vocabulary_size: the target number of tokens (reserved ones included);
             the learner may return somewhat fewer or more.
         path: output file.
+        batch_size: words tokenized at once when counting tokens.
+        extra_reserved: reserved tokens after `SPECIALS` (BERT's `[MASK]`).
 
     Returns:
         The WordPiece `Vocabulary`, its counts being the number of times each
         token occurs when the corpus is tokenized.
     """
-    specials = len(vocabulary_lib.SPECIALS)
+    reserved = list(vocabulary_lib.SPECIALS) + list(extra_reserved)
+    specials = len(reserved)
+    first_word = len(vocabulary_lib.SPECIALS)
     word_counts = [
-        (w, c) for w, c in zip(word_vocabulary.words[specials:], word_vocabulary.counts[specials:])
+        (w, c) for w, c in zip(word_vocabulary.words[first_word:],
+                               word_vocabulary.counts[first_word:])
         if c > 0
     ]
     if not word_counts:
         raise ValueError("Cannot learn a WordPiece vocabulary from an empty corpus.")
     tokens = learner.learn(
-        word_counts, vocabulary_size, list(vocabulary_lib.SPECIALS),
+        word_counts, vocabulary_size, reserved,
         lower_thresh=1, joiner=SUFFIX_INDICATOR,
     )
     tokenizer = wordpiece_tokenizer(_table(tokens))
@@ -74,10 +80,9 @@ def learn_wordpiece_vocabulary(word_vocabulary, vocabulary_size, path, batch_siz
                 counts[int(i)] += count
     sentences = word_vocabulary.counts[vocabulary_lib.BOS_ID]
     ordered = sorted(range(specials, len(tokens)), key=lambda i: (-counts[i], tokens[i]))
-    words = list(vocabulary_lib.SPECIALS) + [tokens[i] for i in ordered]
-    token_counts = [0, counts[vocabulary_lib.UNK_ID], sentences, sentences] + [
-        counts[i] for i in ordered
-    ]
+    words = reserved + [tokens[i] for i in ordered]
+    token_counts = [0, counts[vocabulary_lib.UNK_ID], sentences, sentences]
+    token_counts += [0] * len(extra_reserved) + [counts[i] for i in ordered]
     vocab = vocabulary_lib.Vocabulary(words, token_counts)
     vocab.save(path)
     logging.info(

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from tfeff import layers as tfeff_layers
+from tfeff.models.distributed import all_reduce_sum
 
 OUTPUT_LAYERS = ("continuous", "full", "adaptive", "sampled", "fixed")
 INPUT_EMBEDDINGS = ("fixed", "trainable", "alone")
@@ -397,7 +398,7 @@ class ElmoLM(keras.Model):
         losses = self.direction_losses(x, y_pred, training=training)
         total = 0.0
         for loss_sum, count in losses.values():
-            global_count = _all_reduce_sum(count)
+            global_count = all_reduce_sum(count)
             total += loss_sum / tf.maximum(global_count, 1.0)
         for loss in self.losses:
             total += tf.cast(tf.reduce_sum(loss), total.dtype)
@@ -430,11 +431,4 @@ class ElmoLM(keras.Model):
             }
         )
         return config
-
-
-def _all_reduce_sum(value):
-    ctx = tf.distribute.get_replica_context()
-    if ctx is None or ctx.num_replicas_in_sync == 1:
-        return value
-    return ctx.all_reduce(tf.distribute.ReduceOp.SUM, value)
 

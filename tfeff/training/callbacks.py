@@ -11,6 +11,12 @@ _SCALAR_METADATA = summary_pb2.SummaryMetadata(
 )
 
 
+def write_scalar(name, value, step):
+    """Writes one TensorBoard scalar to the default summary writer."""
+    tf.summary.write(name, tf.constant(float(value), tf.float32), step=step,
+                     metadata=_SCALAR_METADATA)
+
+
 class ScalarLogger(keras.callbacks.Callback):
     """Writes training metrics and the learning rate as TensorBoard scalars.
 
@@ -30,10 +36,7 @@ class ScalarLogger(keras.callbacks.Callback):
     def _write(self, prefix, logs, step):
         with self._writer.as_default():
             for name, value in (logs or {}).items():
-                tf.summary.write(
-                    f"{prefix}/{name}", tf.constant(float(value), tf.float32),
-                    step=step, metadata=_SCALAR_METADATA,
-                )
+                write_scalar(f"{prefix}/{name}", value, step)
         self._writer.flush()
 
     def on_train_batch_end(self, batch, logs=None):

@@ -30,7 +30,17 @@ def make_checkpoint(model, optimizer=None):
 
 
 def restore(checkpoint, path):
-    """Restores `path`; raises if a variable of `checkpoint` is missing from it."""
+    """Restores `path`; raises ValueError if a variable of `checkpoint` is missing from it."""
     status = checkpoint.restore(path)
-    status.expect_partial().assert_existing_objects_matched()
+    try:
+        status.expect_partial().assert_existing_objects_matched()
+    except AssertionError as e:
+        missing = [name for group in ("model", "optimizer")
+                   for name, v in getattr(checkpoint, group, {}).items()
+                   if getattr(v, "_update_uid", None) is None or v._update_uid < 0]
+        hint = f" (e.g. {', '.join(missing[:5])})" if missing else ""
+        raise ValueError(
+            f"{path} does not hold every variable of this model{hint}: it was written by a "
+            "different model or optimizer configuration."
+        ) from e
     return status

@@ -55,8 +55,9 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def make_optimizer(train_config, global_batch_size):
-    """Adam with warmup/decay, the rate scaled linearly with the batch size,
-    and global-norm gradient clipping (`train.clipnorm`, 0 disables)."""
+    """Adam (AdamW with `train.weight_decay`) with warmup/decay, the rate scaled
+    linearly with the batch size, and global-norm gradient clipping
+    (`train.clipnorm`, 0 disables)."""
     peak = train_config.learning_rate * global_batch_size / train_config.base_batch_size
     schedule = WarmupDecay(
         peak,
@@ -65,7 +66,19 @@ def make_optimizer(train_config, global_batch_size):
         decay=train_config.decay,
         final_fraction=train_config.final_learning_rate_fraction,
     )
+    weight_decay = getattr(train_config, "weight_decay", 0.0)
+    if weight_decay:
+        optimizer = keras.optimizers.AdamW(
+            learning_rate=schedule, weight_decay=weight_decay, epsilon=1e-6,
+            global_clipnorm=train_config.clipnorm or None, name="adamw",
+        )
+        # As BERT: no decay of biases and layer-norm parameters.
+        optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+        return optimizer
+    # A fixed name: optimizer variable paths (the checkpoint keys) must not
+    # depend on how many optimizers this process has created.
     return keras.optimizers.Adam(
         learning_rate=schedule,
         global_clipnorm=train_config.clipnorm or None,
+        name="adam",
     )

@@ -49,8 +49,8 @@ FASTTEXT_FILE = "fasttext.bin"
 VECTORS_FILE = "vocabulary_vectors.npy"
 CHECKPOINT_DIR = "checkpoints"
 EVAL_FILE = "eval.json"
-# Sections that define the model and its data: they cannot change on resume.
-_FROZEN_SECTIONS = ("family", "data", "fasttext", "model")
+# Sections that may change on resume; the others define the model and its data.
+_RESUMABLE_SECTIONS = ("train", "eval")
 
 
 @dataclasses.dataclass
@@ -75,22 +75,27 @@ def _count_words(data_cfg, train_files):
     )
 
 
+def corpus_files(data_cfg, model_dir):
+    """`(train_files, heldout_files)`: the configured globs, or the generated corpus."""
+    if data_cfg.synthetic is None:
+        return data_cfg.train_files, data_cfg.heldout_files
+    corpus_dir = _path(model_dir, "corpus")
+    train_files = _path(corpus_dir, "train.txt")
+    heldout_files = _path(corpus_dir, "heldout.txt")
+    if not (tf.io.gfile.exists(train_files) and tf.io.gfile.exists(heldout_files)):
+        syn = data_cfg.synthetic
+        logging.info("Generating the synthetic corpus in %s", corpus_dir)
+        data_lib.write_synthetic_corpus(
+            corpus_dir, syn.num_train_sentences, syn.num_heldout_sentences,
+            seed=syn.seed, lexicon_size=syn.lexicon_size,
+        )
+    return train_files, heldout_files
+
+
 def prepare_data(config, model_dir):
     """Creates (or reuses) corpus, vocabulary, fastText model and vocabulary vectors."""
     data_cfg, ft_cfg = config.data, config.fasttext
-    if data_cfg.synthetic is not None:
-        corpus_dir = _path(model_dir, "corpus")
-        train_files = _path(corpus_dir, "train.txt")
-        heldout_files = _path(corpus_dir, "heldout.txt")
-        if not (tf.io.gfile.exists(train_files) and tf.io.gfile.exists(heldout_files)):
-            syn = data_cfg.synthetic
-            logging.info("Generating the synthetic corpus in %s", corpus_dir)
-            data_lib.write_synthetic_corpus(
-                corpus_dir, syn.num_train_sentences, syn.num_heldout_sentences,
-                seed=syn.seed, lexicon_size=syn.lexicon_size,
-            )
-    else:
-        train_files, heldout_files = data_cfg.train_files, data_cfg.heldout_files
+    train_files, heldout_files = corpus_files(data_cfg, model_dir)
 
     vocabulary_path = _path(model_dir, VOCABULARY_FILE)
     if data_cfg.tokenization == "wordpiece":
@@ -222,16 +227,17 @@ def resolve_config(config, model_dir):
     """Checks `config` against `<model_dir>/config.yaml` and writes it.
 
     Resuming may change `train` and `eval` (for example more steps) but not
-    the data, word vectors or model: those would make the checkpoint
-    meaningless.
+    the data, word vectors, model or CoRe phases: those would make the
+    checkpoint meaningless.
     """
     path = _path(model_dir, CONFIG_FILE)
     if tf.io.gfile.exists(path):
         saved = config_lib.load_config(path)
         saved_dict, new_dict = config_lib.to_dict(saved), config_lib.to_dict(config)
+        frozen = [k for k in sorted(set(saved_dict) | set(new_dict))
+                  if k not in _RESUMABLE_SECTIONS]
         diffs = _differences(
-            {k: saved_dict[k] for k in _FROZEN_SECTIONS},
-            {k: new_dict[k] for k in _FROZEN_SECTIONS},
+            {k: saved_dict.get(k) for k in frozen}, {k: new_dict.get(k) for k in frozen},
         )
         if diffs:
             raise config_lib.ConfigError(
@@ -297,8 +303,10 @@ class CheckpointCallback(keras.callbacks.Callback):
 def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"):
     """Prepares the data, trains (resuming from the latest checkpoint), evaluates.
 
+    A `BertConfig` goes to `tfeff.training.bert_pretraining.pretrain_bert`.
+
     Args:
-        config: an `ElmoConfig`.
+        config: an `ElmoConfig` or a `BertConfig`.
         model_dir: output directory (created; resumed when it holds a run).
         strategy: `"default"`, `"mirrored"` or `"multi_worker"`.
         devices: device list for `"mirrored"`.
@@ -307,6 +315,10 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
     Returns:
         dict with `step`, `history` (metric lists) and `eval` (top-k results).
     """
+    if config.family == "bert":
+        from tfeff.training import bert_pretraining  # it builds on this module
+
+        return bert_pretraining.pretrain_bert(config, model_dir, strategy, devices, verbose)
     tf.io.gfile.makedirs(model_dir)
     resolve_config(config, model_dir)
     artifacts = prepare_data(config, model_dir)

@@ -1,0 +1,186 @@
+"""Configuration of the BERT family: standard BERT and CoRe's two-phase (relaxed, then standard) pretraining."""
+
+import dataclasses
+from typing import Optional
+
+from tfeff.config.alone import AloneConfig
+from tfeff.config.base import ConfigError
+from tfeff.config.base import join
+from tfeff.config.base import one_of
+from tfeff.config.base import positive
+from tfeff.config.elmo import SyntheticCorpusConfig
+from tfeff.config.elmo import TrainConfig
+
+ACTIVATIONS = ("gelu", "gelu_approximate", "relu")
+ANCHOR_SELECTIONS = ("random", "strided")
+INPUT_EMBEDDINGS = ("trainable", "alone")
+
+
+@dataclasses.dataclass
+class BertDataConfig:
+    """Corpus, WordPiece vocabulary, packing and masking (`tfeff.data.mlm_dataset`).
+
+    Either `train_files` or `synthetic` must be set. The vocabulary of about
+    `wordpiece_vocabulary_size` tokens is learned from the training corpus.
+    """
+
+    train_files: str = ""
+    heldout_files: str = ""
+    synthetic: Optional[SyntheticCorpusConfig] = None
+    max_sequence_length: int = 128
+    batch_size: int = 256
+    shuffle_buffer: int = 10000
+    on_invalid_utf8: str = "error"
+    wordpiece_vocabulary_size: int = 30000
+    lower_case: bool = False
+    max_predictions_per_seq: int = 20
+    mask_rate: float = 0.15
+    mask_token_rate: float = 0.8
+    random_token_rate: float = 0.1
+    max_words_in_memory: int = 10_000_000
+
+    def validate(self, prefix):
+        if not self.train_files and self.synthetic is None:
+            raise ConfigError(
+                f"Set `{join(prefix, 'train_files')}` (a glob of text files) or "
+                f"`{join(prefix, 'synthetic')}` (the generated demo corpus)."
+            )
+        if self.train_files and self.synthetic is not None:
+            raise ConfigError(
+                f"Set only one of `{join(prefix, 'train_files')}` and `{join(prefix, 'synthetic')}`.")
+        if self.max_sequence_length < 8:
+            raise ConfigError(f"`{join(prefix, 'max_sequence_length')}` must be >= 8")
+        positive(self.batch_size, join(prefix, "batch_size"))
+        positive(self.shuffle_buffer, join(prefix, "shuffle_buffer"), allow_zero=True)
+        one_of(self.on_invalid_utf8, ("error", "skip", "replace"), join(prefix, "on_invalid_utf8"))
+        if self.wordpiece_vocabulary_size < 10:
+            raise ConfigError(f"`{join(prefix, 'wordpiece_vocabulary_size')}` must be >= 10")
+        if not 0 < self.max_predictions_per_seq <= self.max_sequence_length:
+            raise ConfigError(
+                f"`{join(prefix, 'max_predictions_per_seq')}` must be in [1, max_sequence_length]")
+        if not 0 < self.mask_rate < 1:
+            raise ConfigError(f"`{join(prefix, 'mask_rate')}` must be in (0, 1)")
+        for name in ("mask_token_rate", "random_token_rate"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"`{join(prefix, name)}` must be in [0, 1]")
+        if self.mask_token_rate + self.random_token_rate > 1:
+            raise ConfigError(
+                f"`{join(prefix, 'mask_token_rate')}` + `random_token_rate` must be <= 1")
+        positive(self.max_words_in_memory, join(prefix, "max_words_in_memory"))
+
+
+@dataclasses.dataclass
+class RelaxedConfig:
+    """CoRe's relaxed model (`tfeff.models.Bert(relaxed=...)`). 0 keeps that part standard."""
+
+    num_anchors: int = 32
+    ffn_rank: int = 64
+    anchor_selection: str = "random"
+
+    def validate(self, prefix):
+        positive(self.num_anchors, join(prefix, "num_anchors"), allow_zero=True)
+        positive(self.ffn_rank, join(prefix, "ffn_rank"), allow_zero=True)
+        if not (self.num_anchors or self.ffn_rank):
+            raise ConfigError(f"`{prefix}` needs num_anchors or ffn_rank > 0")
+        one_of(self.anchor_selection, ANCHOR_SELECTIONS, join(prefix, "anchor_selection"))
+
+
+@dataclasses.dataclass
+class BertModelConfig:
+    """BERT sizes (defaults: BERT-Base) and CoRe's `relaxed` layers.
+
+    `relaxed` set: the model trained first is CoRe's relaxed BERT; with
+    `core.coarse_steps` (or the plateau rule) it is converted to a standard
+    BERT during the run, else the whole run trains the relaxed model.
+    """
+
+    num_layers: int = 12
+    hidden_dim: int = 768
+    num_heads: int = 12
+    intermediate_dim: int = 3072
+    dropout_rate: float = 0.1
+    activation: str = "gelu"
+    layer_norm_epsilon: float = 1e-12
+    use_nsp: bool = False
+    relaxed: Optional[RelaxedConfig] = None
+    input_embedding: str = "trainable"
+    alone: AloneConfig = dataclasses.field(default_factory=AloneConfig)
+
+    def validate(self, prefix):
+        for name in ("num_layers", "hidden_dim", "num_heads", "intermediate_dim"):
+            positive(getattr(self, name), join(prefix, name))
+        if self.hidden_dim % self.num_heads:
+            raise ConfigError(f"`{join(prefix, 'hidden_dim')}` must be a multiple of num_heads")
+        if not 0 <= self.dropout_rate < 1:
+            raise ConfigError(f"`{join(prefix, 'dropout_rate')}` must be in [0, 1)")
+        one_of(self.activation, ACTIVATIONS, join(prefix, "activation"))
+        positive(self.layer_norm_epsilon, join(prefix, "layer_norm_epsilon"))
+        one_of(self.input_embedding, INPUT_EMBEDDINGS, join(prefix, "input_embedding"))
+
+
+@dataclasses.dataclass
+class CoreConfig:
+    """CoRe's two phases: relaxed (coarse) for `coarse_steps`, then standard (refined).
+
+    The coarse phase also ends early when the training loss plateaus
+    (paper Section 5.5): every `plateau_window` steps the mean loss of the
+    window is compared with the best earlier window mean; after
+    `plateau_patience` windows in a row that improve on it by less than
+    `plateau_threshold` (relative), the model is converted. Patience 0
+    disables the rule. `coarse_steps: 0` means no switch.
+    """
+
+    coarse_steps: int = 0
+    plateau_patience: int = 0
+    plateau_window: int = 100
+    plateau_threshold: float = 0.01
+
+    def validate(self, prefix):
+        positive(self.coarse_steps, join(prefix, "coarse_steps"), allow_zero=True)
+        positive(self.plateau_patience, join(prefix, "plateau_patience"), allow_zero=True)
+        positive(self.plateau_window, join(prefix, "plateau_window"))
+        positive(self.plateau_threshold, join(prefix, "plateau_threshold"), allow_zero=True)
+
+    @property
+    def enabled(self):
+        return self.coarse_steps > 0
+
+
+@dataclasses.dataclass
+class BertEvalConfig:
+    """Held-out masked-LM loss, perplexity and accuracy over `max_batches` batches."""
+
+    max_batches: int = 50
+
+    def validate(self, prefix):
+        positive(self.max_batches, join(prefix, "max_batches"))
+
+
+@dataclasses.dataclass
+class BertConfig:
+    """A BERT-family experiment: `family: bert` in YAML."""
+
+    family: str = "bert"
+    data: BertDataConfig = dataclasses.field(
+        default_factory=lambda: BertDataConfig(synthetic=SyntheticCorpusConfig()))
+    model: BertModelConfig = dataclasses.field(default_factory=BertModelConfig)
+    core: CoreConfig = dataclasses.field(default_factory=CoreConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    eval: BertEvalConfig = dataclasses.field(default_factory=BertEvalConfig)
+
+    def validate(self, prefix):
+        one_of(self.family, ("bert",), join(prefix, "family"))
+        if self.core.enabled:
+            if self.model.relaxed is None:
+                raise ConfigError(
+                    "`core.coarse_steps` > 0 needs `model.relaxed` (the coarse model's settings)")
+            if self.core.coarse_steps >= self.train.steps:
+                raise ConfigError(
+                    f"`core.coarse_steps` ({self.core.coarse_steps}) must be smaller than "
+                    f"`train.steps` ({self.train.steps}): the refined phase needs steps")
+        elif self.core.plateau_patience:
+            raise ConfigError("`core.plateau_patience` needs `core.coarse_steps` > 0")
+
+    @property
+    def two_phase(self):
+        return self.core.enabled

@@ -1,0 +1,243 @@
+"""Masked-LM data for BERT: WordPiece vocabulary, packing, 80/10/10 masking (TensorFlow, tensorflow-text).
+
+* Vocabulary: text is split with BERT's basic tokenizer (whitespace,
+  punctuation, CJK characters; optional lower-casing), the words are counted
+  and `tensorflow_text`'s WordPiece learner builds the vocabulary (the tool
+  behind BERT's). Reserved ids: `<pad>` 0 (BERT's [PAD]), `<unk>` 1 ([UNK]),
+  `<s>` 2 ([CLS]), `</s>` 3 ([SEP]) and `[MASK]` 4.
+* Pipeline: `text.BertTokenizer` in `tf.data`; each chunk of consecutive
+  lines becomes one token stream cut into windows of
+  `max_sequence_length - 2` tokens (`- 3` with NSP), so sequences are packed
+  full and sentences continue across window boundaries; the last window of
+  a chunk may be shorter. Windows are shuffled and batched; each sequence is
+  `[CLS] window [SEP]`, or with NSP `[CLS] A [SEP] B [SEP]` where A and B are
+  the two halves of a window and, for half of the sequences, B is replaced
+  by the second half of another sequence of the batch (`nsp_labels` 1).
+* Masking: `text.mask_language_model` with a `RandomItemSelector`
+  (`mask_rate` of the non-special tokens, at most `max_predictions_per_seq`
+  per sequence) and a `MaskValuesChooser` (80% `[MASK]`, 10% a random
+  token, 10% unchanged by default).
+"""
+
+import logging
+
+import tensorflow as tf
+import tensorflow_text as text
+from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
+
+from tfeff.data import corpus
+from tfeff.data.lm_dataset import line_dataset
+from tfeff.data.lm_dataset import lookup_table
+from tfeff.data import vocabulary as vocabulary_lib
+from tfeff.data import wordpiece as wordpiece_lib
+
+MASK = "[MASK]"
+MASK_ID = len(vocabulary_lib.SPECIALS)
+CLS_ID = vocabulary_lib.BOS_ID
+SEP_ID = vocabulary_lib.EOS_ID
+PAD_ID = vocabulary_lib.PAD_ID
+# BERT's names of the reserved tokens (Hugging Face vocab.txt, keras-hub).
+BERT_RESERVED_NAMES = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", MASK)
+_LINES_PER_CHUNK = 256
+
+
+def basic_words(lines, lower_case=False, batch_size=1024):
+    """Yields each line's words as BERT's basic tokenizer splits them, space-joined."""
+    tokenizer = BasicTokenizer(lower_case=lower_case)
+    batch = []
+
+    def flush():
+        for words in tokenizer.tokenize(tf.constant(batch)).to_list():
+            yield " ".join(w.decode("utf-8") for w in words)
+
+    for line in lines:
+        batch.append(line)
+        if len(batch) == batch_size:
+            yield from flush()
+            batch = []
+    if batch:
+        yield from flush()
+
+
+def learn_bert_vocabulary(patterns, vocabulary_size, path, lower_case=False,
+                          on_invalid_utf8="error", max_words_in_memory=10_000_000):
+    """Learns and saves a BERT WordPiece vocabulary from text files.
+
+    Args:
+        patterns: glob(s) of text files.
+        vocabulary_size: target size (reserved tokens included).
+        path: output file (`token<TAB>count`, see `tfeff.data.Vocabulary`).
+        lower_case: lower-case and strip accents first (uncased BERT).
+        on_invalid_utf8: `"error"` (naming file and line), `"skip"`, `"replace"`.
+        max_words_in_memory: bound on distinct words held while counting.
+
+    Returns:
+        The `Vocabulary`.
+    """
+    words = vocabulary_lib.Vocabulary.build(
+        basic_words(corpus.text_lines(patterns, on_invalid_utf8), lower_case),
+        max_words_in_memory=max_words_in_memory,
+    )
+    logging.info("Learning a BERT WordPiece vocabulary of about %d tokens from %d words",
+                 vocabulary_size, len(words))
+    return wordpiece_lib.learn_wordpiece_vocabulary(
+        words, vocabulary_size, path, extra_reserved=(MASK,))
+
+
+def check_bert_vocabulary(vocabulary):
+    """Raises ValueError unless `vocabulary` has BERT's reserved tokens in place."""
+    if len(vocabulary.words) <= MASK_ID or vocabulary.words[MASK_ID] != MASK:
+        raise ValueError(
+            f"Not a BERT vocabulary: id {MASK_ID} must be {MASK} (learn it with "
+            "tfeff.data.learn_bert_vocabulary)."
+        )
+
+
+def bert_tokenizer(vocabulary_path, lower_case=False):
+    """`text.BertTokenizer` over a tfeff vocabulary file (ids as int64)."""
+    table = lookup_table(vocabulary_path, default_value=-1)
+    return text.BertTokenizer(
+        table, suffix_indicator=wordpiece_lib.SUFFIX_INDICATOR,
+        max_bytes_per_word=wordpiece_lib.MAX_BYTES_PER_WORD, token_out_type=tf.int64,
+        unknown_token=vocabulary_lib.UNK, lower_case=lower_case,
+    )
+
+
+def _windows(lines, tokenizer, window):
+    """One chunk of lines -> ragged token windows `(num_windows, <= window)`."""
+    tokens = tokenizer.tokenize(lines).merge_dims(1, 2)  # (lines, pieces)
+    stream = tokens.flat_values  # the chunk as one stream
+    position = tf.range(tf.size(stream, out_type=tf.int64))
+    windows = tf.RaggedTensor.from_value_rowids(stream, position // window)
+    return tf.ragged.boolean_mask(windows, windows.row_lengths() >= 2)
+
+
+def _nsp_segments(windows, seed):
+    """Splits windows in halves; replaces half of the second halves by another row's."""
+    positions = tf.ragged.range(windows.row_lengths())
+    half = (windows.row_lengths() // 2)[:, None]
+    first = tf.ragged.boolean_mask(windows, positions < half)
+    second = tf.ragged.boolean_mask(windows, positions >= half)
+    rows = tf.shape(windows.row_lengths(), out_type=tf.int64)[0]
+    is_random = tf.random.uniform([rows], seed=seed) < 0.5
+    other = (tf.range(rows) + 1) % tf.maximum(rows, 1)
+    second = tf.gather(second, tf.where(is_random, other, tf.range(rows)))
+    return [first, second], tf.cast(is_random, tf.int32)
+
+
+def mask_and_pack(segments, max_sequence_length, max_predictions_per_seq, vocabulary_size,
+                  mask_rate=0.15, mask_token_rate=0.8, random_token_rate=0.1):
+    """BERT inputs from ragged segments: combine, mask 80/10/10, pad.
+
+    Args:
+        segments: list of ragged int `(batch, None)` token segments.
+        max_sequence_length: padded length n (`[CLS]`/`[SEP]` included).
+        max_predictions_per_seq: padded number p of masked positions.
+        vocabulary_size: range of the random replacement tokens.
+        mask_rate, mask_token_rate, random_token_rate: the masking rates.
+
+    Returns:
+        dict of int32 `token_ids`, `segment_ids`, `padding_mask` `(batch, n)`,
+        `masked_positions`, `masked_ids` `(batch, p)` and float32
+        `masked_weights` `(batch, p)` (0 at padding predictions).
+    """
+    ids, segment_ids = text.combine_segments(
+        segments, start_of_sequence_id=CLS_ID, end_of_segment_id=SEP_ID)
+    selector = text.RandomItemSelector(
+        max_selections_per_batch=max_predictions_per_seq, selection_rate=mask_rate,
+        unselectable_ids=[PAD_ID, CLS_ID, SEP_ID],
+    )
+    chooser = text.MaskValuesChooser(
+        vocabulary_size, MASK_ID, mask_token_rate=mask_token_rate,
+        random_token_rate=random_token_rate,
+    )
+    masked, positions, targets = text.mask_language_model(ids, selector, chooser)
+    n, p = max_sequence_length, max_predictions_per_seq
+    return {
+        "token_ids": tf.cast(masked.to_tensor(shape=[None, n]), tf.int32),
+        "segment_ids": tf.cast(segment_ids.to_tensor(shape=[None, n]), tf.int32),
+        "padding_mask": tf.cast(tf.ones_like(ids).to_tensor(shape=[None, n]), tf.int32),
+        "masked_positions": tf.cast(positions.to_tensor(shape=[None, p]), tf.int32),
+        "masked_ids": tf.cast(targets.to_tensor(shape=[None, p]), tf.int32),
+        "masked_weights": tf.ones_like(targets, tf.float32).to_tensor(shape=[None, p]),
+    }
+
+
+def mlm_dataset(
+    patterns,
+    vocabulary_path,
+    batch_size,
+    max_sequence_length,
+    max_predictions_per_seq,
+    mask_rate=0.15,
+    mask_token_rate=0.8,
+    random_token_rate=0.1,
+    lower_case=False,
+    use_nsp=False,
+    shuffle_buffer=0,
+    seed=None,
+    repeat=False,
+    on_invalid_utf8="error",
+    drop_remainder=False,
+):
+    """Masked-LM batches for `tfeff.models.Bert` (see the module docstring).
+
+    Args:
+        patterns: glob(s) of text files, one sentence (or paragraph) per line.
+        vocabulary_path: a vocabulary from `learn_bert_vocabulary`.
+        batch_size: sequences per batch (global batch under tf.distribute).
+        max_sequence_length: n, at least 8.
+        max_predictions_per_seq: p, the most masked positions per sequence.
+        mask_rate, mask_token_rate, random_token_rate: masking rates.
+        lower_case: as when the vocabulary was learned.
+        use_nsp: build sentence pairs and `nsp_labels`.
+        shuffle_buffer: windows held for shuffling; 0 disables it.
+        seed: shuffle and NSP seed.
+        repeat: repeat forever (training).
+        on_invalid_utf8: `"error"`, `"skip"` or `"replace"`.
+        drop_remainder: drop a final smaller batch.
+
+    Returns:
+        `tf.data.Dataset` of dicts (see `mask_and_pack`), plus `nsp_labels`
+        `(batch,)` with `use_nsp`.
+    """
+    if batch_size <= 0:
+        raise ValueError(f"`batch_size` must be positive. Received: batch_size={batch_size}")
+    if max_sequence_length < 8:
+        raise ValueError(
+            f"`max_sequence_length` must be >= 8. Received: "
+            f"max_sequence_length={max_sequence_length}")
+    if not 0 < max_predictions_per_seq <= max_sequence_length:
+        raise ValueError(
+            "`max_predictions_per_seq` must be in [1, max_sequence_length]. Received: "
+            f"max_predictions_per_seq={max_predictions_per_seq}")
+    if on_invalid_utf8 not in corpus.INVALID_UTF8_POLICIES:
+        raise ValueError(f"Invalid on_invalid_utf8={on_invalid_utf8!r}")
+    vocabulary = vocabulary_lib.Vocabulary.load(vocabulary_path)
+    check_bert_vocabulary(vocabulary)
+    tokenizer = bert_tokenizer(vocabulary_path, lower_case)
+    window = max_sequence_length - (3 if use_nsp else 2)
+
+    ds = line_dataset(corpus.resolve_files(patterns), on_invalid_utf8)
+    ds = ds.batch(_LINES_PER_CHUNK)
+    ds = ds.map(lambda lines: _windows(lines, tokenizer, window),
+                num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.unbatch()
+    if shuffle_buffer:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
+
+    def finish(windows):
+        segments, labels = (_nsp_segments(windows, seed) if use_nsp else ([windows], None))
+        features = mask_and_pack(
+            segments, max_sequence_length, max_predictions_per_seq, len(vocabulary),
+            mask_rate, mask_token_rate, random_token_rate,
+        )
+        if use_nsp:
+            features["nsp_labels"] = labels
+        return features
+
+    ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,318 @@
+"""Bert: a BERT encoder with a tied masked-LM head, standard or CoRe-relaxed."""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from tfeff import layers as tfeff_layers
+from tfeff.models.distributed import all_reduce_sum
+from tfeff.models.bert_layer import BertLayer
+from tfeff.models.bert_layer import get_activation
+
+INPUT_EMBEDDINGS = ("trainable", "alone")
+RELAXED_KEYS = ("num_anchors", "ffn_rank", "anchor_selection")
+
+
+def check_relaxed(relaxed):
+    """Validates a `relaxed` dict; returns it with defaults, or None."""
+    if relaxed is None:
+        return None
+    relaxed = dict(relaxed)
+    unknown = sorted(set(relaxed) - set(RELAXED_KEYS))
+    if unknown:
+        raise ValueError(
+            f"Unknown `relaxed` key {unknown[0]!r}; expected some of {RELAXED_KEYS}. "
+            f"Received: relaxed={relaxed}"
+        )
+    relaxed.setdefault("num_anchors", 32)
+    relaxed.setdefault("ffn_rank", 64)
+    relaxed.setdefault("anchor_selection", "random")
+    for key in ("num_anchors", "ffn_rank"):
+        value = relaxed[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(
+                f"Received an invalid value for `relaxed.{key}`, expected a non-negative "
+                f"integer (0: that part stays standard). Received: {key}={value!r}"
+            )
+    if not (relaxed["num_anchors"] or relaxed["ffn_rank"]):
+        raise ValueError("`relaxed` needs num_anchors or ffn_rank > 0 (or relaxed=None).")
+    return relaxed
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class Bert(keras.Model):
+    """BERT (Devlin et al. 2019) for masked-LM pretraining; CoRe's relaxed BERT by config.
+
+    Token, position and segment embeddings are summed, layer-normalized and
+    passed through `num_layers` post-layer-norm transformer layers
+    (`BertLayer`: self-attention, GELU feed-forward network). The masked-LM
+    head gathers the hidden states of the masked positions only, transforms
+    them (dense + activation + layer norm) and scores them against the token
+    embedding (tied) plus a bias. With `use_nsp`, a tanh pooler on `[CLS]`
+    (position 0) feeds a two-way next-sentence classifier.
+
+    `relaxed={"num_anchors": m, "ffn_rank": d_r}` turns on CoRe's coarse
+    model (Yang et al.): `AnchorMultiHeadAttention` with m anchors and
+    `FactorizedDense` feed-forward kernels of rank d_r (either may be 0 to
+    keep that part standard). All other weights are the same, with the same
+    names, so `tfeff.convert.merge_relaxed_bert` turns it into a standard
+    `Bert`.
+
+    `input_embedding="alone"` uses an `AloneEmbedding` (set up by `alone`)
+    for the tokens; the masked-LM head then scores against its computed
+    table (`attend`).
+
+    Args:
+        vocabulary_size: number of token ids.
+        num_layers: transformer layers.
+        hidden_dim: model width.
+        num_heads: attention heads (`hidden_dim` must be a multiple).
+        intermediate_dim: feed-forward width.
+        max_sequence_length: number of position embeddings.
+        num_segments: number of segment (token type) ids.
+        dropout_rate: dropout after embeddings, on attention probabilities
+            and on residual branches.
+        activation: `"gelu"` (erf, BERT and Hugging Face), `"gelu_approximate"`
+            (tanh, keras-hub) or `"relu"`.
+        layer_norm_epsilon: layer norm epsilon.
+        relaxed: None, or a dict with `num_anchors`, `ffn_rank` and optionally
+            `anchor_selection`.
+        use_nsp: add the pooler and next-sentence head.
+        input_embedding: `"trainable"` or `"alone"`.
+        alone: `AloneEmbedding` arguments (without `vocabulary_size`,
+            `output_dim`, `lookup`) for `input_embedding="alone"`.
+        initializer_range: stddev of the truncated-normal initializers.
+        seed: seed of dropout and anchor draws.
+        **kwargs: base `Model` arguments.
+
+    Call arguments:
+        inputs: dict with int `token_ids` `(batch, n)`; optional
+            `segment_ids` (default 0), `padding_mask` (default
+            `token_ids != 0`) and `masked_positions` `(batch, p)`.
+        training: bool.
+        exact_attention: run anchor attention exactly (the converter's check).
+
+    Returns:
+        dict with `sequence_output` `(batch, n, hidden_dim)`; `mlm_logits`
+        `(batch, p, vocabulary_size)` when `masked_positions` is given;
+        `pooled_output` and `nsp_logits` `(batch, 2)` with `use_nsp`.
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers=12,
+        hidden_dim=768,
+        num_heads=12,
+        intermediate_dim=3072,
+        max_sequence_length=512,
+        num_segments=2,
+        dropout_rate=0.1,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
+        relaxed=None,
+        use_nsp=False,
+        input_embedding="trainable",
+        alone=None,
+        initializer_range=0.02,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value in (("vocabulary_size", vocabulary_size), ("num_layers", num_layers),
+                            ("hidden_dim", hidden_dim), ("num_heads", num_heads),
+                            ("intermediate_dim", intermediate_dim),
+                            ("max_sequence_length", max_sequence_length),
+                            ("num_segments", num_segments)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(
+                    f"Received an invalid value for `{name}`, expected a positive integer. "
+                    f"Received: {name}={value!r}"
+                )
+        if input_embedding not in INPUT_EMBEDDINGS:
+            raise ValueError(
+                f"Received an invalid value for `input_embedding`, expected one of "
+                f"{INPUT_EMBEDDINGS}. Received: input_embedding={input_embedding!r}"
+            )
+        get_activation(activation)
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.max_sequence_length = max_sequence_length
+        self.num_segments = num_segments
+        self.dropout_rate = dropout_rate
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.relaxed = check_relaxed(relaxed)
+        self.use_nsp = bool(use_nsp)
+        self.input_embedding = input_embedding
+        self.initializer_range = initializer_range
+        self.seed = seed
+        if alone is not None and input_embedding != "alone":
+            raise ValueError("`alone` is only used with input_embedding='alone'.")
+
+        def init():
+            return keras.initializers.TruncatedNormal(stddev=initializer_range)
+
+        common = {"dtype": self.dtype_policy}
+        if input_embedding == "alone":
+            self.alone = dict(alone or {})
+            self.token_embedding = tfeff_layers.AloneEmbedding(
+                vocabulary_size, hidden_dim, lookup="table", name="token_embedding",
+                **{"base_dim": hidden_dim, **self.alone}, **common,
+            )
+            self.alone["seed"] = self.token_embedding.seed
+        else:
+            self.alone = None
+            self.token_embedding = keras.layers.Embedding(
+                vocabulary_size, hidden_dim, embeddings_initializer=init(),
+                name="token_embedding", **common)
+        self.position_embedding = keras.layers.Embedding(
+            max_sequence_length, hidden_dim, embeddings_initializer=init(),
+            name="position_embedding", **common)
+        self.segment_embedding = keras.layers.Embedding(
+            num_segments, hidden_dim, embeddings_initializer=init(),
+            name="segment_embedding", **common)
+        self.embeddings_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="embeddings_norm", **common)
+        self.embeddings_dropout = keras.layers.Dropout(
+            dropout_rate, seed=seed, name="embeddings_dropout", **common)
+        relaxed = self.relaxed or {}
+        self.transformer_layers = [
+            BertLayer(
+                hidden_dim, num_heads, intermediate_dim, dropout_rate=dropout_rate,
+                activation=activation, layer_norm_epsilon=layer_norm_epsilon,
+                num_anchors=relaxed.get("num_anchors", 0), ffn_rank=relaxed.get("ffn_rank", 0),
+                anchor_selection=relaxed.get("anchor_selection", "random"),
+                initializer_range=initializer_range,
+                seed=None if seed is None else seed + 1 + i,
+                name=f"transformer_layer_{i}", **common,
+            )
+            for i in range(num_layers)
+        ]
+        self.mlm_dense = keras.layers.Dense(
+            hidden_dim, activation=get_activation(activation), kernel_initializer=init(),
+            name="mlm_dense", **common)
+        self.mlm_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="mlm_norm", **common)
+        self.pooler = self.nsp_dense = None
+        if self.use_nsp:
+            self.pooler = keras.layers.Dense(
+                hidden_dim, activation="tanh", kernel_initializer=init(), name="pooler",
+                **common)
+            self.nsp_dense = keras.layers.Dense(
+                2, kernel_initializer=init(), name="nsp_dense", **common)
+
+    @property
+    def is_relaxed(self):
+        return self.relaxed is not None
+
+    def build(self, input_shape=None):
+        shape = (None, None, self.hidden_dim)
+        self.token_embedding.build((None, None))
+        self.position_embedding.build((None,))
+        self.segment_embedding.build((None, None))
+        self.embeddings_norm.build(shape)
+        for layer in self.transformer_layers:
+            layer.build(shape)
+        self.mlm_dense.build(shape)
+        self.mlm_norm.build(shape)
+        self.mlm_bias = self.add_weight(
+            name="mlm_bias", shape=(self.vocabulary_size,), initializer="zeros")
+        if self.use_nsp:
+            self.pooler.build((None, self.hidden_dim))
+            self.nsp_dense.build((None, self.hidden_dim))
+        self.built = True
+
+    def embed(self, token_ids, segment_ids=None, training=False):
+        """Summed, normalized token + position + segment embeddings `(batch, n, d)`."""
+        n = ops.shape(token_ids)[1]
+        tokens = self.token_embedding(token_ids, training=training)
+        positions = self.position_embedding(ops.arange(n))[None]  # (1, n, d)
+        if segment_ids is None:
+            segment_ids = ops.zeros_like(token_ids)
+        x = tokens + ops.cast(positions, tokens.dtype) + self.segment_embedding(segment_ids)
+        return self.embeddings_dropout(self.embeddings_norm(x), training=training)
+
+    def encode(self, token_ids, segment_ids=None, padding_mask=None, training=False,
+               exact_attention=None):
+        """The sequence output `(batch, n, hidden_dim)`."""
+        token_ids = ops.cast(token_ids, "int32")
+        if padding_mask is None:
+            padding_mask = ops.not_equal(token_ids, 0)
+        padding_mask = ops.cast(padding_mask, "bool")
+        x = self.embed(token_ids, segment_ids, training=training)
+        for layer in self.transformer_layers:
+            x = layer(x, padding_mask=padding_mask, training=training,
+                      exact_attention=exact_attention)
+        return x
+
+    def mlm_logits(self, sequence_output, masked_positions, training=False):
+        """Logits `(batch, p, vocabulary_size)` at `masked_positions` `(batch, p)` only."""
+        positions = ops.cast(masked_positions, "int32")
+        h = tf.gather(sequence_output, positions, batch_dims=1)  # (batch, p, d)
+        h = self.mlm_norm(self.mlm_dense(h))
+        if self.input_embedding == "alone":
+            logits = self.token_embedding.attend(h, training=training)
+        else:
+            table = ops.cast(self.token_embedding.embeddings, h.dtype)
+            logits = ops.einsum("bpd,vd->bpv", h, table)
+        return ops.cast(logits, "float32") + ops.cast(self.mlm_bias, "float32")
+
+    def call(self, inputs, training=False, exact_attention=None):
+        if not isinstance(inputs, dict):
+            inputs = {"token_ids": inputs}
+        sequence = self.encode(
+            inputs["token_ids"], inputs.get("segment_ids"), inputs.get("padding_mask"),
+            training=training, exact_attention=exact_attention,
+        )
+        outputs = {"sequence_output": sequence}
+        if inputs.get("masked_positions") is not None:
+            outputs["mlm_logits"] = self.mlm_logits(
+                sequence, inputs["masked_positions"], training=training)
+        if self.use_nsp:
+            pooled = self.pooler(sequence[:, 0])
+            outputs["pooled_output"] = pooled
+            outputs["nsp_logits"] = ops.cast(self.nsp_dense(pooled), "float32")
+        return outputs
+
+    def losses_and_counts(self, x, y_pred):
+        """`{"mlm": (sum, count), "nsp": (sum, count)}` of cross-entropies over this batch."""
+        weights = ops.cast(x["masked_weights"], "float32")
+        ce = keras.losses.sparse_categorical_crossentropy(
+            ops.cast(x["masked_ids"], "int32"), y_pred["mlm_logits"], from_logits=True)
+        out = {"mlm": (ops.sum(ce * weights), ops.sum(weights))}
+        if self.use_nsp and "nsp_labels" in x:
+            nsp = keras.losses.sparse_categorical_crossentropy(
+                ops.cast(x["nsp_labels"], "int32"), y_pred["nsp_logits"], from_logits=True)
+            out["nsp"] = (ops.sum(nsp), ops.cast(ops.shape(nsp)[0], "float32"))
+        return out
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """Mean masked-LM cross-entropy (plus the NSP one), globally normalized.
+
+        Each replica divides its sums by the all-reduced global counts, so the
+        replicas' losses add up to the global batch's loss (see `ElmoLM`).
+        """
+        del y, sample_weight
+        total = 0.0
+        for loss_sum, count in self.losses_and_counts(x, y_pred).values():
+            total += loss_sum / ops.maximum(all_reduce_sum(count), 1.0)
+        for loss in self.losses:
+            total += ops.cast(ops.sum(loss), "float32")
+        return total
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            name: getattr(self, name) for name in (
+                "vocabulary_size", "num_layers", "hidden_dim", "num_heads", "intermediate_dim",
+                "max_sequence_length", "num_segments", "dropout_rate", "activation",
+                "layer_norm_epsilon", "relaxed", "use_nsp", "input_embedding", "alone",
+                "initializer_range", "seed",
+            )
+        })
+        return config
+

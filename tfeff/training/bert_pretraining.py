@@ -1,0 +1,359 @@
+"""BERT masked-LM pretraining, and CoRe's two phases in one run.
+
+With `core.coarse_steps` > 0 (and `model.relaxed` set), `pretrain_bert`:
+
+1. trains the relaxed model in `<model_dir>/coarse/` (itself a complete
+   relaxed-BERT model directory: config, vocabulary, checkpoints) until
+   `core.coarse_steps`, or earlier when the loss plateaus (`PlateauStopper`);
+   the step and reason are written to `coarse/core_switch.json`;
+2. converts it in-process with `tfeff.convert.merge_relaxed_bert` (checked
+   numerically) and saves the standard model at the switch step in
+   `<model_dir>/checkpoints/`, with a fresh optimizer whose step counter
+   continues, so the learning-rate schedule and the TensorBoard curves
+   (`<model_dir>/logs`, shared by both phases) are continuous;
+3. trains the standard model up to `train.steps`.
+
+A restart resumes in whichever phase the directory is: refined when
+`<model_dir>/checkpoints/` has a checkpoint, else the coarse phase (or its
+conversion, when `core_switch.json` says it has ended).
+
+Without `core.coarse_steps`, the run trains the configured model (relaxed
+or standard) in `<model_dir>` directly.
+"""
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfeff import config as config_lib
+from tfeff import data as data_lib
+from tfeff.data import files
+from tfeff.data.mlm_dataset import check_bert_vocabulary
+from tfeff.models import Bert
+from tfeff.training import checkpoints
+from tfeff.training import pretraining
+from tfeff.training.callbacks import ScalarLogger
+from tfeff.training.callbacks import write_scalar
+from tfeff.training.optimizers import make_optimizer
+from tfeff.training.strategy import make_strategy
+
+COARSE_DIR = "coarse"
+SWITCH_FILE = "core_switch.json"
+_path = os.path.join
+
+
+def standard_config(config):
+    """The config of the standard model that `config`'s relaxed model converts to."""
+    return dataclasses.replace(
+        config, model=dataclasses.replace(config.model, relaxed=None),
+        core=config_lib.CoreConfig(),
+    )
+
+
+def coarse_config(config):
+    """The config of a two-phase run's coarse phase: the relaxed model alone."""
+    return dataclasses.replace(config, core=config_lib.CoreConfig())
+
+
+def checkpoint_is_relaxed(config):
+    """Whether `<model_dir>/checkpoints` of `config` hold a relaxed model."""
+    return config.model.relaxed is not None and not config.core.enabled
+
+
+def build_bert(config, vocabulary_size, relaxed=None):
+    """The `Bert` of `config` (relaxed per `checkpoint_is_relaxed` unless given)."""
+    m = config.model
+    if relaxed is None:
+        relaxed = checkpoint_is_relaxed(config)
+    return Bert(
+        vocabulary_size,
+        num_layers=m.num_layers,
+        hidden_dim=m.hidden_dim,
+        num_heads=m.num_heads,
+        intermediate_dim=m.intermediate_dim,
+        max_sequence_length=config.data.max_sequence_length,
+        dropout_rate=m.dropout_rate,
+        activation=m.activation,
+        layer_norm_epsilon=m.layer_norm_epsilon,
+        relaxed=dataclasses.asdict(m.relaxed) if relaxed else None,
+        use_nsp=m.use_nsp,
+        input_embedding=m.input_embedding,
+        alone=m.alone.layer_kwargs() if m.input_embedding == "alone" else None,
+        seed=config.train.seed,
+        name="bert",
+    )
+
+
+def prepare_bert_data(config, model_dir):
+    """`(train_files, heldout_files, vocabulary_path)`; learns the vocabulary if missing."""
+    data_cfg = config.data
+    train_files, heldout_files = pretraining.corpus_files(data_cfg, model_dir)
+    vocabulary_path = _path(model_dir, pretraining.VOCABULARY_FILE)
+    if not tf.io.gfile.exists(vocabulary_path):
+        data_lib.learn_bert_vocabulary(
+            train_files, data_cfg.wordpiece_vocabulary_size, vocabulary_path,
+            lower_case=data_cfg.lower_case, on_invalid_utf8=data_cfg.on_invalid_utf8,
+            max_words_in_memory=data_cfg.max_words_in_memory,
+        )
+    check_bert_vocabulary(data_lib.Vocabulary.load(vocabulary_path))
+    return train_files, heldout_files, vocabulary_path
+
+
+def bert_dataset(config, files_glob, vocabulary_path, training, seed=None):
+    d = config.data
+    return data_lib.mlm_dataset(
+        files_glob, vocabulary_path, batch_size=d.batch_size,
+        max_sequence_length=d.max_sequence_length,
+        max_predictions_per_seq=d.max_predictions_per_seq, mask_rate=d.mask_rate,
+        mask_token_rate=d.mask_token_rate, random_token_rate=d.random_token_rate,
+        lower_case=d.lower_case, use_nsp=config.model.use_nsp,
+        shuffle_buffer=d.shuffle_buffer if training else 0, seed=seed, repeat=training,
+        on_invalid_utf8=d.on_invalid_utf8, drop_remainder=training,
+    )
+
+
+def vocabulary_size(model_dir):
+    path = _path(model_dir, pretraining.VOCABULARY_FILE)
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"{model_dir} has no {pretraining.VOCABULARY_FILE}")
+    return len(data_lib.Vocabulary.load(path))
+
+
+def restore_bert(model_dir, config=None, strategy=None, with_optimizer=False):
+    """Builds the Bert of `model_dir` and restores its latest checkpoint.
+
+    Returns:
+        `(model, optimizer_or_None, step, config)`.
+    """
+    if config is None:
+        path = _path(model_dir, pretraining.CONFIG_FILE)
+        if not tf.io.gfile.exists(path):
+            raise FileNotFoundError(
+                f"{model_dir} is not a tfeff model directory (no {pretraining.CONFIG_FILE})")
+        config = config_lib.load_config(path)
+    if config.family != "bert":
+        raise ValueError(f"{model_dir} holds a {config.family!r} model, not a BERT")
+    latest = tf.train.latest_checkpoint(_path(model_dir, pretraining.CHECKPOINT_DIR))
+    if latest is None:
+        raise FileNotFoundError(f"{model_dir} has no checkpoint yet: run tfeff-pretrain first")
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        model = build_bert(config, vocabulary_size(model_dir))
+        model.build()
+        optimizer = None
+        if with_optimizer:
+            optimizer = make_optimizer(config.train, config.data.batch_size)
+            optimizer.build(model.trainable_variables)
+        checkpoints.restore(checkpoints.make_checkpoint(model, optimizer), latest)
+    return model, optimizer, int(latest.rsplit("-", 1)[-1]), config
+
+
+def save_converted(standard, config, model_dir, step):
+    """Writes `standard` at `step` (fresh optimizer, step counter kept) to `model_dir/checkpoints`."""
+    optimizer = make_optimizer(config.train, config.data.batch_size)
+    optimizer.build(standard.trainable_variables)
+    optimizer.iterations.assign(step)
+    manager = tf.train.CheckpointManager(
+        checkpoints.make_checkpoint(standard, optimizer),
+        _path(model_dir, pretraining.CHECKPOINT_DIR), max_to_keep=config.train.keep_checkpoints,
+    )
+    return manager.save(checkpoint_number=step)
+
+
+class PlateauStopper(keras.callbacks.Callback):
+    """Stops training when the windowed training loss stops improving (CoRe, Section 5.5).
+
+    Every `window` steps the window's mean loss is compared with the best
+    earlier window mean; `patience` windows in a row that improve on it by
+    less than `threshold` (relative) stop training. `stopped_step` is the
+    step at which it stopped (None otherwise).
+    """
+
+    def __init__(self, window, patience, threshold):
+        super().__init__()
+        self.window, self.patience, self.threshold = window, patience, threshold
+        self.best = math.inf
+        self.bad_windows = 0
+        self.stopped_step = None
+        self._losses = []
+        self._epoch_sum = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_sum = 0.0
+
+    def on_train_batch_end(self, batch, logs=None):
+        # Keras reports the running mean of the epoch: recover this batch's loss.
+        running = float(logs["loss"]) * (batch + 1)
+        self._losses.append(running - self._epoch_sum)
+        self._epoch_sum = running
+        if len(self._losses) < self.window:
+            return
+        mean = float(np.mean(self._losses))
+        self._losses = []
+        if mean < self.best * (1.0 - self.threshold):
+            self.best, self.bad_windows = mean, 0
+        else:
+            self.best = min(self.best, mean)
+            self.bad_windows += 1
+        if self.bad_windows >= self.patience:
+            self.stopped_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            logging.info("Loss plateau at step %d (window mean %.4f)", self.stopped_step, mean)
+            self.model.stop_training = True
+
+
+def _train_phase(config, model_dir, train_ds_fn, vocab_size, relaxed, stop_step, log_dir,
+                 strategy, verbose, extra_callbacks=()):
+    """Builds, restores and trains one phase up to `stop_step`; returns `(model, step, history)`."""
+    train_cfg = config.train
+    with strategy.scope():
+        model = build_bert(config, vocab_size, relaxed=relaxed)
+        model.build()
+        optimizer = make_optimizer(train_cfg, config.data.batch_size)
+        optimizer.build(model.trainable_variables)
+        model.compile(optimizer=optimizer, jit_compile=False,
+                      steps_per_execution=train_cfg.steps_per_execution)
+        manager = tf.train.CheckpointManager(
+            checkpoints.make_checkpoint(model, optimizer),
+            _path(model_dir, pretraining.CHECKPOINT_DIR), max_to_keep=train_cfg.keep_checkpoints,
+        )
+        if manager.latest_checkpoint:
+            checkpoints.restore(manager.checkpoint, manager.latest_checkpoint)
+            logging.info("Restored %s", manager.latest_checkpoint)
+    start = int(keras.ops.convert_to_numpy(optimizer.iterations))
+    logging.info("%s BERT: %s parameters; step %d, training to step %d",
+                 "Relaxed" if relaxed else "Standard", f"{model.count_params():,}", start,
+                 stop_step)
+    history = {}
+    if start < stop_step:
+        every = train_cfg.checkpoint_every
+        fit = model.fit(
+            train_ds_fn(start),
+            epochs=math.ceil(stop_step / every), initial_epoch=start // every,
+            steps_per_epoch=every,
+            callbacks=[pretraining.CheckpointCallback(manager, every, stop_step),
+                       ScalarLogger(log_dir, train_cfg.log_every), *extra_callbacks],
+            verbose=verbose,
+        )
+        history = fit.history
+    step = int(keras.ops.convert_to_numpy(optimizer.iterations))
+    if manager.latest_checkpoint is None or not manager.latest_checkpoint.endswith(f"-{step}"):
+        manager.save(checkpoint_number=step)
+    return model, step, history
+
+
+def _read_json(path):
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="auto"):
+    """Masked-LM pretraining of `config.model`; CoRe's two phases with `core.coarse_steps`.
+
+    Returns:
+        dict with `step`, `history` (per phase), `switch` (two-phase runs:
+        step and reason) and `eval` (held-out masked-LM results).
+    """
+    from tfeff.convert import merge_relaxed_bert  # convert builds on training
+
+    tf.io.gfile.makedirs(model_dir)
+    pretraining.resolve_config(config, model_dir)
+    train_files, heldout_files, vocabulary_path = prepare_bert_data(config, model_dir)
+    vocab_size = len(data_lib.Vocabulary.load(vocabulary_path))
+    strategy = make_strategy(strategy, devices)
+    keras.utils.set_random_seed(config.train.seed)
+    log_dir = _path(model_dir, "logs")
+
+    def train_ds_fn(start):
+        # A resumed run does not replay the first batches.
+        return bert_dataset(config, train_files, vocabulary_path, True,
+                            seed=config.train.seed + start)
+
+    results = {"history": {}}
+    t0 = time.time()
+    refined_dir = _path(model_dir, pretraining.CHECKPOINT_DIR)
+    if config.two_phase and tf.train.latest_checkpoint(refined_dir) is None:
+        coarse_dir = _path(model_dir, COARSE_DIR)
+        tf.io.gfile.makedirs(coarse_dir)
+        coarse_cfg = coarse_config(config)
+        config_lib.write_yaml(coarse_cfg, _path(coarse_dir, pretraining.CONFIG_FILE))
+        coarse_vocab = _path(coarse_dir, pretraining.VOCABULARY_FILE)
+        if not tf.io.gfile.exists(coarse_vocab):
+            tf.io.gfile.copy(vocabulary_path, coarse_vocab + ".tmp", overwrite=True)
+            tf.io.gfile.rename(coarse_vocab + ".tmp", coarse_vocab, overwrite=True)
+        switch_path = _path(coarse_dir, SWITCH_FILE)
+        switch = _read_json(switch_path)
+        if switch is None:
+            core = config.core
+            stopper = (PlateauStopper(core.plateau_window, core.plateau_patience,
+                                      core.plateau_threshold) if core.plateau_patience else None)
+            relaxed_model, step, history = _train_phase(
+                coarse_cfg, coarse_dir, train_ds_fn, vocab_size, True, core.coarse_steps,
+                log_dir, strategy, verbose, [stopper] if stopper else [],
+            )
+            results["history"]["coarse"] = history
+            reason = "plateau" if stopper and stopper.stopped_step is not None else "coarse_steps"
+            switch = {"switch_step": step, "reason": reason}
+            files.write_text_atomic(switch_path, json.dumps(switch) + "\n")
+        else:
+            relaxed_model, _, step, _ = restore_bert(coarse_dir, coarse_cfg, strategy)
+            if step != switch["switch_step"]:
+                raise ValueError(
+                    f"{coarse_dir}: the latest checkpoint is at step {step} but "
+                    f"{SWITCH_FILE} says the coarse phase ended at {switch['switch_step']}")
+        with strategy.scope():
+            standard = merge_relaxed_bert(relaxed_model)
+            save_converted(standard, config, model_dir, switch["switch_step"])
+        writer = tf.summary.create_file_writer(log_dir)
+        with writer.as_default():
+            write_scalar("core/switch_step", switch["switch_step"], switch["switch_step"])
+        writer.close()
+        logging.info("CoRe: switched from the relaxed to the standard model at step %d (%s)",
+                     switch["switch_step"], switch["reason"])
+        del relaxed_model, standard
+    if config.two_phase:
+        results["switch"] = _read_json(_path(model_dir, COARSE_DIR, SWITCH_FILE))
+
+    model, step, history = _train_phase(
+        config, model_dir, train_ds_fn, vocab_size, checkpoint_is_relaxed(config),
+        config.train.steps, log_dir, strategy, verbose,
+    )
+    results["history"]["refined" if config.two_phase else "train"] = history
+    results["step"] = step
+    results["train_seconds"] = time.time() - t0
+    if heldout_files:
+        results["eval"] = evaluate_bert(model, config, heldout_files, vocabulary_path)
+        results["eval"]["train_seconds"] = results["train_seconds"]
+        files.write_text_atomic(_path(model_dir, pretraining.EVAL_FILE),
+                                json.dumps(results["eval"], indent=2) + "\n")
+        logging.info("held-out masked-LM loss %.4f, perplexity %.2f, accuracy %.4f",
+                     results["eval"]["mlm_loss"], results["eval"]["perplexity"],
+                     results["eval"]["accuracy"])
+    return results
+
+
+def evaluate_bert(model, config, heldout_files, vocabulary_path, exact_attention=None):
+    """Held-out masked-LM loss, perplexity and top-1 accuracy (masks drawn with a fixed seed)."""
+    tf.random.set_seed(config.train.seed)
+    ds = bert_dataset(config, heldout_files, vocabulary_path, False, seed=config.train.seed)
+    loss_sum, correct, count = 0.0, 0, 0.0
+    for batch in ds.take(config.eval.max_batches):
+        logits = model(batch, training=False, exact_attention=exact_attention)["mlm_logits"]
+        weights = batch["masked_weights"].numpy()
+        ids = batch["masked_ids"].numpy()
+        ce = keras.ops.convert_to_numpy(keras.losses.sparse_categorical_crossentropy(
+            ids, logits, from_logits=True))
+        loss_sum += float((ce * weights).sum())
+        correct += int(((np.argmax(logits, -1) == ids) * (weights > 0)).sum())
+        count += float(weights.sum())
+    mean = loss_sum / max(count, 1.0)
+    return {"masked_tokens": int(count), "mlm_loss": mean, "perplexity": float(np.exp(mean)),
+            "accuracy": correct / max(count, 1.0)}
