@@ -1,7 +1,19 @@
-"""Weight conversion between tfeff models and other formats."""
+"""Weight conversion: CoRe's relaxed-to-standard merge; Hugging Face and keras-hub BERT."""
 
 from tfeff.convert.core import ConversionError
 from tfeff.convert.core import convert_model_dir
 from tfeff.convert.core import merge_relaxed_bert
+from tfeff.convert.hf_bert import read_hf_bert
+from tfeff.convert.hf_bert import write_hf_bert
+from tfeff.convert.keras_hub_bert import from_keras_hub
+from tfeff.convert.keras_hub_bert import to_keras_hub
 
-__all__ = ["ConversionError", "convert_model_dir", "merge_relaxed_bert"]
+__all__ = [
+    "ConversionError",
+    "convert_model_dir",
+    "from_keras_hub",
+    "merge_relaxed_bert",
+    "read_hf_bert",
+    "to_keras_hub",
+    "write_hf_bert",
+]

@@ -1,0 +1,162 @@
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from tests.models.bert_reference import hf_bert_forward
+from tests.models.bert_reference import hf_mlm_logits
+from tfeff.convert import write_hf_bert
+from tfeff.convert.core import probe_inputs
+from tfeff.convert.safetensors import load_file
+from tfeff.models import Bert
+
+SIZES = dict(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=24,
+             max_sequence_length=20)
+
+
+def make_bert(seed=0, **kwargs):
+    bert = Bert(40, **{**SIZES, **kwargs}, name="bert")
+    bert.build()
+    rng = np.random.default_rng(seed)
+    for w in bert.weights:  # away from the initializers' zeros and ones
+        w.assign(w + rng.normal(0, 0.2, w.shape).astype("float32"))
+    return bert
+
+
+def batch(bert, seed=0):
+    x = probe_inputs(bert, batch_size=3, length=14, seed=seed)
+    p = x["masked_positions"].shape[1]
+    rng = np.random.default_rng(seed + 1)
+    x["masked_ids"] = rng.integers(5, bert.vocabulary_size, size=(3, p)).astype("int32")
+    x["masked_weights"] = np.ones((3, p), "float32")
+    x["masked_weights"][1, -1] = 0.0
+    x["nsp_labels"] = np.array([0, 1, 0], "int32")
+    return x
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_approximate"])
+def test_golden_against_a_numpy_bert_in_hugging_face_layout(tmp_path, activation):
+    """The forward pass equals a float64 NumPy BERT written from the Hugging Face
+    definition, reading the tensors that write_hf_bert produced (so the layout
+    and the transposes are checked too)."""
+    bert = make_bert(activation=activation)
+    write_hf_bert(bert, tmp_path / "hf")
+    tensors, _ = load_file(tmp_path / "hf" / "model.safetensors")
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    x = batch(bert)
+    out = bert(x)
+    mask = x["padding_mask"].astype(bool)
+    expected = hf_bert_forward(tensors, cfg, x["token_ids"], x["segment_ids"], x["padding_mask"])
+    np.testing.assert_allclose(np.asarray(out["sequence_output"])[mask], expected[mask],
+                               rtol=1e-4, atol=1e-4)
+    logits = hf_mlm_logits(tensors, cfg, expected, x["masked_positions"])
+    np.testing.assert_allclose(out["mlm_logits"], logits, rtol=1e-4, atol=1e-4)
+
+
+def test_mlm_head_scores_only_masked_positions_and_is_tied():
+    bert = make_bert()
+    x = batch(bert)
+    out = bert(x)
+    n = x["token_ids"].shape[1]
+    all_positions = np.broadcast_to(np.arange(n), (3, n)).astype("int32")
+    full = np.asarray(bert({**x, "masked_positions": all_positions})["mlm_logits"])
+    np.testing.assert_allclose(
+        out["mlm_logits"], np.take_along_axis(full, x["masked_positions"][:, :, None], 1),
+        rtol=1e-5, atol=1e-5)
+    assert out["mlm_logits"].shape == (3, x["masked_positions"].shape[1], 40)
+    # Tied: no output embedding of its own.
+    assert not [w for w in bert.weights if w.shape == (16, 40) or w.shape == (40, 16)
+                and "token_embedding" not in w.path]
+
+
+def test_loss_is_the_weighted_mean_cross_entropy_plus_nsp():
+    bert = make_bert(use_nsp=True)
+    x = batch(bert)
+    out = bert(x)
+    logits = np.asarray(out["mlm_logits"], np.float64)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    ce = -np.take_along_axis(logp, x["masked_ids"][:, :, None], -1)[..., 0]
+    mlm = (ce * x["masked_weights"]).sum() / x["masked_weights"].sum()
+    nsp_logits = np.asarray(out["nsp_logits"], np.float64)
+    nsp_logp = nsp_logits - np.log(np.exp(nsp_logits).sum(-1, keepdims=True))
+    nsp = -nsp_logp[np.arange(3), x["nsp_labels"]].mean()
+    np.testing.assert_allclose(float(bert.compute_loss(x, None, out)), mlm + nsp, rtol=1e-5)
+
+
+@pytest.mark.parametrize("relaxed", [None, {"num_anchors": 3, "ffn_rank": 4,
+                                            "anchor_selection": "strided"}])
+def test_padding_never_leaks(relaxed):
+    bert = make_bert(relaxed=relaxed)
+    x = batch(bert)
+    changed = dict(x)
+    mask = x["padding_mask"].astype(bool)
+    changed["token_ids"] = np.where(mask, x["token_ids"], 7).astype("int32")
+    changed["segment_ids"] = np.where(mask, x["segment_ids"], 1).astype("int32")
+    a, b = bert(x), bert(changed)
+    np.testing.assert_allclose(np.asarray(a["sequence_output"])[mask],
+                               np.asarray(b["sequence_output"])[mask], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(a["mlm_logits"], b["mlm_logits"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("relaxed", [None, {"num_anchors": 3, "ffn_rank": 4}])
+def test_config_round_trip_save_load_and_fit(tmp_path, relaxed):
+    bert = make_bert(relaxed=relaxed, use_nsp=True, seed=1)
+    config = bert.get_config()
+    json.dumps(config)
+    assert Bert.from_config(config).get_config() == config
+    x = batch(bert)
+    bert.save(tmp_path / "bert.keras")
+    reloaded = keras.saving.load_model(tmp_path / "bert.keras")
+    for key, value in bert(x).items():
+        np.testing.assert_allclose(reloaded(x)[key], value, rtol=1e-6, atol=1e-6)
+    bert.compile(optimizer=keras.optimizers.Adam(3e-3))
+    losses = bert.fit(x, epochs=25, batch_size=3, verbose=0).history["loss"]
+    assert losses[-1] < 0.6 * losses[0]
+    names = [w.path for w in bert.weights]
+    assert len(set(names)) == len(names)
+
+
+def test_relaxed_model_uses_the_core_layers_and_fewer_parameters():
+    from tfeff.layers import AnchorMultiHeadAttention
+    from tfeff.layers import FactorizedDense
+
+    standard = make_bert()
+    relaxed = make_bert(relaxed={"num_anchors": 3, "ffn_rank": 4})
+    layer = relaxed.transformer_layers[0]
+    assert isinstance(layer.self_attention, AnchorMultiHeadAttention)
+    assert isinstance(layer.intermediate_dense, FactorizedDense)
+    d, f, r = 16, 24, 4
+    per_layer = (d * f) * 2 - (d * r + r * f) * 2
+    assert standard.count_params() - relaxed.count_params() == 2 * per_layer
+
+
+def test_alone_input_embedding_scores_against_its_table():
+    bert = Bert(40, **SIZES, input_embedding="alone",
+                alone={"intermediate_dim": 32, "num_codebooks": 2, "codebook_size": 4, "seed": 3},
+                name="bert")
+    bert.build()
+    x = batch(bert)
+    out = bert(x)
+    table = np.asarray(bert.token_embedding.embedding_table(), np.float64)
+    h = np.take_along_axis(np.asarray(out["sequence_output"], np.float64),
+                           x["masked_positions"][:, :, None], 1)
+    h = np.asarray(bert.mlm_norm(bert.mlm_dense(h.astype("float32"))), np.float64)
+    np.testing.assert_allclose(out["mlm_logits"], h @ table.T + np.asarray(bert.mlm_bias),
+                               rtol=1e-4, atol=1e-4)
+    # The embedding's parameters do not grow with the vocabulary.
+    bigger = Bert(4000, **SIZES, input_embedding="alone", alone=bert.alone, name="bert")
+    bigger.build()
+    assert bigger.token_embedding.count_params() == bert.token_embedding.count_params()
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"num_heads": 3}, "multiple of `num_heads`"),
+    ({"relaxed": {"anchors": 3}}, "Unknown `relaxed` key"),
+    ({"relaxed": {"num_anchors": 0, "ffn_rank": 0}}, "needs num_anchors or ffn_rank"),
+    ({"activation": "swish"}, "activation='swish'"),
+    ({"input_embedding": "fixed"}, "input_embedding='fixed'"),
+])
+def test_invalid_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Bert(40, **{**SIZES, **kwargs})

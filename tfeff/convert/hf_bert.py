@@ -1,0 +1,245 @@
+"""Hugging Face BERT layout: `config.json` + `model.safetensors` (+ `vocab.txt`).
+
+`write_hf_bert(bert, directory)` writes what `transformers.BertForPreTraining
+.from_pretrained(directory)` loads; `read_hf_bert(directory)` builds a tfeff
+`Bert` from such a directory (`BertForPreTraining`, `BertForMaskedLM` or a
+bare `BertModel`), so a BERT trained elsewhere can be continued with
+`tfeff-pretrain`.
+
+Parameter names and shapes (PyTorch `Linear` weights are `(out, in)`, the
+transpose of Keras kernels; d = hidden, f = intermediate, V = vocabulary):
+
+| Hugging Face name | shape | tfeff weight |
+|---|---|---|
+| `bert.embeddings.word_embeddings.weight` | (V, d) | `token_embedding/embeddings` |
+| `bert.embeddings.position_embeddings.weight` | (n, d) | `position_embedding/embeddings` |
+| `bert.embeddings.token_type_embeddings.weight` | (2, d) | `segment_embedding/embeddings` |
+| `bert.embeddings.LayerNorm.{weight,bias}` | (d,) | `embeddings_norm/{gamma,beta}` |
+| `bert.encoder.layer.{i}.attention.self.{query,key,value}.weight` | (d, d) | `self_attention/{query,key,value}/kernel` (d, h, d/h) |
+| `bert.encoder.layer.{i}.attention.self.{query,key,value}.bias` | (d,) | `.../bias` (h, d/h) |
+| `bert.encoder.layer.{i}.attention.output.dense.{weight,bias}` | (d, d), (d,) | `self_attention/attention_output/{kernel (h, d/h, d), bias}` |
+| `bert.encoder.layer.{i}.attention.output.LayerNorm.{weight,bias}` | (d,) | `attention_norm` |
+| `bert.encoder.layer.{i}.intermediate.dense.{weight,bias}` | (f, d), (f,) | `intermediate_dense` |
+| `bert.encoder.layer.{i}.output.dense.{weight,bias}` | (d, f), (d,) | `output_dense` |
+| `bert.encoder.layer.{i}.output.LayerNorm.{weight,bias}` | (d,) | `output_norm` |
+| `bert.pooler.dense.{weight,bias}` | (d, d), (d,) | `pooler` (with NSP) |
+| `cls.predictions.transform.dense.{weight,bias}` | (d, d), (d,) | `mlm_dense` |
+| `cls.predictions.transform.LayerNorm.{weight,bias}` | (d,) | `mlm_norm` |
+| `cls.predictions.bias` | (V,) | `mlm_bias` (the decoder is tied to the word embeddings) |
+| `cls.seq_relationship.{weight,bias}` | (2, d), (2,) | `nsp_dense` (with NSP) |
+
+An ALONE input embedding is written as its computed table (the vectors the
+model uses at inference); read back, it is an ordinary trainable embedding.
+"""
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+
+import keras
+import numpy as np
+
+from tfeff.convert import safetensors
+from tfeff.data.mlm_dataset import BERT_RESERVED_NAMES
+from tfeff.models import Bert
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+VOCAB_FILE = "vocab.txt"
+_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_new", "relu": "relu"}
+_FROM_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate",
+                        "gelu_pytorch_tanh": "gelu_approximate", "relu": "relu"}
+# Tensors a reader may meet and safely ignore (tied copies, buffers).
+_IGNORED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias",
+            "bert.embeddings.position_ids")
+
+
+def _np(variable):
+    return np.asarray(keras.ops.convert_to_numpy(variable), np.float32)
+
+
+def _pairs(bert):
+    """`(hf name, tfeff variable, to_hf, from_hf)` for every tensor of a standard Bert."""
+    d = bert.hidden_dim
+    t = (lambda w: w.T, lambda w: w.T)
+    same = (lambda w: w, lambda w: w)
+    out = []
+
+    def norm(hf, layer):
+        out.append((f"{hf}.weight", layer.gamma, *same))
+        out.append((f"{hf}.bias", layer.beta, *same))
+
+    def dense(hf, layer):
+        out.append((f"{hf}.weight", layer.kernel, *t))
+        out.append((f"{hf}.bias", layer.bias, *same))
+
+    e = "bert.embeddings"
+    out.append((f"{e}.word_embeddings.weight", None, *same))  # filled from the layer
+    out.append((f"{e}.position_embeddings.weight", bert.position_embedding.embeddings, *same))
+    out.append((f"{e}.token_type_embeddings.weight", bert.segment_embedding.embeddings, *same))
+    norm(f"{e}.LayerNorm", bert.embeddings_norm)
+    for i, layer in enumerate(bert.transformer_layers):
+        p = f"bert.encoder.layer.{i}"
+        att = layer.self_attention
+        for name, sub in (("query", att._query_dense), ("key", att._key_dense),
+                          ("value", att._value_dense)):
+            shape = tuple(sub.kernel.shape)
+            out.append((f"{p}.attention.self.{name}.weight", sub.kernel,
+                        lambda w: w.reshape(d, -1).T,
+                        lambda w, s=shape: w.T.reshape(s)))
+            bshape = tuple(sub.bias.shape)
+            out.append((f"{p}.attention.self.{name}.bias", sub.bias,
+                        lambda w: w.reshape(-1), lambda w, s=bshape: w.reshape(s)))
+        o = att._output_dense
+        oshape = tuple(o.kernel.shape)
+        out.append((f"{p}.attention.output.dense.weight", o.kernel,
+                    lambda w: w.reshape(-1, w.shape[-1]).T,
+                    lambda w, s=oshape: w.T.reshape(s)))
+        out.append((f"{p}.attention.output.dense.bias", o.bias, *same))
+        norm(f"{p}.attention.output.LayerNorm", layer.attention_norm)
+        dense(f"{p}.intermediate.dense", layer.intermediate_dense)
+        dense(f"{p}.output.dense", layer.output_dense)
+        norm(f"{p}.output.LayerNorm", layer.output_norm)
+    if bert.use_nsp:
+        dense("bert.pooler.dense", bert.pooler)
+        dense("cls.seq_relationship", bert.nsp_dense)
+    dense("cls.predictions.transform.dense", bert.mlm_dense)
+    norm("cls.predictions.transform.LayerNorm", bert.mlm_norm)
+    out.append(("cls.predictions.bias", bert.mlm_bias, *same))
+    return out
+
+
+def hf_config(bert):
+    """The Hugging Face `config.json` dict of a tfeff Bert."""
+    return {
+        "architectures": ["BertForPreTraining"],
+        "model_type": "bert",
+        "vocab_size": bert.vocabulary_size,
+        "hidden_size": bert.hidden_dim,
+        "num_hidden_layers": bert.num_layers,
+        "num_attention_heads": bert.num_heads,
+        "intermediate_size": bert.intermediate_dim,
+        "hidden_act": _HF_ACTIVATIONS[bert.activation],
+        "hidden_dropout_prob": bert.dropout_rate,
+        "attention_probs_dropout_prob": bert.dropout_rate,
+        "max_position_embeddings": bert.max_sequence_length,
+        "type_vocab_size": bert.num_segments,
+        "initializer_range": bert.initializer_range,
+        "layer_norm_eps": bert.layer_norm_epsilon,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "tie_word_embeddings": True,
+    }
+
+
+def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
+    """Writes a standard `Bert` as a Hugging Face BERT directory.
+
+    Args:
+        bert: a built standard (not relaxed) `Bert`; convert a relaxed one
+            with `merge_relaxed_bert` first.
+        directory: output directory (written to a temporary sibling, then
+            renamed).
+        vocabulary_path: optional tfeff vocabulary file, written as
+            `vocab.txt` with BERT's names for the reserved tokens.
+        overwrite: replace an existing directory.
+    """
+    if bert.is_relaxed:
+        raise ValueError("write_hf_bert needs a standard Bert: convert the relaxed model with "
+                         "tfeff.convert.merge_relaxed_bert first.")
+    if os.path.exists(directory) and not overwrite:
+        raise FileExistsError(f"{directory} exists (pass overwrite=True to replace it)")
+    tensors = {}
+    for name, variable, to_hf, _ in _pairs(bert):
+        if variable is None:
+            if bert.input_embedding == "alone":
+                logging.info("Writing the ALONE embedding as its computed table")
+                value = _np(bert.token_embedding.embedding_table(training=False))
+            else:
+                value = _np(bert.token_embedding.embeddings)
+        else:
+            value = _np(variable)
+        tensors[name] = np.ascontiguousarray(to_hf(value))
+    parent = os.path.dirname(os.path.abspath(directory))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".hf-", dir=parent)
+    try:
+        safetensors.save_file(tensors, os.path.join(tmp, WEIGHTS_FILE), {"format": "pt"})
+        with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
+            json.dump(hf_config(bert), f, indent=2)
+        if vocabulary_path:
+            with open(vocabulary_path, encoding="utf-8") as f:
+                words = [line.rstrip("\n").split("\t")[0] for line in f]
+            words[:len(BERT_RESERVED_NAMES)] = BERT_RESERVED_NAMES
+            with open(os.path.join(tmp, VOCAB_FILE), "w", encoding="utf-8") as f:
+                f.write("".join(w + "\n" for w in words))
+        if os.path.exists(directory):
+            shutil.rmtree(directory)
+        os.rename(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def read_hf_bert(directory, name="bert"):
+    """Builds a tfeff `Bert` from a Hugging Face BERT directory.
+
+    Every tensor of the file must be used (tied copies and buffers aside)
+    and every shape must match; a checkpoint without the pretraining heads
+    (a bare `BertModel`) gets freshly initialized heads, which is logged.
+
+    Raises:
+        FileNotFoundError, ValueError (naming the file and tensor).
+    """
+    config_path = os.path.join(directory, CONFIG_FILE)
+    weights_path = os.path.join(directory, WEIGHTS_FILE)
+    for path in (config_path, weights_path):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{directory} is not a Hugging Face BERT directory "
+                                    f"(no {os.path.basename(path)})")
+    with open(config_path) as f:
+        cfg = json.load(f)
+    if cfg.get("model_type", "bert") != "bert":
+        raise ValueError(f"{config_path}: model_type {cfg.get('model_type')!r} is not bert")
+    act = cfg.get("hidden_act", "gelu")
+    if act not in _FROM_HF_ACTIVATIONS:
+        raise ValueError(f"{config_path}: unsupported hidden_act {act!r}")
+    tensors, _ = safetensors.load_file(weights_path)
+    if not any(k.startswith("bert.") for k in tensors):  # a bare BertModel
+        tensors = {(k if k.startswith("cls.") else "bert." + k): v for k, v in tensors.items()}
+    bert = Bert(
+        cfg["vocab_size"], num_layers=cfg["num_hidden_layers"], hidden_dim=cfg["hidden_size"],
+        num_heads=cfg["num_attention_heads"], intermediate_dim=cfg["intermediate_size"],
+        max_sequence_length=cfg["max_position_embeddings"],
+        num_segments=cfg.get("type_vocab_size", 2),
+        dropout_rate=cfg.get("hidden_dropout_prob", 0.1), activation=_FROM_HF_ACTIVATIONS[act],
+        layer_norm_epsilon=cfg.get("layer_norm_eps", 1e-12),
+        use_nsp="cls.seq_relationship.weight" in tensors,
+        initializer_range=cfg.get("initializer_range", 0.02), name=name,
+    )
+    bert.build()
+    used, fresh = set(), []
+    for hf_name, variable, _, from_hf in _pairs(bert):
+        variable = bert.token_embedding.embeddings if variable is None else variable
+        if hf_name not in tensors:
+            if hf_name.startswith("cls.") or hf_name.startswith("bert.pooler"):
+                fresh.append(hf_name)
+                continue
+            raise ValueError(f"{weights_path}: missing tensor {hf_name}")
+        value = from_hf(np.asarray(tensors[hf_name], np.float32))
+        if tuple(value.shape) != tuple(variable.shape):
+            raise ValueError(f"{weights_path}: {hf_name} has shape "
+                             f"{tuple(tensors[hf_name].shape)}, expected one that maps to "
+                             f"{tuple(variable.shape)}")
+        variable.assign(value)
+        used.add(hf_name)
+    unused = sorted(set(tensors) - used - set(_IGNORED))
+    if unused:
+        raise ValueError(f"{weights_path}: tensors not used by a tfeff Bert: {unused[:5]}")
+    if fresh:
+        logging.info("%s: no %s; those weights are freshly initialized", weights_path,
+                     ", ".join(fresh))
+    return bert
