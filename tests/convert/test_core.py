@@ -1,0 +1,138 @@
+import keras
+import numpy as np
+import pytest
+
+from tests.models.test_bert import SIZES
+from tests.models.test_bert import batch
+from tests.models.test_bert import make_bert
+from tfeff.convert import ConversionError
+from tfeff.convert import core
+from tfeff.convert import from_keras_hub
+from tfeff.convert import merge_relaxed_bert
+from tfeff.convert import read_hf_bert
+from tfeff.convert import to_keras_hub
+from tfeff.convert import write_hf_bert
+from tfeff.layers import FactorizedDense
+from tfeff.models import Bert
+
+RELAXED = {"num_anchors": 3, "ffn_rank": 4}
+
+
+@pytest.mark.parametrize("relaxed", [RELAXED, {"num_anchors": 0, "ffn_rank": 4},
+                                     {"num_anchors": 5, "ffn_rank": 0}])
+def test_merge_reproduces_the_relaxed_model_with_exact_attention(relaxed):
+    source = make_bert(relaxed=relaxed, use_nsp=True)
+    standard = merge_relaxed_bert(source)
+    assert not standard.is_relaxed and standard.name == source.name
+    x = batch(source)
+    expected, actual = source(x, exact_attention=True), standard(x)
+    errors = core.compare_outputs(expected, actual, x["padding_mask"])
+    assert max(errors.values()) <= 1e-5, errors
+    # ... and FFN kernels are the products, attention kernels copies.
+    layer, merged = source.transformer_layers[0], standard.transformer_layers[0]
+    if relaxed["ffn_rank"]:
+        kernel, bias = layer.intermediate_dense.merged()
+        np.testing.assert_array_equal(merged.intermediate_dense.kernel, kernel)
+        np.testing.assert_array_equal(merged.intermediate_dense.bias, bias)
+    for a, b in zip(layer.self_attention.weights, merged.self_attention.weights):
+        np.testing.assert_array_equal(a, b)
+    # Anchor attention itself is an approximation: the relaxed outputs differ.
+    if relaxed["num_anchors"]:
+        assert not np.allclose(source(x)["sequence_output"], expected["sequence_output"],
+                               atol=1e-3)
+
+
+def test_every_source_tensor_is_used_once_and_shapes_are_checked():
+    source = make_bert(relaxed=RELAXED)
+    standard = Bert(40, **SIZES)
+    standard.build()
+    plan = core._merge_plan(source, standard)
+    used = [s for _, sources in plan.values() for s in sources]
+    assert sorted(used) == sorted(w.path.split("/", 1)[1] for w in source.weights)
+    assert len(used) == len(source.weights) == len(standard.weights) + 2 * 2  # 2 FFNs x 2 layers
+    wider = Bert(40, **{**SIZES, "intermediate_dim": 32})
+    wider.build()
+    with pytest.raises(ConversionError, match="Shape mismatch for transformer_layer_0/"
+                                              "intermediate_dense/kernel"):
+        core._merge_plan(source, wider)
+    with_nsp = Bert(40, **SIZES, use_nsp=True)
+    with_nsp.build()
+    with pytest.raises(ConversionError, match="pooler/kernel has no source"):
+        core._merge_plan(source, with_nsp)
+
+
+def test_refuses_non_relaxed_models_and_failed_checks(monkeypatch):
+    with pytest.raises(ConversionError, match="relaxed=None"):
+        merge_relaxed_bert(make_bert())
+    with pytest.raises(ConversionError, match="got Dense"):
+        merge_relaxed_bert(keras.layers.Dense(3))
+    source = make_bert(relaxed=RELAXED)
+    wrong = core._merge_plan
+
+    def off_by_a_little(relaxed, standard):  # a converter bug: one kernel slightly off
+        plan = wrong(relaxed, standard)
+        key = next(k for k in plan if k.endswith("output_dense/kernel"))
+        plan[key] = (plan[key][0] * 1.001, plan[key][1])
+        return plan
+
+    monkeypatch.setattr(core, "_merge_plan", off_by_a_little)
+    with pytest.raises(ConversionError, match="relative error"):
+        merge_relaxed_bert(source)
+
+
+def test_factorized_dense_weights_are_the_merge_source():
+    source = make_bert(relaxed=RELAXED)
+    assert isinstance(source.transformer_layers[1].output_dense, FactorizedDense)
+
+
+@pytest.mark.parametrize("kwargs", [{"use_nsp": True}, {"activation": "relu"}])
+def test_hugging_face_round_trip_preserves_outputs(tmp_path, kwargs):
+    bert = make_bert(**kwargs)
+    write_hf_bert(bert, tmp_path / "hf")
+    back = read_hf_bert(tmp_path / "hf")
+    x = batch(bert)
+    for key, value in bert(x).items():
+        np.testing.assert_array_equal(back(x)[key], value)
+    with pytest.raises(FileExistsError):
+        write_hf_bert(bert, tmp_path / "hf")
+
+
+def test_hugging_face_reader_rejects_a_bad_directory(tmp_path):
+    bert = make_bert()
+    write_hf_bert(bert, tmp_path / "hf")
+    (tmp_path / "hf" / "model.safetensors").write_bytes(
+        (tmp_path / "hf" / "model.safetensors").read_bytes()[:-100])
+    with pytest.raises(ValueError, match="model.safetensors: tensor .* outside the file"):
+        read_hf_bert(tmp_path / "hf")
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        read_hf_bert(tmp_path)
+    with pytest.raises(ValueError, match="standard Bert"):
+        write_hf_bert(make_bert(relaxed=RELAXED), tmp_path / "x")
+
+
+def test_alone_embedding_is_written_as_its_table(tmp_path):
+    bert = Bert(40, **SIZES, input_embedding="alone",
+                alone={"intermediate_dim": 32, "num_codebooks": 2, "codebook_size": 4, "seed": 3},
+                name="bert")
+    bert.build()
+    write_hf_bert(bert, tmp_path / "hf")
+    back = read_hf_bert(tmp_path / "hf")
+    x = batch(bert)
+    np.testing.assert_allclose(back(x)["mlm_logits"], bert(x)["mlm_logits"], rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_keras_hub_round_trip_has_numeric_parity():
+    bert = make_bert(activation="gelu_approximate", use_nsp=True)
+    backbone = to_keras_hub(bert)
+    x = batch(bert)
+    mask = x["padding_mask"].astype(bool)
+    theirs = backbone({k: x[k] for k in ("token_ids", "segment_ids", "padding_mask")})
+    ours = bert(x)
+    np.testing.assert_allclose(np.asarray(theirs["sequence_output"])[mask],
+                               np.asarray(ours["sequence_output"])[mask], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(theirs["pooled_output"], ours["pooled_output"], rtol=1e-5,
+                               atol=1e-5)
+    back = from_keras_hub(backbone)
+    np.testing.assert_allclose(np.asarray(back(x)["sequence_output"])[mask],
+                               np.asarray(ours["sequence_output"])[mask], rtol=1e-5, atol=1e-5)

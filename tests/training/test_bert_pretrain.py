@@ -1,0 +1,167 @@
+"""CoRe's two-phase pretraining end to end (tiny sizes), resume in each phase, tfeff-convert-core."""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.conftest import REPO
+from tfeff.config import load_config
+from tfeff.training import bert_pretraining
+from tfeff.training import pretrain
+
+CORE = os.path.join(REPO, "configs", "demo_bert_core.yaml")
+TINY = [
+    "data.synthetic.num_train_sentences=3000", "data.synthetic.num_heldout_sentences=200",
+    "data.synthetic.lexicon_size=300", "data.wordpiece_vocabulary_size=400",
+    "data.max_sequence_length=32", "data.batch_size=16", "data.max_predictions_per_seq=5",
+    "train.steps=240", "train.checkpoint_every=60", "train.log_every=20",
+    "train.warmup_steps=20", "core.coarse_steps=120", "core.plateau_patience=0",
+    "eval.max_batches=4",
+]
+
+
+def _scalars(log_dir, tag):
+    out = {}
+    for path in glob.glob(os.path.join(log_dir, "events.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == tag:
+                    out[event.step] = float(tf.make_ndarray(value.tensor))
+    return out
+
+
+@pytest.fixture(scope="module")
+def core_run(tmp_path_factory):
+    model_dir = str(tmp_path_factory.mktemp("core") / "run")
+    results = pretrain(load_config(CORE, TINY), model_dir, verbose=0)
+    return model_dir, results
+
+
+def test_two_phase_run_switches_and_loss_falls_across_the_switch(core_run):
+    model_dir, results = core_run
+    assert results["switch"] == {"switch_step": 120, "reason": "coarse_steps"}
+    assert results["step"] == 240
+    coarse, refined = results["history"]["coarse"]["loss"], results["history"]["refined"]["loss"]
+    assert len(coarse) == 2 and len(refined) == 2
+    assert coarse[1] < coarse[0] and refined[0] < coarse[1] and refined[1] < refined[0]
+    # One continuous TensorBoard curve over both phases, and the switch step logged.
+    steps = sorted(_scalars(os.path.join(model_dir, "logs"), "train/loss"))
+    assert steps == list(range(20, 241, 20))
+    assert _scalars(os.path.join(model_dir, "logs"), "core/switch_step") == {120: 120.0}
+    ev = results["eval"]
+    assert ev["masked_tokens"] > 0 and ev["perplexity"] < 400 and 0 < ev["accuracy"] < 1
+    # The coarse phase is a complete relaxed model directory; the top level holds the standard.
+    relaxed, _, step, _ = bert_pretraining.restore_bert(os.path.join(model_dir, "coarse"))
+    standard, _, _, _ = bert_pretraining.restore_bert(model_dir)
+    assert relaxed.is_relaxed and not standard.is_relaxed and step == 120
+
+
+def test_resume_in_the_refined_phase(core_run, tmp_path):
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(core_run[0], model_dir)
+    coarse_files = sorted(os.listdir(os.path.join(model_dir, "coarse", "checkpoints")))
+    results = pretrain(load_config(CORE, TINY + ["train.steps=300"]), model_dir, verbose=0)
+    assert results["step"] == 300 and "coarse" not in results["history"]
+    assert len(results["history"]["refined"]["loss"]) == 1
+    assert sorted(os.listdir(os.path.join(model_dir, "coarse", "checkpoints"))) == coarse_files
+
+
+def test_resume_in_the_coarse_phase(core_run, tmp_path):
+    """A run killed at step 60 of the coarse phase resumes there and switches at 120."""
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(core_run[0], model_dir)
+    shutil.rmtree(os.path.join(model_dir, "checkpoints"))
+    shutil.rmtree(os.path.join(model_dir, "logs"))
+    os.remove(os.path.join(model_dir, "coarse", "core_switch.json"))
+    ckpt = os.path.join(model_dir, "coarse", "checkpoints")
+    for path in glob.glob(os.path.join(ckpt, "ckpt-120.*")):
+        os.remove(path)
+    tf.train.CheckpointManager(tf.train.Checkpoint(), ckpt, max_to_keep=None)  # state unchanged
+    with open(os.path.join(ckpt, "checkpoint"), "w") as f:
+        f.write('model_checkpoint_path: "ckpt-60"\nall_model_checkpoint_paths: "ckpt-60"\n')
+    results = pretrain(load_config(CORE, TINY), model_dir, verbose=0)
+    assert len(results["history"]["coarse"]["loss"]) == 1  # steps 60..120 only
+    assert results["switch"]["switch_step"] == 120 and results["step"] == 240
+
+
+def test_config_changes_of_the_phases_are_refused_on_resume(core_run):
+    with pytest.raises(ValueError, match="core.coarse_steps: 120 -> 100"):
+        pretrain(load_config(CORE, TINY + ["core.coarse_steps=100"]), core_run[0], verbose=0)
+
+
+def test_plateau_rule():
+    model = keras.Sequential([keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    model.build((None, 1))
+    stopper = bert_pretraining.PlateauStopper(window=2, patience=2, threshold=0.1)
+    stopper.set_model(model)
+    losses = [10, 10, 5, 5, 4.8, 4.8, 4.7, 4.7, 1, 1]  # windows: 10, 5, 4.8, 4.7 -> stop
+    running = 0.0
+    for i, loss in enumerate(losses):
+        running += loss
+        stopper.on_train_batch_end(i, {"loss": running / (i + 1)})
+        if model.stop_training:
+            break
+    assert i == 7 and stopper.stopped_step is not None
+    assert stopper.best == pytest.approx(4.7)
+
+
+def _cli(*args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_convert_cli_writes_a_standard_directory_that_pretraining_continues(core_run, tmp_path):
+    relaxed_dir = os.path.join(core_run[0], "coarse")
+    out = str(tmp_path / "standard")
+    r = _cli("tfeff.bin.convert_core", "--model_dir", relaxed_dir, "--output_dir", out)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "step 120" in r.stdout
+    config = load_config(os.path.join(out, "config.yaml"))
+    assert config.model.relaxed is None and not config.core.enabled
+    standard, _, step, _ = bert_pretraining.restore_bert(out)
+    relaxed, _, _, _ = bert_pretraining.restore_bert(relaxed_dir)
+    from tfeff.convert.core import compare_outputs
+    from tfeff.convert.core import probe_inputs
+    x = probe_inputs(relaxed)
+    errors = compare_outputs(relaxed(x, exact_attention=True), standard(x), x["padding_mask"])
+    assert step == 120 and max(errors.values()) <= 1e-5
+    results = pretrain(load_config(os.path.join(out, "config.yaml"), ["train.steps=150"]), out,
+                       verbose=0)
+    assert results["step"] == 150 and len(results["history"]["train"]["loss"]) == 1
+
+
+@pytest.mark.parametrize("which,message", [
+    ("standard", "holds a standard BERT"),
+    ("two_phase", "two-phase CoRe run .* relaxed model is in"),
+    ("missing", "not a tfeff model directory"),
+    ("exists", "exists and is not empty"),
+])
+def test_convert_cli_refuses_with_a_clear_message_and_writes_nothing(core_run, tmp_path, which,
+                                                                     message):
+    source = {"standard": None, "two_phase": core_run[0], "missing": str(tmp_path / "none"),
+              "exists": os.path.join(core_run[0], "coarse")}[which]
+    out = str(tmp_path / "out")
+    if which == "standard":
+        source = str(tmp_path / "std")
+        os.makedirs(source)
+        cfg = load_config(os.path.join(core_run[0], "config.yaml"))
+        from tfeff.config import write_yaml
+        write_yaml(bert_pretraining.standard_config(cfg), os.path.join(source, "config.yaml"))
+    if which == "exists":
+        os.makedirs(out)
+        open(os.path.join(out, "keep.txt"), "w").close()
+    r = _cli("tfeff.bin.convert_core", "--model_dir", source, "--output_dir", out)
+    assert r.returncode == 1
+    import re
+    assert re.search(message, r.stderr), r.stderr[-2000:]
+    assert (os.listdir(out) == ["keep.txt"]) if which == "exists" else not os.path.exists(out)
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".convert-")]
