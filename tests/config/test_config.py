@@ -1,4 +1,5 @@
 import os
+import re
 
 import pytest
 
@@ -72,8 +73,42 @@ def test_every_bundled_config_loads():
     names = sorted(os.listdir(os.path.join(REPO, "configs")))
     for variant in ("elmo_c", "elmo_a", "elmo_sub", "elmo_sampled", "elmo_fixed", "elmo_alone"):
         assert f"{variant}.yaml" in names and f"demo_{variant}.yaml" in names
-    layers = {load_config(os.path.join(REPO, "configs", n)).model.output_layer for n in names}
+    configs = {n: load_config(os.path.join(REPO, "configs", n)) for n in names}
+    layers = {c.model.output_layer for c in configs.values() if c.family == "elmo"}
     assert layers == {"continuous", "adaptive", "full", "sampled", "fixed"}
+    bert = {n: c for n, c in configs.items() if c.family == "bert"}
+    assert sorted(bert) == ["bert_base.yaml", "bert_base_core.yaml", "demo_bert.yaml",
+                            "demo_bert_core.yaml"]
+    base, core = bert["bert_base.yaml"], bert["bert_base_core.yaml"]
+    assert (base.model.hidden_dim, base.model.num_layers, base.model.num_heads,
+            base.model.intermediate_dim) == (768, 12, 12, 3072)
+    assert (core.model.relaxed.num_anchors, core.model.relaxed.ffn_rank) == (32, 64)
+    assert core.two_phase and not base.two_phase and bert["demo_bert_core.yaml"].two_phase
+    # The demo pair differs only in the CoRe settings.
+    demo, demo_core = bert["demo_bert.yaml"], bert["demo_bert_core.yaml"]
+    assert (demo.data, demo.train) == (demo_core.data, demo_core.train)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("core.coarse_steps=10", "`core.coarse_steps` > 0 needs `model.relaxed`"),
+    ("model.relaxed.anchors=3", "Unknown config key `model.relaxed.anchors`"),
+    ("model.num_heads=5", "`model.hidden_dim` must be a multiple of num_heads"),
+    ("data.max_predictions_per_seq=0", "`data.max_predictions_per_seq` must be in"),
+    ("core.plateau_patience=2", "`core.plateau_patience` needs `core.coarse_steps`"),
+])
+def test_bert_config_errors_name_the_key(override, message):
+    path = os.path.join(REPO, "configs", "demo_bert.yaml")
+    overrides = [override]
+    if override.startswith("model.relaxed."):
+        overrides = ["model.relaxed={num_anchors: 2}", override]
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(path, overrides)
+
+
+def test_coarse_phase_must_leave_refined_steps():
+    path = os.path.join(REPO, "configs", "demo_bert_core.yaml")
+    with pytest.raises(ConfigError, match=r"`core.coarse_steps` \(1200\) must be smaller"):
+        load_config(path, ["core.coarse_steps=1200"])
 
 
 def test_output_layer_is_checked_against_the_vocabulary():

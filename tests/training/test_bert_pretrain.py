@@ -165,3 +165,11 @@ def test_convert_cli_refuses_with_a_clear_message_and_writes_nothing(core_run, t
     assert re.search(message, r.stderr), r.stderr[-2000:]
     assert (os.listdir(out) == ["keep.txt"]) if which == "exists" else not os.path.exists(out)
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".convert-")]
+
+
+def test_embedder_export_of_a_bert_directory_is_refused_clearly(core_run, tmp_path):
+    from tfeff.export import export_model_dir
+
+    with pytest.raises(ValueError, match="exporting BERT embedders is not supported yet"):
+        export_model_dir(core_run[0], str(tmp_path / "export"))
+    assert not os.path.exists(tmp_path / "export")

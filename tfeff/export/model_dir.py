@@ -28,6 +28,11 @@ def export_model_dir(model_dir, output, overwrite=False, max_tokens=256):
             f"{model_dir} is not a tfeff model directory (no {pretrain_lib.CONFIG_FILE})"
         )
     config = config_lib.load_config(config_path)
+    if config.family == "bert":
+        raise ValueError(
+            f"{model_dir}: exporting BERT embedders is not supported yet; use "
+            "tfeff.convert.write_hf_bert or to_keras_hub to take the model elsewhere."
+        )
     if config.model.input_embedding != "fixed":
         raise ValueError(
             f"{model_dir}: exporting models with a trainable or ALONE input embedding "

@@ -1,0 +1,254 @@
+"""CoRe benchmark: relaxed vs standard BERT pieces, and two-phase vs standard-only pretraining.
+
+Part 1, side by side in one process (interleaved rounds, median seconds of a
+forward+backward step, `--tokens` tokens per batch) at BERT-Base width
+(d = 768, h = 12, d_f = 3072) for each sequence length n in `--lengths`:
+
+    attention      AnchorMultiHeadAttention (m = 32)  vs keras.layers.MultiHeadAttention
+    ffn            FactorizedDense pair (d_r = 64)    vs Dense pair
+    encoder layer  relaxed BertLayer                  vs standard BertLayer
+
+with parameter counts and the FLOP ratio of each pair.
+
+Part 2: `tfeff-pretrain` on configs/demo_bert.yaml (standard only) and
+configs/demo_bert_core.yaml (two phases), one after the other on this
+machine; training loss against wall time from their TensorBoard events
+(a PNG like the paper's Figure 3), the held-out MLM loss of each, and the
+wall time the two-phase run needs to reach the standard run's final
+training loss.
+
+    python tools/benchmark_core.py --results_dir runs/bench     # make bench
+    python tools/benchmark_core.py --lengths 128 --skip_pretraining
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import glob  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tfeff.layers import AnchorMultiHeadAttention  # noqa: E402
+from tfeff.layers import FactorizedDense  # noqa: E402
+from tfeff.models.bert_layer import BertLayer  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLAGS = flags.FLAGS
+flags.DEFINE_list("lengths", ["128", "512"], "Sequence lengths n.")
+flags.DEFINE_integer("tokens", 4096, "Tokens per batch (batch = tokens / n).")
+flags.DEFINE_integer("hidden_dim", 768, "d.")
+flags.DEFINE_integer("num_heads", 12, "h.")
+flags.DEFINE_integer("intermediate_dim", 3072, "d_f.")
+flags.DEFINE_integer("num_anchors", 32, "m.")
+flags.DEFINE_integer("ffn_rank", 64, "d_r.")
+flags.DEFINE_integer("rounds", 5, "Timed rounds (each runs every variant once, interleaved).")
+flags.DEFINE_bool("skip_pretraining", False, "Only part 1.")
+flags.DEFINE_string("results_dir", "runs/bench", "Where the table, JSON and PNG go.")
+
+
+def _step(fn, variables):
+    @tf.function
+    def step(x, mask):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(fn(x, mask)))
+        return loss, tape.gradient(loss, variables)
+    return step
+
+
+def _variants(n):
+    d, h, f, m, r = (FLAGS.hidden_dim, FLAGS.num_heads, FLAGS.intermediate_dim,
+                     FLAGS.num_anchors, FLAGS.ffn_rank)
+    shape = (None, None, d)
+    anchor = AnchorMultiHeadAttention(h, d // h, num_anchors=m)
+    mha = keras.layers.MultiHeadAttention(h, d // h)
+    for layer in (anchor, mha):
+        layer.build(shape, shape)
+    f1, f2 = FactorizedDense(f, r, activation="gelu"), FactorizedDense(d, r)
+    d1, d2 = keras.layers.Dense(f, activation="gelu"), keras.layers.Dense(d)
+    for a, b in ((f1, d1), (f2, d2)):
+        a.build((None, None, d if a is f1 else f))
+        b.build((None, None, d if b is d1 else f))
+    relaxed = BertLayer(d, h, f, num_anchors=m, ffn_rank=r, dropout_rate=0.0)
+    standard = BertLayer(d, h, f, dropout_rate=0.0)
+    relaxed.build(shape)
+    standard.build(shape)
+    dk = d // h
+    flops = {  # multiply-adds per sequence
+        "attention": (4 * n * d * d + 2 * n * n * d,
+                      3 * n * d * d + h * (3 * n * m * dk + m * dk * d + n * m * d)),
+        "ffn": (2 * n * d * f, 2 * n * r * (d + f)),
+    }
+    flops["encoder layer"] = tuple(a + b for a, b in zip(flops["attention"], flops["ffn"]))
+    return [
+        ("attention", _step(lambda x, k: mha(x, x, value_mask=k), mha.trainable_variables),
+         _step(lambda x, k: anchor(x, x, query_mask=k, value_mask=k, training=True),
+               anchor.trainable_variables),
+         mha.count_params(), anchor.count_params()),
+        ("ffn", _step(lambda x, k: d2(d1(x)), d1.trainable_variables + d2.trainable_variables),
+         _step(lambda x, k: f2(f1(x)), f1.trainable_variables + f2.trainable_variables),
+         d1.count_params() + d2.count_params(), f1.count_params() + f2.count_params()),
+        ("encoder layer",
+         _step(lambda x, k: standard(x, padding_mask=k, training=True),
+               standard.trainable_variables),
+         _step(lambda x, k: relaxed(x, padding_mask=k, training=True),
+               relaxed.trainable_variables),
+         standard.count_params(), relaxed.count_params()),
+    ], flops
+
+
+def layer_table():
+    rows = []
+    for n in [int(x) for x in FLAGS.lengths]:
+        batch = max(1, FLAGS.tokens // n)
+        x = tf.random.normal((batch, n, FLAGS.hidden_dim))
+        mask = tf.ones((batch, n), tf.bool)
+        variants, flops = _variants(n)
+        for _, standard, relaxed, _, _ in variants:
+            for fn in (standard, relaxed):  # trace and warm up
+                fn(x, mask)
+                fn(x, mask)
+        times = {(name, kind): [] for name, *_ in variants for kind in (0, 1)}
+        for _ in range(FLAGS.rounds):
+            for name, standard, relaxed, _, _ in variants:
+                for kind, fn in enumerate((standard, relaxed)):
+                    t0 = time.perf_counter()
+                    loss, _ = fn(x, mask)
+                    float(loss)
+                    times[(name, kind)].append(time.perf_counter() - t0)
+        for name, _, _, p_std, p_rel in variants:
+            t_std = statistics.median(times[(name, 0)])
+            t_rel = statistics.median(times[(name, 1)])
+            rows.append({"n": n, "batch": batch, "part": name, "standard_s": t_std,
+                         "relaxed_s": t_rel, "speedup": t_std / t_rel,
+                         "flop_ratio": flops[name][0] / flops[name][1],
+                         "standard_params": p_std, "relaxed_params": p_rel})
+            print(f"n={n:4d} {name:14s} standard {t_std * 1e3:8.1f} ms  relaxed "
+                  f"{t_rel * 1e3:8.1f} ms  speedup {t_std / t_rel:5.2f}x  "
+                  f"(FLOP ratio {rows[-1]['flop_ratio']:.2f}x)", flush=True)
+    return rows
+
+
+def _events(log_dir, tag="train/loss"):
+    points = []
+    for path in glob.glob(os.path.join(log_dir, "events.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == tag:
+                    points.append((event.step, event.wall_time,
+                                   float(tf.make_ndarray(value.tensor))))
+    return sorted(points)
+
+
+def pretraining_comparison(results_dir):
+    runs = {}
+    for label, config in (("standard", "demo_bert.yaml"), ("two-phase", "demo_bert_core.yaml")):
+        model_dir = os.path.join(results_dir, f"core_{label}")
+        shutil.rmtree(model_dir, ignore_errors=True)
+        cmd = [sys.executable, "-m", "tfeff.bin.pretrain", "--config",
+               os.path.join(REPO, "configs", config), "--model_dir", model_dir]
+        print("running", " ".join(cmd[2:]), flush=True)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(os.path.join(model_dir, "eval.json")) as f:
+            ev = json.load(f)
+        points = _events(os.path.join(model_dir, "logs"))
+        # t = 0 when training started: the last event is at the end of training.
+        t0 = points[-1][1] - ev["train_seconds"]
+        switch = None
+        switch_path = os.path.join(model_dir, "coarse", "core_switch.json")
+        if os.path.exists(switch_path):
+            with open(switch_path) as f:
+                switch = json.load(f)
+        runs[label] = {"steps": [p[0] for p in points], "seconds": [p[1] - t0 for p in points],
+                       "loss": [p[2] for p in points], "eval": ev, "switch": switch}
+    target = runs["standard"]["loss"][-1]
+    reach = next((s for s, loss in zip(runs["two-phase"]["seconds"], runs["two-phase"]["loss"])
+                  if loss <= target), None)
+    summary = {
+        "standard_final_train_loss": target,
+        "standard_seconds": runs["standard"]["eval"]["train_seconds"],
+        "two_phase_seconds": runs["two-phase"]["eval"]["train_seconds"],
+        "two_phase_seconds_to_standard_final_loss": reach,
+        "standard_heldout_mlm_loss": runs["standard"]["eval"]["mlm_loss"],
+        "two_phase_heldout_mlm_loss": runs["two-phase"]["eval"]["mlm_loss"],
+        "switch": runs["two-phase"]["switch"],
+    }
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, run in runs.items():
+            ax.plot(run["seconds"], run["loss"], label=label)
+        if summary["switch"]:
+            step = summary["switch"]["switch_step"]
+            run = runs["two-phase"]
+            t = np.interp(step, run["steps"], run["seconds"])
+            ax.axvline(t, color="gray", linestyle=":", label=f"switch (step {step})")
+        ax.set_xlabel("wall time (s)")
+        ax.set_ylabel("training MLM loss (running mean)")
+        ax.set_title("CoRe two-phase vs standard pretraining (demo)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(results_dir, "core_pretraining.png"), dpi=120)
+    except ImportError:
+        print("matplotlib is not installed (pip install 'tfeff[bench]'): no PNG")
+    return summary, runs
+
+
+def main(argv):
+    del argv
+    os.makedirs(FLAGS.results_dir, exist_ok=True)
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, " + (
+        "GPU" if tf.config.list_physical_devices("GPU") else "no GPU")
+    rows = layer_table()
+    lines = [f"CoRe layers, forward+backward, d={FLAGS.hidden_dim} h={FLAGS.num_heads} "
+             f"d_f={FLAGS.intermediate_dim} m={FLAGS.num_anchors} d_r={FLAGS.ffn_rank}, "
+             f"{FLAGS.tokens} tokens per batch, median of {FLAGS.rounds} ({machine})", "",
+             "| n | part | standard (ms) | relaxed (ms) | speedup | FLOP ratio | params std / relaxed |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['n']} | {r['part']} | {r['standard_s'] * 1e3:.1f} | "
+                     f"{r['relaxed_s'] * 1e3:.1f} | {r['speedup']:.2f}x | "
+                     f"{r['flop_ratio']:.2f}x | {r['standard_params']:,} / "
+                     f"{r['relaxed_params']:,} |")
+    out = {"layers": rows}
+    if not FLAGS.skip_pretraining:
+        summary, runs = pretraining_comparison(FLAGS.results_dir)
+        out["pretraining"] = summary
+        out["curves"] = runs
+        reach = summary["two_phase_seconds_to_standard_final_loss"]
+        lines += ["", "Demo pretraining (configs/demo_bert.yaml vs demo_bert_core.yaml):", "",
+                  "| run | train seconds | held-out MLM loss |", "|---|---|---|",
+                  f"| standard | {summary['standard_seconds']:.0f} | "
+                  f"{summary['standard_heldout_mlm_loss']:.3f} |",
+                  f"| two-phase (switch at step {summary['switch']['switch_step']}, "
+                  f"{summary['switch']['reason']}) | {summary['two_phase_seconds']:.0f} | "
+                  f"{summary['two_phase_heldout_mlm_loss']:.3f} |", "",
+                  "Two-phase reaches the standard run's final training loss "
+                  f"({summary['standard_final_train_loss']:.3f}) after "
+                  + (f"{reach:.0f} s" if reach is not None else "never (within its run)")
+                  + f" vs {summary['standard_seconds']:.0f} s."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(os.path.join(FLAGS.results_dir, "core.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(FLAGS.results_dir, "core.json"), "w") as f:
+        json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    app.run(main)
