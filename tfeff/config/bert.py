@@ -10,6 +10,7 @@ from tfeff.config.base import one_of
 from tfeff.config.base import positive
 from tfeff.config.elmo import SyntheticCorpusConfig
 from tfeff.config.elmo import TrainConfig
+from tfeff.config.elmo import validate_corpus_source
 
 ACTIVATIONS = ("gelu", "gelu_approximate", "relu")
 ANCHOR_SELECTIONS = ("random", "strided")
@@ -40,14 +41,7 @@ class BertDataConfig:
     max_words_in_memory: int = 10_000_000
 
     def validate(self, prefix):
-        if not self.train_files and self.synthetic is None:
-            raise ConfigError(
-                f"Set `{join(prefix, 'train_files')}` (a glob of text files) or "
-                f"`{join(prefix, 'synthetic')}` (the generated demo corpus)."
-            )
-        if self.train_files and self.synthetic is not None:
-            raise ConfigError(
-                f"Set only one of `{join(prefix, 'train_files')}` and `{join(prefix, 'synthetic')}`.")
+        validate_corpus_source(self, prefix)
         if self.max_sequence_length < 8:
             raise ConfigError(f"`{join(prefix, 'max_sequence_length')}` must be >= 8")
         positive(self.batch_size, join(prefix, "batch_size"))

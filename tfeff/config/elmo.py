@@ -30,6 +30,20 @@ class SyntheticCorpusConfig:
             raise ConfigError(f"`{join(prefix, 'lexicon_size')}` must be >= 20")
 
 
+def validate_corpus_source(data_config, prefix):
+    """Exactly one of `train_files` and `synthetic` must be set (any family's data section)."""
+    if not data_config.train_files and data_config.synthetic is None:
+        raise ConfigError(
+            f"Set `{join(prefix, 'train_files')}` (a glob of text files) or "
+            f"`{join(prefix, 'synthetic')}` (the generated demo corpus)."
+        )
+    if data_config.train_files and data_config.synthetic is not None:
+        raise ConfigError(
+            f"Set only one of `{join(prefix, 'train_files')}` and "
+            f"`{join(prefix, 'synthetic')}`."
+        )
+
+
 @dataclasses.dataclass
 class DataConfig:
     """Corpus, tokenization and batching. Either `train_files` or `synthetic` must be set.
@@ -51,16 +65,7 @@ class DataConfig:
     wordpiece_vocabulary_size: int = 8000
 
     def validate(self, prefix):
-        if not self.train_files and self.synthetic is None:
-            raise ConfigError(
-                f"Set `{join(prefix, 'train_files')}` (a glob of text files) or "
-                f"`{join(prefix, 'synthetic')}` (the generated demo corpus)."
-            )
-        if self.train_files and self.synthetic is not None:
-            raise ConfigError(
-                f"Set only one of `{join(prefix, 'train_files')}` and "
-                f"`{join(prefix, 'synthetic')}`."
-            )
+        validate_corpus_source(self, prefix)
         if self.max_sequence_length < 2:
             raise ConfigError(f"`{join(prefix, 'max_sequence_length')}` must be >= 2")
         positive(self.batch_size, join(prefix, "batch_size"))
