@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import keras
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -83,7 +82,6 @@ def test_resume_in_the_coarse_phase(core_run, tmp_path):
     ckpt = os.path.join(model_dir, "coarse", "checkpoints")
     for path in glob.glob(os.path.join(ckpt, "ckpt-120.*")):
         os.remove(path)
-    tf.train.CheckpointManager(tf.train.Checkpoint(), ckpt, max_to_keep=None)  # state unchanged
     with open(os.path.join(ckpt, "checkpoint"), "w") as f:
         f.write('model_checkpoint_path: "ckpt-60"\nall_model_checkpoint_paths: "ckpt-60"\n')
     results = pretrain(load_config(CORE, TINY), model_dir, verbose=0)
