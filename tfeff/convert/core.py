@@ -118,6 +118,11 @@ def merge_relaxed_bert(relaxed, rtol=1e-5, probe=None):
         ConversionError: not a relaxed Bert, unmatched tensors or shapes, or
             outputs that differ by more than `rtol`.
     """
+    return merge_and_check(relaxed, rtol, probe)[0]
+
+
+def merge_and_check(relaxed, rtol=1e-5, probe=None):
+    """`merge_relaxed_bert`, also returning the check's relative errors per output."""
     if not isinstance(relaxed, Bert) or not relaxed.is_relaxed:
         raise ConversionError(
             f"merge_relaxed_bert needs a relaxed tfeff Bert, got {type(relaxed).__name__}"
@@ -145,7 +150,7 @@ def merge_relaxed_bert(relaxed, rtol=1e-5, probe=None):
             + ", ".join(f"{k} relative error {v:.3g} > {rtol:g}" for k, v in bad.items()))
     logging.info("Conversion check passed: %s",
                  ", ".join(f"{k} {v:.2g}" for k, v in errors.items()))
-    return standard
+    return standard, errors
 
 
 def convert_model_dir(model_dir, output_dir, rtol=1e-5):
@@ -182,10 +187,7 @@ def convert_model_dir(model_dir, output_dir, rtol=1e-5):
     if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
         raise FileExistsError(f"{output_dir} exists and is not empty")
     relaxed, _, step, _ = bp.restore_bert(model_dir, config)
-    standard = merge_relaxed_bert(relaxed, rtol=rtol)
-    probe = probe_inputs(relaxed)
-    errors = compare_outputs(relaxed(probe, exact_attention=True), standard(probe),
-                             probe["padding_mask"])
+    standard, errors = merge_and_check(relaxed, rtol=rtol)
 
     parent = os.path.dirname(os.path.abspath(output_dir))
     os.makedirs(parent, exist_ok=True)

@@ -133,26 +133,14 @@ def restore_bert(model_dir, config=None, strategy=None, with_optimizer=False):
         `(model, optimizer_or_None, step, config)`.
     """
     if config is None:
-        path = _path(model_dir, pretraining.CONFIG_FILE)
-        if not tf.io.gfile.exists(path):
-            raise FileNotFoundError(
-                f"{model_dir} is not a tfeff model directory (no {pretraining.CONFIG_FILE})")
-        config = config_lib.load_config(path)
+        config = pretraining.load_model_dir_config(model_dir)
     if config.family != "bert":
         raise ValueError(f"{model_dir} holds a {config.family!r} model, not a BERT")
-    latest = tf.train.latest_checkpoint(_path(model_dir, pretraining.CHECKPOINT_DIR))
-    if latest is None:
-        raise FileNotFoundError(f"{model_dir} has no checkpoint yet: run tfeff-pretrain first")
-    strategy = strategy or tf.distribute.get_strategy()
-    with strategy.scope():
-        model = build_bert(config, vocabulary_size(model_dir))
-        model.build()
-        optimizer = None
-        if with_optimizer:
-            optimizer = make_optimizer(config.train, config.data.batch_size)
-            optimizer.build(model.trainable_variables)
-        checkpoints.restore(checkpoints.make_checkpoint(model, optimizer), latest)
-    return model, optimizer, int(latest.rsplit("-", 1)[-1]), config
+    model, optimizer, step = pretraining.restore_latest(
+        model_dir, config, lambda: build_bert(config, vocabulary_size(model_dir)), strategy,
+        with_optimizer,
+    )
+    return model, optimizer, step, config
 
 
 def save_converted(standard, config, model_dir, step):

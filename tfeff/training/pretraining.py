@@ -257,25 +257,41 @@ def restore_model(model_dir, config=None, strategy=None, with_optimizer=False):
         FileNotFoundError: the directory has no config or no checkpoint.
     """
     if config is None:
-        path = _path(model_dir, CONFIG_FILE)
-        if not tf.io.gfile.exists(path):
-            raise FileNotFoundError(f"{model_dir} is not a tfeff model directory (no {CONFIG_FILE})")
-        config = config_lib.load_config(path)
+        config = load_model_dir_config(model_dir)
     vectors_path, vocabulary_size = _model_inputs(config, model_dir)
+    return restore_latest(
+        model_dir, config, lambda: build_model(config, vectors_path, vocabulary_size),
+        strategy, with_optimizer,
+    )
+
+
+def load_model_dir_config(model_dir):
+    """The config written into `model_dir` (FileNotFoundError if there is none)."""
+    path = _path(model_dir, CONFIG_FILE)
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"{model_dir} is not a tfeff model directory (no {CONFIG_FILE})")
+    return config_lib.load_config(path)
+
+
+def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False):
+    """Builds `build()` (and its optimizer) under `strategy` and restores the latest checkpoint.
+
+    Returns:
+        `(model, optimizer_or_None, step)`.
+    """
     latest = tf.train.latest_checkpoint(_path(model_dir, CHECKPOINT_DIR))
     if latest is None:
         raise FileNotFoundError(f"{model_dir} has no checkpoint yet: run tfeff-pretrain first")
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
-        model = build_model(config, vectors_path, vocabulary_size)
+        model = build()
         model.build()
         optimizer = None
         if with_optimizer:
             optimizer = make_optimizer(config.train, config.data.batch_size)
             optimizer.build(model.trainable_variables)
         checkpoints.restore(checkpoints.make_checkpoint(model, optimizer), latest)
-    step = int(latest.rsplit("-", 1)[-1])
-    return model, optimizer, step
+    return model, optimizer, int(latest.rsplit("-", 1)[-1])
 
 
 class CheckpointCallback(keras.callbacks.Callback):
