@@ -109,8 +109,16 @@ def test_random_selection_is_seeded_at_inference_and_fresh_in_training():
     first, _ = layer.select_anchors(mask)
     np.testing.assert_array_equal(first, layer.select_anchors(mask)[0])
     np.testing.assert_array_equal(first, _layer(num_anchors=3, seed=7).select_anchors(mask)[0])
-    # per sequence and head
-    assert len({tuple(np.sort(r)) for r in np.asarray(first).reshape(-1, 3)}) > 6
+    # Per head at inference, and a sequence's anchors do not depend on its batch or
+    # on its padding (an embedder's output must not depend on its batch neighbours).
+    assert len({tuple(np.sort(r)) for r in np.asarray(first)[0]}) == HEADS
+    ragged = np.zeros((3, 60), bool)
+    ragged[0, :40], ragged[1, :25], ragged[2, :40] = True, True, True
+    in_batch, valid = layer.select_anchors(ragged)
+    alone, _ = layer.select_anchors(ragged[1:2, :25])
+    np.testing.assert_array_equal(np.sort(in_batch[1], -1), np.sort(alone[0], -1))
+    np.testing.assert_array_equal(np.sort(in_batch[0], -1), np.sort(first[0], -1))
+    assert np.asarray(valid).all() and (np.asarray(in_batch)[1] < 25).all()
     a = layer.select_anchors(mask, training=True)[0]
     b = layer.select_anchors(mask, training=True)[0]
     assert not np.array_equal(a, b)

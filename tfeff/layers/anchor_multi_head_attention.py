@@ -39,7 +39,9 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
        are chosen among the sequence's non-padded query positions
        (`anchor_selection="random"`: uniformly without replacement, a fresh
        draw per sequence and head while training and a fixed seeded draw at
-       inference; `"strided"`: evenly spaced positions, the same for every
+       inference, one per position and head, so that a sequence's output
+       depends neither on the rest of its batch nor on its padding;
+       `"strided"`: evenly spaced positions, the same for every
        head). When a sequence has at most m real positions, all of them are
        anchors; slots left over are masked.
     2. Queries and anchors are normalized to unit length: Q~, A~.
@@ -149,10 +151,13 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
             if training:
                 noise = keras.random.uniform(shape, seed=self.anchor_seed_generator)
             else:
+                # One draw per (position, head), laid out position-major so that a
+                # sequence's anchors depend neither on its batch nor on its padding
+                # (Philox draws are prefix-stable): embeddings never depend on what
+                # else is in the batch.
                 noise = tf.random.stateless_uniform(
-                    tf.stack([batch, self._num_heads, n]),
-                    seed=[self._inference_seed, 0x5EED],
-                )
+                    tf.stack([n, self._num_heads]), seed=[self._inference_seed, 0x5EED])
+                noise = tf.transpose(noise)[None]  # (1, heads, n)
             return valid * (_CHOSEN + noise) - (1.0 - valid)
         # Strided: valid ranks floor((j + 1/2) L / m), j < m; all when L <= m.
         rank = ops.cumsum(ops.cast(candidates, "int32"), axis=1) - 1  # (batch, n)
