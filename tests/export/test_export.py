@@ -73,7 +73,7 @@ def test_reload_in_fresh_process_equals_library(exported, tmp_path):
 def test_signatures_and_unseen_word_vectors(exported):
     model_dir, path = exported
     loaded = load_embedder(path)
-    assert set(loaded.signatures) == {"embed", "predict"}
+    assert set(loaded.signatures) == {"embed", "embed_tokens", "tokenize", "predict"}
     pred = loaded.signatures["predict"](sentences=tf.constant(["zzqx blorf café", ""]))
     assert pred["forward"].shape[:2] == (2, 3) and not pred["mask"].numpy()[1].any()
     assert np.isfinite(pred["forward"].numpy()).all()

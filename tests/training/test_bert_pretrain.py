@@ -165,9 +165,15 @@ def test_convert_cli_refuses_with_a_clear_message_and_writes_nothing(core_run, t
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".convert-")]
 
 
-def test_embedder_export_of_a_bert_directory_is_refused_clearly(core_run, tmp_path):
-    from tfeff.export import export_model_dir
+@pytest.mark.parametrize("phase", ["converted", "coarse"])
+def test_embedder_export_reproduces_the_converted_and_the_relaxed_model(core_run, phase,
+                                                                          tmp_path):
+    from tests.export.embedder_reference import check_model_dir_export
 
-    with pytest.raises(ValueError, match="exporting BERT embedders is not supported yet"):
-        export_model_dir(core_run[0], str(tmp_path / "export"))
-    assert not os.path.exists(tmp_path / "export")
+    model_dir = core_run[0] if phase == "converted" else os.path.join(core_run[0], "coarse")
+    model, _, _, config = bert_pretraining.restore_bert(model_dir)
+    assert model.is_relaxed == (phase == "coarse")
+    loaded = check_model_dir_export(model_dir, str(tmp_path / "export"), "bert", model,
+                                    lower_case=config.data.lower_case,
+                                    max_tokens=config.data.max_sequence_length - 2)
+    assert loaded.signatures["embed"](sentences=tf.constant(["a"]))["layers"].shape[1] == 3

@@ -55,12 +55,11 @@ def test_masked_perplexity_falls_with_training(runs):
     assert np.abs(keras.ops.convert_to_numpy(model.carried_states[0])).sum() > 0
 
 
-def test_export_refuses_clearly(runs):
-    from tfeff.export import export_model_dir
+def test_export_reproduces_the_trained_model(runs):
+    from tests.export.embedder_reference import check_model_dir_export
 
-    with pytest.raises(ValueError, match="Masked ELMo embedders is not supported yet"):
-        export_model_dir(runs[1], str(runs[0] / "export"))
-    assert not os.path.exists(runs[0] / "export")
+    model, _, _, _ = masked_elmo_pretraining.restore_masked_elmo(runs[1])
+    check_model_dir_export(runs[1], str(runs[0] / "export"), "masked_elmo", model)
 
 
 def test_resume_is_exact(runs):

@@ -147,7 +147,7 @@ def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_
 
         export_model_dir(model_dir, str(tmp_path / "export"))
         loaded = tf.saved_model.load(str(tmp_path / "export"))
-        assert sorted(loaded.signatures) == ["embed"]
+        assert sorted(loaded.signatures) == ["embed", "embed_tokens", "tokenize"]
         out = loaded.signatures["embed"](sentences=tf.constant(["the one"]))
         model, _, _ = restore_model(model_dir)
         vocab = [w.split("\t")[0] for w in open(os.path.join(model_dir, "vocabulary.txt"))]
@@ -170,7 +170,11 @@ def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_
         shapes = [s for n, s in tf.train.list_variables(ckpt) if "alone" in n]
         assert shapes and all(alone.vocabulary_size not in s for s in shapes), shapes
     if variant in ("sub", "alone"):
-        from tfeff.export import export_model_dir
+        # WordPiece LMs (trainable and ALONE inputs) export word-level embedders.
+        from tests.export.embedder_reference import check_model_dir_export
+        from tfeff.training import restore_model
 
-        with pytest.raises(ValueError, match="not supported yet"):
-            export_model_dir(model_dir, str(tmp_path / "export"))
+        model, _, _ = restore_model(model_dir)
+        loaded = check_model_dir_export(model_dir, str(tmp_path / "export"), "elmo_wordpiece",
+                                        model)
+        assert sorted(loaded.signatures) == ["embed", "embed_tokens", "tokenize"]

@@ -1,6 +1,11 @@
-"""tfeff-export: write a SavedModel embedder from a model directory.
+"""tfeff-export: write a SavedModel embedder from a model directory (or fastText vectors).
 
     tfeff-export --model_dir runs/demo --output runs/demo/export [--overwrite]
+    tfeff-export --fasttext runs/demo/fasttext.bin --output runs/fasttext_export
+
+Every model family exports (ELMo, Masked ELMo, BERT); see tfeff.export.embedder
+for the signatures. WordPiece embedders need `import tensorflow_text` before
+`tf.saved_model.load` (tfeff.export.load_embedder does it).
 """
 
 from absl import app
@@ -9,21 +14,37 @@ from absl import logging
 
 from tfeff.bin import common
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "A tfeff-pretrain model directory.", required=True)
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "A tfeff-pretrain model directory.")
+_FASTTEXT = flags.DEFINE_string(
+    "fasttext", None, "Instead of --model_dir: export fastText vectors alone (.bin or .vec), "
+    "a one-layer context-free embedder.")
 _OUTPUT = flags.DEFINE_string("output", None, "SavedModel directory to write.", required=True)
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing export.")
-_MAX_TOKENS = flags.DEFINE_integer("max_tokens", 256, "Longest sentence (words); longer ones are truncated.")
+_MAX_TOKENS = flags.DEFINE_integer(
+    "max_tokens", None, "Longest input in model tokens (words, or WordPiece pieces); longer "
+    "sentences keep the leading whole words that fit. Default 256; BERT: max_sequence_length-2.")
+_POOLING = flags.DEFINE_enum(
+    "subword_pooling", "first", ["first", "mean", "none"],
+    "WordPiece models: a word's vector is its first piece's, the mean of its pieces, or "
+    "'none' for one output per piece.")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from tfeff.export import export_model_dir
+    if (_MODEL_DIR.value is None) == (_FASTTEXT.value is None):
+        raise app.UsageError("Pass exactly one of --model_dir and --fasttext.")
+    from tfeff.export import export_fasttext, export_model_dir
 
     def body():
+        if _FASTTEXT.value:
+            export_fasttext(_FASTTEXT.value, _OUTPUT.value, overwrite=_OVERWRITE.value,
+                            max_tokens=_MAX_TOKENS.value)
+            print(f"exported {_FASTTEXT.value} to {_OUTPUT.value}")
+            return
         step = export_model_dir(
             _MODEL_DIR.value, _OUTPUT.value, overwrite=_OVERWRITE.value,
-            max_tokens=_MAX_TOKENS.value,
+            max_tokens=_MAX_TOKENS.value, subword_pooling=_POOLING.value,
         )
         logging.info("Exported step %d to %s", step, _OUTPUT.value)
         print(f"exported step {step} to {_OUTPUT.value}")

@@ -1,8 +1,12 @@
 """Export: SavedModel embedders with raw-string signatures."""
 
-from tfeff.export.embedder import ElmoEmbedderModule
+from tfeff.export.embedder import EmbedderModule
+from tfeff.export.embedder import embedder_module
 from tfeff.export.embedder import export_embedder
 from tfeff.export.embedder import load_embedder
+from tfeff.export.embedder import read_metadata
+from tfeff.export.model_dir import export_fasttext
 from tfeff.export.model_dir import export_model_dir
 
-__all__ = ["ElmoEmbedderModule", "export_embedder", "export_model_dir", "load_embedder"]
+__all__ = ["EmbedderModule", "embedder_module", "export_embedder", "export_fasttext",
+           "export_model_dir", "load_embedder", "read_metadata"]

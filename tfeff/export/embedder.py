@@ -1,26 +1,49 @@
-"""SavedModel embedders that take raw sentences (TensorFlow-only).
+"""SavedModel embedders that take raw text (TensorFlow-only).
 
-The exported module has two signatures, both over `sentences: tf.string[batch]`
-(whitespace-tokenized in-graph; each sentence is wrapped in `<s> ... </s>`
-for the model and the boundaries are removed from the outputs):
+Every model family exports the same interface, so downstream code never
+needs to know which model it holds:
 
-* `embed` -> `layers` float32 `[batch, num_layers + 1, tokens, dim]`,
-  `mask` bool `[batch, tokens]`, `tokens` string `[batch, tokens]`.
-* `predict` (continuous outputs only) -> `forward` / `backward` float32
-  `[batch, tokens, embedding_dim]` (the predicted fixed-space vectors of the
-  next / previous word), `mask`, `tokens`.
+* `embed(sentences: tf.string[batch])` -> `layers` float32
+  `[batch, num_layers + 1, tokens, dim]` (layer 0 is the context-free token
+  layer), `mask` bool `[batch, tokens]`, `tokens` string `[batch, tokens]`.
+* `embed_tokens(tokens: tf.string[batch, n])`: the same for pre-tokenized
+  input, one word per cell, `""` as padding; output token `i` is input
+  word `i` (what token-tagging tasks need). A word that the tokenizer turns
+  into nothing (e.g. only control characters) keeps its slot with a false
+  mask and zero vectors.
+* `tokenize(sentences)` -> `tokens`, `mask`: the words `embed` would return,
+  without running the model (cheap: what `tfeff-embed` uses to size files).
+* `predict(sentences)` (continuous-output ELMo only) -> `forward` /
+  `backward` `[batch, tokens, embedding_dim]`: the predicted fixed-space
+  vectors of the next / previous word, `mask`, `tokens`.
 
-Every word-level `ElmoLM` exports (all output layers share the encoder and
-the fastText input); WordPiece models are not exported yet.
+Tokenization happens in-graph:
 
-Token vectors are computed in-graph by `FastTextEmbedding`, exactly as
-fastText's `get_word_vector`, so words never seen in training get their
-subword vector. Sentences longer than `max_tokens` words are truncated; empty
-or whitespace-only sentences give all-false mask rows. The SavedModel loads
-with plain `tf.saved_model.load` and needs no tfeff (and no tensorflow-text).
-`assets.extra/` holds the vocabulary and its vectors for nearest-word lookups.
+* word-level ELMo: whitespace split; the fastText input (`FastTextEmbedding`)
+  embeds any word, a trainable/ALONE input maps unknown words to `<unk>`;
+* ELMo-Sub: whitespace split, then WordPiece;
+* Masked ELMo and BERT: BERT's basic tokenizer (punctuation and CJK split,
+  optional lower-casing) and WordPiece, exactly as in pre-training.
+
+Outputs are always per word. For WordPiece models a word's vector is its first
+piece's (`subword_pooling="first"`, as the continuous-output paper does for
+ELMo-Sub), the mean of its pieces (`"mean"`), or the pieces themselves
+(`"none"`: `tokens` are then the WordPiece strings).
+
+Each sentence is wrapped in the model's boundary tokens (`<s> ... </s>`,
+i.e. `[CLS] ... [SEP]`), which are removed from the outputs. Sentences are
+truncated to the leading whole words whose model tokens fit in `max_tokens`
+(words for word-level models, pieces for WordPiece models; at most
+`max_sequence_length - 2` for BERT). Empty or whitespace-only sentences give
+rows with an all-false mask and zeros, not an error.
+
+Loading: plain `tf.saved_model.load(path)`; no tfeff needed. WordPiece
+embedders use tensorflow-text ops, so `import tensorflow_text` must come
+first (`load_embedder` does it; `assets.extra/embedder.json` says whether it
+is needed).
 """
 
+import json
 import os
 import shutil
 
@@ -31,103 +54,484 @@ from tfeff.data import files
 from tfeff.data import vocabulary as vocabulary_lib
 
 EXTRA_DIR = "assets.extra"
+METADATA_FILE = "embedder.json"
+FORMAT_VERSION = 2
+SUBWORD_POOLING = ("first", "mean", "none")
+TOKENIZATIONS = ("word", "wordpiece")
+DEFAULT_MAX_TOKENS = 256
+_BOUNDARY_IDS = (vocabulary_lib.BOS_ID, vocabulary_lib.EOS_ID)  # also [CLS], [SEP]
+_BOUNDARY_WORDS = (vocabulary_lib.BOS, vocabulary_lib.EOS)
+_PROBE = ["a b c", "", "  ", "Zürich 日本 ??"]
 
 
-class ElmoEmbedderModule(tf.Module):
-    """The exported module: an `ElmoLM` on top of in-graph fastText vectors."""
+class Tokenization(tf.Module):
+    """Sentences -> words -> model tokens, in-graph.
 
-    def __init__(self, model, fasttext_layer, vector_mean=None, max_tokens=256):
-        super().__init__(name="elmo_embedder")
-        if model.input_embedding != "fixed":
-            raise NotImplementedError(
-                "Only models with the fixed fastText input embedding can be exported "
-                f"for now; this one has input_embedding={model.input_embedding!r}."
-            )
-        if fasttext_layer.output_dim != model.embedding_dim:
+    Args:
+        pieces: `"strings"` (the words themselves, for a fastText input),
+            `"ids"` (one vocabulary id per word, `<unk>` for the rest) or
+            `"wordpiece"`.
+        vocabulary: list of tokens in id order (`"ids"` and `"wordpiece"`).
+        basic: split with BERT's basic tokenizer instead of whitespace.
+        lower_case: the basic tokenizer's lower-casing and accent stripping.
+    """
+
+    def __init__(self, pieces, vocabulary=None, basic=False, lower_case=False):
+        super().__init__(name="tokenization")
+        if pieces not in ("strings", "ids", "wordpiece"):
+            raise ValueError(f"Unknown token kind {pieces!r}")
+        if pieces != "strings" and not vocabulary:
+            raise ValueError(f"A {pieces!r} tokenization needs the vocabulary.")
+        self.kind = pieces
+        self.vocabulary = list(vocabulary) if vocabulary else None
+        self.basic = None
+        self.lower_case = bool(lower_case)
+        self.requires_tensorflow_text = basic or pieces == "wordpiece"
+        if self.vocabulary is not None:
+            init = tf.lookup.KeyValueTensorInitializer(
+                tf.constant(self.vocabulary), tf.range(len(self.vocabulary), dtype=tf.int64))
+            default = vocabulary_lib.UNK_ID if pieces == "ids" else -1
+            self.table = tf.lookup.StaticHashTable(init, default_value=default)
+            self.id_to_token = tf.Variable(self.vocabulary, trainable=False,
+                                           name="vocabulary")
+        if basic:
+            from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
+
+            self.basic = BasicTokenizer(lower_case=lower_case)
+        if pieces == "wordpiece":
+            from tfeff.data import wordpiece as wordpiece_lib
+
+            self.wordpiece = wordpiece_lib.wordpiece_tokenizer(self.table)
+
+    def words(self, sentences):
+        """Ragged `[batch, words]` strings of a `[batch]` string tensor."""
+        if self.basic is not None:
+            return self.basic.tokenize(sentences)
+        return tf.strings.split(sentences)
+
+    def pieces(self, words):
+        """Ragged `[batch, words, pieces]` model tokens of ragged `[batch, words]` words."""
+        flat = words.flat_values
+        if self.kind == "strings":
+            values = tf.RaggedTensor.from_tensor(flat[:, None])
+        elif self.kind == "ids":
+            values = tf.RaggedTensor.from_tensor(tf.cast(self.table.lookup(flat), tf.int32)[:, None])
+        else:
+            if self.basic is not None:  # a pre-tokenized word may still split ("don't")
+                values = self.wordpiece.tokenize(self.basic.tokenize(flat)).merge_dims(1, 2)
+            else:
+                values = self.wordpiece.tokenize(flat)
+            values = tf.cast(values, tf.int32)
+        return words.with_flat_values(values)
+
+    def token_strings(self, pieces_flat):
+        """The strings of model tokens (ragged, any shape)."""
+        if self.kind == "strings":
+            return pieces_flat
+        return tf.ragged.map_flat_values(tf.gather, self.id_to_token, pieces_flat)
+
+
+def _keep_fitting_words(words, pieces, budget, subwords):
+    """The leading words of each row whose tokens fit in `budget`."""
+    words = words[:, :budget]
+    pieces = pieces[:, :budget]
+    if not subwords:
+        return words, pieces
+    counts = pieces.row_lengths(axis=2)  # ragged [batch, words]
+    total = tf.cumsum(counts.flat_values)
+    before_row = tf.gather(tf.concat([[0], total], 0), counts.row_starts())
+    within = total - tf.gather(before_row, counts.value_rowids())
+    keep = counts.with_flat_values(within <= budget)
+    return tf.ragged.boolean_mask(words, keep), tf.ragged.boolean_mask(pieces, keep)
+
+
+def pool_words(per_token, pieces, how):
+    """Word vectors from token vectors.
+
+    Args:
+        per_token: `[batch, layers, 1 + tokens + 1, dim]`; token `j` of a row
+            is at position `1 + j` (after the opening boundary).
+        pieces: ragged `[batch, words, pieces]`.
+        how: `"first"` or `"mean"`.
+
+    Returns:
+        `(vectors [batch, layers, words, dim], has_pieces [batch, words])`.
+    """
+    flat = pieces.merge_dims(1, 2)  # [batch, tokens]
+    row = flat.value_rowids()
+    k = tf.range(tf.shape(row, out_type=tf.int64)[0])
+    position = 1 + k - tf.gather(flat.row_starts(), row)
+    by_position = tf.transpose(per_token, [0, 2, 1, 3])  # [batch, time, layers, dim]
+    h = tf.gather_nd(by_position, tf.stack([row, position], axis=1))  # [k, layers, dim]
+    word_pieces = pieces.values  # ragged [words, pieces]
+    word = word_pieces.value_rowids()
+    n_words = word_pieces.nrows()
+    if how == "mean":
+        w = tf.math.unsorted_segment_mean(h, word, n_words)
+    else:
+        first = tf.equal(k, tf.gather(word_pieces.row_starts(), word))
+        w = tf.math.unsorted_segment_sum(h * tf.cast(first, h.dtype)[:, None, None], word,
+                                         n_words)
+    has = word_pieces.row_lengths() > 0
+    w = w * tf.cast(has, w.dtype)[:, None, None]
+    vectors = tf.RaggedTensor.from_row_splits(w, pieces.row_splits).to_tensor()
+    mask = tf.RaggedTensor.from_row_splits(has, pieces.row_splits).to_tensor(False)
+    return tf.transpose(vectors, [0, 2, 1, 3]), mask
+
+
+class EmbedderModule(tf.Module):
+    """The exported module. Subclasses say how model tokens become the layer stack.
+
+    Subclasses implement `_stack(tokens)`: ragged `[batch, tokens]` model
+    tokens -> `(stack, extras)` with `stack` `[batch, layers, 1 + time + 1,
+    dim]` (token `j` at position `1 + j`, boundaries around) and `extras` a
+    dict of other per-position tensors `[batch, 1, time + 2, d]` (predictions).
+    """
+
+    family = None
+
+    def __init__(self, tokenization, num_layers, dim, max_tokens, subword_pooling="first",
+                 name="embedder"):
+        super().__init__(name=name)
+        if subword_pooling not in SUBWORD_POOLING:
             raise ValueError(
-                f"The fastText vectors have dimension {fasttext_layer.output_dim}, the "
-                f"model expects {model.embedding_dim}"
-            )
-        self.model = model
-        self.fasttext = fasttext_layer
-        if not fasttext_layer.built:
-            fasttext_layer.build()
-        mean = np.zeros(model.embedding_dim, np.float32) if vector_mean is None else vector_mean
-        self.vector_mean = tf.Variable(np.asarray(mean, np.float32), trainable=False,
-                                       name="vector_mean")
-        self.max_tokens = int(max_tokens)
-        spec = tf.TensorSpec([None], tf.string, name="sentences")
-        self.embed = tf.function(self._embed, input_signature=[spec])
+                f"Received an invalid value for `subword_pooling`, expected one of "
+                f"{SUBWORD_POOLING}. Received: subword_pooling={subword_pooling!r}")
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(
+                f"Received an invalid value for `max_tokens`, expected a positive integer. "
+                f"Received: max_tokens={max_tokens!r}")
+        self.tokenization = tokenization
+        # Track every variable explicitly, as Keras' ExportArchive does: Keras 3 layers
+        # that keep sublayers in nested lists/dicts are not all visible to SavedModel.
+        self.model_variables = [v for part in (getattr(self, "model", None),
+                                                getattr(self, "fasttext", None))
+                                if part is not None for v in part.variables]
+        self.num_layers = int(num_layers)
+        self.dim = int(dim)
+        self.max_tokens = max_tokens
+        self.subwords = tokenization.kind == "wordpiece"
+        self.subword_pooling = subword_pooling if self.subwords else "first"
+        sentences = tf.TensorSpec([None], tf.string, name="sentences")
+        tokens = tf.TensorSpec([None, None], tf.string, name="tokens")
+        self.embed = tf.function(self._embed, input_signature=[sentences])
+        self.embed_tokens = tf.function(self._embed_tokens, input_signature=[tokens])
+        self.tokenize = tf.function(self._tokenize, input_signature=[sentences])
         self.predict = None
-        if model.is_continuous:
-            self.predict = tf.function(self._predict, input_signature=[spec])
+        if self.has_predictions:
+            self.predict = tf.function(self._predict, input_signature=[sentences])
+
+    has_predictions = False
 
     def signatures(self):
-        out = {"embed": self.embed}
+        out = {"embed": self.embed, "embed_tokens": self.embed_tokens, "tokenize": self.tokenize}
         if self.predict is not None:
             out["predict"] = self.predict
         return out
 
-    def _run(self, sentences):
-        words = tf.strings.split(sentences)[:, : self.max_tokens]  # ragged (batch, words)
-        n = words.nrows()
-        bos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.BOS))
-        eos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.EOS))
-        tokens = tf.concat([bos, words, eos], axis=1).to_tensor(default_value="")
-        lengths = words.row_lengths()
-        mask = tf.sequence_mask(lengths + 2, maxlen=tf.shape(tokens)[1])
-        vectors = self.fasttext(tokens) - self.vector_mean  # (batch, time, emb)
-        stack, forward, backward = self.model.encode(vectors, mask, training=False)
-        word_mask = tf.sequence_mask(lengths, maxlen=tf.shape(tokens)[1] - 2)
-        return stack, forward, backward, word_mask, words.to_tensor(default_value="")
-
-    def _embed(self, sentences):
-        stack, _, _, word_mask, words = self._run(sentences)
-        keep = tf.cast(word_mask, stack.dtype)[:, None, :, None]
-        return {"layers": stack[:, :, 1:-1] * keep, "mask": word_mask, "tokens": words}
-
-    def _predict(self, sentences):
-        _, forward, backward, word_mask, words = self._run(sentences)
-        keep = tf.cast(word_mask, forward.dtype)[:, :, None]
+    def metadata(self):
         return {
-            "forward": self.model.head_inputs(forward)[:, 1:-1] * keep,
-            "backward": self.model.head_inputs(backward)[:, 1:-1] * keep,
-            "mask": word_mask,
-            "tokens": words,
+            "format_version": FORMAT_VERSION,
+            "family": self.family,
+            "num_layers": self.num_layers,
+            "dim": self.dim,
+            "max_tokens": self.max_tokens,
+            "tokenization": self.tokenization.kind,
+            "basic_tokenizer": self.tokenization.basic is not None,
+            "lower_case": self.tokenization.lower_case,
+            "subword_pooling": self.subword_pooling,
+            "requires": ["tensorflow_text"] if self.tokenization.requires_tensorflow_text else [],
+            "signatures": sorted(self.signatures()),
         }
 
+    # Tokenization -----------------------------------------------------------------------
 
-def export_embedder(model, path, fasttext_layer, vector_mean=None, max_tokens=256,
-                    extra_files=None, overwrite=False):
-    """Writes a SavedModel embedder to `path`, atomically.
+    def _split(self, words):
+        pieces = self.tokenization.pieces(words)
+        # An empty word (padding inside a token matrix) keeps its slot but has no tokens.
+        per_word = pieces.values
+        nonempty = tf.repeat(words.flat_values != "", per_word.row_lengths())
+        pieces = words.with_flat_values(
+            tf.ragged.boolean_mask(per_word, per_word.with_flat_values(nonempty)))
+        return _keep_fitting_words(words, pieces, self.max_tokens, self.subwords)
 
-    The SavedModel is written to a temporary sibling, reloaded and checked
-    (both signatures present and runnable), then renamed into place; a failed
-    export leaves no partial directory and never touches an existing one
-    unless `overwrite` is set and the new export succeeded.
+    def _sentence_words(self, sentences):
+        return self._split(self.tokenization.words(sentences))
+
+    def _given_words(self, tokens):
+        """Rows of a `[batch, n]` token matrix up to their last non-empty cell."""
+        nonempty = tf.cast(tokens != "", tf.int32)
+        lengths = tf.reduce_sum(tf.cast(tf.cumsum(nonempty, axis=1, reverse=True) > 0,
+                                        tf.int64), axis=1)
+        return self._split(tf.RaggedTensor.from_tensor(tokens, lengths=lengths))
+
+    # Outputs ----------------------------------------------------------------------------
+
+    def _run(self, words, pieces):
+        flat = pieces.merge_dims(1, 2)
+        stack, extras = self._stack(flat)
+        stack = tf.cast(stack, tf.float32)
+        if self.subword_pooling == "none":
+            width = tf.shape(stack)[2] - 2
+            mask = tf.sequence_mask(flat.row_lengths(), maxlen=width)
+            keep = tf.cast(mask, tf.float32)[:, None, :, None]
+            tokens = self.tokenization.token_strings(flat).to_tensor(default_value="")
+            layers = stack[:, :, 1:-1] * keep
+            extras = {k: tf.cast(v, tf.float32)[:, 0, 1:-1] * keep[:, 0] for k, v in extras.items()}
+            return layers, mask, tokens, extras
+        layers, mask = pool_words(stack, pieces, self.subword_pooling)
+        extras = {k: pool_words(tf.cast(v, tf.float32), pieces, self.subword_pooling)[0][:, 0]
+                  for k, v in extras.items()}
+        tokens = words.to_tensor(default_value="")
+        return layers, mask, tokens, extras
+
+    def _outputs(self, words, pieces):
+        layers, mask, tokens, _ = self._run(words, pieces)
+        return {"layers": layers, "mask": mask, "tokens": tokens}
+
+    def _embed(self, sentences):
+        return self._outputs(*self._sentence_words(sentences))
+
+    def _embed_tokens(self, tokens):
+        return self._outputs(*self._given_words(tokens))
+
+    def _tokenize(self, sentences):
+        words, pieces = self._sentence_words(sentences)
+        if self.subword_pooling == "none":
+            flat = pieces.merge_dims(1, 2)
+            tokens = self.tokenization.token_strings(flat).to_tensor(default_value="")
+            return {"tokens": tokens,
+                    "mask": tf.sequence_mask(flat.row_lengths(), maxlen=tf.shape(tokens)[1])}
+        has = tf.ragged.map_flat_values(lambda p: p > 0, pieces.row_lengths(axis=2))
+        return {"tokens": words.to_tensor(default_value=""), "mask": has.to_tensor(False)}
+
+    def _predict(self, sentences):
+        words, pieces = self._sentence_words(sentences)
+        _, mask, tokens, extras = self._run(words, pieces)
+        return {**extras, "mask": mask, "tokens": tokens}
+
+    # Helpers for subclasses --------------------------------------------------------------
+
+    @staticmethod
+    def _with_boundaries(flat, strings=False):
+        """Dense `[batch, 1 + time + 1]` tokens with boundaries, and the mask."""
+        n = flat.nrows()
+        bos, eos = _BOUNDARY_WORDS if strings else _BOUNDARY_IDS
+        dtype = tf.string if strings else tf.int32
+        opening = tf.RaggedTensor.from_tensor(tf.fill([n, 1], tf.constant(bos, dtype)))
+        closing = tf.RaggedTensor.from_tensor(tf.fill([n, 1], tf.constant(eos, dtype)))
+        tokens = tf.concat([opening, tf.cast(flat, dtype), closing], axis=1)
+        dense = tokens.to_tensor(default_value="" if strings else 0)
+        mask = tf.sequence_mask(tokens.row_lengths(), maxlen=tf.shape(dense)[1])
+        return dense, mask
+
+
+class ElmoEmbedderModule(EmbedderModule):
+    """`ElmoLM` (every input and output layer): the biLSTM stack of the LM."""
+
+    family = "elmo"
+
+    def __init__(self, model, tokenization, fasttext_layer=None, vector_mean=None,
+                 max_tokens=DEFAULT_MAX_TOKENS, subword_pooling="first"):
+        self.model = model
+        self.fasttext = fasttext_layer
+        if model.input_embedding == "fixed":
+            if fasttext_layer is None:
+                raise ValueError("An ElmoLM with the fixed fastText input needs `fasttext_layer`.")
+            if fasttext_layer.output_dim != model.embedding_dim:
+                raise ValueError(
+                    f"The fastText vectors have dimension {fasttext_layer.output_dim}, the "
+                    f"model expects {model.embedding_dim}")
+            if not fasttext_layer.built:
+                fasttext_layer.build()
+        mean = np.zeros(model.embedding_dim, np.float32) if vector_mean is None else vector_mean
+        self.vector_mean = tf.Variable(np.asarray(mean, np.float32), trainable=False,
+                                       name="vector_mean")
+        self.has_predictions = model.is_continuous and tokenization.kind != "wordpiece"
+        super().__init__(tokenization, model.num_layers + 1, 2 * model.projection_dim,
+                         max_tokens, subword_pooling, name="elmo_embedder")
+
+    def _stack(self, flat):
+        if self.model.input_embedding == "fixed":
+            tokens, mask = self._with_boundaries(flat, strings=True)
+            vectors = self.fasttext(tokens) - self.vector_mean
+        else:
+            ids, mask = self._with_boundaries(flat)
+            vectors = self.model.token_embedding(ids)
+        stack, forward, backward = self.model.encode(vectors, mask, training=False)
+        extras = {}
+        if self.has_predictions:
+            extras = {"forward": self.model.head_inputs(forward)[:, None],
+                      "backward": self.model.head_inputs(backward)[:, None]}
+        return stack, extras
+
+
+class MaskedElmoEmbedderModule(EmbedderModule):
+    """`MaskedElmo`: every layer of the masked biLSTM, from zero states."""
+
+    family = "masked_elmo"
+
+    def __init__(self, model, tokenization, max_tokens=DEFAULT_MAX_TOKENS,
+                 subword_pooling="first"):
+        self.model = model
+        d = 2 * (model.projection_dim or model.units)
+        super().__init__(tokenization, model.num_layers + 1, d, max_tokens, subword_pooling,
+                         name="masked_elmo_embedder")
+
+    def _stack(self, flat):
+        ids, mask = self._with_boundaries(flat)
+        stack, _ = self.model.encode(ids, mask, training=False)
+        return stack, {}
+
+
+class BertEmbedderModule(EmbedderModule):
+    """`Bert` (standard, relaxed or converted): the embedding output and every layer."""
+
+    family = "bert"
+
+    def __init__(self, model, tokenization, max_tokens=None, subword_pooling="first"):
+        self.model = model
+        limit = model.max_sequence_length - 2
+        if max_tokens is None:
+            max_tokens = limit
+        if max_tokens > limit:
+            raise ValueError(
+                f"`max_tokens`={max_tokens} does not fit this BERT: its position embedding "
+                f"holds {model.max_sequence_length} tokens, so at most {limit} pieces plus "
+                "[CLS] and [SEP].")
+        super().__init__(tokenization, model.num_layers + 1, model.hidden_dim, max_tokens,
+                         subword_pooling, name="bert_embedder")
+
+    def _stack(self, flat):
+        ids, mask = self._with_boundaries(flat)
+        return self.model.encode(ids, padding_mask=mask, training=False,
+                                 return_all_layers=True), {}
+
+
+class FastTextEmbedderModule(EmbedderModule):
+    """fastText vectors alone (one layer): the context-free baseline."""
+
+    family = "fasttext"
+
+    def __init__(self, fasttext_layer, max_tokens=DEFAULT_MAX_TOKENS):
+        self.fasttext = fasttext_layer
+        if not fasttext_layer.built:
+            fasttext_layer.build()
+        super().__init__(Tokenization("strings"), 1, fasttext_layer.output_dim, max_tokens,
+                         name="fasttext_embedder")
+
+    def _stack(self, flat):
+        vectors = self.fasttext(flat.to_tensor(default_value=""))
+        return tf.pad(vectors, [[0, 0], [1, 1], [0, 0]])[:, None], {}
+
+
+def _vocabulary_words(vocabulary):
+    if vocabulary is None:
+        return None
+    if isinstance(vocabulary, vocabulary_lib.Vocabulary):
+        return vocabulary.words
+    if isinstance(vocabulary, (str, os.PathLike)):
+        return vocabulary_lib.Vocabulary.load(os.fspath(vocabulary)).words
+    return list(vocabulary)
+
+
+def embedder_module(model, *, vocabulary=None, fasttext_layer=None, vector_mean=None,
+                    tokenization="word", lower_case=False, max_tokens=None,
+                    subword_pooling="first"):
+    """The `EmbedderModule` of a model (see `export_embedder` for the arguments)."""
+    from tfeff.layers import FastTextEmbedding
+    from tfeff.models import Bert, ElmoLM, MaskedElmo
+
+    words = _vocabulary_words(vocabulary)
+    if isinstance(model, FastTextEmbedding):
+        return FastTextEmbedderModule(model, max_tokens or DEFAULT_MAX_TOKENS)
+    if isinstance(model, ElmoLM):
+        if tokenization not in TOKENIZATIONS:
+            raise ValueError(
+                f"Received an invalid value for `tokenization`, expected one of "
+                f"{TOKENIZATIONS}. Received: tokenization={tokenization!r}")
+        if model.input_embedding == "fixed":
+            kind = "strings"
+        else:
+            kind = "wordpiece" if tokenization == "wordpiece" else "ids"
+            if words is None:
+                raise ValueError(
+                    f"An ElmoLM with input_embedding={model.input_embedding!r} needs the "
+                    "`vocabulary` it was trained with.")
+            _check_size(words, model.vocabulary_size)
+        return ElmoEmbedderModule(model, Tokenization(kind, words), fasttext_layer, vector_mean,
+                                  max_tokens or DEFAULT_MAX_TOKENS, subword_pooling)
+    if isinstance(model, (MaskedElmo, Bert)):
+        if words is None:
+            raise ValueError(f"A {type(model).__name__} embedder needs its `vocabulary`.")
+        _check_size(words, model.vocabulary_size)
+        tok = Tokenization("wordpiece", words, basic=True, lower_case=lower_case)
+        if isinstance(model, Bert):
+            return BertEmbedderModule(model, tok, max_tokens, subword_pooling)
+        return MaskedElmoEmbedderModule(model, tok, max_tokens or DEFAULT_MAX_TOKENS,
+                                        subword_pooling)
+    raise TypeError(
+        "export_embedder takes an ElmoLM, MaskedElmo, Bert or FastTextEmbedding. "
+        f"Received: {type(model).__name__}")
+
+
+def _check_size(words, vocabulary_size):
+    if len(words) != vocabulary_size:
+        raise ValueError(
+            f"The vocabulary has {len(words)} tokens, the model {vocabulary_size}: not the "
+            "vocabulary the model was trained with.")
+
+
+def export_embedder(model, path, *, vocabulary=None, fasttext_layer=None, vector_mean=None,
+                    tokenization="word", lower_case=False, max_tokens=None,
+                    subword_pooling="first", extra_files=None, overwrite=False):
+    """Writes a SavedModel embedder of `model` to `path`, atomically.
+
+    The SavedModel is written to a temporary sibling, reloaded, and its
+    signatures are checked against the in-memory module on probe sentences
+    (empty ones included); only then is it renamed into place. A failed export
+    leaves no partial directory and never touches an existing one unless
+    `overwrite` is set and the new export succeeded.
 
     Args:
-        model: a trained `tfeff.models.ElmoLM`.
+        model: an `ElmoLM`, `MaskedElmo` or `Bert` (standard or relaxed), or a
+            `FastTextEmbedding` (fastText vectors alone, one layer).
         path: output directory.
-        fasttext_layer: `tfeff.layers.FastTextEmbedding` of the model's vectors.
+        vocabulary: the model's vocabulary (a `Vocabulary`, its file, or a list
+            of tokens in id order); needed by every model except ELMo with the
+            fixed fastText input.
+        fasttext_layer: `FastTextEmbedding` of an ELMo's fixed input vectors.
         vector_mean: the mean subtracted from the fixed vectors (`fasttext.center`).
-        max_tokens: longest sentence, in words; longer ones are truncated.
+        tokenization: ElmoLM only: `"word"` or `"wordpiece"` (ELMo-Sub), as in
+            `data.tokenization`.
+        lower_case: Masked ELMo / BERT: as `data.lower_case` in pre-training.
+        max_tokens: longest input in model tokens (boundaries excluded); longer
+            sentences keep their leading whole words that fit. Default 256;
+            BERT's default and maximum is `max_sequence_length - 2`.
+        subword_pooling: WordPiece models: `"first"`, `"mean"` or `"none"`.
         extra_files: `{name: source_path}` copied to `assets.extra/`.
         overwrite: replace an existing export.
+
+    Returns:
+        The embedder's metadata (also in `assets.extra/embedder.json`).
     """
     if tf.io.gfile.exists(path) and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True (--overwrite) to replace it")
-    module = ElmoEmbedderModule(model, fasttext_layer, vector_mean, max_tokens)
+    module = embedder_module(
+        model, vocabulary=vocabulary, fasttext_layer=fasttext_layer, vector_mean=vector_mean,
+        tokenization=tokenization, lower_case=lower_case, max_tokens=max_tokens,
+        subword_pooling=subword_pooling)
+    metadata = module.metadata()
     tmp = files.temporary_sibling(path)
     try:
         tf.saved_model.save(module, tmp, signatures=module.signatures())
+        extra = os.path.join(tmp, EXTRA_DIR)
+        tf.io.gfile.makedirs(extra)
         for name, source in (extra_files or {}).items():
-            tf.io.gfile.makedirs(os.path.join(tmp, EXTRA_DIR))
-            tf.io.gfile.copy(source, os.path.join(tmp, EXTRA_DIR, name), overwrite=True)
-        loaded = tf.saved_model.load(tmp)
-        probe = loaded.signatures["embed"](sentences=tf.constant(["a b", ""]))
-        if probe["layers"].shape[0] != 2:
-            raise RuntimeError("The exported embedder failed its reload check.")
+            tf.io.gfile.copy(source, os.path.join(extra, name), overwrite=True)
+        with tf.io.gfile.GFile(os.path.join(extra, METADATA_FILE), "w") as f:
+            f.write(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+        _check_reload(module, tmp)
         if tf.io.gfile.exists(path):
             trash = files.temporary_sibling(path) + ".old"
             tf.io.gfile.rename(path, trash)
@@ -138,11 +542,45 @@ def export_embedder(model, path, fasttext_layer, vector_mean=None, max_tokens=25
     finally:
         if tf.io.gfile.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    return metadata
+
+
+def _check_reload(module, path):
+    """The reloaded SavedModel must compute what the module computes."""
+    loaded = tf.saved_model.load(path)
+    if set(loaded.signatures) != set(module.signatures()):
+        raise RuntimeError(f"The exported embedder lost signatures: {sorted(loaded.signatures)}")
+    probe = tf.constant(_PROBE)
+    got = loaded.signatures["embed"](sentences=probe)
+    want = module.embed(probe)
+    for key in ("layers", "mask", "tokens"):
+        a, b = got[key].numpy(), want[key].numpy()
+        same = (np.allclose(a, b, rtol=1e-5, atol=1e-6) if a.dtype.kind == "f"
+                else np.array_equal(a, b))
+        if a.shape != b.shape or not same:
+            raise RuntimeError(f"The exported embedder failed its reload check ({key!r}).")
+    if got["mask"].numpy()[1:3].any():
+        raise RuntimeError("The exported embedder gives tokens for empty sentences.")
+
+
+def read_metadata(path):
+    """`assets.extra/embedder.json` of an export (`{}` for exports older than it)."""
+    meta = os.path.join(path, EXTRA_DIR, METADATA_FILE)
+    if not tf.io.gfile.exists(meta):
+        return {}
+    with tf.io.gfile.GFile(meta) as f:
+        return json.load(f)
 
 
 def load_embedder(path):
-    """Loads an exported embedder (plain `tf.saved_model.load`)."""
+    """Loads an exported embedder with `tf.saved_model.load`.
+
+    Imports tensorflow-text first when the embedder's tokenizer needs its ops
+    (WordPiece models); a process without tfeff does the same by hand:
+    `import tensorflow_text` then `tf.saved_model.load(path)`.
+    """
     if not tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
         raise FileNotFoundError(f"{path} is not a SavedModel directory")
+    if "tensorflow_text" in read_metadata(path).get("requires", []):
+        import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
     return tf.saved_model.load(path)

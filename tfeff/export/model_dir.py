@@ -5,7 +5,6 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from tfeff import config as config_lib
 from tfeff.data import fasttext_tables
 from tfeff.export.embedder import export_embedder
 from tfeff.layers import FastTextEmbedding
@@ -20,49 +19,53 @@ def fasttext_layer_for(word_vectors_path):
     return FastTextEmbedding.from_fasttext(word_vectors_path, name="fasttext")
 
 
-def export_model_dir(model_dir, output, overwrite=False, max_tokens=256):
-    """Exports the latest checkpoint of `model_dir` as a SavedModel embedder."""
-    config_path = os.path.join(model_dir, pretrain_lib.CONFIG_FILE)
-    if not tf.io.gfile.exists(config_path):
-        raise FileNotFoundError(
-            f"{model_dir} is not a tfeff model directory (no {pretrain_lib.CONFIG_FILE})"
-        )
-    config = config_lib.load_config(config_path)
+def export_model_dir(model_dir, output, overwrite=False, max_tokens=None,
+                     subword_pooling="first"):
+    """Exports the latest checkpoint of any tfeff model directory as a SavedModel embedder.
+
+    ELMo (every input and output layer, word or WordPiece tokens), Masked ELMo
+    and BERT (standard, relaxed, or converted by CoRe) directories export; the
+    tokenization is the one the model was trained with (`config.yaml`).
+
+    Returns:
+        The exported checkpoint's step.
+    """
+    config = pretrain_lib.load_model_dir_config(model_dir)
+    vocabulary_path = os.path.join(model_dir, pretrain_lib.VOCABULARY_FILE)
+    extra_files = {"vocabulary.txt": vocabulary_path}
+    options = {"vocabulary": vocabulary_path, "max_tokens": max_tokens,
+               "subword_pooling": subword_pooling}
     if config.family == "bert":
-        raise ValueError(
-            f"{model_dir}: exporting BERT embedders is not supported yet; use "
-            "tfeff.convert.write_hf_bert or to_keras_hub to take the model elsewhere."
-        )
-    if config.family == "masked_elmo":
-        raise ValueError(
-            f"{model_dir}: exporting Masked ELMo embedders is not supported yet; restore the "
-            "model with tfeff.training.masked_elmo_pretraining.restore_masked_elmo and use "
-            "MaskedElmo.encode (all layers) in Python."
-        )
-    if config.model.input_embedding != "fixed":
-        raise ValueError(
-            f"{model_dir}: exporting models with a trainable or ALONE input embedding "
-            f"(model.input_embedding={config.model.input_embedding!r}, "
-            f"data.tokenization={config.data.tokenization!r}) is not supported yet; "
-            "only fastText-input ELMo models export."
-        )
-    model, _, step = pretrain_lib.restore_model(model_dir, config)
-    word_vectors_path = config.fasttext.pretrained or os.path.join(
-        model_dir, pretrain_lib.FASTTEXT_FILE
-    )
-    vectors_path = os.path.join(model_dir, pretrain_lib.VECTORS_FILE)
-    mean_file = fasttext_tables.mean_path(vectors_path)
-    mean = np.load(mean_file) if tf.io.gfile.exists(mean_file) else None
-    export_embedder(
-        model,
-        output,
-        fasttext_layer_for(word_vectors_path),
-        vector_mean=mean,
-        max_tokens=max_tokens,
-        extra_files={
-            "vocabulary.txt": os.path.join(model_dir, pretrain_lib.VOCABULARY_FILE),
-            "vocabulary_vectors.npy": vectors_path,
-        },
-        overwrite=overwrite,
-    )
+        from tfeff.training.bert_pretraining import restore_bert
+
+        model, _, step, _ = restore_bert(model_dir, config)
+        options["lower_case"] = config.data.lower_case
+    elif config.family == "masked_elmo":
+        from tfeff.training.masked_elmo_pretraining import restore_masked_elmo
+
+        model, _, step, _ = restore_masked_elmo(model_dir, config)
+        options["lower_case"] = config.data.lower_case
+    else:
+        model, _, step = pretrain_lib.restore_model(model_dir, config)
+        options["tokenization"] = config.data.tokenization
+        vectors_path = os.path.join(model_dir, pretrain_lib.VECTORS_FILE)
+        if tf.io.gfile.exists(vectors_path):
+            extra_files["vocabulary_vectors.npy"] = vectors_path
+        if config.model.input_embedding == "fixed":
+            word_vectors_path = config.fasttext.pretrained or os.path.join(
+                model_dir, pretrain_lib.FASTTEXT_FILE)
+            mean_file = fasttext_tables.mean_path(vectors_path)
+            options["fasttext_layer"] = fasttext_layer_for(word_vectors_path)
+            options["vector_mean"] = (np.load(mean_file) if tf.io.gfile.exists(mean_file)
+                                      else None)
+    export_embedder(model, output, extra_files=extra_files, overwrite=overwrite, **options)
     return step
+
+
+def export_fasttext(fasttext_path, output, overwrite=False, max_tokens=None):
+    """Exports fastText vectors alone (`.bin` with subwords, or `.vec`) as a one-layer
+    embedder with the same signatures: the context-free baseline of feature evaluations."""
+    if not tf.io.gfile.exists(fasttext_path):
+        raise FileNotFoundError(f"fastText model not found: {fasttext_path}")
+    return export_embedder(fasttext_layer_for(fasttext_path), output, max_tokens=max_tokens,
+                           overwrite=overwrite)

@@ -237,17 +237,24 @@ class Bert(keras.Model):
         return self.embeddings_dropout(self.embeddings_norm(x), training=training)
 
     def encode(self, token_ids, segment_ids=None, padding_mask=None, training=False,
-               exact_attention=None):
-        """The sequence output `(batch, n, hidden_dim)`."""
+               exact_attention=None, return_all_layers=False):
+        """The sequence output `(batch, n, hidden_dim)`.
+
+        With `return_all_layers=True`, every layer instead: the embedding
+        output, then each transformer layer's, stacked as
+        `(batch, num_layers + 1, n, hidden_dim)` (what embedders export).
+        """
         token_ids = ops.cast(token_ids, "int32")
         if padding_mask is None:
             padding_mask = ops.not_equal(token_ids, 0)
         padding_mask = ops.cast(padding_mask, "bool")
         x = self.embed(token_ids, segment_ids, training=training)
+        layers = [x]
         for layer in self.transformer_layers:
             x = layer(x, padding_mask=padding_mask, training=training,
                       exact_attention=exact_attention)
-        return x
+            layers.append(x)
+        return ops.stack(layers, axis=1) if return_all_layers else x
 
     def mlm_logits(self, sequence_output, masked_positions, training=False):
         """Logits `(batch, p, vocabulary_size)` at `masked_positions` `(batch, p)` only."""

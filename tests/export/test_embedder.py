@@ -1,0 +1,228 @@
+"""Embedders of every model family: exported, reloaded in a process without tfeff,
+and compared with a one-sentence-at-a-time reference (tests/export/embedder_reference.py).
+
+The models are small and untrained (the embedder must reproduce whatever weights
+it holds); exports of trained model directories are tested with their training
+tests (tests/training/).
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.export.embedder_reference import Reference, assert_matches, run_fresh
+from tfeff.export import embedder_module, export_embedder, load_embedder, read_metadata
+from tfeff.layers import FastTextEmbedding, ScalarMix
+from tfeff.models import Bert, ElmoLM, MaskedElmo
+
+MAX_TOKENS = 12
+LONG = " ".join(f"w{i} unbelievable" for i in range(20))
+SENTENCES = [
+    "the dogs run .",
+    "",
+    "   \t ",
+    "Zürich naïve 日本語 emoji🙂s , don't stop !",
+    LONG,
+    "a",
+]
+TOKEN_ROWS = [
+    ["don't", "stop", "", ""],
+    ["Zürich", "", "the", ""],   # an inner empty cell keeps its (masked) slot
+    ["", "", "", ""],
+    ["x"] * 4,
+]
+
+
+@pytest.fixture(scope="module")
+def vocabularies(small_corpus, tmp_path_factory):
+    from tfeff.data import Vocabulary, text_lines
+    from tfeff.data.mlm_dataset import learn_bert_vocabulary
+
+    d = tmp_path_factory.mktemp("vocab")
+    pieces = str(d / "wordpiece.txt")
+    learn_bert_vocabulary(small_corpus[0], 400, pieces, lower_case=True)
+    words = str(d / "words.txt")
+    Vocabulary.build(text_lines(small_corpus[0])).save(words)
+    return {"wordpiece": pieces, "word": words}
+
+
+def _size(path):
+    return sum(1 for _ in open(path, encoding="utf-8"))
+
+
+def _models(vocabularies):
+    """(name, model, export kwargs, reference kind) for every family."""
+    word_v, piece_v = _size(vocabularies["word"]), _size(vocabularies["wordpiece"])
+    keras.utils.set_random_seed(3)
+    common = {"num_layers": 2, "units": 16, "projection_dim": 8, "dropout_rate": 0.0}
+    elmo_word = ElmoLM(vocabulary_size=word_v, embedding_dim=8, input_embedding="trainable",
+                       output_layer="full", **common)
+    elmo_sub = ElmoLM(vocabulary_size=piece_v, embedding_dim=8, input_embedding="alone",
+                      output_layer="full", alone={"intermediate_dim": 16, "num_codebooks": 2, "codebook_size": 4}, **common)
+    masked = MaskedElmo(piece_v, **common)
+    bert_args = {"num_layers": 2, "hidden_dim": 16, "num_heads": 2, "intermediate_dim": 32,
+                 "max_sequence_length": 32}
+    bert = Bert(piece_v, **bert_args)
+    relaxed = Bert(piece_v, relaxed={"num_anchors": 3, "ffn_rank": 4}, **bert_args)
+    for m in (elmo_word, elmo_sub, masked, bert, relaxed):
+        m.build()
+    pv = vocabularies["wordpiece"]
+    return [
+        ("elmo_word", elmo_word, {"vocabulary": vocabularies["word"]}, "elmo_word", False),
+        ("elmo_sub", elmo_sub, {"vocabulary": pv, "tokenization": "wordpiece"},
+         "elmo_wordpiece", False),
+        ("masked_elmo", masked, {"vocabulary": pv}, "masked_elmo", False),
+        ("bert", bert, {"vocabulary": pv, "lower_case": True}, "bert", True),
+        ("bert_relaxed", relaxed, {"vocabulary": pv, "lower_case": True}, "bert", True),
+    ]
+
+
+@pytest.fixture(scope="module")
+def exports(vocabularies, fasttext_model, tmp_path_factory):
+    """Every family exported with max_tokens=12, then run once in a fresh process."""
+    base = tmp_path_factory.mktemp("embedders")
+    entries = []
+    for name, model, kwargs, kind, lower in _models(vocabularies):
+        for pooling in (("first", "mean", "none") if name == "masked_elmo" else ("first",)):
+            path = str(base / f"{name}_{pooling}")
+            export_embedder(model, path, max_tokens=MAX_TOKENS, subword_pooling=pooling,
+                            **kwargs)
+            ref = Reference(kind, model, kwargs["vocabulary"], lower_case=lower,
+                            max_tokens=MAX_TOKENS, pooling=pooling)
+            entries.append((f"{name}_{pooling}", path, ref))
+    ft_path, ft = fasttext_model
+    path = str(base / "fasttext")
+    export_embedder(FastTextEmbedding.from_fasttext(ft_path), path, max_tokens=MAX_TOKENS)
+    entries.append(("fasttext", path, Reference("fasttext", None, max_tokens=MAX_TOKENS,
+                                                   fasttext_model=ft)))
+    outputs = run_fresh([p for _, p, _ in entries], SENTENCES, TOKEN_ROWS, base)
+    return {name: (path, ref, out) for (name, path, ref), out in zip(entries, outputs)}
+
+
+NAMES = ["elmo_word_first", "elmo_sub_first", "masked_elmo_first", "masked_elmo_mean",
+         "masked_elmo_none", "bert_first", "bert_relaxed_first", "fasttext"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fresh_process_embed_equals_one_sentence_reference(exports, name):
+    path, ref, out = exports[name]
+    assert_matches(out, ref, SENTENCES)
+    # Empty and whitespace-only sentences are rows without tokens, not errors.
+    assert not out["mask"][1].any() and not out["mask"][2].any()
+    # Truncation keeps whole words within max_tokens model tokens.
+    words, pieces = ref.split(LONG)
+    assert 0 < sum(len(p) for p in pieces) <= MAX_TOKENS
+    assert out["mask"][4].sum() == len(words) < len(LONG.split())
+    # `tokenize` gives embed's tokens without running the model.
+    np.testing.assert_array_equal(out["k_tokens"], out["tokens"])
+    np.testing.assert_array_equal(out["k_mask"], out["mask"])
+    meta = read_metadata(path)
+    assert meta["num_layers"] == out["layers"].shape[1] and meta["dim"] == out["layers"].shape[3]
+    assert meta["requires"] == ([] if name.startswith(("elmo_word", "fasttext"))
+                                else ["tensorflow_text"])
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "masked_elmo_none"])
+def test_fresh_process_embed_tokens_keeps_input_words_aligned(exports, name):
+    _, ref, out = exports[name]
+    layers, mask, tokens = out["t_layers"], out["t_mask"], out["t_tokens"]
+    for i, row in enumerate(TOKEN_ROWS):
+        words, want, want_mask = ref.tokens(row)
+        n = len(words)
+        assert [t.decode() for t in tokens[i, :n]] == words
+        np.testing.assert_array_equal(mask[i, :n], want_mask)
+        assert not mask[i, n:].any() and not layers[i, :, n:].any()
+        np.testing.assert_allclose(layers[i, :, :n], want, rtol=1e-4, atol=1e-5)
+    # "don't" stays one output token even where BERT's tokenizer splits it in three.
+    assert tokens[0, 0].decode() == "don't" and mask[0, :2].all()
+    assert mask[1].tolist()[:3] == [True, False, True]
+
+
+def test_pooling_modes_differ_where_words_have_several_pieces(exports):
+    first = exports["masked_elmo_first"][2]
+    mean = exports["masked_elmo_mean"][2]
+    pieces = exports["masked_elmo_none"][2]
+    np.testing.assert_array_equal(first["tokens"], mean["tokens"])
+    ref = exports["masked_elmo_first"][1]
+    words, split = ref.split(SENTENCES[3])
+    multi = [j for j, p in enumerate(split) if len(p) > 1]
+    assert multi, split  # the probe sentence must exercise pooling
+    j = multi[0]
+    assert not np.allclose(first["layers"][3, :, j], mean["layers"][3, :, j])
+    # Piece-level output: one position per WordPiece, continuation pieces marked.
+    assert pieces["mask"][3].sum() == sum(len(p) for p in split)
+    assert any(t.decode().startswith("##") for t in pieces["tokens"][3])
+
+
+def test_unseen_words_get_the_fasttext_library_vector(exports, fasttext_model):
+    _, ft = fasttext_model
+    out = exports["fasttext"][2]
+    vocab = set(ft.get_words())
+    words = [t.decode() for t in out["tokens"][3] if t]
+    unseen = [w for w in words if w not in vocab]
+    assert len(unseen) >= 3, words
+    for j, w in enumerate(words):
+        np.testing.assert_allclose(out["layers"][3, 0, j], ft.get_word_vector(w),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_scalar_mix_on_a_loaded_embedder_inside_a_keras_model(exports):
+    """The documented downstream use: TFSMLayer + ScalarMix + a head, trained end to end
+    with the embedder frozen; the mix's weights get gradients, the embedder none."""
+    path = exports["bert_first"][0]
+    embedder = keras.layers.TFSMLayer(path, call_endpoint="embed", trainable=False)
+    sentences = keras.Input(shape=(), dtype="string")
+    out = embedder(sentences)
+    mixed = ScalarMix(3, layer_norm=True, name="mix")(out["layers"], mask=out["mask"])
+    mask = keras.ops.cast(out["mask"], "float32")[..., None]
+    pooled = keras.ops.sum(mixed * mask, axis=1) / keras.ops.maximum(
+        keras.ops.sum(mask, axis=1), 1.0)
+    model = keras.Model(sentences, keras.layers.Dense(2, name="head")(pooled))
+    assert not embedder.trainable_weights and embedder.non_trainable_weights
+    frozen = [w.numpy().copy() for w in embedder.non_trainable_weights]
+    x = tf.constant(["the dogs run .", "a cat", "", "Zürich"])
+    y = np.array([0, 1, 0, 1])
+    model.compile(optimizer=keras.optimizers.SGD(0.5),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = model.get_layer("mix").get_weights()
+    model.fit(x, y, epochs=1, batch_size=4, verbose=0)
+    after = model.get_layer("mix").get_weights()
+    assert not np.allclose(before[0], after[0])
+    for w, f in zip(embedder.non_trainable_weights, frozen):
+        np.testing.assert_array_equal(w.numpy(), f)
+    assert np.isfinite(model.predict(x, verbose=0)).all()
+
+
+def test_load_embedder_imports_tensorflow_text_and_predicts(exports):
+    loaded = load_embedder(exports["bert_first"][0])
+    assert set(loaded.signatures) == {"embed", "embed_tokens", "tokenize"}
+    out = loaded.signatures["embed"](sentences=tf.constant(["the dogs run ."]))
+    assert out["layers"].shape == (1, 3, 4, 16)
+
+
+def test_export_errors_are_clear_and_leave_nothing(vocabularies, tmp_path):
+    name, masked, kwargs, _, _ = _models(vocabularies)[2]
+    with pytest.raises(ValueError, match="vocabulary"):
+        export_embedder(masked, str(tmp_path / "a"))
+    with pytest.raises(ValueError, match="not the vocabulary the model was trained with"):
+        export_embedder(masked, str(tmp_path / "a"), vocabulary=vocabularies["word"])
+    with pytest.raises(ValueError, match="subword_pooling"):
+        export_embedder(masked, str(tmp_path / "a"), subword_pooling="last", **kwargs)
+    bert = _models(vocabularies)[3][1]
+    with pytest.raises(ValueError, match="position embedding holds 32"):
+        embedder_module(bert, vocabulary=vocabularies["wordpiece"], max_tokens=40)
+    with pytest.raises(TypeError, match="ElmoLM, MaskedElmo, Bert or FastTextEmbedding"):
+        export_embedder(keras.layers.Dense(3), str(tmp_path / "a"))
+    assert os.listdir(tmp_path) == []
+    # An existing export is never replaced without overwrite=True.
+    (tmp_path / "b").mkdir()
+    with pytest.raises(FileExistsError, match="overwrite"):
+        export_embedder(masked, str(tmp_path / "b"), **kwargs)
+    assert os.listdir(tmp_path) == ["b"]
+    meta = export_embedder(masked, str(tmp_path / "b"), overwrite=True, **kwargs)
+    assert json.load(open(tmp_path / "b" / "assets.extra" / "embedder.json")) == meta
+    assert sorted(os.listdir(tmp_path)) == ["b"]
