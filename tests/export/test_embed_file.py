@@ -1,0 +1,154 @@
+"""tfeff-embed: streaming, length-batched file embedding; bad lines; resume; npy and HDF5."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.conftest import REPO
+from tfeff.export import export_embedder, load_embedder
+from tfeff.export.embed_file import embed_file, read_embeddings
+from tfeff.models import MaskedElmo
+
+VOCAB = ["<pad>", "<unk>", "<s>", "</s>", "[MASK]", "the", "a", "dog", "##s", "run", "cat",
+         ".", ",", "sat", "on", "mat", "big"]
+LINES = [b"the dogs run .", b"", b"a cat sat on the mat , the big dog sat .",
+         b"\xc3\x28 broken bytes", b"   ", b"dogs", b"the " * 100, "caf\u00e9 \u65e5".encode()]
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory):
+    keras.utils.set_random_seed(5)
+    model = MaskedElmo(len(VOCAB), num_layers=2, units=12, projection_dim=4)
+    model.build()
+    path = str(tmp_path_factory.mktemp("embedder") / "masked_elmo")
+    export_embedder(model, path, vocabulary=VOCAB, max_tokens=64)
+    return path
+
+
+def _write(path, lines):
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return str(path)
+
+
+def _cli(*args, **kwargs):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", "tfeff.bin.embed", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def _one_at_a_time(embedder_path, lines):
+    """Each line embedded alone (batch of one): the reference for batched output."""
+    loaded = load_embedder(embedder_path)
+    out = []
+    for raw in lines:
+        try:
+            text = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            text = ""
+        e = loaded.signatures["embed"](sentences=tf.constant([text]))
+        m = e["mask"].numpy()[0]
+        out.append(e["layers"].numpy()[0][:, m])
+    return out
+
+
+def test_invalid_utf8_fails_with_the_line_number_and_leaves_nothing(embedder, tmp_path):
+    source = _write(tmp_path / "in.txt", LINES)
+    r = _cli("--embedder", embedder, "--input", source, "--output", str(tmp_path / "out"))
+    assert r.returncode == 1
+    assert f"{source}:4: the line is not valid UTF-8" in r.stderr and "--on_invalid_utf8" in r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["in.txt"]
+
+
+def test_skip_embeds_every_other_line_in_place_and_reports_the_bad_one(embedder, tmp_path):
+    source = _write(tmp_path / "in.txt", LINES)
+    out = str(tmp_path / "out")
+    r = _cli("--embedder", embedder, "--input", source, "--output", out,
+             "--on_invalid_utf8=skip", "--batch_size=3", "--chunk_lines=5")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"{source}:4: the line is not valid UTF-8" in r.stderr and "skipped" in r.stderr
+    meta = json.load(open(os.path.join(out, "embeddings.json")))
+    assert meta["skipped_lines"] == [4] and meta["lines"] == len(LINES)
+    reference = _one_at_a_time(embedder, LINES)
+    tokens = open(os.path.join(out, "tokens.txt"), encoding="utf-8").read().split("\n")[:-1]
+    assert len(tokens) == len(LINES)
+    for k in range(3):
+        vectors, offsets = read_embeddings(out, k)
+        assert offsets[-1] == len(vectors) == sum(r.shape[1] for r in reference)
+        for i, ref in enumerate(reference):
+            np.testing.assert_allclose(vectors[offsets[i]:offsets[i + 1]], ref[k],
+                                       rtol=1e-5, atol=1e-6)
+    counts = np.diff(read_embeddings(out, 0)[1])
+    assert counts[1] == counts[3] == counts[4] == 0  # blank, invalid, whitespace-only
+    assert counts[6] == 64  # truncated to the embedder's max_tokens
+    assert tokens[0] == "the dogs run ." and tokens[3] == "" and len(tokens[6].split()) == 64
+    assert not os.path.exists(out + ".partial")
+
+
+def test_hdf5_with_chosen_layers_and_float16_equals_npy(embedder, tmp_path):
+    lines = [ln for ln in LINES if b"\xc3\x28" not in ln]
+    source = _write(tmp_path / "in.txt", lines)
+    npy = embed_file(embedder, source, str(tmp_path / "npy"), batch_size=2, chunk_lines=3)
+    h5 = embed_file(embedder, source, str(tmp_path / "h5"), output_format="hdf5",
+                    layers=[2, 0], dtype="float16")
+    assert h5["layers"] == [0, 2] and h5["tokens"] == npy["tokens"] > 0
+    import h5py
+
+    with h5py.File(tmp_path / "h5" / "embeddings.h5", "r") as f:
+        assert sorted(f) == ["layer_0", "layer_2"] and f["layer_2"].dtype == np.float16
+    for k in (0, 2):
+        a, offsets = read_embeddings(str(tmp_path / "npy"), k)
+        b, offsets_b = read_embeddings(str(tmp_path / "h5"), k)
+        np.testing.assert_array_equal(offsets, offsets_b)
+        np.testing.assert_allclose(b, a, rtol=2e-3, atol=2e-3)
+    with pytest.raises(FileExistsError, match="overwrite"):
+        embed_file(embedder, source, str(tmp_path / "npy"))
+    with pytest.raises(ValueError, match=r"layers.*\[0, 3\)"):
+        embed_file(embedder, source, str(tmp_path / "x"), layers=[3])
+    assert not os.path.exists(tmp_path / "x") and not os.path.exists(tmp_path / "x.partial")
+
+
+def test_killed_run_resumes_and_equals_an_uninterrupted_one(embedder, tmp_path):
+    rng = np.random.default_rng(0)
+    words = [w.encode() for w in VOCAB[5:]]
+    lines = [b" ".join(rng.choice(words, size=rng.integers(1, 30))) for _ in range(6000)]
+    source = _write(tmp_path / "in.txt", lines)
+    out = str(tmp_path / "out")
+    args = ["--embedder", embedder, "--input", source, "--output", out, "--chunk_lines=100",
+            "--batch_size=16"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.Popen([sys.executable, "-m", "tfeff.bin.embed", *args], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    progress = os.path.join(out + ".partial", "progress.json")
+    done = 0
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            done = json.load(open(progress))["lines_done"]
+        except (OSError, ValueError):
+            done = 0
+        if done >= 300:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert 300 <= done < len(lines), done  # killed part-way through
+    assert not os.path.exists(out)  # only the partial directory exists
+    resumed = _cli(*args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming" in resumed.stderr
+    fresh = embed_file(embedder, source, str(tmp_path / "fresh"), batch_size=16, chunk_lines=100)
+    assert json.load(open(os.path.join(out, "embeddings.json")))["tokens"] == fresh["tokens"]
+    for k in range(3):
+        np.testing.assert_allclose(read_embeddings(out, k)[0],
+                                   read_embeddings(str(tmp_path / "fresh"), k)[0],
+                                   rtol=1e-5, atol=1e-5)
+    assert open(os.path.join(out, "tokens.txt")).read() == \
+        open(tmp_path / "fresh" / "tokens.txt").read()
