@@ -16,6 +16,7 @@ from tfeff.data.masked_elmo_dataset import tokenize_documents
 from tfeff.data.mlm_dataset import learn_bert_vocabulary
 from tfeff.data.mlm_dataset import mlm_dataset
 from tfeff.data.synthetic import synthetic_corpus
+from tfeff.data.synthetic import synthetic_tasks
 from tfeff.data.synthetic import write_synthetic_corpus
 from tfeff.data.vocabulary import SPECIALS
 from tfeff.data.vocabulary import Vocabulary
@@ -37,6 +38,7 @@ __all__ = [
     "paragraphs",
     "resolve_files",
     "synthetic_corpus",
+    "synthetic_tasks",
     "text_lines",
     "tokenize_documents",
     "train_fasttext",

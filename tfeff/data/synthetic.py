@@ -98,6 +98,14 @@ class _Lexicon:
 
 
 class _Sampler:
+    """Draws sentences as tagged tokens `(word, pos, role)`.
+
+    `role` is the token's function in its clause (see `TASK_ROLES`); `None`
+    inside a noun phrase means "the role of the phrase", filled in by the
+    caller. Tagging never draws random numbers, so the sentences are the same
+    whether or not the tags are kept.
+    """
+
     def __init__(self, lexicon, rng):
         self.lex = lexicon
         self.rng = rng
@@ -106,24 +114,25 @@ class _Sampler:
         return items[self.rng.choice(len(items), p=p)]
 
     def noun_phrase(self, plural, animate, allow_relative=True, allow_name=True):
-        """Returns the words of an NP; relative clauses create long-range agreement."""
+        """The tokens of an NP; relative clauses create long-range agreement."""
         lex, rng = self.lex, self.rng
         if allow_name and animate and not plural and rng.random() < 0.15:
-            words = [self._pick(lex.names, lex.name_p)]
+            tokens = [[self._pick(lex.names, lex.name_p), "PROPN", None]]
         else:
-            words = [rng.choice(_DET_PLURAL if plural else _DET_SINGULAR)]
-            while rng.random() < 0.3 and len(words) < 3:
-                words.append(self._pick(lex.adjectives, lex.adjective_p))
+            tokens = [[str(rng.choice(_DET_PLURAL if plural else _DET_SINGULAR)), "DET", None]]
+            while rng.random() < 0.3 and len(tokens) < 3:
+                tokens.append([self._pick(lex.adjectives, lex.adjective_p), "ADJ", None])
             idx = self._pick(lex.nouns_by_animacy[animate], lex.noun_p[animate])
             noun = lex.nouns[idx]
-            words.append(lex.plural(noun) if plural else noun)
+            tokens.append([lex.plural(noun) if plural else noun, "NOUN", None])
         if allow_relative and rng.random() < 0.2:
-            words += self.relative_clause(object_animate=animate)
+            tokens += self.relative_clause(object_animate=animate)
         if rng.random() < 0.1:
-            words += [rng.choice(_PREPOSITIONS)] + self.noun_phrase(
+            pp = [[str(rng.choice(_PREPOSITIONS)), "ADP", None]] + self.noun_phrase(
                 rng.random() < 0.4, rng.random() < 0.3, allow_relative=False
             )
-        return words
+            tokens += _with_role(pp, "PREP")
+        return tokens
 
     def relative_clause(self, object_animate):
         """`that` + subject + transitive verb whose (gapped) object is the head noun."""
@@ -136,32 +145,49 @@ class _Sampler:
         subject = self.noun_phrase(
             subj_plural, bool(lex.verb_subject_animate[verb]), allow_relative=False
         )
-        return ["that"] + subject + [self.verb_form(verb, subj_plural)]
+        return _with_role([["that", "PRON", None]] + subject
+                          + [[self.verb_form(verb, subj_plural), "VERB", None]], "REL")
 
     def verb_form(self, verb, plural):
         stem = self.lex.verbs[verb]
         return stem if plural else self.lex.third_person(stem)
 
     def clause(self):
+        """`(tokens, (index of the main verb, verb id, subject is plural))`."""
         lex, rng = self.lex, self.rng
         transitive = rng.random() < 0.6
         verb = self._pick(lex.verbs_by_kind[transitive], lex.verb_p[transitive])
         plural = rng.random() < 0.4
-        words = self.noun_phrase(plural, bool(lex.verb_subject_animate[verb]))
-        words.append(self.verb_form(verb, plural))
+        tokens = _with_role(self.noun_phrase(plural, bool(lex.verb_subject_animate[verb])), "SUBJ")
+        main_verb = (len(tokens), verb, plural)
+        tokens.append([self.verb_form(verb, plural), "VERB", "VERB"])
         if transitive:
-            words += self.noun_phrase(
+            tokens += _with_role(self.noun_phrase(
                 rng.random() < 0.4, bool(lex.verb_object_animate[verb])
-            )
+            ), "OBJ")
         elif rng.random() < 0.4:
-            words.append(self._pick(lex.adverbs, lex.adverb_p))
-        return words
+            tokens.append([self._pick(lex.adverbs, lex.adverb_p), "ADV", "ADV"])
+        return tokens, main_verb
+
+    def tagged_sentence(self):
+        """`(tokens, main verbs)`: `[word, pos, role]` lists and one entry per clause."""
+        tokens, main = self.clause()
+        verbs = [main]
+        if self.rng.random() < 0.15:
+            second, (index, verb, plural) = self.clause()
+            verbs.append((len(tokens) + 2 + index, verb, plural))
+            tokens += [[",", "PUNCT", "CONJ"], ["and", "CCONJ", "CONJ"]] + second
+        return tokens + [[".", "PUNCT", "PUNCT"]], verbs
 
     def sentence(self):
-        words = self.clause()
-        if self.rng.random() < 0.15:
-            words += [",", "and"] + self.clause()
-        return words + ["."]
+        return [word for word, _, _ in self.tagged_sentence()[0]]
+
+
+def _with_role(tokens, role):
+    for token in tokens:
+        if token[2] is None:
+            token[2] = role
+    return tokens
 
 
 def synthetic_corpus(num_sentences, seed=0, split="train", lexicon_size=3000):
@@ -231,3 +257,59 @@ def write_synthetic_corpus(directory, num_train, num_heldout, seed=0, lexicon_si
         files.write_text_atomic(path, "".join(text))
         tf_paths.append(path)
     return tuple(tf_paths)
+
+
+# Labeled tasks derived from the grammar (feature-based evaluation).
+TASK_POS = ("DET", "ADJ", "NOUN", "PROPN", "VERB", "ADV", "ADP", "PRON", "CCONJ", "PUNCT")
+TASK_ROLES = ("SUBJ", "VERB", "OBJ", "ADV", "REL", "PREP", "CONJ", "PUNCT")
+_TASK_STREAMS = {"train": 10, "test": 11}
+_CORRUPTION_STREAM = 20
+
+
+def synthetic_tasks(directory, num_train, num_test, seed=0, lexicon_size=3000):
+    """Writes labeled tasks in the language of `synthetic_corpus(..., seed, lexicon_size)`.
+
+    Sentences come from their own random streams (not the LM's train or
+    held-out sentences); the language (lexicon and grammar) is the same.
+
+    * `tagging_{train,test}.conll`: one token per line, `word<TAB>pos<TAB>role`,
+      a blank line after each sentence. `pos` (`TASK_POS`) mostly follows from
+      the word itself; `role` (`TASK_ROLES`: main-clause subject, verb, object
+      or adverb, relative clause, prepositional phrase, conjunction,
+      punctuation) needs context: the same noun is `SUBJ`, `OBJ`, `REL` or
+      `PREP` depending on where it stands.
+    * `agreement_{train,test}.tsv`: `label<TAB>sentence`. Label 1 (half the
+      sentences): the first main verb was given the other number, so it no
+      longer agrees with its subject, which may be several words away across
+      a relative clause ("the dogs that a farmer feeds runs"); label 0: the
+      sentence as generated.
+
+    Returns:
+        `{"tagging": (train, test), "agreement": (train, test)}` paths.
+    """
+    from tfeff.data import files
+
+    for name, value in (("num_train", num_train), ("num_test", num_test)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    lexicon = _Lexicon(seed, lexicon_size)
+    out = {"tagging": [], "agreement": []}
+    for split, count in (("train", num_train), ("test", num_test)):
+        sampler = _Sampler(lexicon, np.random.default_rng([seed, _TASK_STREAMS[split]]))
+        flips = np.random.default_rng([seed, _CORRUPTION_STREAM, _TASK_STREAMS[split]])
+        conll, tsv = [], []
+        for _ in range(count):
+            tokens, _ = sampler.tagged_sentence()
+            conll.append("".join(f"{w}\t{p}\t{r}\n" for w, p, r in tokens) + "\n")
+            tokens, verbs = sampler.tagged_sentence()
+            words = [w for w, _, _ in tokens]
+            label = int(flips.random() < 0.5)
+            if label:
+                index, verb, plural = verbs[0]
+                words[index] = sampler.verb_form(verb, not plural)
+            tsv.append(f"{label}\t{' '.join(words)}\n")
+        for task, ext, lines in (("tagging", "conll", conll), ("agreement", "tsv", tsv)):
+            path = f"{directory}/{task}_{split}.{ext}"
+            files.write_text_atomic(path, "".join(lines))
+            out[task].append(path)
+    return {k: tuple(v) for k, v in out.items()}
