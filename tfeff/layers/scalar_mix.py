@@ -82,7 +82,10 @@ class ScalarMix(keras.layers.Layer):
                 f"(input shape {inputs.shape}).")
         if self.layer_norm:
             inputs = self._normalize(inputs, mask)
-        weights = ops.cast(ops.softmax(self.layer_weights), inputs.dtype)
+        if self.num_layers == 1:  # softmax of one weight is 1 (Keras warns about it)
+            weights = ops.ones((1,), inputs.dtype)
+        else:
+            weights = ops.cast(ops.softmax(self.layer_weights), inputs.dtype)
         mixed = ops.einsum("k,bktd->btd", weights, inputs)
         return ops.cast(self.scale, inputs.dtype) * mixed
 

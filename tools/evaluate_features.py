@@ -1,0 +1,397 @@
+"""Feature-based evaluation: probes trained on frozen embedder outputs.
+
+As in the continuous-output paper (Li et al., 2019, Section 5), representations
+are compared by training small task models on frozen features. A probe is a
+learned `ScalarMix` over the embedder's layers followed by a linear layer or a
+small biLSTM, for
+
+* token tagging from CoNLL-format files (one token per line, the tag in
+  `--tag_column`, blank lines between sentences; `#` lines are comments):
+  token accuracy and macro-F1 over tags;
+* sentence classification from TSV files (`label<TAB>sentence`): accuracy and
+  macro-F1 over labels.
+
+Features are computed once per embedder and task (`embed_tokens` for tagging,
+so output token i is input token i; `embed` for sentences), then each probe is
+trained with several seeds; the table reports mean ± standard deviation.
+
+    python tools/evaluate_features.py --embedder elmo=runs/demo/export \
+        --tagging train.conll,test.conll --tag_column 1 \
+        --classification train.tsv,test.tsv --results runs/bench/features.md
+
+`--demo` runs the whole offline comparison of the README: it pre-trains the
+demo models on one shared synthetic language (their `configs/demo_*.yaml`
+with the corpus section of demo_elmo_c.yaml), exports them and a
+fastText-only embedder, writes the grammar-derived tasks
+(`tfeff.data.synthetic_tasks`) and probes everything (about 30 minutes on 2
+CPU cores; finished pre-training runs are reused).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+DEMO_MODELS = ("demo_elmo_c", "demo_elmo_a", "demo_elmo_sub", "demo_masked_elmo", "demo_bert")
+DEMO_LANGUAGE = ["data.synthetic.seed=0", "data.synthetic.lexicon_size=3000",
+                 "data.synthetic.num_train_sentences=40000",
+                 "data.synthetic.num_heldout_sentences=2000"]
+
+
+class FormatError(ValueError):
+    """A task file line that cannot be read (the message names file and line)."""
+
+
+# Reading tasks ---------------------------------------------------------------------------
+
+def read_conll(path, tag_column=-1):
+    """`[(tokens, tags)]` of a CoNLL-style file; `tag_column` counts from 0 (the word)."""
+    sentences, tokens, tags = [], [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            line = line.strip()
+            if line.startswith("#"):
+                continue
+            if not line:
+                if tokens:
+                    sentences.append((tokens, tags))
+                tokens, tags = [], []
+                continue
+            fields = line.split()
+            try:
+                tag = fields[tag_column]
+            except IndexError:
+                raise FormatError(
+                    f"{path}:{number}: expected a tag in column {tag_column}, the line has "
+                    f"{len(fields)} column(s): {line!r}") from None
+            if tag_column == 0 or (tag_column < 0 and len(fields) + tag_column == 0):
+                raise FormatError(f"{path}:{number}: the tag column cannot be the word column")
+            tokens.append(fields[0])
+            tags.append(tag)
+    if tokens:
+        sentences.append((tokens, tags))
+    if not sentences:
+        raise FormatError(f"{path}: no sentences")
+    return sentences
+
+
+def read_tsv(path):
+    """`[(label, sentence)]` of a `label<TAB>sentence` file."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            label, sep, sentence = line.partition("\t")
+            if not sep or not label:
+                raise FormatError(f"{path}:{number}: expected 'label<TAB>sentence', got {line!r}")
+            rows.append((label, sentence))
+    if not rows:
+        raise FormatError(f"{path}: no examples")
+    return rows
+
+
+# Features --------------------------------------------------------------------------------
+
+def _pad_to(array, width, axis):
+    pad = [(0, 0)] * array.ndim
+    pad[axis] = (0, width - array.shape[axis])
+    return np.pad(array, pad)
+
+
+def token_features(embedder, sentences, batch_size=64):
+    """`(layers [n, L+1, T, d], mask [n, T])` of pre-tokenized sentences, token-aligned."""
+    import tensorflow as tf
+
+    fn = embedder.signatures["embed_tokens"]
+    layers, masks = [], []
+    for start in range(0, len(sentences), batch_size):
+        batch = sentences[start:start + batch_size]
+        width = max(len(s) for s in batch)
+        rows = [list(s) + [""] * (width - len(s)) for s in batch]
+        out = fn(tokens=tf.constant(rows))
+        layers.append(out["layers"].numpy())
+        masks.append(out["mask"].numpy())
+    return _concat(layers, masks)
+
+
+def sentence_features(embedder, sentences, batch_size=64):
+    import tensorflow as tf
+
+    fn = embedder.signatures["embed"]
+    layers, masks = [], []
+    for start in range(0, len(sentences), batch_size):
+        out = fn(sentences=tf.constant(sentences[start:start + batch_size]))
+        layers.append(out["layers"].numpy())
+        masks.append(out["mask"].numpy())
+    return _concat(layers, masks)
+
+
+def _concat(layers, masks):
+    width = max(m.shape[1] for m in masks)
+    return (np.concatenate([_pad_to(a, width, 2) for a in layers]).astype(np.float32),
+            np.concatenate([_pad_to(m, width, 1) for m in masks]))
+
+
+# Probes ----------------------------------------------------------------------------------
+
+def build_probe(num_layers, dim, num_classes, kind="linear", per_token=True, hidden=64,
+                layer_norm=True):
+    """ScalarMix over the layers, then a linear layer or a biLSTM (+ masked mean pool)."""
+    import keras
+
+    from tfeff.layers import ScalarMix
+
+    layers = keras.Input((num_layers, None, dim), name="layers")
+    mask = keras.Input((None,), dtype="bool", name="mask")
+    x = ScalarMix(num_layers, layer_norm=layer_norm, name="scalar_mix")(layers, mask=mask)
+    if kind == "bilstm":
+        x = keras.layers.Bidirectional(keras.layers.LSTM(hidden, return_sequences=True),
+                                       name="bilstm")(x, mask=mask)
+    elif kind != "linear":
+        raise ValueError(f"Unknown probe {kind!r}: expected 'linear' or 'bilstm'")
+    if not per_token:
+        weights = keras.ops.cast(mask, x.dtype)[..., None]
+        x = keras.ops.sum(x * weights, axis=1) / keras.ops.maximum(
+            keras.ops.sum(weights, axis=1), 1.0)
+    logits = keras.layers.Dense(num_classes, name="classifier")(x)
+    return keras.Model({"layers": layers, "mask": mask}, logits)
+
+
+def macro_f1(gold, predicted, num_classes):
+    scores = []
+    for c in range(num_classes):
+        tp = np.sum((predicted == c) & (gold == c))
+        fp = np.sum((predicted == c) & (gold != c))
+        fn = np.sum((predicted != c) & (gold == c))
+        if tp + fp + fn == 0:
+            continue  # a class absent from both gold and predictions
+        scores.append(2 * tp / (2 * tp + fp + fn))
+    return float(np.mean(scores))
+
+
+def train_probe(train, test, num_classes, per_token, kind="linear", seed=0, epochs=10,
+                batch_size=32, learning_rate=1e-2):
+    """Trains one probe; returns `{"accuracy", "macro_f1"}` on `test`.
+
+    `train`/`test` are `(layers, mask, labels)`; for tagging `labels` is
+    `[n, T]` with -1 where there is no token to score.
+    """
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    (x_tr, m_tr, y_tr), (x_te, m_te, y_te) = train, test
+    model = build_probe(x_tr.shape[1], x_tr.shape[3], num_classes, kind, per_token)
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                  ignore_class=-1))
+    model.fit({"layers": x_tr, "mask": m_tr}, y_tr, batch_size=batch_size, epochs=epochs,
+              shuffle=True, verbose=0)
+    logits = model.predict({"layers": x_te, "mask": m_te}, batch_size=256, verbose=0)
+    predicted = logits.argmax(-1)
+    keep = y_te >= 0
+    gold, predicted = y_te[keep], predicted[keep]
+    return {"accuracy": float(np.mean(gold == predicted)),
+            "macro_f1": macro_f1(gold, predicted, num_classes)}
+
+
+def tagging_data(embedder, sentences, tag_index):
+    """Features and labels `[n, T]` (-1 where a token is not scored or has no vector)."""
+    layers, mask = token_features(embedder, [tokens for tokens, _ in sentences])
+    labels = np.full(mask.shape, -1, np.int64)
+    for i, (tokens, tags) in enumerate(sentences):
+        ids = [tag_index[t] for t in tags]
+        labels[i, :len(ids)] = ids
+    labels[~mask] = -1
+    return layers, mask, labels
+
+
+def standardize(data):
+    """Scales every (layer, dimension) to zero mean and unit variance over the training
+    tokens (the same statistics for test). fastText vectors trained briefly share one
+    dominant direction that would otherwise swamp a linear probe."""
+    (x_tr, m_tr, y_tr), (x_te, m_te, y_te) = data
+    tokens = x_tr.transpose(0, 2, 1, 3)[m_tr]  # (tokens, layers, dim)
+    mean = tokens.mean(axis=0)[None, :, None, :]
+    std = tokens.std(axis=0)[None, :, None, :] + 1e-6
+
+    def scale(x, m):
+        return ((x - mean) / std * m[:, None, :, None]).astype(np.float32)
+
+    return [(scale(x_tr, m_tr), m_tr, y_tr), (scale(x_te, m_te), m_te, y_te)]
+
+
+def evaluate(embedders, tasks, probes=("linear",), seeds=(0, 1, 2), epochs=10, log=print):
+    """Every (task, embedder, probe) over `seeds`.
+
+    Args:
+        embedders: `{name: path}` of exported embedders.
+        tasks: `{name: ("tagging", train, test, tag_column) | ("classification", train, test)}`.
+
+    Returns:
+        A list of result rows `{task, embedder, probe, accuracy: [..], macro_f1: [..]}`.
+    """
+    from tfeff.export import load_embedder
+
+    loaded = {name: load_embedder(path) for name, path in embedders.items()}
+    rows = []
+    for task_name, spec in tasks.items():
+        if spec[0] == "tagging":
+            train, test = read_conll(spec[1], spec[3]), read_conll(spec[2], spec[3])
+            classes = sorted({t for _, tags in train for t in tags})
+            index = {t: i for i, t in enumerate(classes)}
+            unknown = sorted({t for _, tags in test for t in tags} - set(index))
+            if unknown:
+                raise FormatError(f"{spec[2]}: tags not in the training file: {unknown}")
+        else:
+            train, test = read_tsv(spec[1]), read_tsv(spec[2])
+            classes = sorted({label for label, _ in train})
+            index = {c: i for i, c in enumerate(classes)}
+            unknown = sorted({label for label, _ in test} - set(index))
+            if unknown:
+                raise FormatError(f"{spec[2]}: labels not in the training file: {unknown}")
+        for name, embedder in loaded.items():
+            t0 = time.time()
+            if spec[0] == "tagging":
+                data = [tagging_data(embedder, part, index) for part in (train, test)]
+            else:
+                data = []
+                for part in (train, test):
+                    layers, mask = sentence_features(embedder, [s for _, s in part])
+                    data.append((layers, mask, np.array([index[lb] for lb, _ in part])))
+            data = standardize(data)
+            for probe in probes:
+                scores = [train_probe(data[0], data[1], len(classes), spec[0] == "tagging",
+                                      probe, seed, epochs) for seed in seeds]
+                row = {"task": task_name, "embedder": name, "probe": probe,
+                       "accuracy": [s["accuracy"] for s in scores],
+                       "macro_f1": [s["macro_f1"] for s in scores]}
+                rows.append(row)
+                log(f"{task_name:>12} {name:>14} {probe:>7}: accuracy "
+                    f"{_mean_std(row['accuracy'])}  macro-F1 {_mean_std(row['macro_f1'])}"
+                    f"  ({time.time() - t0:.0f}s)")
+    return rows
+
+
+def _mean_std(values):
+    v = 100 * np.asarray(values)
+    return f"{v.mean():.1f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.1f}"
+
+
+def table(rows, seeds):
+    """Markdown: one row per embedder (and probe), accuracy / macro-F1 columns per task."""
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    keys = list(dict.fromkeys((r["embedder"], r["probe"]) for r in rows))
+    by = {(r["task"], r["embedder"], r["probe"]): r for r in rows}
+    header = "| features | probe | " + " | ".join(
+        f"{t} acc | {t} macro-F1" for t in tasks) + " |"
+    lines = [header, "|" + "---|" * (2 + 2 * len(tasks))]
+    for embedder, probe in keys:
+        cells = []
+        for t in tasks:
+            r = by.get((t, embedder, probe))
+            cells += ([_mean_std(r["accuracy"]), _mean_std(r["macro_f1"])] if r else ["", ""])
+        lines.append(f"| {embedder} | {probe} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"Mean ± standard deviation over probe seeds {list(seeds)} (percent).")
+    return "\n".join(lines) + "\n"
+
+
+# The offline demo comparison ----------------------------------------------------------------
+
+def run_demo(work_dir, models=DEMO_MODELS, num_train=1500, num_test=500, log=print):
+    """Pre-trains (or reuses), exports and returns `(embedders, tasks)` for the demo table."""
+    from tfeff.config import load_config
+    from tfeff.data import synthetic_tasks
+    from tfeff.export import export_fasttext, export_model_dir
+    from tfeff.training import pretrain
+
+    embedders = {}
+    os.makedirs(os.path.join(work_dir, "exports"), exist_ok=True)
+    for name in models:
+        config = load_config(os.path.join(REPO, "configs", f"{name}.yaml"), DEMO_LANGUAGE)
+        model_dir = os.path.join(work_dir, "models", name)
+        t0 = time.time()
+        pretrain(config, model_dir, verbose=0)
+        log(f"pre-trained {name} in {time.time() - t0:.0f}s")
+        path = os.path.join(work_dir, "exports", name)
+        export_model_dir(model_dir, path, overwrite=True)
+        embedders[name.replace("demo_", "")] = path
+        if name == "demo_elmo_c":
+            ft = os.path.join(work_dir, "exports", "fasttext")
+            export_fasttext(os.path.join(model_dir, "fasttext.bin"), ft, overwrite=True)
+            embedders = {"fasttext": ft, **embedders}
+    paths = synthetic_tasks(os.path.join(work_dir, "tasks"), num_train, num_test, seed=0,
+                            lexicon_size=3000)
+    tasks = {"POS": ("tagging", *paths["tagging"], 1),
+             "role": ("tagging", *paths["tagging"], 2),
+             "agreement": ("classification", *paths["agreement"])}
+    return embedders, tasks
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--embedder", action="append", default=[], metavar="NAME=PATH",
+                        help="an exported embedder (repeat for several)")
+    parser.add_argument("--tagging", action="append", default=[], metavar="TRAIN,TEST",
+                        help="CoNLL train and test files (repeatable)")
+    parser.add_argument("--tag_column", type=int, default=-1,
+                        help="column of the tag (0 is the word; default: the last)")
+    parser.add_argument("--classification", action="append", default=[], metavar="TRAIN,TEST",
+                        help="TSV train and test files, label<TAB>sentence (repeatable)")
+    parser.add_argument("--probe", default="linear", help="linear, bilstm, or both: linear,bilstm")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--results", help="write the markdown table here")
+    parser.add_argument("--demo", action="store_true",
+                        help="pre-train the demo models and evaluate them on synthetic tasks")
+    parser.add_argument("--work_dir", default="runs/features", help="--demo's directory")
+    parser.add_argument("--demo_models", default=",".join(DEMO_MODELS))
+    parser.add_argument("--demo_sentences", default="1500,500",
+                        help="--demo's task sizes: TRAIN,TEST sentences")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    probes = args.probe.split(",")
+    try:
+        if args.demo:
+            num_train, num_test = (int(n) for n in args.demo_sentences.split(","))
+            embedders, tasks = run_demo(args.work_dir, args.demo_models.split(","), num_train,
+                                        num_test)
+        else:
+            embedders, tasks = {}, {}
+            for spec in args.embedder:
+                name, sep, path = spec.partition("=")
+                if not sep:
+                    raise FormatError(f"--embedder wants NAME=PATH, got {spec!r}")
+                embedders[name] = path
+            for kind, specs in (("tagging", args.tagging), ("classification", args.classification)):
+                for spec in specs:
+                    parts = spec.split(",")
+                    if len(parts) != 2:
+                        raise FormatError(f"--{kind} wants TRAIN,TEST, got {spec!r}")
+                    name = os.path.splitext(os.path.basename(parts[0]))[0]
+                    tasks[name] = (kind, *parts) + ((args.tag_column,) if kind == "tagging" else ())
+            if not embedders or not tasks:
+                parser.error("give at least one --embedder and one task, or --demo")
+        rows = evaluate(embedders, tasks, probes, seeds, args.epochs)
+    except (FormatError, FileNotFoundError, FileExistsError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    text = table(rows, seeds)
+    print(text)
+    if args.results:
+        os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+        with open(args.results, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
