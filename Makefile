@@ -43,13 +43,16 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 # Output-layer speed/memory table at a reduced size (minutes; see README for the full run),
 # the ALONE reconstruction experiment at full size, the ALONE lookup benchmark and the
 # CoRe benchmark (relaxed vs standard layers; two-phase vs standard demo pretraining) and
-# the MaskedBiLSTM benchmark (portable vs RNN cell vs plain LSTM; cuDNN on a GPU).
+# the MaskedBiLSTM benchmark (portable vs RNN cell vs plain LSTM; cuDNN on a GPU) and the
+# feature-based evaluation of every demo model (pre-trains them on one synthetic language,
+# about 30 minutes; finished runs in runs/features are reused).
 bench: $(VENV)/.installed-bench
 	$(PY) tools/benchmark_output_layers.py --preset small --results_dir runs/bench
 	$(PY) tools/alone_reconstruct.py --preset full --results_dir runs/bench
 	$(PY) tools/benchmark_alone.py --results runs/bench/alone_lookup.md
 	$(PY) tools/benchmark_core.py --results_dir runs/bench
 	$(PY) tools/benchmark_lstm.py --results runs/bench/lstm.md
+	$(PY) tools/evaluate_features.py --demo --work_dir runs/features --results runs/bench/features.md
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

@@ -113,6 +113,12 @@ def test_hdf5_with_chosen_layers_and_float16_equals_npy(embedder, tmp_path):
     with pytest.raises(ValueError, match=r"layers.*\[0, 3\)"):
         embed_file(embedder, source, str(tmp_path / "x"), layers=[3])
     assert not os.path.exists(tmp_path / "x") and not os.path.exists(tmp_path / "x.partial")
+    # A file of blank lines gives empty arrays and one empty row per line.
+    blank = _write(tmp_path / "blank.txt", [b"", b"  "])
+    for fmt in ("npy", "hdf5"):
+        meta = embed_file(embedder, blank, str(tmp_path / f"blank_{fmt}"), output_format=fmt)
+        vectors, offsets = read_embeddings(str(tmp_path / f"blank_{fmt}"), 1)
+        assert meta["lines"] == 2 and vectors.shape == (0, 8) and offsets.tolist() == [0, 0, 0]
 
 
 def test_killed_run_resumes_and_equals_an_uninterrupted_one(embedder, tmp_path):

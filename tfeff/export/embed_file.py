@@ -21,6 +21,7 @@ progress record is saved, so an interrupted run continues where it stopped
 (`resume=True`) and the directory is renamed to `output` only when complete.
 """
 
+import array
 import hashlib
 import json
 import logging
@@ -127,7 +128,7 @@ class _Writer:
             if create:
                 for k in layers:
                     self.h5.create_dataset(f"layer_{k}", (total, dim), dtype=dtype,
-                                           chunks=(min(max(total, 1), 1024), dim))
+                                           chunks=(min(total, 1024), dim) if total else None)
             self.arrays = {k: self.h5[f"layer_{k}"] for k in layers}
         else:
             mode = "w+" if create else "r+"
@@ -168,7 +169,7 @@ def _read_json(path):
 def _tokenize_pass(embedder, input_path, directory, on_invalid_utf8, batch_size):
     """Pass 1: tokens per line -> offsets.npy and tokens.txt; returns (lines, bad lines)."""
     bad = []
-    counts = []
+    counts = array.array("q")  # 8 bytes per line, whatever the file size
     with open(os.path.join(directory, "tokens.txt"), "w", encoding="utf-8") as out:
         for chunk in _chunks(_lines(input_path, on_invalid_utf8, bad), batch_size * 16):
             result = embedder.signatures["tokenize"](sentences=tf.constant([t for _, t in chunk]))
@@ -178,7 +179,7 @@ def _tokenize_pass(embedder, input_path, directory, on_invalid_utf8, batch_size)
                 counts.append(len(kept))
                 out.write(" ".join(kept) + "\n")
     offsets = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(np.asarray(counts, np.int64), out=offsets[1:])
+    np.cumsum(np.frombuffer(counts, np.int64), out=offsets[1:])
     np.save(os.path.join(directory, "offsets.npy"), offsets)
     return len(counts), bad
 
