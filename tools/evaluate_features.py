@@ -38,7 +38,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-DEMO_MODELS = ("demo_elmo_c", "demo_elmo_a", "demo_elmo_sub", "demo_masked_elmo", "demo_bert")
+DEMO_MODELS = ("demo_elmo_c", "demo_elmo_a", "demo_elmo_sub", "demo_elmo_alone", "demo_masked_elmo",
+               "demo_bert", "demo_bert_core")
 DEMO_LANGUAGE = ["data.synthetic.seed=0", "data.synthetic.lexicon_size=3000",
                  "data.synthetic.num_train_sentences=40000",
                  "data.synthetic.num_heldout_sentences=2000"]
@@ -310,7 +311,7 @@ def run_demo(work_dir, models=DEMO_MODELS, num_train=1500, num_test=500, log=pri
     """Pre-trains (or reuses), exports and returns `(embedders, tasks)` for the demo table."""
     from tfeff.config import load_config
     from tfeff.data import synthetic_tasks
-    from tfeff.export import export_fasttext, export_model_dir
+    from tfeff.export import export_fasttext, export_model_dir, read_metadata
     from tfeff.training import pretrain
 
     embedders = {}
@@ -324,6 +325,9 @@ def run_demo(work_dir, models=DEMO_MODELS, num_train=1500, num_test=500, log=pri
         path = os.path.join(work_dir, "exports", name)
         export_model_dir(model_dir, path, overwrite=True)
         embedders[name.replace("demo_", "")] = path
+        if read_metadata(path)["tokenization"] == "wordpiece":  # words of several pieces
+            export_model_dir(model_dir, path + "_mean", overwrite=True, subword_pooling="mean")
+            embedders[name.replace("demo_", "") + " (mean)"] = path + "_mean"
         if name == "demo_elmo_c":
             ft = os.path.join(work_dir, "exports", "fasttext")
             export_fasttext(os.path.join(model_dir, "fasttext.bin"), ft, overwrite=True)

@@ -45,3 +45,12 @@ def test_export_of_missing_directory_exits_nonzero(tmp_path):
               str(tmp_path / "o")], tmp_path)
     assert r.returncode == 1 and "not a tfeff model directory" in r.stderr
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_export_takes_exactly_one_source_and_names_a_missing_fasttext_file(tmp_path):
+    r = _run(["tfeff.bin.export", "--output", str(tmp_path / "o")], tmp_path)
+    assert r.returncode != 0 and "exactly one of --model_dir and --fasttext" in r.stderr
+    r = _run(["tfeff.bin.export", "--fasttext", str(tmp_path / "ft.bin"), "--output",
+              str(tmp_path / "o")], tmp_path)
+    assert r.returncode == 1 and f"fastText model not found: {tmp_path / 'ft.bin'}" in r.stderr
+    assert not os.path.exists(tmp_path / "o")

@@ -28,7 +28,8 @@ _UTF8 = flags.DEFINE_enum(
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "float16"], "Stored vector type.")
 _RESUME = flags.DEFINE_bool("resume", True, "Continue an interrupted run of the same job.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing output directory.")
-_PROGRESS = flags.DEFINE_bool("progress", None, "Show a progress bar on stderr (default: when it is a terminal).")
+_PROGRESS = flags.DEFINE_bool(
+    "progress", None, "Show a progress bar on stderr (default: when it is a terminal).")
 
 
 def main(argv):
