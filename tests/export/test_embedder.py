@@ -2,8 +2,8 @@
 and compared with a one-sentence-at-a-time reference (tests/export/embedder_reference.py).
 
 The models are small and untrained (the embedder must reproduce whatever weights
-it holds); exports of trained model directories are tested with their training
-tests (tests/training/).
+it holds); exports of trained model directories, the relaxed (anchor-attention)
+BERT among them, are tested with their training tests (tests/training/).
 """
 
 import json
@@ -67,8 +67,7 @@ def _models(vocabularies):
     bert_args = {"num_layers": 2, "hidden_dim": 16, "num_heads": 2, "intermediate_dim": 32,
                  "max_sequence_length": 32}
     bert = Bert(piece_v, **bert_args)
-    relaxed = Bert(piece_v, relaxed={"num_anchors": 3, "ffn_rank": 4}, **bert_args)
-    for m in (elmo_word, elmo_sub, masked, bert, relaxed):
+    for m in (elmo_word, elmo_sub, masked, bert):
         m.build()
     pv = vocabularies["wordpiece"]
     return [
@@ -77,39 +76,63 @@ def _models(vocabularies):
          "elmo_wordpiece", False),
         ("masked_elmo", masked, {"vocabulary": pv}, "masked_elmo", False),
         ("bert", bert, {"vocabulary": pv, "lower_case": True}, "bert", True),
-        ("bert_relaxed", relaxed, {"vocabulary": pv, "lower_case": True}, "bert", True),
     ]
+
+
+def _in_process(module):
+    """The outputs `run_fresh` collects, from an in-memory module (no SavedModel)."""
+    e = module.embed(tf.constant(SENTENCES))
+    t = module.embed_tokens(tf.constant(TOKEN_ROWS))
+    k = module.tokenize(tf.constant(SENTENCES))
+    out = {"layers": e["layers"], "mask": e["mask"], "tokens": e["tokens"],
+           "t_layers": t["layers"], "t_mask": t["mask"], "t_tokens": t["tokens"],
+           "k_tokens": k["tokens"], "k_mask": k["mask"]}
+    return {key: value.numpy() for key, value in out.items()}
 
 
 @pytest.fixture(scope="module")
 def exports(vocabularies, fasttext_model, tmp_path_factory):
-    """Every family exported with max_tokens=12, then run once in a fresh process."""
+    """Every family exported (first-piece pooling) with max_tokens=12 and run once in a
+    fresh process; the other poolings of Masked ELMo run in-process (same module code).
+
+    Returns `{name: (metadata, reference, outputs, path or None)}`.
+    """
     base = tmp_path_factory.mktemp("embedders")
-    entries = []
+    entries, in_process = [], {}
     for name, model, kwargs, kind, lower in _models(vocabularies):
-        for pooling in (("first", "mean", "none") if name == "masked_elmo" else ("first",)):
-            path = str(base / f"{name}_{pooling}")
-            export_embedder(model, path, max_tokens=MAX_TOKENS, subword_pooling=pooling,
-                            **kwargs)
-            ref = Reference(kind, model, kwargs["vocabulary"], lower_case=lower,
-                            max_tokens=MAX_TOKENS, pooling=pooling)
-            entries.append((f"{name}_{pooling}", path, ref))
+        path = str(base / name)
+        meta = export_embedder(model, path, max_tokens=MAX_TOKENS, **kwargs)
+        ref = Reference(kind, model, kwargs["vocabulary"], lower_case=lower,
+                        max_tokens=MAX_TOKENS)
+        entries.append((f"{name}_first", path, ref, meta))
+        if name == "masked_elmo":
+            for pooling in ("mean", "none"):
+                module = embedder_module(model, max_tokens=MAX_TOKENS, subword_pooling=pooling,
+                                         **kwargs)
+                ref = Reference(kind, model, kwargs["vocabulary"], max_tokens=MAX_TOKENS,
+                                pooling=pooling)
+                in_process[f"{name}_{pooling}"] = (module.metadata(), ref, _in_process(module),
+                                                   None)
     ft_path, ft = fasttext_model
     path = str(base / "fasttext")
-    export_embedder(FastTextEmbedding.from_fasttext(ft_path), path, max_tokens=MAX_TOKENS)
+    meta = export_embedder(FastTextEmbedding.from_fasttext(ft_path), path, max_tokens=MAX_TOKENS)
     entries.append(("fasttext", path, Reference("fasttext", None, max_tokens=MAX_TOKENS,
-                                                   fasttext_model=ft)))
-    outputs = run_fresh([p for _, p, _ in entries], SENTENCES, TOKEN_ROWS, base)
-    return {name: (path, ref, out) for (name, path, ref), out in zip(entries, outputs)}
+                                                   fasttext_model=ft), meta))
+    outputs = run_fresh([p for _, p, _, _ in entries], SENTENCES, TOKEN_ROWS, base)
+    fresh = {name: (meta, ref, out, path)
+             for (name, path, ref, meta), out in zip(entries, outputs)}
+    for name, (meta, _, _, path) in fresh.items():
+        assert read_metadata(path) == meta
+    return {**fresh, **in_process}
 
 
 NAMES = ["elmo_word_first", "elmo_sub_first", "masked_elmo_first", "masked_elmo_mean",
-         "masked_elmo_none", "bert_first", "bert_relaxed_first", "fasttext"]
+         "masked_elmo_none", "bert_first", "fasttext"]
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_fresh_process_embed_equals_one_sentence_reference(exports, name):
-    path, ref, out = exports[name]
+def test_embed_equals_one_sentence_reference(exports, name):
+    meta, ref, out, _ = exports[name]
     assert_matches(out, ref, SENTENCES)
     # Empty and whitespace-only sentences are rows without tokens, not errors.
     assert not out["mask"][1].any() and not out["mask"][2].any()
@@ -120,15 +143,14 @@ def test_fresh_process_embed_equals_one_sentence_reference(exports, name):
     # `tokenize` gives embed's tokens without running the model.
     np.testing.assert_array_equal(out["k_tokens"], out["tokens"])
     np.testing.assert_array_equal(out["k_mask"], out["mask"])
-    meta = read_metadata(path)
     assert meta["num_layers"] == out["layers"].shape[1] and meta["dim"] == out["layers"].shape[3]
     assert meta["requires"] == ([] if name.startswith(("elmo_word", "fasttext"))
                                 else ["tensorflow_text"])
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "masked_elmo_none"])
-def test_fresh_process_embed_tokens_keeps_input_words_aligned(exports, name):
-    _, ref, out = exports[name]
+def test_embed_tokens_keeps_input_words_aligned(exports, name):
+    _, ref, out, _ = exports[name]
     layers, mask, tokens = out["t_layers"], out["t_mask"], out["t_tokens"]
     for i, row in enumerate(TOKEN_ROWS):
         words, want, want_mask = ref.tokens(row)
@@ -173,7 +195,7 @@ def test_unseen_words_get_the_fasttext_library_vector(exports, fasttext_model):
 def test_scalar_mix_on_a_loaded_embedder_inside_a_keras_model(exports):
     """The documented downstream use: TFSMLayer + ScalarMix + a head, trained end to end
     with the embedder frozen; the mix's weights get gradients, the embedder none."""
-    path = exports["bert_first"][0]
+    path = exports["bert_first"][3]
     embedder = keras.layers.TFSMLayer(path, call_endpoint="embed", trainable=False)
     sentences = keras.Input(shape=(), dtype="string")
     out = embedder(sentences)
@@ -198,21 +220,22 @@ def test_scalar_mix_on_a_loaded_embedder_inside_a_keras_model(exports):
 
 
 def test_load_embedder_imports_tensorflow_text_and_predicts(exports):
-    loaded = load_embedder(exports["bert_first"][0])
+    loaded = load_embedder(exports["bert_first"][3])
     assert set(loaded.signatures) == {"embed", "embed_tokens", "tokenize"}
     out = loaded.signatures["embed"](sentences=tf.constant(["the dogs run ."]))
     assert out["layers"].shape == (1, 3, 4, 16)
 
 
 def test_export_errors_are_clear_and_leave_nothing(vocabularies, tmp_path):
-    name, masked, kwargs, _, _ = _models(vocabularies)[2]
+    models = _models(vocabularies)
+    name, masked, kwargs, _, _ = models[2]
     with pytest.raises(ValueError, match="vocabulary"):
         export_embedder(masked, str(tmp_path / "a"))
     with pytest.raises(ValueError, match="not the vocabulary the model was trained with"):
         export_embedder(masked, str(tmp_path / "a"), vocabulary=vocabularies["word"])
     with pytest.raises(ValueError, match="subword_pooling"):
         export_embedder(masked, str(tmp_path / "a"), subword_pooling="last", **kwargs)
-    bert = _models(vocabularies)[3][1]
+    bert = models[3][1]
     with pytest.raises(ValueError, match="position embedding holds 32"):
         embedder_module(bert, vocabulary=vocabularies["wordpiece"], max_tokens=40)
     with pytest.raises(TypeError, match="ElmoLM, MaskedElmo, Bert or FastTextEmbedding"):

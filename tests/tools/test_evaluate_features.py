@@ -47,11 +47,11 @@ def test_probe_on_fasttext_features_learns_tags_and_reports_a_table(tool, fastte
     from tfeff.export import export_fasttext
 
     export_fasttext(fasttext_model[0], str(tmp_path / "ft"))
-    paths = synthetic_tasks(str(tmp_path), 300, 150, seed=1, lexicon_size=300)
+    paths = synthetic_tasks(str(tmp_path), 250, 100, seed=1, lexicon_size=300)
     tasks = {"POS": ("tagging", *paths["tagging"], 1),
              "agreement": ("classification", *paths["agreement"])}
     rows = tool.evaluate({"fasttext": str(tmp_path / "ft")}, tasks, ("linear",), (0, 1),
-                         epochs=10, log=lambda *_: None)
+                         epochs=8, log=lambda *_: None)
     by_task = {r["task"]: r for r in rows}
     tags = [t for _, ts in tool.read_conll(paths["tagging"][1], 1) for t in ts]
     majority = max(tags.count(t) for t in set(tags)) / len(tags)

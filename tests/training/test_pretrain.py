@@ -169,8 +169,8 @@ def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_
         ckpt = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
         shapes = [s for n, s in tf.train.list_variables(ckpt) if "alone" in n]
         assert shapes and all(alone.vocabulary_size not in s for s in shapes), shapes
-    if variant in ("sub", "alone"):
-        # WordPiece LMs (trainable and ALONE inputs) export word-level embedders.
+    if variant == "sub":
+        # WordPiece LMs export word-level embedders (an ALONE input: tests/export).
         from tests.export.embedder_reference import check_model_dir_export
         from tfeff.training import restore_model
 
