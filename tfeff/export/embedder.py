@@ -115,7 +115,8 @@ class Tokenization(tf.Module):
         if self.kind == "strings":
             values = tf.RaggedTensor.from_tensor(flat[:, None])
         elif self.kind == "ids":
-            values = tf.RaggedTensor.from_tensor(tf.cast(self.table.lookup(flat), tf.int32)[:, None])
+            ids = tf.cast(self.table.lookup(flat), tf.int32)
+            values = tf.RaggedTensor.from_tensor(ids[:, None])
         else:
             if self.basic is not None:  # a pre-tokenized word may still split ("don't")
                 values = self.wordpiece.tokenize(self.basic.tokenize(flat)).merge_dims(1, 2)
@@ -132,9 +133,8 @@ class Tokenization(tf.Module):
 
 
 def _keep_fitting_words(words, pieces, budget, subwords):
-    """The leading words of each row whose tokens fit in `budget`."""
-    words = words[:, :budget]
-    pieces = pieces[:, :budget]
+    """The leading words of each row whose tokens fit in `budget` (rows hold at most
+    `budget` words already)."""
     if not subwords:
         return words, pieces
     counts = pieces.row_lengths(axis=2)  # ragged [batch, words]
@@ -247,6 +247,8 @@ class EmbedderModule(tf.Module):
     # Tokenization -----------------------------------------------------------------------
 
     def _split(self, words):
+        # No more than max_tokens words can fit: a huge line is not tokenized further.
+        words = words[:, :self.max_tokens]
         pieces = self.tokenization.pieces(words)
         # An empty word (padding inside a token matrix) keeps its slot but has no tokens.
         per_word = pieces.values
