@@ -5,7 +5,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from tests.conftest import REPO
@@ -138,23 +137,6 @@ def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_
     assert ev["top_k"]["1"] > 2 * ev["unigram_top_k"]["1"], ev
     assert ev["top_k"]["10"] > ev["unigram_top_k"]["10"], ev
     assert 1 < ev["perplexity"] < len(open(os.path.join(model_dir, "vocabulary.txt")).readlines())
-    if variant == "a":
-        # Softmax word models export the `embed` signature of the same encoder.
-        import tensorflow as tf
-
-        from tfeff.export import export_model_dir
-        from tfeff.training import restore_model
-
-        export_model_dir(model_dir, str(tmp_path / "export"))
-        loaded = tf.saved_model.load(str(tmp_path / "export"))
-        assert sorted(loaded.signatures) == ["embed", "embed_tokens", "tokenize"]
-        out = loaded.signatures["embed"](sentences=tf.constant(["the one"]))
-        model, _, _ = restore_model(model_dir)
-        vocab = [w.split("\t")[0] for w in open(os.path.join(model_dir, "vocabulary.txt"))]
-        ids = np.array([[2, vocab.index("the"), vocab.index("one"), 3]], "int32")
-        stack, _, _ = model.encode(model.token_embedding(ids), ids > 0)
-        # fastText vectors of in-vocabulary words equal the table rows (to 1e-5).
-        np.testing.assert_allclose(out["layers"].numpy()[0], stack.numpy()[0][:, 1:-1], atol=1e-4)
     if variant == "alone":
         # The ALONE embedding is the layer of the config, and the checkpoint holds
         # nothing vocabulary-sized for it (only o, the FFN and the filter fingerprint).
