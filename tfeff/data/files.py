@@ -27,6 +27,21 @@ def write_text_atomic(path, text):
     tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
+def move_directory_into_place(source, path):
+    """Renames the finished directory `source` to `path`, replacing what is there.
+
+    An existing `path` is first renamed aside and removed only after the new
+    directory is in place, so `path` is never a half-written directory.
+    """
+    if tf.io.gfile.exists(path):
+        old = temporary_sibling(path) + ".old"
+        tf.io.gfile.rename(path, old)
+        tf.io.gfile.rename(source, path)
+        tf.io.gfile.rmtree(old)
+    else:
+        tf.io.gfile.rename(source, path)
+
+
 @contextlib.contextmanager
 def atomic_local_path(path):
     """Yields a temporary local path; renames it to `path` if the block succeeds.

@@ -315,13 +315,7 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
     }
     _write_json(os.path.join(partial, METADATA_FILE), result)
     os.remove(progress_path)
-    if os.path.exists(output):
-        trash = files.temporary_sibling(output) + ".old"
-        os.rename(output, trash)
-        os.rename(partial, output)
-        shutil.rmtree(trash)
-    else:
-        os.rename(partial, output)
+    files.move_directory_into_place(partial, output)
     if state["skipped_lines"] or state["replaced_lines"]:
         what = "skipped" if state["skipped_lines"] else "embedded with U+FFFD"
         lines_ = state["skipped_lines"] or state["replaced_lines"]

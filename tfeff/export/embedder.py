@@ -92,8 +92,6 @@ class Tokenization(tf.Module):
                 tf.constant(self.vocabulary), tf.range(len(self.vocabulary), dtype=tf.int64))
             default = vocabulary_lib.UNK_ID if pieces == "ids" else -1
             self.table = tf.lookup.StaticHashTable(init, default_value=default)
-            self.id_to_token = tf.Variable(self.vocabulary, trainable=False,
-                                           name="vocabulary")
         if basic:
             from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 
@@ -102,6 +100,9 @@ class Tokenization(tf.Module):
             from tfeff.data import wordpiece as wordpiece_lib
 
             self.wordpiece = wordpiece_lib.wordpiece_tokenizer(self.table)
+            # Piece strings, for subword_pooling="none" (word-level kinds output words).
+            self.id_to_token = tf.Variable(self.vocabulary, trainable=False,
+                                           name="vocabulary")
 
     def words(self, sentences):
         """Ragged `[batch, words]` strings of a `[batch]` string tensor."""
@@ -534,13 +535,7 @@ def export_embedder(model, path, *, vocabulary=None, fasttext_layer=None, vector
         with tf.io.gfile.GFile(os.path.join(extra, METADATA_FILE), "w") as f:
             f.write(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
         _check_reload(module, tmp)
-        if tf.io.gfile.exists(path):
-            trash = files.temporary_sibling(path) + ".old"
-            tf.io.gfile.rename(path, trash)
-            tf.io.gfile.rename(tmp, path)
-            tf.io.gfile.rmtree(trash)
-        else:
-            tf.io.gfile.rename(tmp, path)
+        files.move_directory_into_place(tmp, path)
     finally:
         if tf.io.gfile.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
