@@ -6,9 +6,12 @@ from absl import logging
 
 from tfeff.config import ConfigError
 from tfeff.data import CorpusError
+from tfeff.training.fault_tolerance import TrainingError
 
-# Errors that mean "bad input": reported in one line, exit status 1.
-USER_ERRORS = (ConfigError, CorpusError, FileNotFoundError, FileExistsError, ValueError)
+# Errors that mean "bad input" or a training fault that leaves the model
+# directory resumable: reported in one line, exit status 1.
+USER_ERRORS = (ConfigError, CorpusError, FileNotFoundError, FileExistsError, ValueError,
+               TrainingError)
 
 
 def run_main(fn):

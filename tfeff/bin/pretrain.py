@@ -1,8 +1,17 @@
 """tfeff-pretrain: prepare data, pretrain, evaluate. Resumes from `--model_dir`.
 
     tfeff-pretrain --config configs/demo_elmo_c.yaml --model_dir runs/demo \
-        [--override train.steps=2000 ...] [--strategy default|mirrored|multi_worker]
+        [--override train.steps=2000 ...] [--strategy default|mirrored|multi_worker] \
+        [--on_nan stop|skip] [--restore_fallback] [--deterministic]
+
+Exit status: 0 when training finished, 1 on bad input or a training fault
+(the message says what happened and the directory stays resumable), 42
+(`PREEMPTED_EXIT_CODE`) after SIGTERM: a checkpoint was saved and rerunning
+the same command resumes.
 """
+
+import sys
+
 
 from absl import app
 from absl import flags
@@ -16,6 +25,16 @@ _OVERRIDE = flags.DEFINE_multi_string("override", [], "key.sub=value (repeatable
 _STRATEGY = flags.DEFINE_enum(
     "strategy", "default", ["default", "mirrored", "multi_worker"], "tf.distribute strategy."
 )
+_ON_NAN = flags.DEFINE_enum(
+    "on_nan", None, ["stop", "skip"],
+    "A step with NaN/Inf loss or gradients: stop (naming the step) or skip its update "
+    "(sets train.on_nan).")
+_RESTORE_FALLBACK = flags.DEFINE_bool(
+    "restore_fallback", False,
+    "If the latest checkpoint is corrupted or truncated, restore the newest readable one.")
+_DETERMINISTIC = flags.DEFINE_bool(
+    "deterministic", None,
+    "Enable TensorFlow op determinism (sets train.deterministic): bit-identical resumes on CPU.")
 
 
 def main(argv):
@@ -23,10 +42,21 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from tfeff.config import load_config
     from tfeff.training import pretrain
+    from tfeff.training.fault_tolerance import PREEMPTED_EXIT_CODE
 
     def body():
-        config = load_config(FLAGS.value, _OVERRIDE.value)
-        results = pretrain(config, _MODEL_DIR.value, strategy=_STRATEGY.value)
+        overrides = list(_OVERRIDE.value)
+        if _ON_NAN.value is not None:
+            overrides.append(f"train.on_nan={_ON_NAN.value}")
+        if _DETERMINISTIC.value is not None:
+            overrides.append(f"train.deterministic={str(_DETERMINISTIC.value).lower()}")
+        config = load_config(FLAGS.value, overrides)
+        results = pretrain(config, _MODEL_DIR.value, strategy=_STRATEGY.value,
+                           restore_fallback=_RESTORE_FALLBACK.value)
+        if results.get("preempted"):
+            print(f"preempted: saved the checkpoint of step {results['step']}; rerun the same "
+                  "command to resume", file=sys.stderr)
+            sys.exit(PREEMPTED_EXIT_CODE)
         logging.info("Finished at step %d", results["step"])
         if "eval" in results:
             ev = results["eval"]

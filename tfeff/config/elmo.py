@@ -198,6 +198,13 @@ class TrainConfig:
     validation_steps: int = 20
     steps_per_execution: int = 1
     seed: int = 0
+    # A step whose loss or gradients are NaN/Inf: "stop" (raise, naming the step;
+    # the update is not applied and no checkpoint is written) or "skip" (drop the
+    # update, log it and go on). Either way the weights stay finite.
+    on_nan: str = "stop"
+    # tf.config.experimental.enable_op_determinism(): bit-identical reruns and
+    # resumes on CPU (some GPU kernels are slower or refused when it is on).
+    deterministic: bool = False
 
     def validate(self, prefix):
         for name in ("steps", "learning_rate", "base_batch_size", "checkpoint_every",
@@ -208,6 +215,7 @@ class TrainConfig:
         positive(self.clipnorm, join(prefix, "clipnorm"), allow_zero=True)
         positive(self.weight_decay, join(prefix, "weight_decay"), allow_zero=True)
         one_of(self.decay, ("cosine", "linear", "exponential", "constant"), join(prefix, "decay"))
+        one_of(self.on_nan, ("stop", "skip"), join(prefix, "on_nan"))
         positive(self.decay_steps, join(prefix, "decay_steps"))
         if not 0 < self.decay_rate <= 1:
             raise ConfigError(f"`{join(prefix, 'decay_rate')}` must be in (0, 1]")

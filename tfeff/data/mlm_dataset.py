@@ -13,10 +13,12 @@
   `[CLS] window [SEP]`, or with NSP `[CLS] A [SEP] B [SEP]` where A and B are
   the two halves of a window and, for half of the sequences, B is replaced
   by the second half of another sequence of the batch (`nsp_labels` 1).
-* Masking: `text.mask_language_model` with a `RandomItemSelector`
-  (`mask_rate` of the non-special tokens, at most `max_predictions_per_seq`
-  per sequence) and a `MaskValuesChooser` (80% `[MASK]`, 10% a random
-  token, 10% unchanged by default).
+* Masking: `ceil(mask_rate * n)` of a sequence's n non-special tokens (at
+  most `max_predictions_per_seq`), each 80% `[MASK]`, 10% a random token,
+  10% unchanged by default (tensorflow-text's `RandomItemSelector` and
+  `MaskValuesChooser` semantics), drawn with stateless random ops keyed by
+  `(seed, batch index)`: the masks of batch i are the same whenever it is
+  produced, which exact resume needs.
 """
 
 import logging
@@ -113,20 +115,66 @@ def _windows(lines, tokenizer, window):
 
 
 def _nsp_segments(windows, seed):
-    """Splits windows in halves; replaces half of the second halves by another row's."""
+    """Splits windows in halves; replaces half of the second halves by another row's.
+
+    `seed`: shape-[2] int seed of a stateless draw.
+    """
     positions = tf.ragged.range(windows.row_lengths())
     half = (windows.row_lengths() // 2)[:, None]
     first = tf.ragged.boolean_mask(windows, positions < half)
     second = tf.ragged.boolean_mask(windows, positions >= half)
     rows = tf.shape(windows.row_lengths(), out_type=tf.int64)[0]
-    is_random = tf.random.uniform([rows], seed=seed) < 0.5
+    is_random = tf.random.stateless_uniform([rows], seed=seed) < 0.5
     other = (tf.range(rows) + 1) % tf.maximum(rows, 1)
     second = tf.gather(second, tf.where(is_random, other, tf.range(rows)))
     return [first, second], tf.cast(is_random, tf.int32)
 
 
+def _select_and_mask(ids, seed, max_predictions_per_seq, vocabulary_size, mask_rate,
+                     mask_token_rate, random_token_rate):
+    """BERT's masking with stateless draws: a function of `ids` and `seed` only.
+
+    Per row, `ceil(mask_rate * n)` (at most `max_predictions_per_seq`) of its n
+    maskable tokens (not `[PAD]`, `[CLS]`, `[SEP]`) are drawn without
+    replacement; each becomes `[MASK]`, a random id of `[0, vocabulary_size)` or
+    stays, with the given rates (tensorflow-text's `RandomItemSelector` and
+    `MaskValuesChooser` semantics, whose stateful draws a restored `tf.data`
+    iterator could not reproduce).
+
+    Returns:
+        `(masked_ids, positions, targets)`: dense `(batch, n)` ids, `(batch, p)`
+        sorted positions and their original ids, and the `(batch, p)` validity mask.
+    """
+    dense = ids.to_tensor(default_value=PAD_ID)
+    maskable = (dense != PAD_ID) & (dense != CLS_ID) & (dense != SEP_ID)
+    maskable &= tf.sequence_mask(ids.row_lengths(), tf.shape(dense, out_type=tf.int64)[1])
+    p = max_predictions_per_seq
+    count = tf.reduce_sum(tf.cast(maskable, tf.float32), axis=1)
+    k = tf.minimum(tf.cast(tf.math.ceil(count * mask_rate), tf.int32), p)
+    seeds = tf.random.experimental.stateless_split(seed, 3)
+    scores = tf.where(maskable, tf.random.stateless_uniform(tf.shape(dense), seed=seeds[0]), 2.0)
+    width = tf.shape(dense)[1]
+    pad = tf.maximum(p - width, 0)  # rows shorter than p: pad so there are p candidates
+    scores = tf.pad(scores, [[0, 0], [0, pad]], constant_values=3.0)
+    candidates = tf.argsort(scores, axis=1, stable=True)[:, :p]
+    valid = tf.range(p)[None, :] < k[:, None]
+    positions = tf.sort(tf.where(valid, candidates, width + pad), axis=1)
+    positions = tf.where(valid, positions, 0)
+    targets = tf.gather(dense, positions, batch_dims=1)
+    u = tf.random.stateless_uniform(tf.shape(positions), seed=seeds[1])
+    random_ids = tf.random.stateless_uniform(tf.shape(positions), seed=seeds[2], minval=0,
+                                             maxval=vocabulary_size, dtype=tf.int64)
+    new = tf.where(u < mask_token_rate, tf.constant(MASK_ID, dense.dtype),
+                   tf.where(u < mask_token_rate + random_token_rate,
+                            tf.cast(random_ids, dense.dtype), targets))
+    rows = tf.broadcast_to(tf.range(tf.shape(dense)[0])[:, None], tf.shape(positions))
+    index = tf.boolean_mask(tf.stack([rows, positions], -1), valid)
+    masked = tf.tensor_scatter_nd_update(dense, index, tf.boolean_mask(new, valid))
+    return masked, positions, targets, valid
+
+
 def mask_and_pack(segments, max_sequence_length, max_predictions_per_seq, vocabulary_size,
-                  mask_rate=0.15, mask_token_rate=0.8, random_token_rate=0.1):
+                  mask_rate=0.15, mask_token_rate=0.8, random_token_rate=0.1, seed=(0, 0)):
     """BERT inputs from ragged segments: combine, mask 80/10/10, pad.
 
     Args:
@@ -135,6 +183,7 @@ def mask_and_pack(segments, max_sequence_length, max_predictions_per_seq, vocabu
         max_predictions_per_seq: padded number p of masked positions.
         vocabulary_size: range of the random replacement tokens.
         mask_rate, mask_token_rate, random_token_rate: the masking rates.
+        seed: shape-[2] int seed; the masks are a function of it and the ids.
 
     Returns:
         dict of int32 `token_ids`, `segment_ids`, `padding_mask` `(batch, n)`,
@@ -143,23 +192,19 @@ def mask_and_pack(segments, max_sequence_length, max_predictions_per_seq, vocabu
     """
     ids, segment_ids = text.combine_segments(
         segments, start_of_sequence_id=CLS_ID, end_of_segment_id=SEP_ID)
-    selector = text.RandomItemSelector(
-        max_selections_per_batch=max_predictions_per_seq, selection_rate=mask_rate,
-        unselectable_ids=[PAD_ID, CLS_ID, SEP_ID],
-    )
-    chooser = text.MaskValuesChooser(
-        vocabulary_size, MASK_ID, mask_token_rate=mask_token_rate,
-        random_token_rate=random_token_rate,
-    )
-    masked, positions, targets = text.mask_language_model(ids, selector, chooser)
-    n, p = max_sequence_length, max_predictions_per_seq
+    masked, positions, targets, valid = _select_and_mask(
+        ids, seed, max_predictions_per_seq, vocabulary_size, mask_rate, mask_token_rate,
+        random_token_rate)
+    n = max_sequence_length
+    zero = tf.zeros_like(positions)
+    masked = tf.RaggedTensor.from_tensor(masked, lengths=ids.row_lengths())
     return {
         "token_ids": tf.cast(masked.to_tensor(shape=[None, n]), tf.int32),
         "segment_ids": tf.cast(segment_ids.to_tensor(shape=[None, n]), tf.int32),
         "padding_mask": tf.cast(tf.ones_like(ids).to_tensor(shape=[None, n]), tf.int32),
-        "masked_positions": tf.cast(positions.to_tensor(shape=[None, p]), tf.int32),
-        "masked_ids": tf.cast(targets.to_tensor(shape=[None, p]), tf.int32),
-        "masked_weights": tf.ones_like(targets, tf.float32).to_tensor(shape=[None, p]),
+        "masked_positions": tf.cast(tf.where(valid, positions, zero), tf.int32),
+        "masked_ids": tf.cast(tf.where(valid, targets, tf.zeros_like(targets)), tf.int32),
+        "masked_weights": tf.cast(valid, tf.float32),
     }
 
 
@@ -192,7 +237,8 @@ def mlm_dataset(
         lower_case: as when the vocabulary was learned.
         use_nsp: build sentence pairs and `nsp_labels`.
         shuffle_buffer: windows held for shuffling; 0 disables it.
-        seed: shuffle and NSP seed.
+        seed: shuffle, NSP and masking seed (None: 0 for the masks, an unseeded
+            shuffle).
         repeat: repeat forever (training).
         on_invalid_utf8: `"error"`, `"skip"` or `"replace"`.
         drop_remainder: drop a final smaller batch.
@@ -229,15 +275,22 @@ def mlm_dataset(
         ds = ds.repeat()
     ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
 
-    def finish(windows):
-        segments, labels = (_nsp_segments(windows, seed) if use_nsp else ([windows], None))
+    base_seed = 0 if seed is None else seed
+
+    def finish(index, windows):
+        # Stateless draws keyed by (seed, batch index): a restored iterator, or a
+        # pipeline rebuilt and skipped to a position, masks exactly as before.
+        keys = tf.random.experimental.stateless_split(
+            tf.stack([tf.cast(base_seed, tf.int64), index]), 2)
+        segments, labels = (_nsp_segments(windows, keys[0]) if use_nsp else ([windows], None))
         features = mask_and_pack(
             segments, max_sequence_length, max_predictions_per_seq, len(vocabulary),
-            mask_rate, mask_token_rate, random_token_rate,
+            mask_rate, mask_token_rate, random_token_rate, seed=keys[1],
         )
         if use_nsp:
             features["nsp_labels"] = labels
         return features
 
+    ds = ds.enumerate()
     ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)

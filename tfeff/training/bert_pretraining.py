@@ -38,11 +38,10 @@ from tfeff.data import files
 from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.models import Bert
 from tfeff.training import checkpoints
+from tfeff.training import fault_tolerance
 from tfeff.training import pretraining
-from tfeff.training.callbacks import ScalarLogger
 from tfeff.training.callbacks import write_scalar
 from tfeff.training.optimizers import make_optimizer
-from tfeff.training.strategy import make_strategy
 
 COARSE_DIR = "coarse"
 SWITCH_FILE = "core_switch.json"
@@ -106,10 +105,10 @@ def prepare_bert_data(config, model_dir):
     return train_files, heldout_files, vocabulary_path
 
 
-def bert_dataset(config, files_glob, vocabulary_path, training, seed=None):
+def bert_dataset(config, files_glob, vocabulary_path, training, seed=None, batch_size=None):
     d = config.data
     return data_lib.mlm_dataset(
-        files_glob, vocabulary_path, batch_size=d.batch_size,
+        files_glob, vocabulary_path, batch_size=batch_size or d.batch_size,
         max_sequence_length=d.max_sequence_length,
         max_predictions_per_seq=d.max_predictions_per_seq, mask_rate=d.mask_rate,
         mask_token_rate=d.mask_token_rate, random_token_rate=d.random_token_rate,
@@ -143,14 +142,20 @@ def restore_bert(model_dir, config=None, strategy=None, with_optimizer=False):
     return model, optimizer, step, config
 
 
-def save_converted(standard, config, model_dir, step):
-    """Writes `standard` at `step` (fresh optimizer, step counter kept) to `model_dir/checkpoints`."""
+def save_converted(standard, config, model_dir, step, position=0):
+    """Writes `standard` at `step` (fresh optimizer, step counter kept) to `model_dir/checkpoints`.
+
+    `position` is the coarse phase's input position: the refined phase reads on
+    from there instead of replaying the coarse phase's batches.
+    """
     optimizer = make_optimizer(config.train, config.data.batch_size)
     optimizer.build(standard.trainable_variables)
     optimizer.iterations.assign(step)
+    checkpoint = checkpoints.make_checkpoint(standard, optimizer)
+    checkpoint.data_position = tf.Variable(position, dtype=tf.int64, trainable=False)
     manager = tf.train.CheckpointManager(
-        checkpoints.make_checkpoint(standard, optimizer),
-        _path(model_dir, pretraining.CHECKPOINT_DIR), max_to_keep=config.train.keep_checkpoints,
+        checkpoint, _path(model_dir, pretraining.CHECKPOINT_DIR),
+        max_to_keep=config.train.keep_checkpoints,
     )
     return manager.save(checkpoint_number=step)
 
@@ -196,9 +201,13 @@ class PlateauStopper(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def _train_phase(config, model_dir, train_ds_fn, vocab_size, relaxed, stop_step, log_dir,
-                 strategy, verbose, extra_callbacks=()):
-    """Builds, restores and trains one phase up to `stop_step`; returns `(model, step, history)`."""
+def _train_phase(config, model_dir, build, num_files, vocab_size, relaxed, stop_step, log_dir,
+                 strategy, verbose, restore_fallback, extra_callbacks=()):
+    """Builds, restores and trains one phase up to `stop_step`.
+
+    Returns:
+        `(model, step, history, preempted, position)`.
+    """
     train_cfg = config.train
     with strategy.scope():
         model = build_bert(config, vocab_size, relaxed=relaxed)
@@ -207,33 +216,23 @@ def _train_phase(config, model_dir, train_ds_fn, vocab_size, relaxed, stop_step,
         optimizer.build(model.trainable_variables)
         model.compile(optimizer=optimizer, jit_compile=False,
                       steps_per_execution=train_cfg.steps_per_execution)
-        manager = tf.train.CheckpointManager(
-            checkpoints.make_checkpoint(model, optimizer),
-            _path(model_dir, pretraining.CHECKPOINT_DIR), max_to_keep=train_cfg.keep_checkpoints,
-        )
-        if manager.latest_checkpoint:
-            checkpoints.restore(manager.checkpoint, manager.latest_checkpoint)
-            logging.info("Restored %s", manager.latest_checkpoint)
-    start = int(keras.ops.convert_to_numpy(optimizer.iterations))
+        training = fault_tolerance.ResumableTraining(
+            model, optimizer, _path(model_dir, pretraining.CHECKPOINT_DIR),
+            train_cfg.keep_checkpoints, strategy)
+        start = training.restore(restore_fallback)
     logging.info("%s BERT: %s parameters; step %d, training to step %d",
                  "Relaxed" if relaxed else "Standard", f"{model.count_params():,}", start,
                  stop_step)
-    history = {}
-    if start < stop_step:
-        every = train_cfg.checkpoint_every
-        fit = model.fit(
-            train_ds_fn(start),
-            epochs=math.ceil(stop_step / every), initial_epoch=start // every,
-            steps_per_epoch=every,
-            callbacks=[pretraining.CheckpointCallback(manager, every, stop_step),
-                       ScalarLogger(log_dir, train_cfg.log_every), *extra_callbacks],
-            verbose=verbose,
-        )
-        history = fit.history
-    step = int(keras.ops.convert_to_numpy(optimizer.iterations))
-    if manager.latest_checkpoint is None or not manager.latest_checkpoint.endswith(f"-{step}"):
-        manager.save(checkpoint_number=step)
-    return model, step, history
+    history, preempted = training.fit(
+        build, stop_step, global_batch_size=config.data.batch_size, num_files=num_files,
+        every=train_cfg.checkpoint_every, on_nan=train_cfg.on_nan,
+        callbacks=[*pretraining.chief_loggers(training.info, model_dir, train_cfg, log_dir),
+                   *extra_callbacks],
+        verbose=verbose,
+    )
+    if not preempted:
+        training.save_if_new()
+    return model, training.step, history, preempted, int(training.position.numpy())
 
 
 def _read_json(path):
@@ -243,54 +242,70 @@ def _read_json(path):
         return json.load(f)
 
 
-def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="auto"):
+def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="auto",
+                  restore_fallback=False, callbacks=()):
     """Masked-LM pretraining of `config.model`; CoRe's two phases with `core.coarse_steps`.
 
+    Arguments and faults as `tfeff.training.pretrain`.
+
     Returns:
-        dict with `step`, `history` (per phase), `switch` (two-phase runs:
-        step and reason) and `eval` (held-out masked-LM results).
+        dict with `step`, `history` (per phase), `preempted`, `switch`
+        (two-phase runs: step and reason) and `eval` (held-out masked-LM
+        results).
     """
     from tfeff.convert import merge_relaxed_bert  # convert builds on training
 
-    tf.io.gfile.makedirs(model_dir)
-    pretraining.resolve_config(config, model_dir)
-    train_files, heldout_files, vocabulary_path = prepare_bert_data(config, model_dir)
+    strategy, info, (train_files, heldout_files, vocabulary_path) = pretraining.start_run(
+        config, model_dir, strategy, devices, lambda: prepare_bert_data(config, model_dir))
     vocab_size = len(data_lib.Vocabulary.load(vocabulary_path))
-    strategy = make_strategy(strategy, devices)
-    keras.utils.set_random_seed(config.train.seed)
     log_dir = _path(model_dir, "logs")
+    train_list = data_lib.resolve_files(train_files)
 
-    def train_ds_fn(start):
-        # A resumed run does not replay the first batches.
-        return bert_dataset(config, train_files, vocabulary_path, True,
-                            seed=config.train.seed + start)
+    def build(position, file_shard):
+        files_, batch_size = train_list, config.data.batch_size
+        if file_shard:
+            files_ = train_list[file_shard[1]::file_shard[0]]
+            batch_size //= file_shard[0]
+        return bert_dataset(config, files_, vocabulary_path, True, seed=config.train.seed,
+                            batch_size=batch_size).skip(position)
 
-    results = {"history": {}}
+    phase_args = dict(log_dir=log_dir, strategy=strategy, verbose=verbose,
+                      restore_fallback=restore_fallback)
+    results = {"history": {}, "preempted": False}
     t0 = time.time()
     refined_dir = _path(model_dir, pretraining.CHECKPOINT_DIR)
     if config.two_phase and tf.train.latest_checkpoint(refined_dir) is None:
         coarse_dir = _path(model_dir, COARSE_DIR)
-        tf.io.gfile.makedirs(coarse_dir)
         coarse_cfg = coarse_config(config)
-        config_lib.write_yaml(coarse_cfg, _path(coarse_dir, pretraining.CONFIG_FILE))
-        coarse_vocab = _path(coarse_dir, pretraining.VOCABULARY_FILE)
-        if not tf.io.gfile.exists(coarse_vocab):
-            tf.io.gfile.copy(vocabulary_path, coarse_vocab + ".tmp", overwrite=True)
-            tf.io.gfile.rename(coarse_vocab + ".tmp", coarse_vocab, overwrite=True)
         switch_path = _path(coarse_dir, SWITCH_FILE)
+
+        def prepare_coarse():
+            tf.io.gfile.makedirs(coarse_dir)
+            config_lib.write_yaml(coarse_cfg, _path(coarse_dir, pretraining.CONFIG_FILE))
+            coarse_vocab = _path(coarse_dir, pretraining.VOCABULARY_FILE)
+            if not tf.io.gfile.exists(coarse_vocab):
+                tf.io.gfile.copy(vocabulary_path, coarse_vocab + ".tmp", overwrite=True)
+                tf.io.gfile.rename(coarse_vocab + ".tmp", coarse_vocab, overwrite=True)
+
+        if info.is_chief:
+            prepare_coarse()
         switch = _read_json(switch_path)
+        position = None
         if switch is None:
             core = config.core
             stopper = (PlateauStopper(core.plateau_window, core.plateau_patience,
                                       core.plateau_threshold) if core.plateau_patience else None)
-            relaxed_model, step, history = _train_phase(
-                coarse_cfg, coarse_dir, train_ds_fn, vocab_size, True, core.coarse_steps,
-                log_dir, strategy, verbose, [stopper] if stopper else [],
-            )
+            relaxed_model, step, history, preempted, position = _train_phase(
+                coarse_cfg, coarse_dir, build, len(train_list), vocab_size, True,
+                core.coarse_steps, extra_callbacks=[*([stopper] if stopper else []), *callbacks],
+                **phase_args)
             results["history"]["coarse"] = history
+            if preempted:
+                return {**results, "step": step, "preempted": True}
             reason = "plateau" if stopper and stopper.stopped_step is not None else "coarse_steps"
-            switch = {"switch_step": step, "reason": reason}
-            files.write_text_atomic(switch_path, json.dumps(switch) + "\n")
+            switch = {"switch_step": step, "reason": reason, "position": position}
+            if info.is_chief:
+                files.write_text_atomic(switch_path, json.dumps(switch) + "\n")
         else:
             relaxed_model, _, step, _ = restore_bert(coarse_dir, coarse_cfg, strategy)
             if step != switch["switch_step"]:
@@ -299,25 +314,29 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
                     f"{SWITCH_FILE} says the coarse phase ended at {switch['switch_step']}")
         with strategy.scope():
             standard = merge_relaxed_bert(relaxed_model)
-            save_converted(standard, config, model_dir, switch["switch_step"])
-        writer = tf.summary.create_file_writer(log_dir)
-        with writer.as_default():
-            write_scalar("core/switch_step", switch["switch_step"], switch["switch_step"])
-        writer.close()
+            if info.is_chief:
+                save_converted(standard, config, model_dir, switch["switch_step"],
+                               switch.get("position", 0))
+        fault_tolerance.barrier(strategy)
+        if info.is_chief:
+            writer = tf.summary.create_file_writer(log_dir)
+            with writer.as_default():
+                write_scalar("core/switch_step", switch["switch_step"], switch["switch_step"])
+            writer.close()
         logging.info("CoRe: switched from the relaxed to the standard model at step %d (%s)",
                      switch["switch_step"], switch["reason"])
         del relaxed_model, standard
     if config.two_phase:
         results["switch"] = _read_json(_path(model_dir, COARSE_DIR, SWITCH_FILE))
 
-    model, step, history = _train_phase(
-        config, model_dir, train_ds_fn, vocab_size, checkpoint_is_relaxed(config),
-        config.train.steps, log_dir, strategy, verbose,
-    )
+    model, step, history, preempted, _ = _train_phase(
+        config, model_dir, build, len(train_list), vocab_size, checkpoint_is_relaxed(config),
+        config.train.steps, extra_callbacks=callbacks, **phase_args)
     results["history"]["refined" if config.two_phase else "train"] = history
     results["step"] = step
+    results["preempted"] = preempted
     results["train_seconds"] = time.time() - t0
-    if heldout_files:
+    if heldout_files and info.is_chief and not preempted:
         results["eval"] = evaluate_bert(model, config, heldout_files, vocabulary_path)
         results["eval"]["train_seconds"] = results["train_seconds"]
         files.write_text_atomic(_path(model_dir, pretraining.EVAL_FILE),

@@ -17,11 +17,9 @@ checkpoint, so a resumed run continues exactly where it stopped.
 
 import json
 import logging
-import math
 import os
 import time
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -29,11 +27,9 @@ from tfeff import data as data_lib
 from tfeff.data import files
 from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.models import MaskedElmo
-from tfeff.training import checkpoints
+from tfeff.training import fault_tolerance
 from tfeff.training import pretraining
-from tfeff.training.callbacks import ScalarLogger
 from tfeff.training.optimizers import make_optimizer
-from tfeff.training.strategy import make_strategy
 
 WORDPIECE_CORPUS_FILE = "wordpiece_corpus.txt"
 _path = os.path.join
@@ -152,22 +148,25 @@ def masked_elmo_dataset(config, documents, vocabulary_size, training, start_step
     )
 
 
-def pretrain_masked_elmo(config, model_dir, strategy="default", devices=None, verbose="auto"):
+def pretrain_masked_elmo(config, model_dir, strategy="default", devices=None, verbose="auto",
+                         restore_fallback=False, callbacks=()):
     """Masked-LM pretraining of `config.model` (resuming from the latest checkpoint).
 
+    Arguments and faults as `tfeff.training.pretrain`. The batches are a
+    function of the step, so a resumed run starts its pipeline at the
+    checkpointed input position; under multi-worker training every worker
+    builds the global batch and keeps its rows (the TBPTT streams are global).
+
     Returns:
-        dict with `step`, `history`, `train_seconds` and `eval` (held-out
-        masked loss, perplexity and, for softmax outputs, accuracy).
+        dict with `step`, `history`, `train_seconds`, `preempted` and `eval`
+        (held-out masked loss, perplexity and, for softmax outputs, accuracy).
     """
-    tf.io.gfile.makedirs(model_dir)
-    pretraining.resolve_config(config, model_dir)
-    documents, heldout, vocabulary_path, vectors_path = prepare_masked_elmo_data(
-        config, model_dir)
+    strategy, info, (documents, heldout, vocabulary_path, vectors_path) = \
+        pretraining.start_run(config, model_dir, strategy, devices,
+                              lambda: prepare_masked_elmo_data(config, model_dir))
     d = config.data
     vocabulary_size = len(data_lib.Vocabulary.load(vocabulary_path))
-    strategy = make_strategy(strategy, devices)
     train_cfg = config.train
-    keras.utils.set_random_seed(train_cfg.seed)
     with strategy.scope():
         model = build_masked_elmo(config, vocabulary_size, vectors_path)
         model.build()
@@ -175,42 +174,40 @@ def pretrain_masked_elmo(config, model_dir, strategy="default", devices=None, ve
         optimizer.build(model.trainable_variables)
         model.compile(optimizer=optimizer, jit_compile=False,
                       steps_per_execution=train_cfg.steps_per_execution)
-        manager = tf.train.CheckpointManager(
-            checkpoints.make_checkpoint(model, optimizer),
-            _path(model_dir, pretraining.CHECKPOINT_DIR), max_to_keep=train_cfg.keep_checkpoints)
-        if manager.latest_checkpoint:
-            checkpoints.restore(manager.checkpoint, manager.latest_checkpoint)
-            logging.info("Restored %s", manager.latest_checkpoint)
-    start = int(keras.ops.convert_to_numpy(optimizer.iterations))
+        training = fault_tolerance.ResumableTraining(
+            model, optimizer, _path(model_dir, pretraining.CHECKPOINT_DIR),
+            train_cfg.keep_checkpoints, strategy)
+        start = training.restore(restore_fallback)
     logging.info("Masked ELMo: %s parameters; step %d, training to step %d",
                  f"{model.count_params():,}", start, train_cfg.steps)
-    validation = {}
+    validation = None
     if heldout is not None and train_cfg.validation_steps:
         # Keras' validation: masked loss of one mask set from zero states, at every
         # checkpoint (val_loss; exp(val_loss) is the masked perplexity of softmax
         # outputs). A finite dataset: Keras re-reads it from the start each time, so
         # every point of the curve is on the same batches and masks.
-        validation = dict(validation_data=masked_elmo_dataset(
-            config, heldout, vocabulary_size, False, repeat=True).take(
-                train_cfg.validation_steps))
+        validation = masked_elmo_dataset(config, heldout, vocabulary_size, False,
+                                         repeat=True).take(train_cfg.validation_steps)
+
+    def build(position, file_shard):
+        del file_shard  # never asked: num_files=None (documents are held in memory)
+        return masked_elmo_dataset(config, documents, vocabulary_size, True,
+                                   start_step=position)
+
+    build.checkpointable = False  # a generator; the position is what resumes it
     t0 = time.time()
-    history = {}
-    if start < train_cfg.steps:
-        every = train_cfg.checkpoint_every
-        fit = model.fit(
-            masked_elmo_dataset(config, documents, vocabulary_size, True, start_step=start),
-            epochs=math.ceil(train_cfg.steps / every), initial_epoch=start // every,
-            steps_per_epoch=every, **validation,
-            callbacks=[pretraining.CheckpointCallback(manager, every, train_cfg.steps),
-                       ScalarLogger(_path(model_dir, "logs"), train_cfg.log_every)],
-            verbose=verbose,
-        )
-        history = fit.history
-    step = int(keras.ops.convert_to_numpy(optimizer.iterations))
-    if manager.latest_checkpoint is None or not manager.latest_checkpoint.endswith(f"-{step}"):
-        manager.save(checkpoint_number=step)
-    results = {"step": step, "history": history, "train_seconds": time.time() - t0}
-    if heldout is not None:
+    history, preempted = training.fit(
+        build, train_cfg.steps, global_batch_size=d.batch_size,
+        every=train_cfg.checkpoint_every, on_nan=train_cfg.on_nan,
+        callbacks=[*pretraining.chief_loggers(info, model_dir, train_cfg), *callbacks],
+        validation_data=validation, validation_steps=train_cfg.validation_steps,
+        verbose=verbose)
+    if not preempted:
+        training.save_if_new()
+    step = training.step
+    results = {"step": step, "history": history, "train_seconds": time.time() - t0,
+               "preempted": preempted}
+    if heldout is not None and info.is_chief and not preempted:
         results["eval"] = evaluate_masked_elmo(model, config, heldout, vocabulary_size)
         files.write_text_atomic(_path(model_dir, pretraining.EVAL_FILE),
                                 json.dumps(results["eval"], indent=2) + "\n")

@@ -3,6 +3,7 @@
 import math
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 DECAYS = ("cosine", "linear", "exponential", "constant")
@@ -67,10 +68,62 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+class SkipNonFiniteUpdates:
+    """Optimizer mixin: an update whose gradients are not all finite is not applied.
+
+    The check runs after the loss and gradients are computed and before any
+    variable changes; under `tf.distribute` the replicas agree (one non-finite
+    replica skips the update everywhere), so their weights never diverge. A
+    skipped update leaves the weights, the moments and `iterations` unchanged
+    and increments `non_finite_steps`; `last_non_finite_step` is the step
+    (`iterations + 1`) the update would have been. Both are optimizer variables,
+    so they are checkpointed. `tfeff.training.fault_tolerance.NonFiniteCallback`
+    reads them to stop training or report the skip (`train.on_nan`).
+    """
+
+    def build(self, variables):
+        super().build(variables)
+        self.non_finite_steps = self.add_variable(
+            (), initializer="zeros", dtype="int64", aggregation="only_first_replica",
+            name="non_finite_steps")
+        self.last_non_finite_step = self.add_variable(
+            (), initializer="zeros", dtype="int64", aggregation="only_first_replica",
+            name="last_non_finite_step")
+
+    def apply(self, grads, trainable_variables=None):
+        checks = [tf.reduce_all(tf.math.is_finite(
+            g.values if isinstance(g, tf.IndexedSlices) else g)) for g in grads if g is not None]
+        bad = tf.cast(tf.logical_not(tf.reduce_all(tf.stack(checks))), tf.int32) \
+            if checks else tf.constant(0)
+        ctx = tf.distribute.get_replica_context()
+        if ctx is not None and ctx.num_replicas_in_sync > 1:
+            bad = ctx.all_reduce(tf.distribute.ReduceOp.SUM, bad)
+
+        def update():
+            super(SkipNonFiniteUpdates, self).apply(grads, trainable_variables)
+            return tf.constant(True)
+
+        def skip():
+            self.non_finite_steps.assign_add(1)
+            self.last_non_finite_step.assign(tf.cast(self.iterations, tf.int64) + 1)
+            return tf.constant(False)
+
+        return tf.cond(bad > 0, skip, update)
+
+
+class Adam(SkipNonFiniteUpdates, keras.optimizers.Adam):
+    """`keras.optimizers.Adam` that skips non-finite updates (`SkipNonFiniteUpdates`)."""
+
+
+class AdamW(SkipNonFiniteUpdates, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW` that skips non-finite updates (`SkipNonFiniteUpdates`)."""
+
+
 def make_optimizer(train_config, global_batch_size):
     """Adam (AdamW with `train.weight_decay`) with warmup/decay, the rate scaled
     linearly with the batch size, and global-norm gradient clipping
-    (`train.clipnorm`, 0 disables)."""
+    (`train.clipnorm`, 0 disables). Updates with NaN/Inf gradients are skipped
+    (`SkipNonFiniteUpdates`)."""
     peak = train_config.learning_rate * global_batch_size / train_config.base_batch_size
     schedule = WarmupDecay(
         peak,
@@ -83,7 +136,7 @@ def make_optimizer(train_config, global_batch_size):
     )
     weight_decay = getattr(train_config, "weight_decay", 0.0)
     if weight_decay:
-        optimizer = keras.optimizers.AdamW(
+        optimizer = AdamW(
             learning_rate=schedule, weight_decay=weight_decay, epsilon=1e-6,
             global_clipnorm=train_config.clipnorm or None, name="adamw",
         )
@@ -92,7 +145,7 @@ def make_optimizer(train_config, global_batch_size):
         return optimizer
     # A fixed name: optimizer variable paths (the checkpoint keys) must not
     # depend on how many optimizers this process has created.
-    return keras.optimizers.Adam(
+    return Adam(
         learning_rate=schedule,
         global_clipnorm=train_config.clipnorm or None,
         name="adam",

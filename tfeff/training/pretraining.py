@@ -24,7 +24,6 @@ Layout of `model_dir`:
 import dataclasses
 import json
 import logging
-import math
 import os
 import time
 
@@ -39,6 +38,7 @@ from tfeff.layers.softmax_common import check_frequency_sorted
 from tfeff.models import ElmoLM
 from tfeff.training import checkpoints
 from tfeff.training import evaluation
+from tfeff.training import fault_tolerance
 from tfeff.training.callbacks import ScalarLogger
 from tfeff.training.optimizers import make_optimizer
 from tfeff.training.strategy import make_strategy
@@ -295,33 +295,41 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
     return model, optimizer, int(latest.rsplit("-", 1)[-1])
 
 
-class CheckpointCallback(keras.callbacks.Callback):
-    """Saves every `every` steps and at `total_steps`, where it stops training."""
+def start_run(config, model_dir, strategy, devices, prepare):
+    """The shared start of every family's `pretrain`: strategy, checks, config, data.
 
-    def __init__(self, manager, every, total_steps):
-        super().__init__()
-        self.manager = manager
-        self.every = every
-        self.total_steps = total_steps
+    The strategy comes first (MultiWorkerMirroredStrategy must exist before
+    TensorFlow runs an op). The chief checks `config` against the directory
+    and prepares the data (`prepare()`); the other workers wait for it and
+    then read the chief's files.
 
-    def _step(self):
-        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+    Returns:
+        `(strategy, worker_info, prepare())`.
+    """
+    strategy = make_strategy(strategy, devices)
+    info = fault_tolerance.worker_info(strategy)
+    if config.train.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    fault_tolerance.check_writable(model_dir)
 
-    def on_train_batch_end(self, batch, logs=None):
-        step = self._step()
-        saved = self.manager.latest_checkpoint
-        last = int(saved.rsplit("-", 1)[-1]) if saved else 0
-        if step >= self.total_steps or step // self.every > last // self.every:
-            self.manager.save(checkpoint_number=step)
-        if step >= self.total_steps:
-            self.model.stop_training = True
+    def chief_prepare():
+        if info.is_chief:
+            resolve_config(config, model_dir)
+        return prepare()
+
+    prepared = fault_tolerance.chief_first(strategy, chief_prepare)
+    keras.utils.set_random_seed(config.train.seed)
+    return strategy, info, prepared
 
 
-def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"):
+def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto",
+             restore_fallback=False, callbacks=()):
     """Prepares the data, trains (resuming from the latest checkpoint), evaluates.
 
     A `BertConfig` goes to `tfeff.training.bert_pretraining.pretrain_bert`, a
     `MaskedElmoConfig` to `masked_elmo_pretraining.pretrain_masked_elmo`.
+    Checkpointing, exact resume, preemption and fault handling are
+    `tfeff.training.fault_tolerance`'s.
 
     Args:
         config: an `ElmoConfig`, `BertConfig` or `MaskedElmoConfig`.
@@ -329,27 +337,37 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
         strategy: `"default"`, `"mirrored"` or `"multi_worker"`.
         devices: device list for `"mirrored"`.
         verbose: passed to `model.fit`.
+        restore_fallback: restore the newest readable checkpoint when the
+            latest is corrupted (else `CheckpointError`).
+        callbacks: more Keras callbacks for `model.fit`.
 
     Returns:
-        dict with `step`, `history` (metric lists) and `eval` (top-k results).
+        dict with `step`, `history` (metric lists), `preempted` (stopped by
+        SIGTERM after saving) and `eval` (top-k results; chief only, not
+        after a preemption).
+
+    Raises:
+        fault_tolerance.TrainingError: a fault (non-finite loss with
+            `train.on_nan: stop`, out of memory, a missing corpus file, a full
+            or unwritable disk, an unreadable checkpoint); the directory
+            stays resumable.
     """
+    family_kwargs = dict(verbose=verbose, restore_fallback=restore_fallback, callbacks=callbacks)
     if config.family == "bert":
         from tfeff.training import bert_pretraining  # it builds on this module
 
-        return bert_pretraining.pretrain_bert(config, model_dir, strategy, devices, verbose)
+        return bert_pretraining.pretrain_bert(config, model_dir, strategy, devices,
+                                              **family_kwargs)
     if config.family == "masked_elmo":
         from tfeff.training import masked_elmo_pretraining  # it builds on this module
 
         return masked_elmo_pretraining.pretrain_masked_elmo(config, model_dir, strategy,
-                                                            devices, verbose)
-    tf.io.gfile.makedirs(model_dir)
-    resolve_config(config, model_dir)
-    artifacts = prepare_data(config, model_dir)
+                                                            devices, **family_kwargs)
+    strategy, info, artifacts = start_run(config, model_dir, strategy, devices,
+                                          lambda: prepare_data(config, model_dir))
     vocab = data_lib.Vocabulary.load(artifacts.vocabulary_path)
     check_output_layer(config, vocab)
-    strategy = make_strategy(strategy, devices)
     train_cfg = config.train
-    keras.utils.set_random_seed(train_cfg.seed)
 
     with strategy.scope():
         model = build_model(config, artifacts.vectors_path, len(vocab))
@@ -361,64 +379,54 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
             jit_compile=False,
             steps_per_execution=train_cfg.steps_per_execution,
         )
-        checkpoint = checkpoints.make_checkpoint(model, optimizer)
-        manager = tf.train.CheckpointManager(
-            checkpoint, _path(model_dir, CHECKPOINT_DIR),
-            max_to_keep=train_cfg.keep_checkpoints,
-        )
-        if manager.latest_checkpoint:
-            checkpoints.restore(checkpoint, manager.latest_checkpoint)
-            logging.info("Restored %s", manager.latest_checkpoint)
-    start = int(keras.ops.convert_to_numpy(optimizer.iterations))
+        training = fault_tolerance.ResumableTraining(
+            model, optimizer, _path(model_dir, CHECKPOINT_DIR), train_cfg.keep_checkpoints,
+            strategy)
+        start = training.restore(restore_fallback)
     logging.info(
         "Model: %s trainable parameters; starting at step %d of %d",
         f"{model.count_params():,}", start, train_cfg.steps,
     )
 
     wordpiece_input = config.data.tokenization == "wordpiece"
-    history = {}
-    t0 = time.time()
-    if start < train_cfg.steps:
-        train_ds = data_lib.lm_dataset(
-            artifacts.train_files, artifacts.vocabulary_path,
-            batch_size=config.data.batch_size,
+    train_files = data_lib.resolve_files(artifacts.train_files)
+
+    def build(position, file_shard):
+        files_, batch_size = train_files, config.data.batch_size
+        if file_shard:
+            files_, batch_size = train_files[file_shard[1]::file_shard[0]], batch_size // file_shard[0]
+        return data_lib.lm_dataset(
+            files_, artifacts.vocabulary_path, batch_size=batch_size,
             max_sequence_length=config.data.max_sequence_length,
-            shuffle_buffer=config.data.shuffle_buffer,
-            seed=train_cfg.seed + start,  # a resumed run does not replay the first batches
+            shuffle_buffer=config.data.shuffle_buffer, seed=train_cfg.seed,
             repeat=True, on_invalid_utf8=config.data.on_invalid_utf8,
             drop_remainder=True, wordpiece=wordpiece_input,
-        )
-        validation = None
-        if artifacts.heldout_files and train_cfg.validation_steps:
-            validation = data_lib.lm_dataset(
-                artifacts.heldout_files, artifacts.vocabulary_path,
-                batch_size=config.data.batch_size,
-                max_sequence_length=config.data.max_sequence_length,
-                on_invalid_utf8=config.data.on_invalid_utf8, wordpiece=wordpiece_input,
-            )
-        every = train_cfg.checkpoint_every
-        callbacks = [
-            CheckpointCallback(manager, every, train_cfg.steps),
-            ScalarLogger(_path(model_dir, "logs"), train_cfg.log_every),
-        ]
-        fit = model.fit(
-            train_ds,
-            epochs=math.ceil(train_cfg.steps / every),
-            initial_epoch=start // every,
-            steps_per_epoch=every,
-            validation_data=validation,
-            validation_steps=train_cfg.validation_steps if validation is not None else None,
-            callbacks=callbacks,
-            verbose=verbose,
-        )
-        history = fit.history
-    step = int(keras.ops.convert_to_numpy(optimizer.iterations))
-    if manager.latest_checkpoint is None or not manager.latest_checkpoint.endswith(f"-{step}"):
-        manager.save(checkpoint_number=step)
-    train_seconds = time.time() - t0
+        ).skip(position)
 
-    results = {"step": step, "history": history, "train_seconds": train_seconds}
-    if artifacts.heldout_files:
+    validation = None
+    if artifacts.heldout_files and train_cfg.validation_steps:
+        validation = data_lib.lm_dataset(
+            artifacts.heldout_files, artifacts.vocabulary_path,
+            batch_size=config.data.batch_size,
+            max_sequence_length=config.data.max_sequence_length,
+            on_invalid_utf8=config.data.on_invalid_utf8, wordpiece=wordpiece_input,
+        )
+    t0 = time.time()
+    history, preempted = training.fit(
+        build, train_cfg.steps, global_batch_size=config.data.batch_size,
+        num_files=len(train_files), every=train_cfg.checkpoint_every, on_nan=train_cfg.on_nan,
+        callbacks=[*chief_loggers(info, model_dir, train_cfg), *callbacks],
+        validation_data=validation, validation_steps=train_cfg.validation_steps,
+        verbose=verbose,
+    )
+    if not preempted:
+        training.save_if_new()
+    train_seconds = time.time() - t0
+    step = training.step
+
+    results = {"step": step, "history": history, "train_seconds": train_seconds,
+               "preempted": preempted}
+    if artifacts.heldout_files and info.is_chief and not preempted:
         results["eval"] = evaluate(model, config, artifacts, vocab)
         results["eval"]["train_seconds"] = train_seconds
         files.write_text_atomic(
@@ -430,6 +438,13 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
                 k, results["eval"]["top_k"][str(k)], results["eval"]["unigram_top_k"][str(k)],
             )
     return results
+
+
+def chief_loggers(info, model_dir, train_cfg, log_dir=None):
+    """The TensorBoard logger, on the chief only (the other workers write no summaries)."""
+    if not info.is_chief:
+        return []
+    return [ScalarLogger(log_dir or _path(model_dir, "logs"), train_cfg.log_every)]
 
 
 def evaluate(model, config, artifacts, vocab):
