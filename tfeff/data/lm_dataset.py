@@ -99,6 +99,34 @@ def line_dataset(file_list, on_invalid_utf8="error"):
     return ds
 
 
+def shuffle_and_repeat(ds, shuffle_buffer, seed, repeat):
+    """Block-shuffles 1-D elements (`shuffle_buffer` per block; 0: no shuffle), repeats.
+
+    Each block of `shuffle_buffer` consecutive elements is permuted by a
+    stateless draw keyed by `(seed, epoch, block)`, so each epoch's order is a
+    function of the seed alone, not of how many iterators the dataset has had
+    (`Dataset.shuffle` reshuffles for every new iterator, and Keras may open
+    one to peek at a batch): a pipeline rebuilt for a resume, or on another
+    worker, replays exactly the same order.
+    """
+    if not shuffle_buffer:
+        return ds.repeat() if repeat else ds
+    base_seed = tf.constant(0 if seed is None else seed, tf.int64)
+
+    def epoch(index):
+        def permute(block_index, block):
+            key = tf.stack([base_seed, index * 1_000_003 + block_index])
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(block.nrows()), seed=key)
+            return tf.gather(block, order)
+
+        return ds.ragged_batch(shuffle_buffer).enumerate().map(permute).unbatch()
+
+    if not repeat:
+        return epoch(tf.constant(0, tf.int64))
+    return tf.data.Dataset.counter().flat_map(epoch)
+
+
 def lm_dataset(
     patterns,
     vocabulary_path,
@@ -119,7 +147,7 @@ def lm_dataset(
         batch_size: windows per batch (the global batch under tf.distribute).
         max_sequence_length: int >= 2.
         shuffle_buffer: windows held for shuffling; 0 disables shuffling.
-        seed: shuffle seed.
+        seed: shuffle seed (epoch e's order depends on (seed, e) only).
         repeat: repeat forever (training).
         on_invalid_utf8: `"error"`, `"skip"` or `"replace"`. With `"error"`
             the caller is expected to have validated the files (the vocabulary
@@ -156,10 +184,7 @@ def lm_dataset(
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     ds = ds.unbatch()
-    if shuffle_buffer:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        ds = ds.repeat()
+    ds = shuffle_and_repeat(ds, shuffle_buffer, seed, repeat)
     ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
     # Right padding with PAD_ID (0) to the longest window of the batch.
     ds = ds.map(lambda windows: windows.to_tensor(default_value=vocabulary_lib.PAD_ID))

@@ -30,6 +30,7 @@ from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 from tfeff.data import corpus
 from tfeff.data.lm_dataset import line_dataset
 from tfeff.data.lm_dataset import lookup_table
+from tfeff.data.lm_dataset import shuffle_and_repeat
 from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.data import wordpiece as wordpiece_lib
 
@@ -237,8 +238,7 @@ def mlm_dataset(
         lower_case: as when the vocabulary was learned.
         use_nsp: build sentence pairs and `nsp_labels`.
         shuffle_buffer: windows held for shuffling; 0 disables it.
-        seed: shuffle, NSP and masking seed (None: 0 for the masks, an unseeded
-            shuffle).
+        seed: shuffle, NSP and masking seed (None: 0).
         repeat: repeat forever (training).
         on_invalid_utf8: `"error"`, `"skip"` or `"replace"`.
         drop_remainder: drop a final smaller batch.
@@ -269,10 +269,7 @@ def mlm_dataset(
     ds = ds.map(lambda lines: _windows(lines, tokenizer, window),
                 num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.unbatch()
-    if shuffle_buffer:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        ds = ds.repeat()
+    ds = shuffle_and_repeat(ds, shuffle_buffer, seed, repeat)
     ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
 
     base_seed = 0 if seed is None else seed

@@ -393,7 +393,7 @@ class ResumableTraining:
         def wrapped(iterator):
             if self._iterator is None:
                 self._iterator = iterator
-                if isinstance(iterator, tf.data.Iterator):
+                if self._save_iterator and isinstance(iterator, tf.data.Iterator):
                     self.checkpoint.iterator = iterator
                     if getattr(self, "_restore_iterator", False):
                         status = tf.train.Checkpoint(iterator=iterator).restore(self.restored)
@@ -428,13 +428,23 @@ class ResumableTraining:
         if start >= stop_step:
             return {}, False
         self._restore_iterator = False
+        self._save_iterator = getattr(build, "checkpointable", True)
         x = self._input(build, num_files, global_batch_size)
         if validation_data is not None and self.info.num_workers > 1:
             options = tf.data.Options()
             options.experimental_distribute.auto_shard_policy = (
                 tf.data.experimental.AutoShardPolicy.DATA)
             validation_data = validation_data.with_options(options)
-        self.model.make_train_function()
+        if self.info.num_workers > 1:
+            # Keras 3 reduces scalar logs with strategy.reduce(MEAN, v, axis=0) under
+            # MultiWorkerMirroredStrategy, which fails on scalars; these reduce over replicas.
+            steps = self.model.steps_per_execution or 1
+            self.model.train_function = _cross_worker_function(
+                self.model.train_step, self.strategy, steps)
+            self.model.test_function = _cross_worker_function(
+                self.model.test_step, self.strategy, 1)
+        else:
+            self.model.make_train_function()
         self.model.train_function = self._capture(self.model.train_function)
         preemption = _Preemption()
         stop = _StopAndSave(self, every, stop_step, preemption)
@@ -447,8 +457,25 @@ class ResumableTraining:
                 validation_steps=validation_steps if validation_data is not None else None,
                 callbacks=all_callbacks, verbose=verbose if self.info.is_chief else 0,
             )
-        self.model.train_function = None  # the next fit builds its own
+        self.model.train_function = self.model.test_function = None  # Keras' own next time
         return fit.history, stop.preempted
+
+
+def _cross_worker_function(step, strategy, steps_per_execution):
+    """A Keras train/test function: `step` on every replica, logs averaged over replicas."""
+
+    @tf.function
+    def one_step(iterator):
+        outputs = strategy.run(step, args=(next(iterator),))
+        return tf.nest.map_structure(
+            lambda v: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None), outputs)
+
+    def function(iterator):
+        for _ in range(steps_per_execution):
+            logs = one_step(iterator)
+        return logs
+
+    return function
 
 
 class _StopAndSave(keras.callbacks.Callback):

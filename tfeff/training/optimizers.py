@@ -79,7 +79,18 @@ class SkipNonFiniteUpdates:
     (`iterations + 1`) the update would have been. Both are optimizer variables,
     so they are checkpointed. `tfeff.training.fault_tolerance.NonFiniteCallback`
     reads them to stop training or report the skip (`train.on_nan`).
+
+    The condition sits inside each variable's update (and weight decay), not
+    around `apply`: strategies that synchronize through `merge_call`
+    (MultiWorkerMirroredStrategy) cannot run one inside a `tf.cond`.
+
+    Under `tf.distribute` the gradients are summed over replicas *before*
+    clipping (`global_clipnorm` then sees the global batch's gradient, as on
+    one device; Keras alone clips each replica's share by its own norm).
     """
+
+    _skip_update = None
+    _reduced = False
 
     def build(self, variables):
         super().build(variables)
@@ -91,24 +102,66 @@ class SkipNonFiniteUpdates:
             name="last_non_finite_step")
 
     def apply(self, grads, trainable_variables=None):
+        grads = list(grads)
+        ctx = tf.distribute.get_replica_context()
+        reduce_here = ctx is not None and ctx.num_replicas_in_sync > 1
+        if reduce_here:
+            # Sum the replicas' gradients first (Keras would clip each replica's
+            # own gradients by their own norm before summing: not the global
+            # batch's clipping), and check the sums: every replica sees the same.
+            present = [i for i, g in enumerate(grads) if g is not None]
+            for i, g in zip(present, ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                                                    [grads[i] for i in present])):
+                grads[i] = g
         checks = [tf.reduce_all(tf.math.is_finite(
             g.values if isinstance(g, tf.IndexedSlices) else g)) for g in grads if g is not None]
-        bad = tf.cast(tf.logical_not(tf.reduce_all(tf.stack(checks))), tf.int32) \
-            if checks else tf.constant(0)
-        ctx = tf.distribute.get_replica_context()
-        if ctx is not None and ctx.num_replicas_in_sync > 1:
-            bad = ctx.all_reduce(tf.distribute.ReduceOp.SUM, bad)
+        skip = tf.logical_not(tf.reduce_all(tf.stack(checks))) if checks else tf.constant(False)
+        self._skip_update, self._reduced = skip, reduce_here
+        try:
+            super().apply(grads, trainable_variables)
+        finally:
+            self._skip_update, self._reduced = None, False
+        skipped = tf.cast(skip, tf.int64)
+        self._iterations.assign_sub(skipped)  # apply counted it
+        self.last_non_finite_step.assign(tf.where(
+            skip, tf.cast(self._iterations, tf.int64) + 1, self.last_non_finite_step))
+        self.non_finite_steps.assign_add(skipped)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        if self._reduced:
+            return list(grads_and_vars)
+        return super()._all_reduce_sum_gradients(grads_and_vars)
+
+    def update_step(self, gradient, variable, learning_rate):
+        skip = self._skip_update
+        if skip is None:
+            return super().update_step(gradient, variable, learning_rate)
 
         def update():
-            super(SkipNonFiniteUpdates, self).apply(grads, trainable_variables)
-            return tf.constant(True)
+            super(SkipNonFiniteUpdates, self).update_step(gradient, variable, learning_rate)
 
-        def skip():
-            self.non_finite_steps.assign_add(1)
-            self.last_non_finite_step.assign(tf.cast(self.iterations, tf.int64) + 1)
-            return tf.constant(False)
+        tf.cond(skip, lambda: None, update)
 
-        return tf.cond(bad > 0, skip, update)
+    def _apply_weight_decay(self, variables):
+        skip = self._skip_update
+        if skip is None or self.weight_decay is None:
+            return super()._apply_weight_decay(variables)
+
+        def decay(variable):
+            if self._use_weight_decay(variable):
+                lr = tf.cast(self.learning_rate, variable.dtype)
+                wd = tf.cast(self.weight_decay, variable.dtype)
+                tf.cond(skip, lambda: None,
+                        lambda: [variable.assign_sub(variable * wd * lr)] and None)
+
+        def distributed(distribution, variables):
+            for variable in variables:
+                if isinstance(variable, keras.Variable):
+                    variable = variable.value
+                distribution.extended.update(variable, decay, group=False)
+
+        tf.__internal__.distribute.interim.maybe_merge_call(
+            distributed, self._distribution_strategy, variables)
 
 
 class Adam(SkipNonFiniteUpdates, keras.optimizers.Adam):
