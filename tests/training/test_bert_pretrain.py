@@ -45,7 +45,8 @@ def core_run(tmp_path_factory):
 
 def test_two_phase_run_switches_and_loss_falls_across_the_switch(core_run):
     model_dir, results = core_run
-    assert results["switch"] == {"switch_step": 120, "reason": "coarse_steps"}
+    # The refined phase reads on from the coarse phase's input position.
+    assert results["switch"] == {"switch_step": 120, "reason": "coarse_steps", "position": 120}
     assert results["step"] == 240
     coarse, refined = results["history"]["coarse"]["loss"], results["history"]["refined"]["loss"]
     assert len(coarse) == 2 and len(refined) == 2

@@ -41,6 +41,7 @@ import dataclasses
 import errno
 import logging
 import os
+import re
 import signal
 import threading
 
@@ -70,6 +71,19 @@ class NonFiniteLossError(TrainingError):
 
 def _message(error):
     return getattr(error, "message", None) or str(error)
+
+
+_DETAIL = re.compile(r"No such file|not found|NotFound|OOM|out of memory|No space|File too large",
+                     re.IGNORECASE)
+
+
+def _detail(error):
+    """The line of a (graph execution) error that says what happened."""
+    lines = [line.strip() for line in _message(error).splitlines() if line.strip()]
+    for line in lines:
+        if _DETAIL.search(line):
+            return line
+    return lines[-1] if lines else type(error).__name__
 
 
 # ------------------------------------------------------------------ workers
@@ -451,8 +465,11 @@ class ResumableTraining:
         all_callbacks = [NonFiniteCallback(self.optimizer, on_nan, self.latest_checkpoint),
                          stop, *callbacks]
         with preemption, _resource_errors(self):
+            # Keras counts batches, the stop is by updates: skipped updates (on_nan:
+            # skip) need more batches, and _StopAndSave ends the run at stop_step.
+            epochs = -(-stop_step // every) * (2 if on_nan == "skip" else 1)
             fit = self.model.fit(
-                x, epochs=-(-stop_step // every), initial_epoch=start // every,
+                x, epochs=epochs, initial_epoch=start // every,
                 steps_per_epoch=every, validation_data=validation_data,
                 validation_steps=validation_steps if validation_data is not None else None,
                 callbacks=all_callbacks, verbose=verbose if self.info.is_chief else 0,
@@ -535,20 +552,29 @@ class _resource_errors:
         latest = self.training.latest_checkpoint()
         resume = (f"the model directory resumes from {latest}" if latest
                   else "no checkpoint was written yet")
-        message = _message(error) if isinstance(error, (tf.errors.OpError, OSError)) else ""
+        if not isinstance(error, (tf.errors.OpError, OSError)):
+            return False
+        message, detail = _message(error), _detail(error)
         if isinstance(error, tf.errors.ResourceExhaustedError):
+            replicas = self.training.strategy.num_replicas_in_sync
+            if latest:
+                fix = ("the global batch is part of this run: resume it on devices with more "
+                       f"memory or more of them (the batch is split over the replicas, now "
+                       f"{replicas}), or start a new model_dir with a smaller data.batch_size")
+            else:
+                fix = ("rerun with a smaller data.batch_size or data.max_sequence_length "
+                       f"(the global batch, split over {replicas} replica(s); both may change "
+                       "until the first checkpoint)")
             raise TrainingError(
-                f"out of memory at the configured batch size ({message.splitlines()[0]}); "
-                "lower data.batch_size (the global batch; each of "
-                f"{self.training.strategy.num_replicas_in_sync} replica(s) gets its share) or "
-                f"data.max_sequence_length, then rerun: {resume}.") from error
+                f"out of memory at the configured batch size ({detail}); {fix}: {resume}."
+            ) from error
         if isinstance(error, tf.errors.NotFoundError):
             raise TrainingError(
-                f"an input file disappeared during training ({message.splitlines()[0]}); "
+                f"an input file disappeared during training ({detail}); "
                 f"restore it and rerun the same command: {resume}.") from error
         no_space = (isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EFBIG)) \
             or any(s in message for s in ("No space left", "File too large"))
         if no_space:
-            raise TrainingError(f"the disk is full ({message.splitlines()[0]}); free space and "
+            raise TrainingError(f"the disk is full ({detail}); free space and "
                                 f"rerun the same command: {resume}.") from error
         return False

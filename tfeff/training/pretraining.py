@@ -51,6 +51,10 @@ CHECKPOINT_DIR = "checkpoints"
 EVAL_FILE = "eval.json"
 # Sections that may change on resume; the others define the model and its data.
 _RESUMABLE_SECTIONS = ("train", "eval")
+# Keys that shape only the batches, not the prepared data: they may change until
+# the first checkpoint (e.g. a smaller batch after running out of memory).
+_BEFORE_FIRST_CHECKPOINT = ("data.batch_size", "data.max_sequence_length",
+                            "data.shuffle_buffer")
 
 
 @dataclasses.dataclass
@@ -229,7 +233,9 @@ def resolve_config(config, model_dir):
 
     Resuming may change `train` and `eval` (for example more steps) but not
     the data, word vectors, model or CoRe phases: those would make the
-    checkpoint meaningless.
+    checkpoint meaningless. Until the first checkpoint is written, the batch
+    shape (`data.batch_size`, `data.max_sequence_length`,
+    `data.shuffle_buffer`) may change too.
     """
     path = _path(model_dir, CONFIG_FILE)
     if tf.io.gfile.exists(path):
@@ -240,6 +246,8 @@ def resolve_config(config, model_dir):
         diffs = _differences(
             {k: saved_dict.get(k) for k in frozen}, {k: new_dict.get(k) for k in frozen},
         )
+        if tf.train.latest_checkpoint(_path(model_dir, CHECKPOINT_DIR)) is None:
+            diffs = [d for d in diffs if d.split(":")[0] not in _BEFORE_FIRST_CHECKPOINT]
         if diffs:
             raise config_lib.ConfigError(
                 f"{model_dir} was created with a different config; these keys differ "

@@ -1,0 +1,359 @@
+"""Fault tolerance of tfeff-pretrain: exact resume, preemption, checkpoint integrity, faults,
+multi-worker training (two real worker processes on loopback).
+
+The runs share one prepared data directory (synthetic corpus, vocabulary, fastText, table)
+and a small ELMo-C; each test copies the data into a fresh model directory. With
+`--deterministic`, runs on this CPU are bit-reproducible, so "resumed = uninterrupted" is
+checked bit for bit.
+"""
+
+import os
+import random
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.conftest import REPO
+from tfeff.config import load_config
+from tfeff.training import fault_tolerance
+from tfeff.training import pretrain
+from tfeff.training.pretraining import prepare_data
+
+DEMO = os.path.join(REPO, "configs", "demo_elmo_c.yaml")
+STEPS = 80
+BASE = [
+    "data.synthetic.num_train_sentences=3000",
+    "data.synthetic.num_heldout_sentences=200",
+    "data.shuffle_buffer=2000",
+    "fasttext.bucket=20000",
+    "model.units=32",
+    f"train.steps={STEPS}",
+    "train.checkpoint_every=10",
+    "train.keep_checkpoints=20",
+    "train.warmup_steps=5",
+    "train.validation_steps=1",
+    "eval.max_targets=100",
+]
+DATA_FILES = ("corpus", "vocabulary.txt", "fasttext.bin", "vocabulary_vectors.npy",
+              "vocabulary_vectors.mean.npy")
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+
+
+def _command(model_dir, *extra, overrides=()):
+    return [sys.executable, "-m", "tfeff.bin.pretrain", "--config", DEMO, "--model_dir",
+            model_dir, "--deterministic",
+            *sum((["--override", o] for o in [*BASE, *overrides]), []), *extra]
+
+
+def _run(model_dir, *extra, overrides=(), timeout=300, **kwargs):
+    return subprocess.run(_command(model_dir, *extra, overrides=overrides), cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def _copy_data(data_dir, model_dir):
+    os.makedirs(model_dir)
+    for name in DATA_FILES:
+        src = os.path.join(data_dir, name)
+        if os.path.isdir(src):
+            shutil.copytree(src, os.path.join(model_dir, name))
+        elif os.path.exists(src):
+            shutil.copy(src, model_dir)
+    return model_dir
+
+
+def _tensors(prefix, groups=("model/", "optimizer/", "rng/")):
+    reader = tf.train.load_checkpoint(prefix)
+    return {k: reader.get_tensor(k) for k, d in reader.get_variable_to_dtype_map().items()
+            if k.startswith(groups) and d != tf.variant}
+
+
+def _assert_bit_identical(a, b):
+    ta, tb = _tensors(a), _tensors(b)
+    assert ta.keys() == tb.keys() and any(k.startswith("rng/") for k in ta)
+    different = [k for k in ta if not np.array_equal(ta[k], tb[k])]
+    assert not different, different[:5]
+
+
+def _checkpoint(model_dir, step):
+    return os.path.join(model_dir, "checkpoints", f"ckpt-{step}")
+
+
+def _latest_step(model_dir):
+    latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+    return int(latest.rsplit("-", 1)[-1]) if latest else 0
+
+
+def _wait_for(predicate, proc, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """Corpus, vocabulary, fastText and table of BASE, prepared once (in-process)."""
+    model_dir = str(tmp_path_factory.mktemp("ft_data"))
+    prepare_data(load_config(DEMO, BASE), model_dir)
+    return model_dir
+
+
+@pytest.fixture(scope="module")
+def reference(data_dir, tmp_path_factory):
+    """The uninterrupted run (checkpoints every 10 steps, all kept)."""
+    model_dir = _copy_data(data_dir, str(tmp_path_factory.mktemp("ref") / "m"))
+    done = _run(model_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return model_dir
+
+
+def test_preempted_then_killed_run_ends_bit_identical_to_uninterrupted(data_dir, reference,
+                                                                       tmp_path):
+    """SIGTERM: a checkpoint at that step and exit 42; then SIGKILL at a random step; the
+    same command, rerun, ends with the uninterrupted run's weights, moments and RNG states."""
+    rng = random.Random(time.time_ns())
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+
+    proc = subprocess.Popen(_command(model_dir), cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    assert _wait_for(lambda: os.path.exists(_checkpoint(model_dir, 10) + ".index"), proc)
+    time.sleep(rng.uniform(0.0, 0.3))
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    preempted = _latest_step(model_dir)
+    assert proc.returncode == fault_tolerance.PREEMPTED_EXIT_CODE, stderr[-3000:]
+    assert f"preempted: saved the checkpoint of step {preempted}" in stderr
+    assert 10 <= preempted < STEPS
+
+    proc = subprocess.Popen(_command(model_dir), cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    assert _wait_for(lambda: _latest_step(model_dir) > preempted, proc)
+    delay = rng.uniform(0.0, 0.5)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_after = _latest_step(model_dir)
+
+    done = _run(model_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    if killed_after < STEPS:
+        assert f"Restored the input iterator of {_checkpoint(model_dir, killed_after)}" \
+            in done.stderr, (killed_after, done.stderr[-3000:])
+    _assert_bit_identical(_checkpoint(model_dir, STEPS), _checkpoint(reference, STEPS))
+
+
+def test_corrupted_checkpoint_is_named_and_fallback_resumes_exactly(data_dir, reference,
+                                                                    tmp_path):
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    shutil.copytree(os.path.join(reference, "checkpoints"), os.path.join(model_dir, "checkpoints"))
+    for step in (70, 80):
+        os.remove(_checkpoint(model_dir, step) + ".index")
+        os.remove(_checkpoint(model_dir, step) + ".data-00000-of-00001")
+    tf.compat.v1.train.update_checkpoint_state(
+        os.path.join(model_dir, "checkpoints"), _checkpoint(model_dir, 60),
+        [_checkpoint(model_dir, s) for s in (40, 50, 60)])
+    data = _checkpoint(model_dir, 60) + ".data-00000-of-00001"
+    size = os.path.getsize(data)
+    with open(data, "r+b") as f:
+        f.truncate(size // 2)
+
+    refused = _run(model_dir)
+    assert refused.returncode == 1
+    assert f"checkpoint {_checkpoint(model_dir, 60)}" in refused.stderr
+    assert "corrupted or truncated" in refused.stderr and "--restore_fallback" in refused.stderr
+    assert os.path.getsize(data) == size // 2  # nothing was overwritten
+
+    done = _run(model_dir, "--restore_fallback")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"Restored {_checkpoint(model_dir, 50)}" in done.stderr
+    _assert_bit_identical(_checkpoint(model_dir, STEPS), _checkpoint(reference, STEPS))
+
+
+def test_flipped_byte_fails_its_checksum(reference, tmp_path):
+    for name in os.listdir(os.path.join(reference, "checkpoints")):
+        if name.startswith("ckpt-20."):
+            shutil.copy(os.path.join(reference, "checkpoints", name), tmp_path)
+    prefix = str(tmp_path / "ckpt-20")
+    assert "model/elmo_lm..token_projection..kernel/.ATTRIBUTES/VARIABLE_VALUE" in \
+        fault_tolerance.verify_checkpoint(prefix)
+    data = prefix + ".data-00000-of-00001"
+    raw = bytearray(open(data, "rb").read())
+    raw[len(raw) // 3] ^= 0xFF
+    open(data, "wb").write(bytes(raw))
+    with pytest.raises(fault_tolerance.CheckpointError, match="ckpt-20.*corrupted or truncated"):
+        fault_tolerance.verify_checkpoint(prefix)
+
+
+def _limit_file_size(limit):
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_full_disk_keeps_the_previous_checkpoint_and_resumes(data_dir, reference, tmp_path):
+    """A file-size limit makes checkpoint writes fail half-way, as a full disk does."""
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    os.makedirs(os.path.join(model_dir, "checkpoints"))
+    for name in os.listdir(os.path.join(reference, "checkpoints")):
+        if name.startswith("ckpt-30."):
+            shutil.copy(os.path.join(reference, "checkpoints", name),
+                        os.path.join(model_dir, "checkpoints"))
+    tf.compat.v1.train.update_checkpoint_state(os.path.join(model_dir, "checkpoints"),
+                                               _checkpoint(model_dir, 30))
+    limit = os.path.getsize(_checkpoint(model_dir, 30) + ".data-00000-of-00001") // 2
+    full = _run(model_dir, preexec_fn=_limit_file_size(limit))
+    assert full.returncode == 1, full.stderr[-3000:]
+    assert "could not write the checkpoint of step 40" in full.stderr, full.stderr[-3000:]
+    assert f"previous checkpoint {_checkpoint(model_dir, 30)} is intact" in full.stderr
+    assert _latest_step(model_dir) == 30
+    done = _run(model_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _assert_bit_identical(_checkpoint(model_dir, STEPS), _checkpoint(reference, STEPS))
+
+
+def test_unwritable_model_dir_is_reported(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(fault_tolerance.TrainingError, match=f"model_dir {blocker}/m is not writable"):
+        pretrain(load_config(DEMO, BASE), str(blocker / "m"), verbose=0)
+
+
+def _poison_one_word(model_dir, batches_hit=0.2):
+    """A NaN row in the fixed table for a word in about `batches_hit` of the batches."""
+    counts = np.array([int(line.split("\t")[1]) for line in
+                       open(os.path.join(model_dir, "vocabulary.txt"), encoding="utf-8")])
+    per_batch = counts / counts.sum() * 64 * 12  # tokens per batch, roughly
+    word = int(np.argmin(np.abs(per_batch - batches_hit)))
+    table = np.load(os.path.join(model_dir, "vocabulary_vectors.npy"))
+    table[word] = np.nan
+    np.save(os.path.join(model_dir, "vocabulary_vectors.npy"), table)
+
+
+def test_nan_loss_stops_at_the_step_or_is_skipped(data_dir, tmp_path):
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    _poison_one_word(model_dir)
+    config = load_config(DEMO, BASE + ["train.steps=40"])
+    with pytest.raises(fault_tolerance.NonFiniteLossError) as stopped:
+        pretrain(config, model_dir, verbose=0)
+    step = int(str(stopped.value).split("NaN/Inf at step ")[1].split(":")[0])
+    assert 1 <= step <= 40
+    assert _latest_step(model_dir) == (step - 1) // 10 * 10  # nothing of the bad step
+
+    import dataclasses
+    skipping = dataclasses.replace(config, train=dataclasses.replace(config.train, on_nan="skip"))
+    results = pretrain(skipping, model_dir, verbose=0)
+    assert results["step"] == 40
+    weights = _tensors(_checkpoint(model_dir, 40), ("model/", "optimizer/"))
+    skipped = weights["optimizer/adam..non_finite_steps/.ATTRIBUTES/VARIABLE_VALUE"]
+    assert skipped >= 1
+    assert all(np.isfinite(w).all() for w in weights.values())
+
+
+def test_missing_corpus_shard_mid_run_is_reported(data_dir, tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    lines = open(os.path.join(data_dir, "corpus", "train.txt"), encoding="utf-8").readlines()
+    for i in range(6):
+        (shards / f"part-{i}.txt").write_text("".join(lines[i::6]), encoding="utf-8")
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    config = load_config(DEMO, BASE + [
+        "data.synthetic=null", f"data.train_files={shards}/part-*.txt",
+        f"data.heldout_files={model_dir}/corpus/heldout.txt", "data.shuffle_buffer=64",
+        "train.steps=300"])
+
+    import keras
+
+    class DeleteShard(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            step = int(self.model.optimizer.iterations.numpy())
+            if os.path.exists(shards / "part-5.txt") and step >= 12:
+                os.remove(shards / "part-5.txt")
+
+    with pytest.raises(fault_tolerance.TrainingError,
+                       match="input file disappeared during training.*part-5.txt.*resumes from"):
+        pretrain(config, model_dir, verbose=0, callbacks=[DeleteShard()])
+    assert _latest_step(model_dir) >= 10
+    fault_tolerance.verify_checkpoint(_checkpoint(model_dir, _latest_step(model_dir)))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_workers_equal_one_process_on_the_same_global_batch(data_dir, tmp_path):
+    """Two MultiWorkerMirroredStrategy workers on loopback, rows of each global batch split
+    between them, end with the weights of one process on the same global batch."""
+    no_dropout = ["model.dropout_rate=0", "train.steps=30"]  # dropout masks depend on the split
+    single = _copy_data(data_dir, str(tmp_path / "single"))
+    done = _run(single, overrides=no_dropout)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    shared = _copy_data(data_dir, str(tmp_path / "shared"))
+    cluster = {"worker": [f"localhost:{_free_port()}", f"localhost:{_free_port()}"]}
+    workers = []
+    for index in range(2):
+        env = dict(ENV, TF_CONFIG=__import__("json").dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        workers.append(subprocess.Popen(
+            _command(shared, "--strategy", "multi_worker", overrides=no_dropout), cwd=REPO,
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = []
+    try:
+        for proc in workers:
+            outputs.append(proc.communicate(timeout=300))
+    finally:
+        for proc in workers:
+            proc.kill()
+    for proc, (_, stderr) in zip(workers, outputs):
+        assert proc.returncode == 0, stderr[-3000:]
+    assert "Worker 1 of 2 reads its rows of every batch" in outputs[1][1]
+    a = _tensors(_checkpoint(single, 30), ("model/",))
+    b = _tensors(_checkpoint(shared, 30), ("model/",))
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_allclose(b[k], a[k], rtol=2e-5, atol=2e-6, err_msg=k)
+    # Only the chief writes summaries, evaluation and kept checkpoints.
+    assert "held-out top-1" in outputs[0][0] and "held-out top-1" not in outputs[1][0]
+    assert not [f for f in os.listdir(os.path.join(shared, "checkpoints")) if "worker" in f]
+
+
+_OOM_SCRIPT = """
+import resource, sys
+from tfeff.config import load_config
+from tfeff.bin import common
+from tfeff.training import pretrain
+config = load_config(sys.argv[1], sys.argv[3:])
+status = [l for l in open('/proc/self/status') if l.startswith('VmSize')][0]
+address_space = int(status.split()[1]) * 1024 + 3 * 2 ** 30  # what is mapped now + 3 GiB
+resource.setrlimit(resource.RLIMIT_AS, (address_space, resource.RLIM_INFINITY))
+common.run_main(lambda: pretrain(config, sys.argv[2], verbose=0))
+"""
+
+
+def test_out_of_memory_is_reported_and_a_smaller_batch_resumes(data_dir, tmp_path):
+    """The address space is capped at 3 GiB more than the process maps after start-up;
+    a wide model then runs out of memory in its first step."""
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    wide = [*BASE, "model.units=16384", "train.steps=4", "train.checkpoint_every=2"]
+    oom = subprocess.run([sys.executable, "-c", _OOM_SCRIPT, DEMO, model_dir, *wide], cwd=REPO,
+                         env=ENV, capture_output=True, text=True, timeout=300)
+    assert oom.returncode == 1, oom.stderr[-3000:]
+    assert "out of memory at the configured batch size (OOM when allocating tensor" in oom.stderr
+    assert "rerun with a smaller data.batch_size" in oom.stderr
+    assert "no checkpoint was written yet" in oom.stderr
+    smaller = load_config(DEMO, wide + ["data.batch_size=2", "data.max_sequence_length=4",
+                                        "train.steps=2"])
+    assert pretrain(smaller, model_dir, verbose=0)["step"] == 2

@@ -1,0 +1,211 @@
+"""Input-pipeline throughput of every model family vs what training consumes.
+
+For each family the training input of `tfeff-pretrain` (the same functions
+and config values: read, tokenize, vocabulary lookup, fixed-vector gather,
+masking, batching, prefetch) runs alone on this machine and is timed in
+tokens per second (non-padding tokens of the batches). It is compared with
+
+* the **demo model's** consumption on this machine: the median step time of
+  its `train_step` on cached batches (no input work), measured side by side;
+  target: pipeline >= 10x the demo model's consumption;
+* the **paper-size model** on one accelerator, computed from FLOPs: a step
+  costs ~6 FLOPs per dense parameter per token (forward + backward), plus
+  the softmax over the vocabulary at predicted positions for MLM families;
+  the accelerator delivers `--accelerator_tflops` (default 200: an H100 in
+  bf16 at ~20% of its dense peak; LSTMs reach less, which only lowers what
+  they consume).
+
+    python tools/benchmark_pipeline.py [--work_dir runs/bench/pipeline] [--results F.md]
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tfeff import data as data_lib  # noqa: E402
+from tfeff.config import load_config  # noqa: E402
+from tfeff.training import bert_pretraining  # noqa: E402
+from tfeff.training import masked_elmo_pretraining  # noqa: E402
+from tfeff.training import pretraining  # noqa: E402
+from tfeff.training.optimizers import make_optimizer  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# family label -> (demo config, paper config)
+FAMILIES = {
+    "ELMo-C (fixed fastText in/out)": ("demo_elmo_c.yaml", "elmo_c.yaml"),
+    "ELMo-Sub (WordPiece, adaptive)": ("demo_elmo_sub.yaml", "elmo_sub.yaml"),
+    "BERT (MLM)": ("demo_bert.yaml", "bert_base.yaml"),
+    "Masked ELMo (MLM, TBPTT)": ("demo_masked_elmo.yaml", "masked_elmo.yaml"),
+}
+
+
+def _config(name, overrides=()):
+    return load_config(os.path.join(REPO, "configs", name), list(overrides))
+
+
+def _tokens(batch):
+    if isinstance(batch, tuple):
+        batch = batch[0]
+    if isinstance(batch, dict):
+        return int(tf.reduce_sum(tf.cast(batch["padding_mask"], tf.int64)))
+    return int(tf.math.count_nonzero(batch))
+
+
+def _family_setup(label, config, model_dir):
+    """`(input, batches, build_model)`: the timed input, the model's batches and its factory."""
+    d = config.data
+    if config.family == "elmo":
+        artifacts = pretraining.prepare_data(config, model_dir)
+        vocab = data_lib.Vocabulary.load(artifacts.vocabulary_path)
+        ds = data_lib.lm_dataset(
+            artifacts.train_files, artifacts.vocabulary_path, batch_size=d.batch_size,
+            max_sequence_length=d.max_sequence_length, shuffle_buffer=d.shuffle_buffer,
+            seed=0, repeat=True, drop_remainder=True,
+            wordpiece=d.tokenization == "wordpiece")
+        timed = ds
+        if artifacts.vectors_path:
+            # The model gathers the batch's fixed vectors from the host table: time it too.
+            table = tf.constant(data_lib.load_vocabulary_vectors(artifacts.vectors_path))
+            timed = ds.map(lambda ids: (ids, tf.gather(table, ids)),
+                           num_parallel_calls=tf.data.AUTOTUNE)
+        return timed, ds, lambda: pretraining.build_model(config, artifacts.vectors_path,
+                                                           len(vocab))
+    if config.family == "bert":
+        train_files, _, vocabulary_path = bert_pretraining.prepare_bert_data(config, model_dir)
+        size = len(data_lib.Vocabulary.load(vocabulary_path))
+        ds = bert_pretraining.bert_dataset(config, train_files, vocabulary_path, True, seed=0)
+        return ds, ds, lambda: bert_pretraining.build_bert(config, size)
+    documents, _, vocabulary_path, vectors_path = \
+        masked_elmo_pretraining.prepare_masked_elmo_data(config, model_dir)
+    size = len(data_lib.Vocabulary.load(vocabulary_path))
+    ds = masked_elmo_pretraining.masked_elmo_dataset(config, documents, size, True)
+    return ds, ds, lambda: masked_elmo_pretraining.build_masked_elmo(config, size, vectors_path)
+
+
+def pipeline_tokens_per_second(ds, batches, repeats):
+    rates = []
+    iterator = iter(ds)
+    for _ in range(3):
+        next(iterator)  # warm-up: tables, tracing, prefetch
+    for _ in range(repeats):
+        t0, tokens = time.perf_counter(), 0
+        for _ in range(batches):
+            tokens += _tokens(next(iterator))
+        rates.append(tokens / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+class _StepTimes(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.times = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.times.append(time.perf_counter() - self._t0)
+
+
+def model_tokens_per_second(config, build, ds, steps):
+    cached = list(ds.take(4))
+    tokens = statistics.mean(_tokens(b) for b in cached)
+    model = build()
+    model.build()
+    optimizer = make_optimizer(config.train, config.data.batch_size)
+    optimizer.build(model.trainable_variables)
+    model.compile(optimizer=optimizer, jit_compile=False)
+    x = tf.data.Dataset.from_tensor_slices(
+        tf.nest.map_structure(lambda *t: tf.stack(t), *cached)).repeat()
+    timer = _StepTimes()
+    model.fit(x, steps_per_epoch=steps + 3, epochs=1, verbose=0, callbacks=[timer])
+    return tokens / statistics.median(timer.times[3:])
+
+
+def paper_flops_per_token(config, work_dir):
+    """~6 x dense parameters (+ the MLM softmax at masked positions), per input token."""
+    d, m = config.data, config.model
+    if config.family == "elmo":
+        vectors = None
+        if d.tokenization != "wordpiece":
+            vectors = os.path.join(work_dir, "paper_table.npy")
+            np.save(vectors, np.zeros((16, config.fasttext.dim), np.float32))
+        model = pretraining.build_model(config, vectors, d.wordpiece_vocabulary_size)
+        vocabulary = d.wordpiece_vocabulary_size
+    elif config.family == "bert":
+        vocabulary = d.wordpiece_vocabulary_size
+        model = bert_pretraining.build_bert(config, vocabulary)
+    else:
+        vocabulary = d.wordpiece_vocabulary_size
+        model = masked_elmo_pretraining.build_masked_elmo(config, vocabulary)
+    model.build()
+    dense = sum(int(np.prod(v.shape)) for v in model.trainable_variables
+                if "embedding" not in v.path and "embeddings" not in v.path
+                and v.shape and np.prod(v.shape) and max(v.shape) != vocabulary)
+    flops = 6.0 * dense
+    if config.family in ("bert", "masked_elmo"):
+        width = getattr(m, "hidden_dim", None) or 2 * m.projection_dim
+        flops += 6.0 * width * vocabulary * d.mask_rate
+    elif m.output_layer not in ("continuous",):
+        # Softmax-like outputs over the vocabulary, both directions (adaptive: the head only).
+        width = m.projection_dim
+        flops += 2 * 6.0 * width * (m.adaptive_cutoffs[0] if m.adaptive_cutoffs else vocabulary)
+    return flops, dense
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--work_dir", default=None)
+    parser.add_argument("--results", default=None)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--accelerator_tflops", type=float, default=200.0)
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    args = parser.parse_args()
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="tfeff-pipeline-")
+    keras.utils.set_random_seed(0)
+    rows = []
+    for label in args.families.split(","):
+        demo_name, paper_name = FAMILIES[label]
+        config = _config(demo_name)
+        model_dir = os.path.join(work_dir, demo_name.replace(".yaml", ""))
+        os.makedirs(model_dir, exist_ok=True)
+        timed, ds, build = _family_setup(label, config, model_dir)
+        pipe = pipeline_tokens_per_second(timed, args.batches, args.repeats)
+        demo = model_tokens_per_second(config, build, ds, args.steps)
+        flops, dense = paper_flops_per_token(_config(paper_name), work_dir)
+        paper = args.accelerator_tflops * 1e12 / flops
+        rows.append((label, pipe, demo, pipe / demo, dense, paper, pipe / paper))
+        print(f"{label}: pipeline {pipe:,.0f} tok/s, demo model {demo:,.0f} tok/s "
+              f"({pipe / demo:.1f}x); paper model {paper:,.0f} tok/s ({pipe / paper:.2f}x)",
+              flush=True)
+    lines = [
+        f"Input pipeline vs training consumption ({os.cpu_count()} CPU cores for the "
+        f"pipeline; paper models at {args.accelerator_tflops:g} effective TFLOP/s)",
+        "",
+        "| family | pipeline tok/s | demo model tok/s (this CPU) | headroom | paper dense "
+        "params | paper model tok/s (1 accelerator) | headroom |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, pipe, demo, h1, dense, paper, h2 in rows:
+        lines.append(f"| {label} | {pipe:,.0f} | {demo:,.0f} | {h1:.1f}x | {dense / 1e6:.1f}M "
+                     f"| {paper:,.0f} | {h2:.2f}x |")
+    table = "\n".join(lines)
+    print(table)
+    if args.results:
+        os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+        with open(args.results, "w", encoding="utf-8") as f:
+            f.write(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
