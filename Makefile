@@ -43,7 +43,8 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 # Output-layer speed/memory table at a reduced size (minutes; see README for the full run),
 # the ALONE reconstruction experiment at full size, the ALONE lookup benchmark and the
 # CoRe benchmark (relaxed vs standard layers; two-phase vs standard demo pretraining) and
-# the MaskedBiLSTM benchmark (portable vs RNN cell vs plain LSTM; cuDNN on a GPU) and the
+# the MaskedBiLSTM benchmark (portable vs RNN cell vs plain LSTM; cuDNN on a GPU), the
+# input-pipeline throughput of every family against the training step's consumption, and the
 # feature-based evaluation of every demo model (pre-trains them on one synthetic language,
 # about 30 minutes; finished runs in runs/features are reused).
 bench: $(VENV)/.installed-bench
@@ -52,6 +53,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) tools/benchmark_alone.py --results runs/bench/alone_lookup.md
 	$(PY) tools/benchmark_core.py --results_dir runs/bench
 	$(PY) tools/benchmark_lstm.py --results runs/bench/lstm.md
+	$(PY) tools/benchmark_pipeline.py --work_dir runs/bench/pipeline --results runs/bench/pipeline.md
 	$(PY) tools/evaluate_features.py --demo --work_dir runs/features --results runs/bench/features.md
 
 clean:

@@ -1,9 +1,5 @@
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -67,41 +63,6 @@ def test_fasttext_dimension_mismatch_is_reported(trained_dir, tmp_path):
                                      "fasttext.dim=300"])
     with pytest.raises(ValueError, match="dimension 64.*fasttext.dim"):
         pretrain(cfg, str(tmp_path / "m"), verbose=0)
-
-
-def _pretrain_cmd(model_dir, steps):
-    return [sys.executable, "-m", "tfeff.bin.pretrain", "--config", DEMO, "--model_dir", model_dir,
-            *sum((["--override", o] for o in SMALL[:4] + [
-                f"train.steps={steps}", "train.checkpoint_every=20", "train.warmup_steps=5",
-                "train.validation_steps=1", "eval.max_targets=200", "model.units=32"]), [])]
-
-
-def test_killed_run_resumes_at_saved_step_and_exports(tmp_path):
-    model_dir = str(tmp_path / "m")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.Popen(_pretrain_cmd(model_dir, 100000), cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ckpt_dir = os.path.join(model_dir, "checkpoints")
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        if os.path.exists(ckpt_dir) and any(f.startswith("ckpt-40.") for f in os.listdir(ckpt_dir)):
-            break
-        time.sleep(0.5)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    import tensorflow as tf
-    saved = int(tf.train.latest_checkpoint(ckpt_dir).rsplit("-", 1)[-1])
-    assert saved >= 40
-    done = subprocess.run(_pretrain_cmd(model_dir, saved + 20), cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert f"starting at step {saved} of {saved + 20}" in done.stderr
-    assert tf.train.latest_checkpoint(ckpt_dir).endswith(f"-{saved + 20}")
-    exported = subprocess.run(
-        [sys.executable, "-m", "tfeff.bin.export", "--model_dir", model_dir, "--output",
-         str(tmp_path / "export")], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    assert f"exported step {saved + 20}" in exported.stdout
 
 
 VARIANT_STEPS = [

@@ -201,7 +201,9 @@ def select_checkpoint(directory, fallback=False):
             f"parsed: {_message(e)}") from e
     if state is None:
         return None, set()
-    candidates = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+    # The names only: a copied or moved model directory still lists its old paths.
+    candidates = [os.path.join(directory, os.path.basename(p)) for p in
+                  (list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path])]
     candidates = sorted(set(candidates), key=checkpoint_step, reverse=True)
     errors = []
     for prefix in candidates:
@@ -220,6 +222,24 @@ def select_checkpoint(directory, fallback=False):
             logging.warning("Falling back to %s", prefix)
         return prefix, names
     raise CheckpointError(f"no readable checkpoint in {directory}: " + "; ".join(errors))
+
+
+def _relative_checkpoint_state(directory):
+    """Rewrites the `checkpoint` index with names relative to `directory`.
+
+    `tf.train.CheckpointManager` records absolute paths; in a copied or moved
+    model directory they point at the old place, where the manager would then
+    delete old checkpoints. Relative names keep the directory self-contained.
+    """
+    try:
+        state = tf.train.get_checkpoint_state(directory)
+    except (tf.errors.OpError, ValueError):
+        return  # select_checkpoint reports it
+    if state is None or not os.path.isabs(state.model_checkpoint_path):
+        return
+    tf.compat.v1.train.update_checkpoint_state(
+        directory, os.path.basename(state.model_checkpoint_path),
+        [os.path.basename(p) for p in state.all_model_checkpoint_paths])
 
 
 # ------------------------------------------------------------------ callbacks
@@ -303,6 +323,9 @@ class ResumableTraining:
         with tf.init_scope():
             self.position = tf.Variable(0, dtype=tf.int64, trainable=False,
                                         name="data_position")
+            # The position the saved iterator's pipeline was built at (its skip is
+            # part of the iterator's structure, which a restore must rebuild).
+            self.origin = tf.Variable(0, dtype=tf.int64, trainable=False, name="data_origin")
         weights = {id(v) for v in model.weights}
         rng = {f"{i:03d}.{v.path.replace('/', '.')}": v
                for i, v in enumerate(v for v in model.variables if id(v) not in weights
@@ -310,9 +333,12 @@ class ResumableTraining:
         self.checkpoint = checkpoints.make_checkpoint(model, optimizer)
         self.checkpoint.rng = rng
         self.checkpoint.data_position = self.position
+        self.checkpoint.data_origin = self.origin
         # Every worker saves (TensorFlow's rule); only the chief's copy is kept.
         save_dir = directory if self.info.is_chief else os.path.join(
             directory, f".worker-{self.info.index}")
+        if self.info.is_chief:
+            _relative_checkpoint_state(directory)
         self.manager = tf.train.CheckpointManager(self.checkpoint, save_dir,
                                                   max_to_keep=max_to_keep)
         self.restored = None
@@ -330,8 +356,8 @@ class ResumableTraining:
         # position are restored where the checkpoint has them (a CoRe conversion
         # writes no seed states).
         checkpoints.restore(checkpoints.make_checkpoint(self.model, self.optimizer), prefix)
-        tf.train.Checkpoint(rng=self.checkpoint.rng,
-                            data_position=self.position).restore(prefix).expect_partial()
+        tf.train.Checkpoint(rng=self.checkpoint.rng, data_position=self.position,
+                            data_origin=self.origin).restore(prefix).expect_partial()
         self.restored, self._restored_names = prefix, names
         logging.info("Restored %s (input position %d)", prefix, int(self.position.numpy()))
         return int(keras.ops.convert_to_numpy(self.optimizer.iterations))
@@ -376,10 +402,11 @@ class ResumableTraining:
                     build, "checkpointable", True):
                 if any(n.startswith(_ITERATOR_STATE_PREFIX) for n in self._restored_names):
                     self._restore_iterator = True
-                    return build(0, None)
+                    return build(int(self.origin.numpy()), None)
             if position and getattr(build, "checkpointable", True):
                 logging.info("Skipping %d batches to reach the checkpointed input position "
-                             "(this strategy cannot save tf.data iterator state)", position)
+                             "(no saved tf.data iterator state to restore)", position)
+            self.origin.assign(position)
             return build(position, None)
         by_files = num_files is not None and num_files >= info.num_workers
         logging.info("Worker %d of %d reads %s", info.index, info.num_workers,
@@ -410,8 +437,15 @@ class ResumableTraining:
                 if self._save_iterator and isinstance(iterator, tf.data.Iterator):
                     self.checkpoint.iterator = iterator
                     if getattr(self, "_restore_iterator", False):
-                        status = tf.train.Checkpoint(iterator=iterator).restore(self.restored)
-                        status.expect_partial()
+                        try:
+                            tf.train.Checkpoint(iterator=iterator).restore(
+                                self.restored).expect_partial()
+                        except tf.errors.OpError as e:
+                            raise CheckpointError(
+                                f"the input iterator saved in {self.restored} does not fit "
+                                f"this input pipeline ({_detail(e)}): the input code changed since "
+                                "it was saved; resume with the tfeff version that wrote it, or "
+                                "start a new model_dir.") from e
                         logging.info("Restored the input iterator of %s", self.restored)
             logs = train_function(iterator)
             self.position.assign_add(self.model.steps_per_execution or 1)
