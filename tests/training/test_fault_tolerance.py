@@ -28,7 +28,7 @@ from tfeff.training import pretrain
 from tfeff.training.pretraining import prepare_data, resolve_config
 
 DEMO = os.path.join(REPO, "configs", "demo_elmo_c.yaml")
-STEPS = 80
+STEPS = 60
 BASE = [
     "data.synthetic.num_train_sentences=3000",
     "data.synthetic.num_heldout_sentences=200",
@@ -156,26 +156,26 @@ def test_corrupted_checkpoint_is_named_and_fallback_resumes_exactly(data_dir, re
                                                                     tmp_path):
     model_dir = _copy_data(data_dir, str(tmp_path / "m"))
     shutil.copytree(os.path.join(reference, "checkpoints"), os.path.join(model_dir, "checkpoints"))
-    for step in (70, 80):
+    for step in (50, 60):
         os.remove(_checkpoint(model_dir, step) + ".index")
         os.remove(_checkpoint(model_dir, step) + ".data-00000-of-00001")
     tf.compat.v1.train.update_checkpoint_state(
-        os.path.join(model_dir, "checkpoints"), _checkpoint(model_dir, 60),
-        [_checkpoint(model_dir, s) for s in (40, 50, 60)])
-    data = _checkpoint(model_dir, 60) + ".data-00000-of-00001"
+        os.path.join(model_dir, "checkpoints"), _checkpoint(model_dir, 40),
+        [_checkpoint(model_dir, s) for s in (20, 30, 40)])
+    data = _checkpoint(model_dir, 40) + ".data-00000-of-00001"
     size = os.path.getsize(data)
     with open(data, "r+b") as f:
         f.truncate(size // 2)
 
     refused = _run(model_dir)
     assert refused.returncode == 1
-    assert f"checkpoint {_checkpoint(model_dir, 60)}" in refused.stderr
+    assert f"checkpoint {_checkpoint(model_dir, 40)}" in refused.stderr
     assert "corrupted or truncated" in refused.stderr and "--restore_fallback" in refused.stderr
     assert os.path.getsize(data) == size // 2  # nothing was overwritten
 
     done = _run(model_dir, "--restore_fallback")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"Restored {_checkpoint(model_dir, 50)}" in done.stderr
+    assert f"Restored {_checkpoint(model_dir, 30)}" in done.stderr
     _assert_bit_identical(_checkpoint(model_dir, STEPS), _checkpoint(reference, STEPS))
 
 

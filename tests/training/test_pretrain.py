@@ -74,7 +74,10 @@ VARIANT_STEPS = [
 ]
 
 
-@pytest.mark.parametrize("variant", ["a", "sampled", "fixed", "sub", "alone"])
+# fixed, sub and alone (about 2.5 minutes together) are `slow`: the default suite has to fit
+# 15 minutes on 2 cores. Their models also train, briefly, in the export and feature tests.
+@pytest.mark.parametrize("variant", ["a", "sampled", *(
+    pytest.param(v, marks=pytest.mark.slow) for v in ("fixed", "sub", "alone"))])
 def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_dir, tmp_path):
     """Every demo_elmo_*.yaml trains (loss falls) and beats the unigram baseline.
 
