@@ -7,6 +7,7 @@ and a small ELMo-C; each test copies the data into a fresh model directory. With
 checked bit for bit.
 """
 
+import json
 import os
 import random
 import resource
@@ -293,22 +294,14 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_two_workers_equal_one_process_on_the_same_global_batch(data_dir, tmp_path):
-    """Two MultiWorkerMirroredStrategy workers on loopback, rows of each global batch split
-    between them, end with the weights of one process on the same global batch."""
-    no_dropout = ["model.dropout_rate=0", "train.steps=30"]  # dropout masks depend on the split
-    single = _copy_data(data_dir, str(tmp_path / "single"))
-    done = _run(single, overrides=no_dropout)
-    assert done.returncode == 0, done.stderr[-3000:]
-
-    shared = _copy_data(data_dir, str(tmp_path / "shared"))
+def _two_workers(model_dir, overrides):
     cluster = {"worker": [f"localhost:{_free_port()}", f"localhost:{_free_port()}"]}
     workers = []
     for index in range(2):
-        env = dict(ENV, TF_CONFIG=__import__("json").dumps(
+        env = dict(ENV, TF_CONFIG=json.dumps(
             {"cluster": cluster, "task": {"type": "worker", "index": index}}))
         workers.append(subprocess.Popen(
-            _command(shared, "--strategy", "multi_worker", overrides=no_dropout), cwd=REPO,
+            _command(model_dir, "--strategy", "multi_worker", overrides=overrides), cwd=REPO,
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = []
     try:
@@ -319,6 +312,36 @@ def test_two_workers_equal_one_process_on_the_same_global_batch(data_dir, tmp_pa
             proc.kill()
     for proc, (_, stderr) in zip(workers, outputs):
         assert proc.returncode == 0, stderr[-3000:]
+    return outputs
+
+
+@pytest.mark.slow
+def test_two_workers_read_their_own_files_when_there_are_enough(data_dir, tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    lines = open(os.path.join(data_dir, "corpus", "train.txt"), encoding="utf-8").readlines()
+    for i in range(4):
+        (shards / f"part-{i}.txt").write_text("".join(lines[i::4]), encoding="utf-8")
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    outputs = _two_workers(model_dir, [
+        "data.synthetic=null", f"data.train_files={shards}/part-*.txt",
+        f"data.heldout_files={model_dir}/corpus/heldout.txt", "train.steps=20"])
+    for index, (_, stderr) in enumerate(outputs):
+        assert f"Worker {index} of 2 reads its share of the files" in stderr
+    weights = _tensors(_checkpoint(model_dir, 20), ("model/",))
+    assert all(np.isfinite(w).all() for w in weights.values())
+
+
+def test_two_workers_equal_one_process_on_the_same_global_batch(data_dir, tmp_path):
+    """Two MultiWorkerMirroredStrategy workers on loopback, rows of each global batch split
+    between them, end with the weights of one process on the same global batch."""
+    no_dropout = ["model.dropout_rate=0", "train.steps=30"]  # dropout masks depend on the split
+    single = _copy_data(data_dir, str(tmp_path / "single"))
+    done = _run(single, overrides=no_dropout)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    shared = _copy_data(data_dir, str(tmp_path / "shared"))
+    outputs = _two_workers(shared, no_dropout)
     assert "Worker 1 of 2 reads its rows of every batch" in outputs[1][1]
     a = _tensors(_checkpoint(single, 30), ("model/",))
     b = _tensors(_checkpoint(shared, 30), ("model/",))
@@ -332,7 +355,7 @@ def test_two_workers_equal_one_process_on_the_same_global_batch(data_dir, tmp_pa
 
 _OOM_SCRIPT = """
 import resource, sys
-from tfeff.config import ConfigError, load_config
+from tfeff.config import load_config
 from tfeff.bin import common
 from tfeff.training import pretrain
 config = load_config(sys.argv[1], sys.argv[3:])
