@@ -38,12 +38,12 @@ from tfeff.training import pretraining  # noqa: E402
 from tfeff.training.optimizers import make_optimizer  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# family label -> (demo config, paper config)
+# family -> (label, demo config, paper config)
 FAMILIES = {
-    "ELMo-C (fixed fastText in/out)": ("demo_elmo_c.yaml", "elmo_c.yaml"),
-    "ELMo-Sub (WordPiece, adaptive)": ("demo_elmo_sub.yaml", "elmo_sub.yaml"),
-    "BERT (MLM)": ("demo_bert.yaml", "bert_base.yaml"),
-    "Masked ELMo (MLM, TBPTT)": ("demo_masked_elmo.yaml", "masked_elmo.yaml"),
+    "elmo_c": ("ELMo-C (fixed fastText in/out)", "demo_elmo_c.yaml", "elmo_c.yaml"),
+    "elmo_sub": ("ELMo-Sub (WordPiece, adaptive)", "demo_elmo_sub.yaml", "elmo_sub.yaml"),
+    "bert": ("BERT (MLM)", "demo_bert.yaml", "bert_base.yaml"),
+    "masked_elmo": ("Masked ELMo (MLM, TBPTT)", "demo_masked_elmo.yaml", "masked_elmo.yaml"),
 }
 
 
@@ -59,7 +59,7 @@ def _tokens(batch):
     return int(tf.math.count_nonzero(batch))
 
 
-def _family_setup(label, config, model_dir):
+def _family_setup(config, model_dir):
     """`(input, batches, build_model)`: the timed input, the model's batches and its factory."""
     d = config.data
     if config.family == "elmo":
@@ -174,12 +174,12 @@ def main():
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="tfeff-pipeline-")
     keras.utils.set_random_seed(0)
     rows = []
-    for label in args.families.split(","):
-        demo_name, paper_name = FAMILIES[label]
+    for family in args.families.split(","):
+        label, demo_name, paper_name = FAMILIES[family]
         config = _config(demo_name)
         model_dir = os.path.join(work_dir, demo_name.replace(".yaml", ""))
         os.makedirs(model_dir, exist_ok=True)
-        timed, ds, build = _family_setup(label, config, model_dir)
+        timed, ds, build = _family_setup(config, model_dir)
         pipe = pipeline_tokens_per_second(timed, args.batches, args.repeats)
         demo = model_tokens_per_second(config, build, ds, args.steps)
         flops, dense = paper_flops_per_token(_config(paper_name), work_dir)
