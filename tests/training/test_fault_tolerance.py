@@ -226,7 +226,8 @@ def test_full_disk_keeps_the_previous_checkpoint_and_resumes(data_dir, reference
 def test_unwritable_model_dir_is_reported(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises(fault_tolerance.TrainingError, match=f"model_dir {blocker}/m is not writable"):
+    with pytest.raises(fault_tolerance.TrainingError,
+                       match=f"model_dir {blocker}/m is not writable"):
         pretrain(load_config(DEMO, BASE), str(blocker / "m"), verbose=0)
 
 
@@ -261,17 +262,21 @@ def test_nan_loss_stops_at_the_step_or_is_skipped(data_dir, tmp_path):
     assert all(np.isfinite(w).all() for w in weights.values())
 
 
-def test_missing_corpus_shard_mid_run_is_reported(data_dir, tmp_path):
+def _sharded(data_dir, tmp_path, num_shards):
+    """A model dir whose config overrides read the training corpus as `num_shards` files."""
     shards = tmp_path / "shards"
     shards.mkdir()
     lines = open(os.path.join(data_dir, "corpus", "train.txt"), encoding="utf-8").readlines()
-    for i in range(6):
-        (shards / f"part-{i}.txt").write_text("".join(lines[i::6]), encoding="utf-8")
+    for i in range(num_shards):
+        (shards / f"part-{i}.txt").write_text("".join(lines[i::num_shards]), encoding="utf-8")
     model_dir = _copy_data(data_dir, str(tmp_path / "m"))
-    config = load_config(DEMO, BASE + [
-        "data.synthetic=null", f"data.train_files={shards}/part-*.txt",
-        f"data.heldout_files={model_dir}/corpus/heldout.txt", "data.shuffle_buffer=64",
-        "train.steps=300"])
+    return model_dir, shards, ["data.synthetic=null", f"data.train_files={shards}/part-*.txt",
+                               f"data.heldout_files={model_dir}/corpus/heldout.txt"]
+
+
+def test_missing_corpus_shard_mid_run_is_reported(data_dir, tmp_path):
+    model_dir, shards, overrides = _sharded(data_dir, tmp_path, 6)
+    config = load_config(DEMO, BASE + overrides + ["data.shuffle_buffer=64", "train.steps=300"])
 
     import keras
 
@@ -317,15 +322,8 @@ def _two_workers(model_dir, overrides):
 
 @pytest.mark.slow
 def test_two_workers_read_their_own_files_when_there_are_enough(data_dir, tmp_path):
-    shards = tmp_path / "shards"
-    shards.mkdir()
-    lines = open(os.path.join(data_dir, "corpus", "train.txt"), encoding="utf-8").readlines()
-    for i in range(4):
-        (shards / f"part-{i}.txt").write_text("".join(lines[i::4]), encoding="utf-8")
-    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
-    outputs = _two_workers(model_dir, [
-        "data.synthetic=null", f"data.train_files={shards}/part-*.txt",
-        f"data.heldout_files={model_dir}/corpus/heldout.txt", "train.steps=20"])
+    model_dir, _, overrides = _sharded(data_dir, tmp_path, 4)
+    outputs = _two_workers(model_dir, overrides + ["train.steps=20"])
     for index, (_, stderr) in enumerate(outputs):
         assert f"Worker {index} of 2 reads its share of the files" in stderr
     weights = _tensors(_checkpoint(model_dir, 20), ("model/",))

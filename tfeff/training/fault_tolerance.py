@@ -290,10 +290,10 @@ class NonFiniteCallback(keras.callbacks.Callback):
         step = int(self.optimizer.last_non_finite_step.numpy())
         if self.on_nan == "stop":
             latest = self.latest_checkpoint()
+            last = f"the last checkpoint is {latest}" if latest else "there is no checkpoint yet"
             raise NonFiniteLossError(
                 f"the loss or its gradients are NaN/Inf at step {step}: the update was not "
-                f"applied and training stopped without a checkpoint of that step; "
-                f"{'the last checkpoint is ' + latest if latest else 'there is no checkpoint yet'}. "
+                f"applied and training stopped without a checkpoint of that step; {last}. "
                 "Rerun with --on_nan=skip (train.on_nan: skip) to skip such batches.")
         logging.warning("Skipped %d update(s) with NaN/Inf loss or gradients (last at step %d; "
                         "%d so far)", new, step, count)
@@ -348,7 +348,7 @@ class ResumableTraining:
     # -- restore / save
 
     def restore(self, fallback=False):
-        """Restores the newest readable checkpoint (see `select_checkpoint`); returns its step or 0."""
+        """Restores the newest readable checkpoint (`select_checkpoint`); returns its step or 0."""
         prefix, names = select_checkpoint(self.directory, fallback)
         if prefix is None:
             return 0
@@ -376,12 +376,12 @@ class ResumableTraining:
             path = self.manager.save(checkpoint_number=step)
         except (OSError, tf.errors.OpError) as e:
             previous = self.latest_checkpoint()
+            kept = (f"The previous checkpoint {previous} is intact" if previous
+                    else "No checkpoint was written")
             raise TrainingError(
                 f"could not write the checkpoint of step {step} to {self.directory}: "
-                f"{_message(e)}. "
-                f"{'The previous checkpoint ' + previous + ' is intact' if previous else 'No checkpoint was written'}; "
-                "free space (or fix the directory) and rerun the same command to resume."
-            ) from e
+                f"{_detail(e)}. {kept}; free space (or fix the directory) and rerun the same "
+                "command to resume.") from e
         if not self.info.is_chief:
             tf.io.gfile.rmtree(os.path.dirname(path))
         return path
@@ -443,9 +443,9 @@ class ResumableTraining:
                         except tf.errors.OpError as e:
                             raise CheckpointError(
                                 f"the input iterator saved in {self.restored} does not fit "
-                                f"this input pipeline ({_detail(e)}): the input code changed since "
-                                "it was saved; resume with the tfeff version that wrote it, or "
-                                "start a new model_dir.") from e
+                                f"this input pipeline ({_detail(e)}): the input code changed "
+                                "since it was saved; resume with the tfeff version that wrote "
+                                "it, or start a new model_dir.") from e
                         logging.info("Restored the input iterator of %s", self.restored)
             logs = train_function(iterator)
             self.position.assign_add(self.model.steps_per_execution or 1)
@@ -453,8 +453,8 @@ class ResumableTraining:
 
         return wrapped
 
-    def fit(self, build, stop_step, *, global_batch_size, num_files=None, every, on_nan="stop", callbacks=(),
-            validation_data=None, validation_steps=None, verbose="auto"):
+    def fit(self, build, stop_step, *, global_batch_size, num_files=None, every, on_nan="stop",
+            callbacks=(), validation_data=None, validation_steps=None, verbose="auto"):
         """Trains to `stop_step` (saving every `every` steps); returns `(history, preempted)`.
 
         Args:
@@ -475,7 +475,7 @@ class ResumableTraining:
         start = self.step
         if start >= stop_step:
             return {}, False
-        self._restore_iterator = False
+        self._restore_iterator, self._iterator = False, None
         self._save_iterator = getattr(build, "checkpointable", True)
         x = self._input(build, num_files, global_batch_size)
         if validation_data is not None and self.info.num_workers > 1:

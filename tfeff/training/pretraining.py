@@ -401,8 +401,9 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
 
     def build(position, file_shard):
         files_, batch_size = train_files, config.data.batch_size
-        if file_shard:
-            files_, batch_size = train_files[file_shard[1]::file_shard[0]], batch_size // file_shard[0]
+        if file_shard:  # (num_workers, index): this worker's files and rows
+            files_ = train_files[file_shard[1]::file_shard[0]]
+            batch_size //= file_shard[0]
         return data_lib.lm_dataset(
             files_, artifacts.vocabulary_path, batch_size=batch_size,
             max_sequence_length=config.data.max_sequence_length,
