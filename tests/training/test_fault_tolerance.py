@@ -40,7 +40,7 @@ BASE = [
     "train.checkpoint_every=10",
     "train.keep_checkpoints=20",
     "train.warmup_steps=5",
-    "train.validation_steps=1",
+    "train.validation_steps=0",
     "eval.max_targets=100",
 ]
 DATA_FILES = ("corpus", "vocabulary.txt", "fasttext.bin", "vocabulary_vectors.npy",
