@@ -142,19 +142,21 @@ def restore_bert(model_dir, config=None, strategy=None, with_optimizer=False):
     return model, optimizer, step, config
 
 
-def save_converted(standard, config, model_dir, step, position=0):
+def save_converted(standard, config, model_dir, step, position=0, directory=None):
     """Writes `standard` at `step` (fresh optimizer, step counter kept) to `model_dir/checkpoints`.
 
     `position` is the coarse phase's input position: the refined phase reads on
-    from there instead of replaying the coarse phase's batches.
+    from there instead of replaying the coarse phase's batches. `directory`
+    replaces `model_dir/checkpoints` (a multi-worker run's non-chief copy).
     """
     optimizer = make_optimizer(config.train, config.data.batch_size)
     optimizer.build(standard.trainable_variables)
     optimizer.iterations.assign(step)
     checkpoint = checkpoints.make_checkpoint(standard, optimizer)
-    checkpoint.data_position = tf.Variable(position, dtype=tf.int64, trainable=False)
+    with tf.init_scope():
+        checkpoint.data_position = tf.Variable(position, dtype=tf.int64, trainable=False)
     manager = tf.train.CheckpointManager(
-        checkpoint, _path(model_dir, pretraining.CHECKPOINT_DIR),
+        checkpoint, directory or _path(model_dir, pretraining.CHECKPOINT_DIR),
         max_to_keep=config.train.keep_checkpoints,
     )
     return manager.save(checkpoint_number=step)
@@ -290,7 +292,6 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
         if info.is_chief:
             prepare_coarse()
         switch = _read_json(switch_path)
-        position = None
         if switch is None:
             core = config.core
             stopper = (PlateauStopper(core.plateau_window, core.plateau_patience,
@@ -313,10 +314,15 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
                     f"{coarse_dir}: the latest checkpoint is at step {step} but "
                     f"{SWITCH_FILE} says the coarse phase ended at {switch['switch_step']}")
         with strategy.scope():
+            # Every worker builds and saves (its variables are created collectively);
+            # only the chief's copy is kept.
             standard = merge_relaxed_bert(relaxed_model)
-            if info.is_chief:
-                save_converted(standard, config, model_dir, switch["switch_step"],
-                               switch.get("position", 0))
+            scratch = None if info.is_chief else _path(
+                model_dir, pretraining.CHECKPOINT_DIR, f".worker-{info.index}")
+            save_converted(standard, config, model_dir, switch["switch_step"],
+                           switch.get("position", 0), directory=scratch)
+            if scratch:
+                tf.io.gfile.rmtree(scratch)
         fault_tolerance.barrier(strategy)
         if info.is_chief:
             writer = tf.summary.create_file_writer(log_dir)

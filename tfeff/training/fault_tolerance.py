@@ -491,6 +491,10 @@ class ResumableTraining:
                 self.model.train_step, self.strategy, steps)
             self.model.test_function = _cross_worker_function(
                 self.model.test_step, self.strategy, 1)
+            # Keras' pre-fit symbolic build peeks at a batch and reduces it with
+            # strategy.reduce, which fails on dict batches under this strategy; the
+            # model and optimizer are built already, so there is nothing to build.
+            self.model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
         else:
             self.model.make_train_function()
         self.model.train_function = self._capture(self.model.train_function)
