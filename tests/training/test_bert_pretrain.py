@@ -178,3 +178,18 @@ def test_embedder_export_reproduces_the_relaxed_model(core_run, tmp_path):
                                     lower_case=config.data.lower_case,
                                     max_tokens=config.data.max_sequence_length - 2)
     assert loaded.signatures["embed"](sentences=tf.constant(["a"]))["layers"].shape[1] == 3
+
+
+def test_batch_size_is_frozen_once_the_coarse_phase_has_a_checkpoint(core_run, tmp_path):
+    """The batch may change before the first checkpoint (e.g. after running out of memory);
+    a coarse-phase checkpoint counts, though the refined phase has none yet."""
+    from tfeff.config import ConfigError
+    from tfeff.training.pretraining import resolve_config
+
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(core_run[0], model_dir)
+    shutil.rmtree(os.path.join(model_dir, "checkpoints"))
+    with pytest.raises(ConfigError, match="data.batch_size: 16 -> 8"):
+        resolve_config(load_config(CORE, TINY + ["data.batch_size=8"]), model_dir)
+    shutil.rmtree(os.path.join(model_dir, "coarse", "checkpoints"))
+    resolve_config(load_config(CORE, TINY + ["data.batch_size=8"]), model_dir)

@@ -246,7 +246,10 @@ def resolve_config(config, model_dir):
         diffs = _differences(
             {k: saved_dict.get(k) for k in frozen}, {k: new_dict.get(k) for k in frozen},
         )
-        if tf.train.latest_checkpoint(_path(model_dir, CHECKPOINT_DIR)) is None:
+        # Any checkpoint counts, also a two-phase run's coarse/checkpoints.
+        written = tf.io.gfile.glob(os.path.join(model_dir, CHECKPOINT_DIR, "ckpt-*.index")) + \
+            tf.io.gfile.glob(os.path.join(model_dir, "*", CHECKPOINT_DIR, "ckpt-*.index"))
+        if not written:
             diffs = [d for d in diffs if d.split(":")[0] not in _BEFORE_FIRST_CHECKPOINT]
         if diffs:
             raise config_lib.ConfigError(
