@@ -61,15 +61,11 @@ def _tokens(batch):
 
 def _family_setup(config, model_dir):
     """`(input, batches, build_model)`: the timed input, the model's batches and its factory."""
-    d = config.data
     if config.family == "elmo":
         artifacts = pretraining.prepare_data(config, model_dir)
         vocab = data_lib.Vocabulary.load(artifacts.vocabulary_path)
-        ds = data_lib.lm_dataset(
-            artifacts.train_files, artifacts.vocabulary_path, batch_size=d.batch_size,
-            max_sequence_length=d.max_sequence_length, shuffle_buffer=d.shuffle_buffer,
-            seed=0, repeat=True, drop_remainder=True,
-            wordpiece=d.tokenization == "wordpiece")
+        ds = pretraining.train_dataset(config, artifacts,
+                                       data_lib.resolve_files(artifacts.train_files))
         timed = ds
         if artifacts.vectors_path:
             # The model gathers the batch's fixed vectors from the host table: time it too.

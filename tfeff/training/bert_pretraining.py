@@ -264,10 +264,8 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
     train_list = data_lib.resolve_files(train_files)
 
     def build(position, file_shard):
-        files_, batch_size = train_list, config.data.batch_size
-        if file_shard:
-            files_ = train_list[file_shard[1]::file_shard[0]]
-            batch_size //= file_shard[0]
+        files_, batch_size = fault_tolerance.shard_files(train_list, config.data.batch_size,
+                                                         file_shard)
         return bert_dataset(config, files_, vocabulary_path, True, seed=config.train.seed,
                             batch_size=batch_size).skip(position)
 

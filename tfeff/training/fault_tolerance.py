@@ -142,6 +142,18 @@ def chief_first(strategy, fn):
     return fn()
 
 
+def shard_files(files, batch_size, file_shard):
+    """`(files, batch_size)` of one worker: every `num`-th file from `index`, its rows.
+
+    `file_shard` is `None` (all files, the global batch) or `(num_workers, index)`,
+    as `ResumableTraining.fit` passes it to a pipeline's `build`.
+    """
+    if not file_shard:
+        return files, batch_size
+    num, index = file_shard
+    return files[index::num], batch_size // num
+
+
 def _slice_rows(batch, start, size):
     return tf.nest.map_structure(lambda t: t[start:start + size], batch)
 
@@ -398,12 +410,11 @@ class ResumableTraining:
         position = int(self.position.numpy())
         info = self.info
         if info.num_workers == 1:
-            if self.strategy.num_replicas_in_sync == 1 and getattr(
-                    build, "checkpointable", True):
+            if self.strategy.num_replicas_in_sync == 1 and self._save_iterator:
                 if any(n.startswith(_ITERATOR_STATE_PREFIX) for n in self._restored_names):
                     self._restore_iterator = True
                     return build(int(self.origin.numpy()), None)
-            if position and getattr(build, "checkpointable", True):
+            if position and self._save_iterator:
                 logging.info("Skipping %d batches to reach the checkpointed input position "
                              "(no saved tf.data iterator state to restore)", position)
             self.origin.assign(position)
@@ -436,7 +447,7 @@ class ResumableTraining:
                 self._iterator = iterator
                 if self._save_iterator and isinstance(iterator, tf.data.Iterator):
                     self.checkpoint.iterator = iterator
-                    if getattr(self, "_restore_iterator", False):
+                    if self._restore_iterator:
                         try:
                             tf.train.Checkpoint(iterator=iterator).restore(
                                 self.restored).expect_partial()

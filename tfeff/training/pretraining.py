@@ -291,7 +291,8 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
     Returns:
         `(model, optimizer_or_None, step)`.
     """
-    latest = tf.train.latest_checkpoint(_path(model_dir, CHECKPOINT_DIR))
+    # The same choice as training's restore: checksummed, names relative to model_dir.
+    latest, _ = fault_tolerance.select_checkpoint(_path(model_dir, CHECKPOINT_DIR))
     if latest is None:
         raise FileNotFoundError(f"{model_dir} has no checkpoint yet: run tfeff-pretrain first")
     strategy = strategy or tf.distribute.get_strategy()
@@ -303,7 +304,7 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
             optimizer = make_optimizer(config.train, config.data.batch_size)
             optimizer.build(model.trainable_variables)
         checkpoints.restore(checkpoints.make_checkpoint(model, optimizer), latest)
-    return model, optimizer, int(latest.rsplit("-", 1)[-1])
+    return model, optimizer, fault_tolerance.checkpoint_step(latest)
 
 
 def start_run(config, model_dir, strategy, devices, prepare):
@@ -403,17 +404,7 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
     train_files = data_lib.resolve_files(artifacts.train_files)
 
     def build(position, file_shard):
-        files_, batch_size = train_files, config.data.batch_size
-        if file_shard:  # (num_workers, index): this worker's files and rows
-            files_ = train_files[file_shard[1]::file_shard[0]]
-            batch_size //= file_shard[0]
-        return data_lib.lm_dataset(
-            files_, artifacts.vocabulary_path, batch_size=batch_size,
-            max_sequence_length=config.data.max_sequence_length,
-            shuffle_buffer=config.data.shuffle_buffer, seed=train_cfg.seed,
-            repeat=True, on_invalid_utf8=config.data.on_invalid_utf8,
-            drop_remainder=True, wordpiece=wordpiece_input,
-        ).skip(position)
+        return train_dataset(config, artifacts, train_files, file_shard).skip(position)
 
     validation = None
     if artifacts.heldout_files and train_cfg.validation_steps:
@@ -450,6 +441,19 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
                 k, results["eval"]["top_k"][str(k)], results["eval"]["unigram_top_k"][str(k)],
             )
     return results
+
+
+def train_dataset(config, artifacts, train_files, file_shard=None):
+    """The training batches of an ELMo run (repeated; `file_shard`: see `shard_files`)."""
+    files_, batch_size = fault_tolerance.shard_files(train_files, config.data.batch_size,
+                                                     file_shard)
+    return data_lib.lm_dataset(
+        files_, artifacts.vocabulary_path, batch_size=batch_size,
+        max_sequence_length=config.data.max_sequence_length,
+        shuffle_buffer=config.data.shuffle_buffer, seed=config.train.seed,
+        repeat=True, on_invalid_utf8=config.data.on_invalid_utf8,
+        drop_remainder=True, wordpiece=config.data.tokenization == "wordpiece",
+    )
 
 
 def chief_loggers(info, model_dir, train_cfg, log_dir=None):
