@@ -227,7 +227,8 @@ def _train_phase(config, model_dir, build, num_files, vocab_size, relaxed, stop_
                  stop_step)
     history, preempted = training.fit(
         build, stop_step, global_batch_size=config.data.batch_size, num_files=num_files,
-        every=train_cfg.checkpoint_every, on_nan=train_cfg.on_nan,
+        every=train_cfg.checkpoint_every, log_every=train_cfg.log_every,
+        on_nan=train_cfg.on_nan,
         callbacks=[*pretraining.chief_loggers(training.info, model_dir, train_cfg, log_dir),
                    *extra_callbacks],
         verbose=verbose,

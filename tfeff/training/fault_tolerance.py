@@ -48,6 +48,7 @@ import threading
 import keras
 import tensorflow as tf
 
+from tfeff.training import callbacks as callbacks_lib
 from tfeff.training import checkpoints
 
 # What `tfeff-pretrain` exits with after a preemption checkpoint (as TF's
@@ -465,7 +466,8 @@ class ResumableTraining:
         return wrapped
 
     def fit(self, build, stop_step, *, global_batch_size, num_files=None, every, on_nan="stop",
-            callbacks=(), validation_data=None, validation_steps=None, verbose="auto"):
+            callbacks=(), validation_data=None, validation_steps=None, verbose="auto",
+            log_every=None):
         """Trains to `stop_step` (saving every `every` steps); returns `(history, preempted)`.
 
         Args:
@@ -481,7 +483,11 @@ class ResumableTraining:
             every: checkpoint interval in steps (also Keras' epoch length).
             on_nan: `"stop"` or `"skip"` (see `NonFiniteCallback`).
             callbacks: more Keras callbacks.
-            validation_data, validation_steps, verbose: as `model.fit`.
+            validation_data, validation_steps: as `model.fit`.
+            verbose: as `model.fit`, except that `"auto"` logs one line per
+                `log_every` steps (default `every`) instead of a progress bar
+                when stdout is not a terminal (`callbacks.resolve_verbose`).
+            log_every: steps between those lines.
         """
         start = self.step
         if start >= stop_step:
@@ -513,6 +519,9 @@ class ResumableTraining:
         stop = _StopAndSave(self, every, stop_step, preemption)
         all_callbacks = [NonFiniteCallback(self.optimizer, on_nan, self.latest_checkpoint),
                          stop, *callbacks]
+        verbose, log_lines = callbacks_lib.resolve_verbose(verbose)
+        if log_lines and self.info.is_chief:
+            all_callbacks.append(callbacks_lib.ProgressLogger(log_every or every, stop_step))
         with preemption, _resource_errors(self):
             # Keras counts batches, the stop is by updates: skipped updates (on_nan:
             # skip) need more batches, and _StopAndSave ends the run at stop_step.

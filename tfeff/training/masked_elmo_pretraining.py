@@ -198,7 +198,8 @@ def pretrain_masked_elmo(config, model_dir, strategy="default", devices=None, ve
     t0 = time.time()
     history, preempted = training.fit(
         build, train_cfg.steps, global_batch_size=d.batch_size,
-        every=train_cfg.checkpoint_every, on_nan=train_cfg.on_nan,
+        every=train_cfg.checkpoint_every, log_every=train_cfg.log_every,
+        on_nan=train_cfg.on_nan,
         callbacks=[*pretraining.chief_loggers(info, model_dir, train_cfg), *callbacks],
         validation_data=validation, validation_steps=train_cfg.validation_steps,
         verbose=verbose)

@@ -417,7 +417,8 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
     t0 = time.time()
     history, preempted = training.fit(
         build, train_cfg.steps, global_batch_size=config.data.batch_size,
-        num_files=len(train_files), every=train_cfg.checkpoint_every, on_nan=train_cfg.on_nan,
+        num_files=len(train_files), every=train_cfg.checkpoint_every,
+        log_every=train_cfg.log_every, on_nan=train_cfg.on_nan,
         callbacks=[*chief_loggers(info, model_dir, train_cfg), *callbacks],
         validation_data=validation, validation_steps=train_cfg.validation_steps,
         verbose=verbose,
