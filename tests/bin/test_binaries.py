@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 
@@ -25,7 +26,6 @@ def test_pretrain_exits_nonzero_with_a_clear_message(extra, message, tmp_path):
     r = _run(["tfeff.bin.pretrain", "--config", DEMO, "--model_dir", str(tmp_path / "m"), *extra],
              tmp_path)
     assert r.returncode == 1
-    import re
     assert re.search(message, r.stderr), r.stderr[-2000:]
 
 
@@ -54,3 +54,62 @@ def test_export_takes_exactly_one_source_and_names_a_missing_fasttext_file(tmp_p
               str(tmp_path / "o")], tmp_path)
     assert r.returncode == 1 and f"fastText model not found: {tmp_path / 'ft.bin'}" in r.stderr
     assert not os.path.exists(tmp_path / "o")
+
+
+def _truncated_copy(fasttext_model, tmp_path):
+    path, _ = fasttext_model
+    data = open(path, "rb").read()
+    cut = str(tmp_path / "trunc.bin")
+    with open(cut, "wb") as f:
+        f.write(data[:len(data) * 2 // 5])  # fastText itself loads this without complaint
+    return cut
+
+
+def test_a_truncated_fasttext_file_is_refused_by_export_and_pretrain(fasttext_model, tmp_path):
+    cut = _truncated_copy(fasttext_model, tmp_path)
+    r = _run(["tfeff.bin.export", "--fasttext", cut, "--output", str(tmp_path / "o")], tmp_path)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert re.search(rf"error: {re.escape(cut)}: the file is \d+ bytes, shorter than its input "
+                     r"matrix needs", r.stderr), r.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["trunc.bin"]  # no export, no temporary
+    model_dir = tmp_path / "m"
+    r = _run(["tfeff.bin.pretrain", "--config", DEMO, "--model_dir", str(model_dir),
+              "--override", f"fasttext.pretrained={cut}", "--override", "fasttext.dim=32"],
+             tmp_path)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert f"error: {cut}: the file is" in r.stderr, r.stderr[-2000:]
+    assert not model_dir.exists()  # refused before anything was written
+
+
+# Two logical CPUs, then the binary itself: MirroredStrategy takes both as replicas.
+_TWO_DEVICES = """
+import sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tfeff.bin.pretrain import run
+sys.argv = ["tfeff-pretrain", *sys.argv[1:]]
+run()
+"""
+
+
+def test_a_global_batch_that_does_not_split_over_the_replicas_is_refused(tmp_path):
+    model_dir = tmp_path / "m"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    r = subprocess.run([sys.executable, "-c", _TWO_DEVICES, "--config", DEMO, "--model_dir",
+                        str(model_dir), "--strategy", "mirrored",
+                        "--override", "data.batch_size=15"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert ("error: `data.batch_size`=15 is the global batch and must divide evenly by the "
+            "number of replicas (2)") in r.stderr, r.stderr[-2000:]
+    assert not model_dir.exists()  # refused before any work
+
+
+def test_export_refuses_max_tokens_0(tmp_path, fasttext_model):
+    path, _ = fasttext_model
+    r = _run(["tfeff.bin.export", "--fasttext", path, "--output", str(tmp_path / "o"),
+              "--max_tokens", "0"], tmp_path)
+    assert r.returncode == 1
+    assert "--max_tokens must be a positive integer" in r.stderr, r.stderr[-2000:]
+    assert not os.listdir(tmp_path)

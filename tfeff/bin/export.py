@@ -23,6 +23,9 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing export."
 _MAX_TOKENS = flags.DEFINE_integer(
     "max_tokens", None, "Longest input in model tokens (words, or WordPiece pieces); longer "
     "sentences keep the leading whole words that fit. Default 256; BERT: max_sequence_length-2.")
+flags.register_validator(
+    "max_tokens", lambda value: value is None or value > 0,
+    message="--max_tokens must be a positive integer (leave it out for the default)")
 _POOLING = flags.DEFINE_enum(
     "subword_pooling", "first", ["first", "mean", "none"],
     "WordPiece models: a word's vector is its first piece's, the mean of its pieces, or "

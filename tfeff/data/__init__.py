@@ -5,6 +5,9 @@ from tfeff.data.corpus import paragraphs
 from tfeff.data.corpus import resolve_files
 from tfeff.data.corpus import text_lines
 from tfeff.data.fasttext_tables import WordVectors
+from tfeff.data.fasttext_tables import WordVectorsError
+from tfeff.data.fasttext_tables import check_fasttext_model
+from tfeff.data.fasttext_tables import check_word_vectors_file
 from tfeff.data.fasttext_tables import compute_vocabulary_vectors
 from tfeff.data.fasttext_tables import load_vocabulary_vectors
 from tfeff.data.fasttext_tables import mean_path
@@ -27,6 +30,9 @@ __all__ = [
     "SPECIALS",
     "Vocabulary",
     "WordVectors",
+    "WordVectorsError",
+    "check_fasttext_model",
+    "check_word_vectors_file",
     "compute_vocabulary_vectors",
     "learn_bert_vocabulary",
     "learn_wordpiece_vocabulary",

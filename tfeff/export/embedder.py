@@ -447,7 +447,7 @@ def embedder_module(model, *, vocabulary=None, fasttext_layer=None, vector_mean=
 
     words = _vocabulary_words(vocabulary)
     if isinstance(model, FastTextEmbedding):
-        return FastTextEmbedderModule(model, max_tokens or DEFAULT_MAX_TOKENS)
+        return FastTextEmbedderModule(model, _default_max_tokens(max_tokens))
     if isinstance(model, ElmoLM):
         if tokenization not in TOKENIZATIONS:
             raise ValueError(
@@ -463,7 +463,7 @@ def embedder_module(model, *, vocabulary=None, fasttext_layer=None, vector_mean=
                     "`vocabulary` it was trained with.")
             _check_size(words, model.vocabulary_size)
         return ElmoEmbedderModule(model, Tokenization(kind, words), fasttext_layer, vector_mean,
-                                  max_tokens or DEFAULT_MAX_TOKENS, subword_pooling)
+                                  _default_max_tokens(max_tokens), subword_pooling)
     if isinstance(model, (MaskedElmo, Bert)):
         if words is None:
             raise ValueError(f"A {type(model).__name__} embedder needs its `vocabulary`.")
@@ -471,11 +471,16 @@ def embedder_module(model, *, vocabulary=None, fasttext_layer=None, vector_mean=
         tok = Tokenization("wordpiece", words, basic=True, lower_case=lower_case)
         if isinstance(model, Bert):
             return BertEmbedderModule(model, tok, max_tokens, subword_pooling)
-        return MaskedElmoEmbedderModule(model, tok, max_tokens or DEFAULT_MAX_TOKENS,
+        return MaskedElmoEmbedderModule(model, tok, _default_max_tokens(max_tokens),
                                         subword_pooling)
     raise TypeError(
         "export_embedder takes an ElmoLM, MaskedElmo, Bert or FastTextEmbedding. "
         f"Received: {type(model).__name__}")
+
+
+def _default_max_tokens(max_tokens):
+    """`None` means the default; any other value (0 included) is checked as given."""
+    return DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
 
 
 def _check_size(words, vocabulary_size):

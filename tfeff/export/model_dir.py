@@ -12,10 +12,16 @@ from tfeff.training import pretraining as pretrain_lib
 
 
 def fasttext_layer_for(word_vectors_path):
-    """The in-graph fastText layer of a `.bin` model or a `.vec` file (no subwords)."""
+    """The in-graph fastText layer of a `.bin` model or a `.vec` file (no subwords).
+
+    The file is validated first (`fasttext_tables.check_fasttext_model`): a
+    truncated or corrupt model is a `WordVectorsError` naming it, never an
+    embedder with broken vectors.
+    """
     if word_vectors_path.endswith((".vec", ".txt")):
         words, matrix = fasttext_tables.WordVectors(word_vectors_path).words_and_matrix()
         return FastTextEmbedding(words, matrix, minn=0, maxn=0, bucket=0, name="fasttext")
+    fasttext_tables.check_fasttext_model(word_vectors_path)
     return FastTextEmbedding.from_fasttext(word_vectors_path, name="fasttext")
 
 

@@ -157,6 +157,16 @@ def prepare_data(config, model_dir):
                          word_vectors_path, vectors_path)
 
 
+def check_pretrained_vectors(config, model_dir):
+    """Validates `fasttext.pretrained` before any work, unless its vocabulary table is
+    made already (a resume): a truncated or corrupt file is a `WordVectorsError` naming
+    it, not NaN losses later."""
+    path = config.fasttext.pretrained
+    if (path and config.data.tokenization == "word"
+            and not tf.io.gfile.exists(_path(model_dir, VECTORS_FILE))):
+        data_lib.check_word_vectors_file(path)
+
+
 def build_model(config, vectors_path=None, vocabulary_size=None):
     """The `ElmoLM` of `config` (`vectors_path` for word models, else `vocabulary_size`)."""
     m = config.model
@@ -307,18 +317,34 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
     return model, optimizer, fault_tolerance.checkpoint_step(latest)
 
 
-def start_run(config, model_dir, strategy, devices, prepare):
+def check_batch_size(batch_size, strategy):
+    """The global batch must split evenly over the replicas (ConfigError naming both)."""
+    replicas = strategy.num_replicas_in_sync
+    if batch_size % replicas:
+        raise config_lib.ConfigError(
+            f"`data.batch_size`={batch_size} is the global batch and must divide evenly by "
+            f"the number of replicas ({replicas}); use a multiple of {replicas}, e.g. "
+            f"{max(replicas, batch_size - batch_size % replicas)}")
+
+
+def start_run(config, model_dir, strategy, devices, prepare, check_inputs=None):
     """The shared start of every family's `pretrain`: strategy, checks, config, data.
 
     The strategy comes first (MultiWorkerMirroredStrategy must exist before
-    TensorFlow runs an op). The chief checks `config` against the directory
-    and prepares the data (`prepare()`); the other workers wait for it and
-    then read the chief's files.
+    TensorFlow runs an op). Then the inputs are checked before anything is
+    written: the global batch against the replica count, and
+    `check_inputs()` (a family's own checks, e.g. a pre-trained fastText
+    file). The chief checks `config` against the directory and prepares the
+    data (`prepare()`); the other workers wait for it and then read the
+    chief's files.
 
     Returns:
         `(strategy, worker_info, prepare())`.
     """
     strategy = make_strategy(strategy, devices)
+    check_batch_size(config.data.batch_size, strategy)
+    if check_inputs is not None:
+        check_inputs()
     info = fault_tolerance.worker_info(strategy)
     if config.train.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -376,7 +402,8 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
         return masked_elmo_pretraining.pretrain_masked_elmo(config, model_dir, strategy,
                                                             devices, **family_kwargs)
     strategy, info, artifacts = start_run(config, model_dir, strategy, devices,
-                                          lambda: prepare_data(config, model_dir))
+                                          lambda: prepare_data(config, model_dir),
+                                          lambda: check_pretrained_vectors(config, model_dir))
     vocab = data_lib.Vocabulary.load(artifacts.vocabulary_path)
     check_output_layer(config, vocab)
     train_cfg = config.train
