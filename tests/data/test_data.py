@@ -81,3 +81,20 @@ def test_lm_dataset_rejects_bad_sizes(tmp_path):
         lm_dataset(str(p), "v", batch_size=0, max_sequence_length=5)
     with pytest.raises(ValueError, match="max_sequence_length"):
         lm_dataset(str(p), "v", batch_size=2, max_sequence_length=1)
+
+
+def test_literal_specials_in_text_are_unknown_words(tmp_path):
+    """`<unk>` and `<pad>` in a corpus are the unknown word (never padding, id 0);
+    `<s>` and `</s>` stay the boundaries."""
+    import tensorflow as tf
+
+    from tfeff.data import lines_to_windows, vocabulary
+    from tfeff.data.lm_dataset import lookup_table
+
+    vocab = Vocabulary.build(["a <unk> b <pad> a"])
+    assert vocab.words == list(vocabulary.SPECIALS) + ["a", "b"]  # no second <unk>/<pad>
+    path = str(tmp_path / "v.txt")
+    vocab.save(path)
+    ids = lines_to_windows(tf.constant(["a <unk> b <pad> a"]), lookup_table(path), 20)
+    unk = vocabulary.UNK_ID
+    assert ids.to_list() == [[vocabulary.BOS_ID, 4, unk, 5, unk, 4, vocabulary.EOS_ID]]

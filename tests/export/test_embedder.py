@@ -249,3 +249,24 @@ def test_export_errors_are_clear_and_leave_nothing(vocabularies, tmp_path):
     meta = export_embedder(masked, str(tmp_path / "b"), overwrite=True, **kwargs)
     assert json.load(open(tmp_path / "b" / "assets.extra" / "embedder.json")) == meta
     assert sorted(os.listdir(tmp_path)) == ["b"]
+
+
+def test_word_and_wordpiece_tokenizations_map_literal_specials_as_training_does(tmp_path):
+    """`<pad>` in text is `<unk>` (the LM pipeline's `unknown_for_padding`), `<unk>` too."""
+    from tfeff.data import lines_to_windows
+    from tfeff.data.lm_dataset import lookup_table
+    from tfeff.data.wordpiece import wordpiece_tokenizer
+    from tfeff.export.embedder import Tokenization
+
+    words = ["<pad>", "<unk>", "<s>", "</s>", "the", "cat", "##s"]
+    vocab = tmp_path / "v.txt"
+    vocab.write_text("".join(f"{w}\t1\n" for w in words), encoding="utf-8")
+    text = ["the <pad> cats <unk> dog"]
+    for kind, tokenizer in (("ids", None),
+                            ("wordpiece", wordpiece_tokenizer(lookup_table(str(vocab), -1)))):
+        pieces = Tokenization(kind, words).pieces(tf.strings.split(tf.constant(text)))
+        served = [p for word in pieces.to_list()[0] for p in word]
+        trained = lines_to_windows(tf.constant(text), lookup_table(str(vocab)), 20,
+                                   tokenizer).to_list()[0][1:-1]
+        assert served == trained, kind
+        assert served[1] == 1  # <pad> is <unk>, never padding

@@ -86,3 +86,40 @@ def test_export_refuses_to_overwrite_and_needs_a_checkpoint(exported, tmp_path):
     with pytest.raises(FileNotFoundError, match="not a tfeff model directory"):
         export_model_dir(str(tmp_path), str(tmp_path / "out"))
     assert not os.path.exists(str(tmp_path / "out"))
+
+
+def test_literal_unk_and_pad_get_the_input_they_get_in_training(exported):
+    """A literal `<unk>` or `<pad>` in text is the unknown word in training (the LM
+    pipeline's `<unk>` id, whose fixed vector is zero) and in the export alike."""
+    import fasttext
+
+    from tfeff.data import Vocabulary, lines_to_windows, vocabulary
+    from tfeff.data.lm_dataset import lookup_table
+
+    model_dir, path = exported
+    vocab_path = os.path.join(model_dir, "vocabulary.txt")
+    known = Vocabulary.load(vocab_path).words[10:14]
+    sentence = " ".join([known[0], "<unk>", known[1], known[2], "<pad>", known[3]])
+    ids = lines_to_windows(tf.constant([sentence]), lookup_table(vocab_path), 64).to_tensor()
+    assert ids.numpy()[0, [2, 5]].tolist() == [vocabulary.UNK_ID] * 2  # after <s>
+    model, _, _ = restore_model(model_dir)
+    stack, _, _ = model.encode(model.token_embedding(ids), ids > 0)
+    out = load_embedder(path).signatures["embed"](sentences=tf.constant([sentence]))
+    np.testing.assert_allclose(out["layers"].numpy()[0], stack.numpy()[0, :, 1:-1],
+                               rtol=1e-4, atol=1e-5)
+    # What the strings used to get (fastText's vectors of "<unk>", "<pad>") is far from it.
+    ft = fasttext.load_model(os.path.join(model_dir, "fasttext.bin"))
+    mean = np.load(fasttext_tables.mean_path(os.path.join(model_dir, "vocabulary_vectors.npy")))
+    vectors = model.token_embedding(ids).numpy()
+    assert not vectors[0, [2, 5]].any()  # the unknown word's fixed vector is zero
+    vectors[0, [2, 5]] = np.stack([ft.get_word_vector(w) for w in ("<unk>", "<pad>")]) - mean
+    before, _, _ = model.encode(vectors, ids > 0)
+    gap = np.abs(before.numpy()[0, 0, [2, 5]] - out["layers"].numpy()[0, 0, [1, 4]]).max()
+    assert gap > 0.1, gap
+
+
+def test_export_refuses_max_tokens_0(exported, tmp_path):
+    model_dir, _ = exported
+    with pytest.raises(ValueError, match="expected a positive integer. Received: max_tokens=0"):
+        export_model_dir(model_dir, str(tmp_path / "zero"), max_tokens=0)
+    assert not os.listdir(tmp_path)

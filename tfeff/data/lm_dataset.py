@@ -31,6 +31,18 @@ def lookup_table(vocabulary_path, default_value=vocabulary_lib.UNK_ID):
     return tf.lookup.StaticHashTable(initializer, default_value=default_value)
 
 
+def unknown_for_padding(ids):
+    """Maps the padding id to `<unk>` in (ragged) token ids of text.
+
+    A literal `<pad>` in a corpus is an unknown word, never padding (the
+    model masks id 0); a literal `<unk>` already maps to `<unk>`. Exported
+    embedders do the same, so training and serving see the same input.
+    """
+    return tf.ragged.map_flat_values(
+        lambda t: tf.where(tf.equal(t, vocabulary_lib.PAD_ID),
+                           tf.constant(vocabulary_lib.UNK_ID, t.dtype), t), ids)
+
+
 def lines_to_windows(lines, table, max_sequence_length, tokenizer=None):
     """Tokenizes a batch of lines into ragged id windows `(num_windows, None)`.
 
@@ -50,7 +62,7 @@ def lines_to_windows(lines, table, max_sequence_length, tokenizer=None):
         ids = tf.ragged.map_flat_values(table.lookup, words)
     else:
         ids = tokenizer.tokenize(words).merge_dims(1, 2)  # (lines, pieces)
-    ids = tf.cast(ids, tf.int32)
+    ids = unknown_for_padding(tf.cast(ids, tf.int32))
     n = ids.nrows()
     bos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.BOS_ID))
     eos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.EOS_ID))

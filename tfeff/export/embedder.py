@@ -20,7 +20,9 @@ needs to know which model it holds:
 Tokenization happens in-graph:
 
 * word-level ELMo: whitespace split; the fastText input (`FastTextEmbedding`)
-  embeds any word, a trainable/ALONE input maps unknown words to `<unk>`;
+  embeds any word, a trainable/ALONE input maps unknown words to `<unk>`.
+  A literal `<unk>` or `<pad>` in the text is the unknown word, as in
+  pre-training: the zero vector of the fixed input, the `<unk>` id otherwise;
 * ELMo-Sub: whitespace split, then WordPiece;
 * Masked ELMo and BERT: BERT's basic tokenizer (punctuation and CJK split,
   optional lower-casing) and WordPiece, exactly as in pre-training.
@@ -52,6 +54,7 @@ import tensorflow as tf
 
 from tfeff.data import files
 from tfeff.data import vocabulary as vocabulary_lib
+from tfeff.data.lm_dataset import unknown_for_padding
 
 EXTRA_DIR = "assets.extra"
 METADATA_FILE = "embedder.json"
@@ -116,14 +119,14 @@ class Tokenization(tf.Module):
         if self.kind == "strings":
             values = tf.RaggedTensor.from_tensor(flat[:, None])
         elif self.kind == "ids":
-            ids = tf.cast(self.table.lookup(flat), tf.int32)
+            ids = unknown_for_padding(tf.cast(self.table.lookup(flat), tf.int32))
             values = tf.RaggedTensor.from_tensor(ids[:, None])
         else:
             if self.basic is not None:  # a pre-tokenized word may still split ("don't")
                 values = self.wordpiece.tokenize(self.basic.tokenize(flat)).merge_dims(1, 2)
-            else:
-                values = self.wordpiece.tokenize(flat)
-            values = tf.cast(values, tf.int32)
+                values = tf.cast(values, tf.int32)
+            else:  # as the LM pipeline: a literal <pad> is <unk>
+                values = unknown_for_padding(tf.cast(self.wordpiece.tokenize(flat), tf.int32))
         return words.with_flat_values(values)
 
     def token_strings(self, pieces_flat):
@@ -358,6 +361,12 @@ class ElmoEmbedderModule(EmbedderModule):
         if self.model.input_embedding == "fixed":
             tokens, mask = self._with_boundaries(flat, strings=True)
             vectors = self.fasttext(tokens) - self.vector_mean
+            # A literal <unk> (or <pad>) is the unknown word, whose fixed vector in
+            # training is zero (the table's reserved rows), not fastText's vector of
+            # the string "<unk>".
+            unknown = tf.logical_or(tf.equal(tokens, vocabulary_lib.UNK),
+                                    tf.equal(tokens, vocabulary_lib.PAD))
+            vectors = tf.where(unknown[:, :, None], tf.zeros_like(vectors), vectors)
         else:
             ids, mask = self._with_boundaries(flat)
             vectors = self.model.token_embedding(ids)
