@@ -43,14 +43,60 @@ def fasttext_model(small_corpus, tmp_path_factory):
     return path, fasttext.load_model(path)
 
 
-@pytest.fixture(scope="session")
-def trained_dir(tmp_path_factory):
-    """The bundled ELMo-C demo config, unchanged, trained once per session (about 3
-    minutes on 2 cores). Shared by training and export tests; none of them writes to it."""
-    from tfeff.config import load_config
-    from tfeff.training import pretrain
+_END_TO_END = "tests/bin/test_demo_configs.py"
 
-    model_dir = str(tmp_path_factory.mktemp("run") / "model")
-    config = load_config(os.path.join(REPO, "configs", "demo_elmo_c.yaml"))
-    results = pretrain(config, model_dir, verbose=0)
-    return model_dir, results
+
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end tests of every demo config go last: their runs start with the
+    session (`_start_demo_runs`) and overlap the in-process tests."""
+    last = [item for item in items if item.nodeid.startswith(_END_TO_END)]
+    items[:] = [item for item in items if not item.nodeid.startswith(_END_TO_END)] + last
+    config.stash[_DEMO_RUNS_SELECTED] = bool(last)
+
+
+_DEMO_RUNS_SELECTED = pytest.StashKey[bool]()
+
+
+@pytest.fixture(scope="session")
+def demo_runs(tmp_path_factory):
+    """Every demo config through `tfeff-pretrain` and `tfeff-export`, started on demand
+    (tests/demo_runs.py); shared by the end-to-end tests and `trained_dir`."""
+    from tests.demo_runs import DemoRuns
+
+    runs = DemoRuns(str(tmp_path_factory.mktemp("demo_runs")))
+    yield runs
+    runs.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _start_demo_runs(request):
+    """Starts every demo run at the beginning of a session that holds the end-to-end
+    tests, so that the subprocesses work while the other tests do."""
+    if request.config.stash.get(_DEMO_RUNS_SELECTED, False):
+        from tests.demo_runs import CONFIGS
+
+        request.getfixturevalue("demo_runs").start(CONFIGS)
+
+
+def _train_losses(log_dir):
+    """The `train/loss` scalars that the run wrote for TensorBoard, in step order."""
+    points = []
+    for path in sorted(tf.io.gfile.glob(os.path.join(log_dir, "events.out.tfevents.*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == "train/loss":
+                    points.append((event.step, float(tf.make_ndarray(value.tensor))))
+    return [loss for _, loss in sorted(points)]
+
+
+@pytest.fixture(scope="session")
+def trained_dir(demo_runs):
+    """The bundled ELMo-C demo config, unchanged, trained once per session through
+    `tfeff-pretrain` (about 3 minutes on 2 cores, beside the other demo runs). Shared
+    by training and export tests; none of them writes to it. Returns `(model_dir,
+    results)`, `results["history"]["loss"]` read from the run's TensorBoard scalars."""
+    run = demo_runs.get("demo_elmo_c")
+    rc, _, stderr = run["pretrain"]
+    assert rc == 0, stderr[-3000:]
+    model_dir = run["model_dir"]
+    return model_dir, {"history": {"loss": _train_losses(os.path.join(model_dir, "logs"))}}

@@ -1,0 +1,144 @@
+"""Every shipped `configs/demo_*.yaml` through the binaries, shared by the suite.
+
+Each run is `tfeff-pretrain` in a subprocess, then `tfeff-export`. The ELMo-C demo
+runs unchanged (`make demo`'s training, about 3 minutes): it is also the trained
+model directory of the training and export tests (`trained_dir` in conftest).
+The others run a few steps on a small corpus (`--override`). Runs start on
+demand, two processes at a time, longest first; a session that holds the
+end-to-end tests starts them all at its beginning and runs those tests last, so
+that the subprocesses overlap the in-process tests (the 2-core machine idles
+while a process imports TensorFlow, traces a graph or waits on a child).
+
+One run (ELMo-FIXED) writes its stdout to a pseudo-terminal and must show Keras'
+live progress bar; the others write to a pipe, as under nohup or a batch
+scheduler, and log one line per `train.log_every` steps instead.
+"""
+
+import concurrent.futures
+import glob
+import os
+import pty
+import subprocess
+import sys
+import threading
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = sorted(os.path.basename(p)[:-len(".yaml")]
+                 for p in glob.glob(os.path.join(REPO, "configs", "demo_*.yaml")))
+FULL = "demo_elmo_c"  # runs unchanged: the demo's own training
+TERMINAL = "demo_elmo_fixed"  # the run whose stdout is a terminal
+STEPS = 4
+LOG_EVERY = 2
+_COMMON = [f"train.steps={STEPS}", "train.warmup_steps=1", f"train.checkpoint_every={STEPS}",
+           f"train.log_every={LOG_EVERY}", "data.synthetic.num_heldout_sentences=60"]
+# Small corpora, still big enough for the shipped model settings: ELMo-A's adaptive
+# cutoffs (2,000) and the sampled softmaxes' 512 negatives need > 2,000 words.
+_FAMILY = {
+    "elmo": ["data.synthetic.num_train_sentences=2000", "data.shuffle_buffer=500",
+             "train.validation_steps=1", "eval.max_targets=400"],
+    "bert": ["data.synthetic.num_train_sentences=600", "data.shuffle_buffer=200",
+             "eval.max_batches=2"],
+    "masked_elmo": ["data.synthetic.num_train_sentences=600", "train.validation_steps=1",
+                    "eval.max_batches=2"],
+}
+_WORD_VECTORS = ["fasttext.epoch=1", "fasttext.bucket=5000"]
+_CORE = ["core.coarse_steps=2", "core.plateau_window=2"]
+
+
+def config(name):
+    """The YAML of a shipped config, as a dict."""
+    with open(os.path.join(REPO, "configs", f"{name}.yaml"), encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def steps(name):
+    return config(name)["train"]["steps"] if name == FULL else STEPS
+
+
+def overrides(name):
+    if name == FULL:
+        return []
+    cfg = config(name)
+    extra = list(_FAMILY[cfg["family"]])
+    if cfg["family"] == "elmo" and cfg["data"].get("tokenization", "word") == "word":
+        extra += _WORD_VECTORS
+    if cfg.get("core", {}).get("coarse_steps"):
+        extra += _CORE
+    return [arg for o in _COMMON + extra for arg in ("--override", o)]
+
+
+def _env():
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+
+
+def _run_on_terminal(args):
+    """Runs `args` with stdout on a pseudo-terminal; returns (rc, stdout, stderr)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(args, cwd=REPO, env=_env(), stdout=slave, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    os.close(slave)
+    chunks = []
+
+    def drain():
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    _, stderr = proc.communicate(timeout=900)
+    reader.join(timeout=60)
+    os.close(master)
+    return proc.returncode, b"".join(chunks).decode("utf-8", "replace"), stderr.decode()
+
+
+def _run(args, terminal=False):
+    if terminal:
+        return _run_on_terminal(args)
+    done = subprocess.run(args, cwd=REPO, env=_env(), capture_output=True, text=True,
+                          timeout=900, stdin=subprocess.DEVNULL)
+    return done.returncode, done.stdout, done.stderr
+
+
+def pretrain_and_export(name, root):
+    """`tfeff-pretrain` then (if it succeeded) `tfeff-export`; `(rc, stdout, stderr)` each."""
+    model_dir, export = os.path.join(root, name), os.path.join(root, name + "-export")
+    pre = _run([sys.executable, "-m", "tfeff.bin.pretrain", "--config",
+                os.path.join(REPO, "configs", f"{name}.yaml"), "--model_dir", model_dir,
+                *overrides(name)], terminal=name == TERMINAL)
+    exp = (None, "", "")
+    if pre[0] == 0:
+        exp = _run([sys.executable, "-m", "tfeff.bin.export", "--model_dir", model_dir,
+                    "--output", export])
+    return {"model_dir": model_dir, "export": export, "pretrain": pre, "export_run": exp}
+
+
+class DemoRuns:
+    """Runs started on first request, two at a time; `get(name)` waits for one."""
+
+    def __init__(self, root):
+        self.root = root
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+        self._futures = {}
+        self._lock = threading.Lock()
+
+    def start(self, names):
+        with self._lock:
+            for name in sorted(names, key=lambda n: n != FULL):  # the longest first
+                if name not in self._futures:
+                    self._futures[name] = self._pool.submit(pretrain_and_export, name,
+                                                            self.root)
+
+    def get(self, name):
+        self.start([name])
+        return self._futures[name].result()
+
+    def close(self):
+        self._pool.shutdown(wait=True)
