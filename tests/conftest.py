@@ -44,6 +44,7 @@ def fasttext_model(small_corpus, tmp_path_factory):
 
 
 _END_TO_END = "tests/bin/test_demo_configs.py"
+_DEMO_RUNS_SELECTED = pytest.StashKey[bool]()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -52,9 +53,6 @@ def pytest_collection_modifyitems(config, items):
     last = [item for item in items if item.nodeid.startswith(_END_TO_END)]
     items[:] = [item for item in items if not item.nodeid.startswith(_END_TO_END)] + last
     config.stash[_DEMO_RUNS_SELECTED] = bool(last)
-
-
-_DEMO_RUNS_SELECTED = pytest.StashKey[bool]()
 
 
 @pytest.fixture(scope="session")
