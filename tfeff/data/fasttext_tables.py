@@ -28,6 +28,8 @@ _ARGS_BYTES = 12 * 4 + 8  # twelve int32 arguments, then the double `t`
 _ARG_NAMES = ("dim", "ws", "epoch", "minCount", "neg", "wordNgrams", "loss", "model",
               "bucket", "minn", "maxn", "lrUpdateRate")
 _READ_BLOCK = 1 << 22
+# (real path, size, mtime_ns, check_values) -> header of a model file that passed.
+_CHECKED_MODELS = {}
 
 
 class WordVectorsError(ValueError):
@@ -55,6 +57,10 @@ def check_fasttext_model(path, check_values=True):
 
     The matrices are read through a memory map in blocks, never copied whole.
 
+    A file that passed is not read again while its size and modification
+    time stay the same (`tfeff-pretrain` checks `fasttext.pretrained` before
+    any work, and `WordVectors` checks what it loads).
+
     Returns:
         dict with `nwords`, `bucket`, `dim`, `minn`, `maxn`, `quantized`.
 
@@ -64,7 +70,15 @@ def check_fasttext_model(path, check_values=True):
     """
     if not os.path.exists(path):
         raise FileNotFoundError(f"fastText model not found: {path}")
-    size = os.path.getsize(path)
+    stat = os.stat(path)
+    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns, check_values)
+    if key not in _CHECKED_MODELS:
+        _CHECKED_MODELS[key] = _validate_fasttext_model(path, stat.st_size, check_values)
+    return dict(_CHECKED_MODELS[key])
+
+
+def _validate_fasttext_model(path, size, check_values):
+    """`check_fasttext_model`'s reading of the file (every call reads it)."""
 
     def bad(message):
         return WordVectorsError(f"{path}: {message}; it is not a complete fastText .bin model "
