@@ -160,3 +160,28 @@ def test_alone_input_embedding_scores_against_its_table():
 def test_invalid_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Bert(40, **{**SIZES, **kwargs})
+
+
+def test_every_dropout_draws_its_own_mask():
+    """The attention and output dropouts of a layer (same shape, one seed given)
+    used to drop the same units at every step."""
+    from tfeff.models.bert_layer import BertLayer
+
+    layer = BertLayer(16, 2, 24, dropout_rate=0.5, seed=3)
+    layer.build((None, None, 16))
+    ones = np.ones((4, 10, 16), "float32")
+    kept_attention = np.asarray(layer.attention_dropout(ones, training=True)) != 0
+    kept_output = np.asarray(layer.output_dropout(ones, training=True)) != 0
+    assert 0.4 < kept_attention.mean() < 0.6 and 0.4 < kept_output.mean() < 0.6
+    assert 0.4 < (kept_attention == kept_output).mean() < 0.6  # independent, not equal
+    # Still reproducible: the same seed draws the same masks.
+    again = BertLayer(16, 2, 24, dropout_rate=0.5, seed=3)
+    again.build((None, None, 16))
+    np.testing.assert_array_equal(np.asarray(again.attention_dropout(ones, training=True)) != 0,
+                                  kept_attention)
+    # Across a whole model no two dropouts (attention probabilities included) share a seed.
+    bert = Bert(40, **{**SIZES, "num_layers": 3}, seed=0)
+    bert.build()
+    seeds = [sub.seed for sub in bert._flatten_layers()
+             if isinstance(sub, keras.layers.Dropout)]
+    assert len(seeds) == 1 + 3 * 3 and len(set(seeds)) == len(seeds)

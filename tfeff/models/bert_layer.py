@@ -1,5 +1,7 @@
 """BertLayer: one post-layer-norm transformer encoder layer, standard or CoRe-relaxed."""
 
+import zlib
+
 import keras
 
 from tfeff.layers import AnchorMultiHeadAttention
@@ -16,6 +18,18 @@ def get_activation(name):
             f"Received: activation={name!r}"
         )
     return {"gelu": gelu, "gelu_approximate": gelu_approximate, "relu": keras.activations.relu}[name]
+
+
+def derived_seed(seed, name):
+    """A seed for the sublayer `name` of a layer seeded with `seed` (None stays None).
+
+    Two dropouts given the same seed draw the same mask on same-shaped
+    tensors; deriving each one's seed from its name keeps them independent
+    and still reproducible.
+    """
+    if seed is None:
+        return None
+    return (int(seed) * 1_000_003 + zlib.crc32(name.encode())) % (2 ** 31 - 1)
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -55,7 +69,8 @@ class BertLayer(keras.layers.Layer):
         ffn_rank: 0 for dense feed-forward kernels, else their rank d_r.
         anchor_selection: `"random"` or `"strided"` (anchor attention).
         initializer_range: stddev of the truncated-normal kernel initializer.
-        seed: seed of the anchor draws and attention dropout.
+        seed: seed of the anchor draws and attention dropout; the two
+            residual dropouts get seeds derived from it (`derived_seed`).
         **kwargs: base `Layer` arguments.
 
     Call arguments:
@@ -118,7 +133,8 @@ class BertLayer(keras.layers.Layer):
         else:
             self.self_attention = keras.layers.MultiHeadAttention(**attention_args)
         self.attention_dropout = keras.layers.Dropout(
-            dropout_rate, seed=seed, name="attention_dropout", **common)
+            dropout_rate, seed=derived_seed(seed, "attention_dropout"), name="attention_dropout",
+            **common)
         self.attention_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="attention_norm", **common)
         if ffn_rank:
@@ -135,7 +151,8 @@ class BertLayer(keras.layers.Layer):
             self.output_dense = keras.layers.Dense(
                 hidden_dim, kernel_initializer=init(), name="output_dense", **common)
         self.output_dropout = keras.layers.Dropout(
-            dropout_rate, seed=seed, name="output_dropout", **common)
+            dropout_rate, seed=derived_seed(seed, "output_dropout"), name="output_dropout",
+            **common)
         self.output_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="output_norm", **common)
 
