@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tfeff.layers import AnchorMultiHeadAttention
+from tests.layers.test_rotary import rotate_reference
 
 HEADS, KEY_DIM, DIM = 3, 4, 10
 
@@ -34,13 +35,19 @@ def _softmax(z, mask):
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
 
-def reference(layer, x, anchors, anchor_valid, key_mask):
-    """Eqs. 7-13 of the CoRe paper in float64 NumPy, with the given anchors."""
+def reference(layer, x, anchors, anchor_valid, key_mask, rotary=False):
+    """Eqs. 7-13 of the CoRe paper in float64 NumPy, with the given anchors.
+
+    `rotary`: queries and keys rotated by their positions first.
+    """
     w = [np.asarray(v, np.float64) for v in layer.get_weights()]
     wq, bq, wk, bk, wv, bv, wo, bo = w
     x = x.astype(np.float64)
-    q = np.einsum("bnd,dhk->bhnk", x, wq) + bq[None, :, None, :]
-    k = np.einsum("bnd,dhk->bhnk", x, wk) + bk[None, :, None, :]
+    q = np.einsum("bnd,dhk->bnhk", x, wq) + bq
+    k = np.einsum("bnd,dhk->bnhk", x, wk) + bk
+    if rotary:
+        q, k = rotate_reference(q), rotate_reference(k)
+    q, k = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)
     v = np.einsum("bnd,dhk->bhnk", x, wv) + bv[None, :, None, :]
     q = q / np.linalg.norm(q, axis=-1, keepdims=True)
     out = np.zeros(x.shape[:2] + (wo.shape[-1],))
@@ -72,6 +79,20 @@ def test_golden_against_numpy_with_fixed_anchors():
     out = layer(x, x, query_mask=mask, value_mask=mask, anchor_indices=anchors)
     expected = reference(layer, x, anchors, np.ones(anchors.shape, bool), mask)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_rotary_golden_against_numpy_with_fixed_anchors():
+    layer = _layer(rotary_max_wavelength=10000)
+    x, mask = _inputs()
+    anchors = np.array([[[0, 4, 8], [1, 2, 3], [8, 7, 6]],
+                        [[0, 5, 2], [3, 1, 4], [2, 2, 0]],
+                        [[0, 1, 0], [1, 0, 1], [0, 0, 0]]], np.int32)
+    out = layer(x, x, query_mask=mask, value_mask=mask, anchor_indices=anchors)
+    valid = np.ones(anchors.shape, bool)
+    expected = reference(layer, x, anchors, valid, mask, rotary=True)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    unrotated = reference(layer, x, anchors, valid, mask)
+    assert np.abs(unrotated - expected).max() > 1e-3
 
 
 @pytest.mark.parametrize("selection", ["random", "strided"])

@@ -20,14 +20,19 @@ def _gelu(x, act):
     return np.maximum(x, 0)
 
 
-def hf_bert_forward(t, cfg, token_ids, segment_ids, padding_mask):
-    """BertModel's sequence output, written from the Hugging Face definition."""
+def hf_bert_forward(t, cfg, token_ids, segment_ids, padding_mask, rotate=None):
+    """BertModel's sequence output, written from the Hugging Face definition.
+
+    `rotate`: a function of `(batch, n, heads, head_dim)` queries or keys
+    (rotary positions, as RoFormer); the position table is then not used.
+    """
     t = {k: np.asarray(v, np.float64) for k, v in t.items()}
     eps, heads = cfg["layer_norm_eps"], cfg["num_attention_heads"]
     n = token_ids.shape[1]
     x = (t["bert.embeddings.word_embeddings.weight"][token_ids]
-         + t["bert.embeddings.position_embeddings.weight"][:n][None]
          + t["bert.embeddings.token_type_embeddings.weight"][segment_ids])
+    if rotate is None:
+        x = x + t["bert.embeddings.position_embeddings.weight"][:n][None]
     x = _layer_norm(x, t["bert.embeddings.LayerNorm.weight"], t["bert.embeddings.LayerNorm.bias"],
                     eps)
     bias = np.where(padding_mask[:, None, None, :] > 0, 0.0, -1e9)
@@ -37,11 +42,15 @@ def hf_bert_forward(t, cfg, token_ids, segment_ids, padding_mask):
         def lin(h, name):
             return h @ t[p + name + ".weight"].T + t[p + name + ".bias"]
 
-        def split(h):
+        def split(h, turn=False):
             b, n_, d = h.shape
-            return h.reshape(b, n_, heads, d // heads).transpose(0, 2, 1, 3)
+            h = h.reshape(b, n_, heads, d // heads)
+            if turn and rotate is not None:
+                h = rotate(h)
+            return h.transpose(0, 2, 1, 3)
 
-        q, k, v = (split(lin(x, f"attention.self.{w}")) for w in ("query", "key", "value"))
+        q, k, v = (split(lin(x, f"attention.self.{w}"), turn=w != "value")
+                   for w in ("query", "key", "value"))
         scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1]) + bias
         scores = np.exp(scores - scores.max(-1, keepdims=True))
         probs = scores / scores.sum(-1, keepdims=True)

@@ -6,6 +6,7 @@ import pytest
 
 from tests.models.bert_reference import hf_bert_forward
 from tests.models.bert_reference import hf_mlm_logits
+from tests.layers.test_rotary import rotate_reference
 from tfeff.convert import write_hf_bert
 from tfeff.convert.core import probe_inputs
 from tfeff.convert.safetensors import load_file
@@ -84,10 +85,61 @@ def test_loss_is_the_weighted_mean_cross_entropy_plus_nsp():
     np.testing.assert_allclose(float(bert.compute_loss(x, None, out)), mlm + nsp, rtol=1e-5)
 
 
-@pytest.mark.parametrize("relaxed", [None, {"num_anchors": 3, "ffn_rank": 4,
-                                            "anchor_selection": "strided"}])
-def test_padding_never_leaks(relaxed):
-    bert = make_bert(relaxed=relaxed)
+def test_rotary_positions_golden_against_the_numpy_bert(tmp_path):
+    """A rotary Bert is the learned-position one without the position table and
+    with queries and keys rotated (RoFormer), in float64 NumPy."""
+    learned = make_bert()
+    write_hf_bert(learned, tmp_path / "hf")
+    tensors, _ = load_file(tmp_path / "hf" / "model.safetensors")
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    rotary = Bert(40, **SIZES, position_embedding="rotary", name="bert")
+    rotary.build()
+    assert not [w.path for w in rotary.weights if "position" in w.path]
+    source = {w.path: w for w in learned.weights}
+    for w in rotary.weights:
+        w.assign(source[w.path])
+    x = batch(rotary)
+    out = rotary(x)
+    mask = x["padding_mask"].astype(bool)
+    expected = hf_bert_forward(tensors, cfg, x["token_ids"], x["segment_ids"],
+                               x["padding_mask"], rotate=rotate_reference)
+    np.testing.assert_allclose(np.asarray(out["sequence_output"])[mask], expected[mask],
+                               rtol=1e-4, atol=1e-4)
+    logits = hf_mlm_logits(tensors, cfg, expected, x["masked_positions"])
+    np.testing.assert_allclose(out["mlm_logits"], logits, rtol=1e-4, atol=1e-4)
+
+
+def test_rotary_positions_are_refused_by_the_bert_converters(tmp_path):
+    rotary = make_bert(position_embedding="rotary")
+    with pytest.raises(ValueError, match="learned position embeddings.*'rotary'"):
+        write_hf_bert(rotary, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+    pytest.importorskip("keras_hub")
+    from tfeff.convert import to_keras_hub
+
+    with pytest.raises(ValueError, match="learned position embeddings.*'rotary'"):
+        to_keras_hub(rotary)
+
+
+def test_reading_a_hugging_face_bert_with_relative_positions_is_refused(tmp_path):
+    from tfeff.convert import read_hf_bert
+
+    write_hf_bert(make_bert(), tmp_path / "hf")
+    path = tmp_path / "hf" / "config.json"
+    cfg = json.loads(path.read_text())
+    path.write_text(json.dumps({**cfg, "position_embedding_type": "relative_key"}))
+    with pytest.raises(ValueError, match="config.json: position_embedding_type 'relative_key'"):
+        read_hf_bert(tmp_path / "hf")
+
+
+@pytest.mark.parametrize("relaxed, position", [
+    (None, "learned"),
+    ({"num_anchors": 3, "ffn_rank": 4, "anchor_selection": "strided"}, "learned"),
+    (None, "rotary"),
+    ({"num_anchors": 3, "ffn_rank": 4, "anchor_selection": "strided"}, "rotary"),
+])
+def test_padding_never_leaks(relaxed, position):
+    bert = make_bert(relaxed=relaxed, position_embedding=position)
     x = batch(bert)
     changed = dict(x)
     mask = x["padding_mask"].astype(bool)
@@ -99,9 +151,12 @@ def test_padding_never_leaks(relaxed):
     np.testing.assert_allclose(a["mlm_logits"], b["mlm_logits"], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("relaxed", [None, {"num_anchors": 3, "ffn_rank": 4}])
-def test_config_round_trip_save_load_and_fit(tmp_path, relaxed):
-    bert = make_bert(relaxed=relaxed, use_nsp=True, seed=1)
+@pytest.mark.parametrize("relaxed, position", [
+    (None, "learned"), ({"num_anchors": 3, "ffn_rank": 4}, "learned"),
+    ({"num_anchors": 3, "ffn_rank": 4}, "rotary"),
+])
+def test_config_round_trip_save_load_and_fit(tmp_path, relaxed, position):
+    bert = make_bert(relaxed=relaxed, use_nsp=True, seed=1, position_embedding=position)
     config = bert.get_config()
     json.dumps(config)
     assert Bert.from_config(config).get_config() == config
@@ -156,6 +211,7 @@ def test_alone_input_embedding_scores_against_its_table():
     ({"relaxed": {"num_anchors": 0, "ffn_rank": 0}}, "needs num_anchors or ffn_rank"),
     ({"activation": "swish"}, "activation='swish'"),
     ({"input_embedding": "fixed"}, "input_embedding='fixed'"),
+    ({"position_embedding": "sinusoidal"}, "position_embedding='sinusoidal'"),
 ])
 def test_invalid_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -149,6 +149,11 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
     if bert.is_relaxed:
         raise ValueError("write_hf_bert needs a standard Bert: convert the relaxed model with "
                          "tfeff.convert.merge_relaxed_bert first.")
+    if bert.position_embedding_type != "learned":
+        raise ValueError(
+            f"write_hf_bert needs learned position embeddings: Hugging Face's BERT has an "
+            f"absolute position table (position_embedding_type 'absolute') and this model uses "
+            f"{bert.position_embedding_type!r} positions (model.position_embedding).")
     if os.path.exists(directory) and not overwrite:
         raise FileExistsError(f"{directory} exists (pass overwrite=True to replace it)")
     tensors = {}
@@ -204,6 +209,10 @@ def read_hf_bert(directory, name="bert"):
         cfg = json.load(f)
     if cfg.get("model_type", "bert") != "bert":
         raise ValueError(f"{config_path}: model_type {cfg.get('model_type')!r} is not bert")
+    position_type = cfg.get("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise ValueError(f"{config_path}: position_embedding_type {position_type!r} is not "
+                         "supported (tfeff reads absolute position embeddings only)")
     act = cfg.get("hidden_act", "gelu")
     if act not in _FROM_HF_ACTIVATIONS:
         raise ValueError(f"{config_path}: unsupported hidden_act {act!r}")

@@ -60,6 +60,11 @@ def to_keras_hub(bert):
     keras_hub = _import_keras_hub()
     if bert.is_relaxed:
         raise ValueError("to_keras_hub needs a standard Bert: merge_relaxed_bert first.")
+    if bert.position_embedding_type != "learned":
+        raise ValueError(
+            f"to_keras_hub needs learned position embeddings: keras-hub's BertBackbone has an "
+            f"absolute position table and this model uses {bert.position_embedding_type!r} "
+            f"positions (model.position_embedding).")
     if bert.input_embedding != "trainable":
         raise ValueError("to_keras_hub needs a trainable token embedding (write_hf_bert "
                          "materializes an ALONE one).")

@@ -407,9 +407,11 @@ class BertEmbedderModule(EmbedderModule):
         if max_tokens is None:
             max_tokens = limit
         if max_tokens > limit:
+            held = ("its position embedding holds" if model.position_embedding_type == "learned"
+                    else "it was trained on sequences of at most")
             raise ValueError(
-                f"`max_tokens`={max_tokens} does not fit this BERT: its position embedding "
-                f"holds {model.max_sequence_length} tokens, so at most {limit} pieces plus "
+                f"`max_tokens`={max_tokens} does not fit this BERT: {held} "
+                f"{model.max_sequence_length} tokens, so at most {limit} pieces plus "
                 "[CLS] and [SEP].")
         super().__init__(tokenization, model.num_layers + 1, model.hidden_dim, max_tokens,
                          subword_pooling, name="bert_embedder")

@@ -10,6 +10,7 @@ from tfeff.layers.fixed_embedding import FixedEmbedding
 from tfeff.layers.full_softmax import FullSoftmax
 from tfeff.layers.masked_bi_lstm import MaskedBiLSTM
 from tfeff.layers.projected_lstm import ProjectedLSTM
+from tfeff.layers.rotary import RotaryMultiHeadAttention
 from tfeff.layers.sampled_softmax import SampledSoftmax
 from tfeff.layers.scalar_mix import ScalarMix
 
@@ -24,6 +25,7 @@ __all__ = [
     "FullSoftmax",
     "MaskedBiLSTM",
     "ProjectedLSTM",
+    "RotaryMultiHeadAttention",
     "SampledSoftmax",
     "ScalarMix",
 ]

@@ -11,6 +11,9 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from tfeff.layers.rotary import apply_rotary
+from tfeff.layers.rotary import check_max_wavelength
+
 ANCHOR_SELECTIONS = ("random", "strided")
 # Anchor scores: chosen candidates score >= 1, non-candidates (padding) -1.
 _CHOSEN = 1.0
@@ -60,6 +63,11 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
     scaled dot-product attention of `keras.layers.MultiHeadAttention` on the
     same weights: that is the converted model's attention.
 
+    With `rotary_max_wavelength`, queries and keys are rotated by their
+    positions (`tfeff.layers.rotary.apply_rotary`) right after their
+    projections, before anchors are chosen among the queries, in both modes:
+    the exact mode is then `RotaryMultiHeadAttention`'s attention.
+
     Only self- or cross-attention over one sequence axis with padding masks
     is supported: `attention_mask`, `use_causal_mask`, `attention_axes`,
     `use_gate` and `sliding_window` are rejected outside `exact` mode.
@@ -72,6 +80,8 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
         exact: if True, standard attention by default.
         seed: seed of dropout and of the anchor draws; the inference draw
             uses it as a stateless seed (0 when None).
+        rotary_max_wavelength: None (no positions), or the wavelength of the
+            rotary position embedding applied to queries and keys.
         **kwargs: the other `keras.layers.MultiHeadAttention` arguments
             (`value_dim`, `dropout`, `use_bias`, `output_shape`,
             initializers, regularizers, constraints) and base `Layer` ones.
@@ -116,6 +126,7 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
         anchor_selection="random",
         exact=False,
         seed=None,
+        rotary_max_wavelength=None,
         **kwargs,
     ):
         if not isinstance(num_anchors, (int, np.integer)) or isinstance(num_anchors, bool) \
@@ -139,6 +150,13 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
         self.num_anchors = int(num_anchors)
         self.anchor_selection = anchor_selection
         self.exact = bool(exact)
+        if rotary_max_wavelength is not None:
+            rotary_max_wavelength = check_max_wavelength(
+                rotary_max_wavelength, "rotary_max_wavelength")
+            if key_dim % 2:
+                raise ValueError(f"`key_dim` must be even for rotary positions. Received: "
+                                 f"key_dim={key_dim}")
+        self.rotary_max_wavelength = rotary_max_wavelength
         self._inference_seed = 0 if seed is None else int(seed)
         self.anchor_seed_generator = keras.random.SeedGenerator(seed, name="anchor_seed")
 
@@ -234,6 +252,9 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
         q = self._query_dense(query)  # (batch, n, heads, key_dim)
         k = self._key_dense(key)  # (batch, s, heads, key_dim)
         v = self._value_dense(value)  # (batch, s, heads, value_dim)
+        if self.rotary_max_wavelength is not None:
+            q = apply_rotary(q, self.rotary_max_wavelength)
+            k = apply_rotary(k, self.rotary_max_wavelength)
         q = ops.transpose(ops.cast(q, "float32"), (0, 2, 1, 3))  # (batch, heads, n, key_dim)
         q = q / ops.maximum(ops.sqrt(ops.sum(q * q, axis=-1, keepdims=True)), 1e-12)
 
@@ -266,6 +287,14 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
             return output, ops.einsum("bhnm,bhms->bhns", s1, s2)
         return output
 
+    def _compute_attention(self, query, key, value, *args, **kwargs):
+        # The exact mode (MultiHeadAttention.call) with the same rotation.
+        if self.rotary_max_wavelength is not None:
+            dtype = query.dtype
+            query = ops.cast(apply_rotary(query, self.rotary_max_wavelength), dtype)
+            key = ops.cast(apply_rotary(key, self.rotary_max_wavelength), dtype)
+        return super()._compute_attention(query, key, value, *args, **kwargs)
+
     def get_config(self):
         config = super().get_config()
         for name in ("use_gate", "sliding_window", "attention_axes"):
@@ -275,6 +304,7 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
                 "num_anchors": self.num_anchors,
                 "anchor_selection": self.anchor_selection,
                 "exact": self.exact,
+                "rotary_max_wavelength": self.rotary_max_wavelength,
             }
         )
         return config

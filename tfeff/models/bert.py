@@ -10,6 +10,8 @@ from tfeff.models.bert_layer import BertLayer
 from tfeff.models.bert_layer import get_activation
 
 INPUT_EMBEDDINGS = ("trainable", "alone")
+POSITION_EMBEDDINGS = ("learned", "rotary")
+ROTARY_MAX_WAVELENGTH = 10000
 RELAXED_KEYS = ("num_anchors", "ffn_rank", "anchor_selection")
 
 
@@ -58,6 +60,14 @@ class Bert(keras.Model):
     names, so `tfeff.convert.merge_relaxed_bert` turns it into a standard
     `Bert`.
 
+    `position_embedding="rotary"` replaces the learned absolute position
+    embedding with rotary position embedding in every attention layer
+    (RoFormer; ModernBERT and most recent encoders): no position weights,
+    attention scores that depend on relative offsets. At small sizes it is
+    what lets attention find local context within a few hundred steps (the
+    README's BERT recipe section). BERT's own layout (and the keras-hub and
+    Hugging Face BERT converters) needs `"learned"`, the default.
+
     `input_embedding="alone"` uses an `AloneEmbedding` (set up by `alone`)
     for the tokens; the masked-LM head then scores against its computed
     table (`attend`).
@@ -82,6 +92,8 @@ class Bert(keras.Model):
         alone: `AloneEmbedding` arguments (without `vocabulary_size`,
             `output_dim`, `lookup`) for `input_embedding="alone"`.
         initializer_range: stddev of the truncated-normal initializers.
+        position_embedding: `"learned"` (BERT's absolute position table) or
+            `"rotary"`.
         seed: seed of dropout and anchor draws.
         **kwargs: base `Model` arguments.
 
@@ -115,6 +127,7 @@ class Bert(keras.Model):
         input_embedding="trainable",
         alone=None,
         initializer_range=0.02,
+        position_embedding="learned",
         seed=None,
         **kwargs,
     ):
@@ -134,6 +147,11 @@ class Bert(keras.Model):
                 f"Received an invalid value for `input_embedding`, expected one of "
                 f"{INPUT_EMBEDDINGS}. Received: input_embedding={input_embedding!r}"
             )
+        if position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"Received an invalid value for `position_embedding`, expected one of "
+                f"{POSITION_EMBEDDINGS}. Received: position_embedding={position_embedding!r}"
+            )
         get_activation(activation)
         self.vocabulary_size = vocabulary_size
         self.num_layers = num_layers
@@ -149,6 +167,7 @@ class Bert(keras.Model):
         self.use_nsp = bool(use_nsp)
         self.input_embedding = input_embedding
         self.initializer_range = initializer_range
+        self.position_embedding_type = position_embedding
         self.seed = seed
         if alone is not None and input_embedding != "alone":
             raise ValueError("`alone` is only used with input_embedding='alone'.")
@@ -169,9 +188,11 @@ class Bert(keras.Model):
             self.token_embedding = keras.layers.Embedding(
                 vocabulary_size, hidden_dim, embeddings_initializer=init(),
                 name="token_embedding", **common)
-        self.position_embedding = keras.layers.Embedding(
-            max_sequence_length, hidden_dim, embeddings_initializer=init(),
-            name="position_embedding", **common)
+        self.position_embedding = None
+        if position_embedding == "learned":
+            self.position_embedding = keras.layers.Embedding(
+                max_sequence_length, hidden_dim, embeddings_initializer=init(),
+                name="position_embedding", **common)
         self.segment_embedding = keras.layers.Embedding(
             num_segments, hidden_dim, embeddings_initializer=init(),
             name="segment_embedding", **common)
@@ -187,6 +208,8 @@ class Bert(keras.Model):
                 num_anchors=relaxed.get("num_anchors", 0), ffn_rank=relaxed.get("ffn_rank", 0),
                 anchor_selection=relaxed.get("anchor_selection", "random"),
                 initializer_range=initializer_range,
+                rotary_max_wavelength=(ROTARY_MAX_WAVELENGTH if position_embedding == "rotary"
+                                       else None),
                 seed=None if seed is None else seed + 1 + i,
                 name=f"transformer_layer_{i}", **common,
             )
@@ -212,7 +235,8 @@ class Bert(keras.Model):
     def build(self, input_shape=None):
         shape = (None, None, self.hidden_dim)
         self.token_embedding.build((None, None))
-        self.position_embedding.build((None,))
+        if self.position_embedding is not None:
+            self.position_embedding.build((None,))
         self.segment_embedding.build((None, None))
         self.embeddings_norm.build(shape)
         for layer in self.transformer_layers:
@@ -227,13 +251,19 @@ class Bert(keras.Model):
         self.built = True
 
     def embed(self, token_ids, segment_ids=None, training=False):
-        """Summed, normalized token + position + segment embeddings `(batch, n, d)`."""
-        n = ops.shape(token_ids)[1]
-        tokens = self.token_embedding(token_ids, training=training)
-        positions = self.position_embedding(ops.arange(n))[None]  # (1, n, d)
+        """Summed, normalized token + position + segment embeddings `(batch, n, d)`.
+
+        With rotary positions there is no position term here: the attention
+        layers rotate their queries and keys instead.
+        """
+        x = self.token_embedding(token_ids, training=training)
+        if self.position_embedding is not None:
+            n = ops.shape(token_ids)[1]
+            positions = self.position_embedding(ops.arange(n))[None]  # (1, n, d)
+            x = x + ops.cast(positions, x.dtype)
         if segment_ids is None:
             segment_ids = ops.zeros_like(token_ids)
-        x = tokens + ops.cast(positions, tokens.dtype) + self.segment_embedding(segment_ids)
+        x = x + self.segment_embedding(segment_ids)
         return self.embeddings_dropout(self.embeddings_norm(x), training=training)
 
     def encode(self, token_ids, segment_ids=None, padding_mask=None, training=False,
@@ -321,5 +351,6 @@ class Bert(keras.Model):
                 "initializer_range", "seed",
             )
         })
+        config["position_embedding"] = self.position_embedding_type
         return config
 

@@ -6,6 +6,7 @@ import keras
 
 from tfeff.layers import AnchorMultiHeadAttention
 from tfeff.layers import FactorizedDense
+from tfeff.layers import RotaryMultiHeadAttention
 
 ACTIVATIONS = ("gelu", "gelu_approximate", "relu")
 
@@ -52,7 +53,9 @@ class BertLayer(keras.layers.Layer):
         x = LayerNorm(x + Dropout(W2 act(W1 x + b1) + b2))
 
     With `num_anchors` the attention is `AnchorMultiHeadAttention`; with
-    `ffn_rank` W1 and W2 are `FactorizedDense` (CoRe's relaxed layer). The
+    `ffn_rank` W1 and W2 are `FactorizedDense` (CoRe's relaxed layer). With
+    `rotary_max_wavelength`, queries and keys are rotated by their positions
+    (`RotaryMultiHeadAttention`, or the anchor attention's rotary option). The
     sublayer names are the same either way (`self_attention`,
     `intermediate_dense`, `output_dense`, ...), which is what
     `tfeff.convert.merge_relaxed_bert` relies on.
@@ -69,6 +72,8 @@ class BertLayer(keras.layers.Layer):
         ffn_rank: 0 for dense feed-forward kernels, else their rank d_r.
         anchor_selection: `"random"` or `"strided"` (anchor attention).
         initializer_range: stddev of the truncated-normal kernel initializer.
+        rotary_max_wavelength: None, or the wavelength of rotary position
+            embedding in the attention.
         seed: seed of the anchor draws and attention dropout; the two
             residual dropouts get seeds derived from it (`derived_seed`).
         **kwargs: base `Layer` arguments.
@@ -96,6 +101,7 @@ class BertLayer(keras.layers.Layer):
         ffn_rank=0,
         anchor_selection="random",
         initializer_range=0.02,
+        rotary_max_wavelength=None,
         seed=None,
         **kwargs,
     ):
@@ -115,6 +121,7 @@ class BertLayer(keras.layers.Layer):
         self.ffn_rank = ffn_rank
         self.anchor_selection = anchor_selection
         self.initializer_range = initializer_range
+        self.rotary_max_wavelength = rotary_max_wavelength
         self.seed = seed
         act = get_activation(activation)
 
@@ -128,8 +135,12 @@ class BertLayer(keras.layers.Layer):
         )
         if num_anchors:
             self.self_attention = AnchorMultiHeadAttention(
-                num_anchors=num_anchors, anchor_selection=anchor_selection, **attention_args
+                num_anchors=num_anchors, anchor_selection=anchor_selection,
+                rotary_max_wavelength=rotary_max_wavelength, **attention_args
             )
+        elif rotary_max_wavelength is not None:
+            self.self_attention = RotaryMultiHeadAttention(
+                max_wavelength=rotary_max_wavelength, **attention_args)
         else:
             self.self_attention = keras.layers.MultiHeadAttention(**attention_args)
         self.attention_dropout = keras.layers.Dropout(
@@ -190,7 +201,7 @@ class BertLayer(keras.layers.Layer):
             name: getattr(self, name) for name in (
                 "hidden_dim", "num_heads", "intermediate_dim", "dropout_rate", "activation",
                 "layer_norm_epsilon", "num_anchors", "ffn_rank", "anchor_selection",
-                "initializer_range", "seed",
+                "initializer_range", "rotary_max_wavelength", "seed",
             )
         })
         return config

@@ -1,0 +1,101 @@
+"""Rotary position embedding (RoFormer) and a `MultiHeadAttention` that applies it."""
+
+import keras
+from keras import ops
+
+DEFAULT_MAX_WAVELENGTH = 10000
+
+
+def check_max_wavelength(value, name="max_wavelength"):
+    """Validates a rotary wavelength (a number > 1); returns it as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 1:
+        raise ValueError(
+            f"Received an invalid value for `{name}`, expected a number > 1. "
+            f"Received: {name}={value!r}"
+        )
+    return float(value)
+
+
+def apply_rotary(x, max_wavelength=DEFAULT_MAX_WAVELENGTH):
+    """Rotates `x` `(batch, n, heads, dim)` by its positions 0..n-1 along axis 1.
+
+    RoFormer's rotary position embedding (Su et al. 2021) in the rotate-half
+    layout of keras-hub's `RotaryEmbedding` and Hugging Face's Llama and
+    ModernBERT: feature i and feature i + dim/2 form a pair rotated by the
+    angle `position * max_wavelength ** (-2i / dim)`. Queries and keys
+    rotated this way score `q_i . k_j` as a function of their content and of
+    `i - j` only, so attention sees relative offsets without any position
+    weights. Computed in float32, returned in `x`'s dtype.
+
+    Args:
+        x: `(batch, n, heads, dim)` projected queries or keys; `dim` even.
+        max_wavelength: the longest wavelength (RoFormer: 10000).
+
+    Returns:
+        The rotated tensor, same shape and dtype as `x`.
+    """
+    dim = x.shape[-1]
+    if dim is None or dim % 2:
+        raise ValueError(
+            f"Rotary embedding needs an even, known last dimension (the head size). "
+            f"Received: shape={x.shape}"
+        )
+    half = dim // 2
+    n = ops.shape(x)[1]
+    inverse_frequency = ops.power(
+        float(max_wavelength), -ops.arange(0, dim, 2, dtype="float32") / float(dim))
+    angles = ops.arange(n, dtype="float32")[:, None] * inverse_frequency[None, :]  # (n, half)
+    cos = ops.cos(angles)[None, :, None, :]
+    sin = ops.sin(angles)[None, :, None, :]
+    x = ops.cast(x, "float32")
+    x1, x2 = x[..., :half], x[..., half:]
+    rotated = ops.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return rotated
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class RotaryMultiHeadAttention(keras.layers.MultiHeadAttention):
+    """`keras.layers.MultiHeadAttention` with rotary position embedding on queries and keys.
+
+    Exactly the weights of `MultiHeadAttention` (no position weights); the
+    projected queries and keys are rotated by their positions
+    (`apply_rotary`) before they are scored, as in RoFormer, ModernBERT and
+    Llama. `tfeff.models.Bert(position_embedding="rotary")` uses it.
+
+    Args:
+        num_heads, key_dim: as `MultiHeadAttention` (`key_dim` even).
+        max_wavelength: the rotary embedding's longest wavelength.
+        **kwargs: other `MultiHeadAttention` arguments (not `attention_axes`:
+            the sequence is axis 1).
+
+    Example:
+
+    >>> layer = RotaryMultiHeadAttention(num_heads=2, key_dim=4)
+    >>> x = keras.ops.ones((2, 7, 8))
+    >>> tuple(layer(x, x).shape)
+    (2, 7, 8)
+    """
+
+    def __init__(self, num_heads, key_dim, max_wavelength=DEFAULT_MAX_WAVELENGTH, **kwargs):
+        if kwargs.get("attention_axes") is not None:
+            raise ValueError(
+                "`RotaryMultiHeadAttention` attends over axis 1 only. Received: "
+                f"attention_axes={kwargs['attention_axes']!r}"
+            )
+        if key_dim % 2:
+            raise ValueError(f"`key_dim` must be even for rotary positions. Received: "
+                             f"key_dim={key_dim}")
+        super().__init__(num_heads, key_dim, **kwargs)
+        self.max_wavelength = check_max_wavelength(max_wavelength)
+
+    def _compute_attention(self, query, key, value, *args, **kwargs):
+        dtype = query.dtype
+        query = ops.cast(apply_rotary(query, self.max_wavelength), dtype)
+        key = ops.cast(apply_rotary(key, self.max_wavelength), dtype)
+        return super()._compute_attention(query, key, value, *args, **kwargs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("attention_axes", None)
+        config["max_wavelength"] = self.max_wavelength
+        return config
