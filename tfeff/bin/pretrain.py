@@ -53,6 +53,8 @@ def summary_lines(results):
         line = f"held-out masked-LM loss {ev['mlm_loss']:.4f}"
         if ev.get("perplexity") is not None:
             line += f", perplexity {ev['perplexity']:.2f}"
+            if ev.get("unigram_perplexity") is not None:
+                line += f" (unigram {ev['unigram_perplexity']:.2f})"
         if "accuracy" in ev:
             line += f", accuracy {ev['accuracy']:.4f}"
         lines.append(f"{line} ({ev['masked_tokens']} masked tokens)")

@@ -15,6 +15,7 @@ from tfeff.config.elmo import validate_corpus_source
 ACTIVATIONS = ("gelu", "gelu_approximate", "relu")
 ANCHOR_SELECTIONS = ("random", "strided")
 INPUT_EMBEDDINGS = ("trainable", "alone")
+POSITION_EMBEDDINGS = ("learned", "rotary")
 
 
 def validate_masked_lm_data(data_config, prefix):
@@ -89,6 +90,11 @@ class RelaxedConfig:
 class BertModelConfig:
     """BERT sizes (defaults: BERT-Base) and CoRe's `relaxed` layers.
 
+    `position_embedding`: `learned` (BERT's absolute position table, the
+    layout of converted checkpoints) or `rotary` (rotary position embedding
+    in the attention; learns far faster at small sizes, but the keras-hub and
+    Hugging Face BERT converters refuse it).
+
     `relaxed` set: the model trained first is CoRe's relaxed BERT; with
     `core.coarse_steps` (or the plateau rule) it is converted to a standard
     BERT during the run, else the whole run trains the relaxed model.
@@ -104,6 +110,7 @@ class BertModelConfig:
     use_nsp: bool = False
     relaxed: Optional[RelaxedConfig] = None
     input_embedding: str = "trainable"
+    position_embedding: str = "learned"
     alone: AloneConfig = dataclasses.field(default_factory=AloneConfig)
 
     def validate(self, prefix):
@@ -116,6 +123,7 @@ class BertModelConfig:
         one_of(self.activation, ACTIVATIONS, join(prefix, "activation"))
         positive(self.layer_norm_epsilon, join(prefix, "layer_norm_epsilon"))
         one_of(self.input_embedding, INPUT_EMBEDDINGS, join(prefix, "input_embedding"))
+        one_of(self.position_embedding, POSITION_EMBEDDINGS, join(prefix, "position_embedding"))
 
 
 @dataclasses.dataclass
@@ -148,12 +156,19 @@ class CoreConfig:
 
 @dataclasses.dataclass
 class BertEvalConfig:
-    """Held-out masked-LM loss, perplexity and accuracy over `max_batches` batches."""
+    """Held-out masked-LM loss, perplexity and accuracy over `max_batches` batches.
+
+    Next to them, the unigram perplexity: the held-out targets scored by the
+    token frequencies of the first `unigram_max_tokens` training tokens
+    (add-one smoothed), the baseline a model that ignores context reaches.
+    """
 
     max_batches: int = 50
+    unigram_max_tokens: int = 10_000_000
 
     def validate(self, prefix):
         positive(self.max_batches, join(prefix, "max_batches"))
+        positive(self.unigram_max_tokens, join(prefix, "unigram_max_tokens"))
 
 
 @dataclasses.dataclass

@@ -18,6 +18,7 @@ from tfeff.data.masked_elmo_dataset import masked_elmo_dataset
 from tfeff.data.masked_elmo_dataset import tokenize_documents
 from tfeff.data.mlm_dataset import learn_bert_vocabulary
 from tfeff.data.mlm_dataset import mlm_dataset
+from tfeff.data.mlm_dataset import token_counts
 from tfeff.data.synthetic import synthetic_corpus
 from tfeff.data.synthetic import synthetic_tasks
 from tfeff.data.synthetic import write_synthetic_corpus
@@ -41,6 +42,7 @@ __all__ = [
     "load_vocabulary_vectors",
     "masked_elmo_dataset",
     "mlm_dataset",
+    "token_counts",
     "paragraphs",
     "resolve_files",
     "synthetic_corpus",

@@ -23,6 +23,7 @@
 
 import logging
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as text
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
@@ -113,6 +114,38 @@ def _windows(lines, tokenizer, window):
     position = tf.range(tf.size(stream, out_type=tf.int64))
     windows = tf.RaggedTensor.from_value_rowids(stream, position // window)
     return tf.ragged.boolean_mask(windows, windows.row_lengths() >= 2)
+
+
+def token_counts(patterns, vocabulary_path, lower_case=False, on_invalid_utf8="error",
+                 max_tokens=None):
+    """How often each token id occurs in the tokenized text: the masked-LM targets' source.
+
+    The text is tokenized exactly as `mlm_dataset` does (the same tokenizer,
+    no `[CLS]`/`[SEP]`), in file order; with `max_tokens`, counting stops
+    after the chunk that reaches it.
+
+    Returns:
+        `(counts, lines_read)`: int64 NumPy `(vocabulary_size,)` and the
+        number of lines counted.
+    """
+    size = len(vocabulary_lib.Vocabulary.load(vocabulary_path))
+    tokenizer = bert_tokenizer(vocabulary_path, lower_case)
+
+    def count(lines):
+        ids = tf.cast(tokenizer.tokenize(lines).flat_values, tf.int32)
+        return tf.math.bincount(ids, minlength=size, maxlength=size, dtype=tf.int64), \
+            tf.size(lines, out_type=tf.int64)
+
+    ds = line_dataset(corpus.resolve_files(patterns), on_invalid_utf8).batch(_LINES_PER_CHUNK)
+    ds = ds.map(count, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    counts = np.zeros(size, np.int64)
+    lines_read = 0
+    for chunk, lines in ds:
+        counts += chunk.numpy()
+        lines_read += int(lines)
+        if max_tokens is not None and counts.sum() >= max_tokens:
+            break
+    return counts, lines_read
 
 
 def _nsp_segments(windows, seed):

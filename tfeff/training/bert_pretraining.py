@@ -35,6 +35,10 @@ import tensorflow as tf
 from tfeff import config as config_lib
 from tfeff import data as data_lib
 from tfeff.data import files
+from tfeff.data.mlm_dataset import CLS_ID
+from tfeff.data.mlm_dataset import MASK_ID
+from tfeff.data.mlm_dataset import PAD_ID
+from tfeff.data.mlm_dataset import SEP_ID
 from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.models import Bert
 from tfeff.training import checkpoints
@@ -44,6 +48,7 @@ from tfeff.training.callbacks import write_scalar
 from tfeff.training.optimizers import make_optimizer
 
 COARSE_DIR = "coarse"
+NEVER_TARGETS = (PAD_ID, CLS_ID, SEP_ID, MASK_ID)
 SWITCH_FILE = "core_switch.json"
 _path = os.path.join
 
@@ -84,6 +89,7 @@ def build_bert(config, vocabulary_size, relaxed=None):
         relaxed=dataclasses.asdict(m.relaxed) if relaxed else None,
         use_nsp=m.use_nsp,
         input_embedding=m.input_embedding,
+        position_embedding=m.position_embedding,
         alone=m.alone.layer_kwargs() if m.input_embedding == "alone" else None,
         seed=config.train.seed,
         name="bert",
@@ -342,21 +348,47 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
     results["preempted"] = preempted
     results["train_seconds"] = time.time() - t0
     if heldout_files and info.is_chief and not preempted:
-        results["eval"] = evaluate_bert(model, config, heldout_files, vocabulary_path)
+        results["eval"] = evaluate_bert(
+            model, config, heldout_files, vocabulary_path,
+            unigram=unigram_log_probs(config, train_files, vocabulary_path))
         results["eval"]["train_seconds"] = results["train_seconds"]
         files.write_text_atomic(_path(model_dir, pretraining.EVAL_FILE),
                                 json.dumps(results["eval"], indent=2) + "\n")
-        logging.info("held-out masked-LM loss %.4f, perplexity %.2f, accuracy %.4f",
-                     results["eval"]["mlm_loss"], results["eval"]["perplexity"],
+        logging.info("held-out masked-LM loss %.4f, perplexity %.2f (unigram %.2f), "
+                     "accuracy %.4f", results["eval"]["mlm_loss"],
+                     results["eval"]["perplexity"], results["eval"]["unigram_perplexity"],
                      results["eval"]["accuracy"])
     return results
 
 
-def evaluate_bert(model, config, heldout_files, vocabulary_path, exact_attention=None):
-    """Held-out masked-LM loss, perplexity and top-1 accuracy (masks drawn with a fixed seed)."""
+def unigram_log_probs(config, train_files, vocabulary_path):
+    """Log-frequencies `(vocabulary_size,)` of the training tokens, add-one smoothed.
+
+    Counted over the first `eval.unigram_max_tokens` tokens of the training
+    files. `[PAD]`, `[CLS]`, `[SEP]` and `[MASK]` are never targets and get
+    probability 0 (-inf); every other id at least one count.
+    """
+    d = config.data
+    counts, _ = data_lib.token_counts(
+        train_files, vocabulary_path, lower_case=d.lower_case,
+        on_invalid_utf8=d.on_invalid_utf8, max_tokens=config.eval.unigram_max_tokens)
+    smoothed = counts.astype(np.float64) + 1.0
+    smoothed[list(NEVER_TARGETS)] = 0.0
+    with np.errstate(divide="ignore"):
+        return np.log(smoothed / smoothed.sum())
+
+
+def evaluate_bert(model, config, heldout_files, vocabulary_path, exact_attention=None,
+                  unigram=None):
+    """Held-out masked-LM loss, perplexity and top-1 accuracy (masks drawn with a fixed seed).
+
+    With `unigram` (`unigram_log_probs`), also the unigram perplexity of the
+    same targets: the context-free baseline the model's perplexity should
+    fall far below.
+    """
     tf.random.set_seed(config.train.seed)
     ds = bert_dataset(config, heldout_files, vocabulary_path, False, seed=config.train.seed)
-    loss_sum, correct, count = 0.0, 0, 0.0
+    loss_sum, unigram_sum, correct, count = 0.0, 0.0, 0, 0.0
     for batch in ds.take(config.eval.max_batches):
         logits = model(batch, training=False, exact_attention=exact_attention)["mlm_logits"]
         weights = batch["masked_weights"].numpy()
@@ -364,8 +396,13 @@ def evaluate_bert(model, config, heldout_files, vocabulary_path, exact_attention
         ce = keras.ops.convert_to_numpy(keras.losses.sparse_categorical_crossentropy(
             ids, logits, from_logits=True))
         loss_sum += float((ce * weights).sum())
+        if unigram is not None:
+            unigram_sum -= float((np.where(weights > 0, unigram[ids], 0.0) * weights).sum())
         correct += int(((np.argmax(logits, -1) == ids) * (weights > 0)).sum())
         count += float(weights.sum())
     mean = loss_sum / max(count, 1.0)
-    return {"masked_tokens": int(count), "mlm_loss": mean, "perplexity": float(np.exp(mean)),
-            "accuracy": correct / max(count, 1.0)}
+    results = {"masked_tokens": int(count), "mlm_loss": mean, "perplexity": float(np.exp(mean)),
+               "accuracy": correct / max(count, 1.0)}
+    if unigram is not None:
+        results["unigram_perplexity"] = float(np.exp(unigram_sum / max(count, 1.0)))
+    return results
