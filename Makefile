@@ -41,8 +41,10 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 	touch $@
 
 # Output-layer speed/memory table at a reduced size (minutes; see README for the full run),
-# the ALONE reconstruction experiment at full size, the ALONE lookup benchmark and the
-# CoRe benchmark (relaxed vs standard layers; two-phase vs standard demo pretraining) and
+# the ALONE reconstruction experiment at full size, the ALONE lookup benchmark, the
+# CoRe layer benchmark (relaxed vs standard layers), the BERT recipe curves (learned vs
+# rotary positions, about 3 minutes), the CoRe study (two-phase vs standard pretraining,
+# held-out loss against wall time, about 30 minutes), and
 # the MaskedBiLSTM benchmark (portable vs RNN cell vs plain LSTM; cuDNN on a GPU), the
 # input-pipeline throughput of every family against the training step's consumption, and the
 # feature-based evaluation of every demo model (pre-trains them on one synthetic language,
@@ -52,6 +54,8 @@ bench: $(VENV)/.installed-bench
 	$(PY) tools/alone_reconstruct.py --preset full --results_dir runs/bench
 	$(PY) tools/benchmark_alone.py --results runs/bench/alone_lookup.md
 	$(PY) tools/benchmark_core.py --results_dir runs/bench
+	$(PY) tools/bert_curves.py --results_dir runs/bench
+	$(PY) tools/core_study.py --results_dir runs/bench
 	$(PY) tools/benchmark_lstm.py --results runs/bench/lstm.md
 	$(PY) tools/benchmark_pipeline.py --work_dir runs/bench/pipeline --results runs/bench/pipeline.md
 	$(PY) tools/evaluate_features.py --demo --work_dir runs/features --results runs/bench/features.md

@@ -1,6 +1,6 @@
-"""CoRe benchmark: relaxed vs standard BERT pieces, and two-phase vs standard-only pretraining.
+"""CoRe benchmark: relaxed vs standard BERT pieces.
 
-Part 1, side by side in one process (interleaved rounds, median seconds of a
+Side by side in one process (interleaved rounds, median seconds of a
 forward+backward step, `--tokens` tokens per batch) at BERT-Base width
 (d = 768, h = 12, d_f = 3072) for each sequence length n in `--lengths`:
 
@@ -10,41 +10,31 @@ forward+backward step, `--tokens` tokens per batch) at BERT-Base width
 
 with parameter counts and the FLOP ratio of each pair.
 
-Part 2: `tfeff-pretrain` on configs/demo_bert.yaml (standard only) and
-configs/demo_bert_core.yaml (two phases), one after the other on this
-machine; training loss against wall time from their TensorBoard events
-(a PNG like the paper's Figure 3), the held-out MLM loss of each, and the
-wall time the two-phase run needs to reach the standard run's final
-training loss.
+Two-phase vs standard pretraining (held-out loss against wall time) is
+tools/core_study.py.
 
     python tools/benchmark_core.py --results_dir runs/bench     # make bench
-    python tools/benchmark_core.py --lengths 128 --skip_pretraining
+    python tools/benchmark_core.py --lengths 128
 """
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import glob  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
-import shutil  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tfeff.layers import AnchorMultiHeadAttention  # noqa: E402
 from tfeff.layers import FactorizedDense  # noqa: E402
 from tfeff.models.bert_layer import BertLayer  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = flags.FLAGS
 flags.DEFINE_list("lengths", ["128", "512"], "Sequence lengths n.")
 flags.DEFINE_integer("tokens", 4096, "Tokens per batch (batch = tokens / n).")
@@ -54,8 +44,7 @@ flags.DEFINE_integer("intermediate_dim", 3072, "d_f.")
 flags.DEFINE_integer("num_anchors", 32, "m.")
 flags.DEFINE_integer("ffn_rank", 64, "d_r.")
 flags.DEFINE_integer("rounds", 5, "Timed rounds (each runs every variant once, interleaved).")
-flags.DEFINE_bool("skip_pretraining", False, "Only part 1.")
-flags.DEFINE_string("results_dir", "runs/bench", "Where the table, JSON and PNG go.")
+flags.DEFINE_string("results_dir", "runs/bench", "Where the table and JSON go.")
 
 
 def _step(fn, variables):
@@ -140,75 +129,6 @@ def layer_table():
     return rows
 
 
-def _events(log_dir, tag="train/loss"):
-    points = []
-    for path in glob.glob(os.path.join(log_dir, "events.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                if value.tag == tag:
-                    points.append((event.step, event.wall_time,
-                                   float(tf.make_ndarray(value.tensor))))
-    return sorted(points)
-
-
-def pretraining_comparison(results_dir):
-    runs = {}
-    for label, config in (("standard", "demo_bert.yaml"), ("two-phase", "demo_bert_core.yaml")):
-        model_dir = os.path.join(results_dir, f"core_{label}")
-        shutil.rmtree(model_dir, ignore_errors=True)
-        cmd = [sys.executable, "-m", "tfeff.bin.pretrain", "--config",
-               os.path.join(REPO, "configs", config), "--model_dir", model_dir]
-        print("running", " ".join(cmd[2:]), flush=True)
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with open(os.path.join(model_dir, "eval.json")) as f:
-            ev = json.load(f)
-        points = _events(os.path.join(model_dir, "logs"))
-        # t = 0 when training started: the last event is at the end of training.
-        t0 = points[-1][1] - ev["train_seconds"]
-        switch = None
-        switch_path = os.path.join(model_dir, "coarse", "core_switch.json")
-        if os.path.exists(switch_path):
-            with open(switch_path) as f:
-                switch = json.load(f)
-        runs[label] = {"steps": [p[0] for p in points], "seconds": [p[1] - t0 for p in points],
-                       "loss": [p[2] for p in points], "eval": ev, "switch": switch}
-    target = runs["standard"]["loss"][-1]
-    reach = next((s for s, loss in zip(runs["two-phase"]["seconds"], runs["two-phase"]["loss"])
-                  if loss <= target), None)
-    summary = {
-        "standard_final_train_loss": target,
-        "standard_seconds": runs["standard"]["eval"]["train_seconds"],
-        "two_phase_seconds": runs["two-phase"]["eval"]["train_seconds"],
-        "two_phase_seconds_to_standard_final_loss": reach,
-        "standard_heldout_mlm_loss": runs["standard"]["eval"]["mlm_loss"],
-        "two_phase_heldout_mlm_loss": runs["two-phase"]["eval"]["mlm_loss"],
-        "switch": runs["two-phase"]["switch"],
-    }
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for label, run in runs.items():
-            ax.plot(run["seconds"], run["loss"], label=label)
-        if summary["switch"]:
-            step = summary["switch"]["switch_step"]
-            run = runs["two-phase"]
-            t = np.interp(step, run["steps"], run["seconds"])
-            ax.axvline(t, color="gray", linestyle=":", label=f"switch (step {step})")
-        ax.set_xlabel("wall time (s)")
-        ax.set_ylabel("training MLM loss (running mean)")
-        ax.set_title("CoRe two-phase vs standard pretraining (demo)")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(results_dir, "core_pretraining.png"), dpi=120)
-    except ImportError:
-        print("matplotlib is not installed (pip install 'tfeff[bench]'): no PNG")
-    return summary, runs
-
-
 def main(argv):
     del argv
     os.makedirs(FLAGS.results_dir, exist_ok=True)
@@ -226,22 +146,6 @@ def main(argv):
                      f"{r['flop_ratio']:.2f}x | {r['standard_params']:,} / "
                      f"{r['relaxed_params']:,} |")
     out = {"layers": rows}
-    if not FLAGS.skip_pretraining:
-        summary, runs = pretraining_comparison(FLAGS.results_dir)
-        out["pretraining"] = summary
-        out["curves"] = runs
-        reach = summary["two_phase_seconds_to_standard_final_loss"]
-        lines += ["", "Demo pretraining (configs/demo_bert.yaml vs demo_bert_core.yaml):", "",
-                  "| run | train seconds | held-out MLM loss |", "|---|---|---|",
-                  f"| standard | {summary['standard_seconds']:.0f} | "
-                  f"{summary['standard_heldout_mlm_loss']:.3f} |",
-                  f"| two-phase (switch at step {summary['switch']['switch_step']}, "
-                  f"{summary['switch']['reason']}) | {summary['two_phase_seconds']:.0f} | "
-                  f"{summary['two_phase_heldout_mlm_loss']:.3f} |", "",
-                  "Two-phase reaches the standard run's final training loss "
-                  f"({summary['standard_final_train_loss']:.3f}) after "
-                  + (f"{reach:.0f} s" if reach is not None else "never (within its run)")
-                  + f" vs {summary['standard_seconds']:.0f} s."]
     text = "\n".join(lines) + "\n"
     print(text)
     with open(os.path.join(FLAGS.results_dir, "core.md"), "w") as f:

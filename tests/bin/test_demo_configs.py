@@ -51,8 +51,9 @@ def _summary_patterns(name):
         unit = "WordPiece tokens" if config["data"].get("tokenization") == "wordpiece" else \
             "words"
         return done + [rf"held-out perplexity {number} \({unit}; {targets} targets, median rank "]
-    done.append(rf"held-out masked-LM loss {number}, perplexity {number}, accuracy {number} "
-                r"\(\d+ masked tokens\)")
+    unigram = rf" \(unigram {number}\)" if config["family"] == "bert" else ""
+    done.append(rf"held-out masked-LM loss {number}, perplexity {number}{unigram}, "
+                rf"accuracy {number} \(\d+ masked tokens\)")
     if config.get("core", {}).get("coarse_steps"):
         done.append(r"CoRe switch at step 2 \(")
     return done

@@ -33,6 +33,10 @@ def test_masked_lm_families_and_the_core_switch():
                      "held-out masked-LM loss 5.1234, perplexity 167.90, accuracy 0.0625 "
                      "(64 masked tokens)",
                      "CoRe switch at step 2 (coarse_steps reached)"]
+    bert["unigram_perplexity"] = 338.04
+    assert summary_lines({"step": 4, "eval": bert})[1] == (
+        "held-out masked-LM loss 5.1234, perplexity 167.90 (unigram 338.04), accuracy 0.0625 "
+        "(64 masked tokens)")
     continuous = {"masked_tokens": 10, "mlm_loss": 0.5}  # Masked ELMo, continuous output
     assert summary_lines({"step": 4, "eval": continuous})[-1] == (
         "held-out masked-LM loss 0.5000 (10 masked tokens)")

@@ -1,0 +1,151 @@
+"""Held-out masked-LM perplexity curves of BERT recipe variants, side by side on one corpus.
+
+Each variant is a set of config overrides on --config (default the demo
+BERT). All variants train on the same corpus and vocabulary (prepared once in
+--work_dir), with the same batches, and are evaluated every --every steps on
+the same held-out masked tokens, next to the unigram perplexity of those
+targets. Training time excludes the evaluations.
+
+    # the README's recipe table: learned vs rotary positions at the demo size
+    python tools/bert_curves.py --results_dir runs/bench \\
+        --variant learned:model.position_embedding=learned \\
+        --variant rotary:model.position_embedding=rotary
+
+Writes `bert_curves.md`, `bert_curves.json` and `bert_curves.png` (with
+matplotlib) to --results_dir.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import json  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import keras  # noqa: E402
+
+from tfeff import data as data_lib  # noqa: E402
+from tfeff.config import load_config  # noqa: E402
+from tfeff.training import bert_pretraining  # noqa: E402
+from tfeff.training.optimizers import make_optimizer  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLAGS = flags.FLAGS
+flags.DEFINE_string("config", os.path.join(REPO, "configs", "demo_bert.yaml"), "Base config.")
+flags.DEFINE_multi_string(
+    "variant", ["learned:model.position_embedding=learned",
+                "rotary:model.position_embedding=rotary"],
+    "NAME:key=value[,key=value...] (overrides on --config).")
+flags.DEFINE_multi_string("override", [], "key=value for every variant (e.g. train.steps=3000).")
+flags.DEFINE_integer("every", 200, "Evaluate every this many steps.")
+flags.DEFINE_string("work_dir", "runs/bert_curves", "Corpus and vocabulary (reused).")
+flags.DEFINE_string("results_dir", "runs/bench", "Where the table, JSON and PNG go.")
+
+
+def parse_variant(text):
+    name, _, overrides = text.partition(":")
+    if not name or not overrides:
+        raise app.UsageError(f"--variant {text!r}: expected NAME:key=value[,key=value...]")
+    return name, overrides.split(",")
+
+
+class Curve(keras.callbacks.Callback):
+    """Held-out perplexity every `every` steps; training seconds exclude the evaluations."""
+
+    def __init__(self, evaluate, every, total, name):
+        super().__init__()
+        self.evaluate, self.every, self.total, self.name = evaluate, every, total, name
+        self.seconds, self.points, self._t = 0.0, [], None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._t = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seconds += time.perf_counter() - self._t
+        step = batch + 1
+        if step % self.every == 0 or step == self.total:
+            ev = self.evaluate(self.model)
+            self.points.append({"step": step, "seconds": self.seconds, **ev})
+            print(f"{self.name}: step {step}, {self.seconds:.0f} s, held-out perplexity "
+                  f"{ev['perplexity']:.1f}", flush=True)
+
+
+def train_variant(name, config, files, vocabulary_path, unigram):
+    train_files, heldout_files = files
+    vocabulary_size = len(data_lib.Vocabulary.load(vocabulary_path))
+    keras.utils.set_random_seed(config.train.seed)
+    model = bert_pretraining.build_bert(config, vocabulary_size)
+    model.build()
+    model.compile(optimizer=make_optimizer(config.train, config.data.batch_size),
+                  jit_compile=False)
+    dataset = bert_pretraining.bert_dataset(config, train_files, vocabulary_path, True,
+                                            seed=config.train.seed)
+
+    def evaluate(m):
+        return bert_pretraining.evaluate_bert(m, config, heldout_files, vocabulary_path,
+                                              unigram=unigram)
+
+    curve = Curve(evaluate, FLAGS.every, config.train.steps, name)
+    model.fit(dataset, steps_per_epoch=config.train.steps, epochs=1, verbose=0,
+              callbacks=[curve])
+    return curve.points
+
+
+def main(argv):
+    del argv
+    variants = [parse_variant(v) for v in FLAGS.variant]
+    base = load_config(FLAGS.config, FLAGS.override)
+    os.makedirs(FLAGS.work_dir, exist_ok=True)
+    os.makedirs(FLAGS.results_dir, exist_ok=True)
+    train_files, heldout_files, vocabulary_path = bert_pretraining.prepare_bert_data(
+        base, FLAGS.work_dir)
+    unigram = bert_pretraining.unigram_log_probs(base, train_files, vocabulary_path)
+    results = {}
+    for name, overrides in variants:
+        config = load_config(FLAGS.config, FLAGS.override + overrides)
+        results[name] = {"overrides": overrides, "points": train_variant(
+            name, config, (train_files, heldout_files), vocabulary_path, unigram)}
+    unigram_ppl = next(iter(results.values()))["points"][-1]["unigram_perplexity"]
+    steps = [p["step"] for p in next(iter(results.values()))["points"]]
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+    lines = [f"Held-out masked-LM perplexity by step ({os.path.relpath(FLAGS.config, REPO)}"
+             f"{' with ' + ', '.join(FLAGS.override) if FLAGS.override else ''}; unigram "
+             f"perplexity {unigram_ppl:.1f}; {machine}; one seed)", "",
+             "| variant | " + " | ".join(str(s) for s in steps) + " | train seconds |",
+             "|---" * (len(steps) + 2) + "|"]
+    for name, r in results.items():
+        lines.append(f"| {name} | " + " | ".join(f"{p['perplexity']:.1f}" for p in r["points"])
+                     + f" | {r['points'][-1]['seconds']:.0f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(os.path.join(FLAGS.results_dir, "bert_curves.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(FLAGS.results_dir, "bert_curves.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install 'tfeff[bench]'): no PNG")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, r in results.items():
+        ax.plot([p["step"] for p in r["points"]], [p["perplexity"] for p in r["points"]],
+                marker="o", markersize=3, label=name)
+    ax.axhline(unigram_ppl, color="gray", linestyle=":", label="unigram")
+    ax.axhline(0.25 * unigram_ppl, color="gray", linewidth=0.8, label="0.25 x unigram")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("held-out masked-LM perplexity")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(FLAGS.results_dir, "bert_curves.png"), dpi=120)
+
+
+if __name__ == "__main__":
+    app.run(main)
