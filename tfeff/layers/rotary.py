@@ -25,14 +25,14 @@ def apply_rotary(x, max_wavelength=DEFAULT_MAX_WAVELENGTH):
     angle `position * max_wavelength ** (-2i / dim)`. Queries and keys
     rotated this way score `q_i . k_j` as a function of their content and of
     `i - j` only, so attention sees relative offsets without any position
-    weights. Computed in float32, returned in `x`'s dtype.
+    weights. Computed and returned in float32 (callers cast back).
 
     Args:
         x: `(batch, n, heads, dim)` projected queries or keys; `dim` even.
         max_wavelength: the longest wavelength (RoFormer: 10000).
 
     Returns:
-        The rotated tensor, same shape and dtype as `x`.
+        The rotated float32 tensor, same shape as `x`.
     """
     dim = x.shape[-1]
     if dim is None or dim % 2:
@@ -49,8 +49,7 @@ def apply_rotary(x, max_wavelength=DEFAULT_MAX_WAVELENGTH):
     sin = ops.sin(angles)[None, :, None, :]
     x = ops.cast(x, "float32")
     x1, x2 = x[..., :half], x[..., half:]
-    rotated = ops.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-    return rotated
+    return ops.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
