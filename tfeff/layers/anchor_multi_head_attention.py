@@ -13,6 +13,7 @@ from keras import ops
 
 from tfeff.layers.rotary import apply_rotary
 from tfeff.layers.rotary import check_max_wavelength
+from tfeff.layers.rotary import rotate_queries_and_keys
 
 ANCHOR_SELECTIONS = ("random", "strided")
 # Anchor scores: chosen candidates score >= 1, non-candidates (padding) -1.
@@ -290,9 +291,7 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
     def _compute_attention(self, query, key, value, *args, **kwargs):
         # The exact mode (MultiHeadAttention.call) with the same rotation.
         if self.rotary_max_wavelength is not None:
-            dtype = query.dtype
-            query = ops.cast(apply_rotary(query, self.rotary_max_wavelength), dtype)
-            key = ops.cast(apply_rotary(key, self.rotary_max_wavelength), dtype)
+            query, key = rotate_queries_and_keys(query, key, self.rotary_max_wavelength)
         return super()._compute_attention(query, key, value, *args, **kwargs)
 
     def get_config(self):

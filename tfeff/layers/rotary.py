@@ -52,6 +52,12 @@ def apply_rotary(x, max_wavelength=DEFAULT_MAX_WAVELENGTH):
     return ops.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
+def rotate_queries_and_keys(query, key, max_wavelength):
+    """`apply_rotary` on projected queries and keys, each cast back to its dtype."""
+    return (ops.cast(apply_rotary(query, max_wavelength), query.dtype),
+            ops.cast(apply_rotary(key, max_wavelength), key.dtype))
+
+
 @keras.saving.register_keras_serializable(package="tfeff")
 class RotaryMultiHeadAttention(keras.layers.MultiHeadAttention):
     """`keras.layers.MultiHeadAttention` with rotary position embedding on queries and keys.
@@ -88,9 +94,7 @@ class RotaryMultiHeadAttention(keras.layers.MultiHeadAttention):
         self.max_wavelength = check_max_wavelength(max_wavelength)
 
     def _compute_attention(self, query, key, value, *args, **kwargs):
-        dtype = query.dtype
-        query = ops.cast(apply_rotary(query, self.max_wavelength), dtype)
-        key = ops.cast(apply_rotary(key, self.max_wavelength), dtype)
+        query, key = rotate_queries_and_keys(query, key, self.max_wavelength)
         return super()._compute_attention(query, key, value, *args, **kwargs)
 
     def get_config(self):
