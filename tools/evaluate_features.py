@@ -203,6 +203,73 @@ def train_probe(train, test, num_classes, per_token, kind="linear", seed=0, epoc
             "macro_f1": macro_f1(gold, predicted, num_classes)}
 
 
+def fine_tune(model_dir, train, test, num_classes, seed=0, epochs=3, batch_size=32,
+              learning_rate=1e-3, log=None, module=None):
+    """Fine-tunes a pre-trained encoder with a sentence classifier; `{"accuracy", "macro_f1"}`.
+
+    Unlike the probes, the encoder is not frozen: the model directory's latest
+    checkpoint is restored (`tfeff.export.model_dir_embedder`, the module an
+    export would write), and a `ScalarMix` over its layers, a masked mean pool
+    and a linear classifier are trained together with every trainable weight
+    of the encoder, as GLUE fine-tuning does (dropout off; the fixed fastText
+    input of ELMo-C stays fixed). `train`/`test` are `[(label_index, sentence)]`;
+    `module` is the directory's module if the caller has already built it
+    (it is trained in place).
+    """
+    import keras
+    import tensorflow as tf
+
+    from tfeff.export import model_dir_embedder
+    from tfeff.layers import ScalarMix
+
+    keras.utils.set_random_seed(seed)
+    if module is None:
+        module, _, _ = model_dir_embedder(model_dir)
+    mix = ScalarMix(module.num_layers, layer_norm=True, name="scalar_mix")
+    head = keras.layers.Dense(num_classes, name="classifier")
+    optimizer = keras.optimizers.Adam(learning_rate)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def logits_of(sentences):
+        out = module._embed(sentences)
+        x = mix(out["layers"], mask=out["mask"])
+        weights = tf.cast(out["mask"], x.dtype)[..., None]
+        pooled = tf.reduce_sum(x * weights, 1) / tf.maximum(tf.reduce_sum(weights, 1), 1.0)
+        return head(pooled)
+
+    logits_of(tf.constant([s for _, s in train[:2]]))  # builds the head
+    variables = module.model.trainable_variables + mix.trainable_variables + \
+        head.trainable_variables
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string),
+                                  tf.TensorSpec([None], tf.int64)])
+    def step(sentences, labels):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, logits_of(sentences))
+        grads = tape.gradient(loss, variables)
+        # Output layers (softmax, MLM head) get no gradient from the classifier.
+        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        optimizer.apply([g for g, _ in pairs], [v for _, v in pairs])
+        return loss
+
+    predict = tf.function(logits_of, input_signature=[tf.TensorSpec([None], tf.string)])
+    rng = np.random.default_rng(seed)
+    sentences = np.array([s for _, s in train], dtype=object)
+    labels = np.array([y for y, _ in train], np.int64)
+    for epoch in range(epochs):
+        order = rng.permutation(len(train))
+        losses = [float(step(tf.constant(list(sentences[idx])), tf.constant(labels[idx])))
+                  for idx in np.array_split(order, max(1, len(order) // batch_size))]
+        if log:
+            log(f"  fine-tune epoch {epoch + 1}: loss {np.mean(losses):.4f}")
+    predicted = np.concatenate([
+        predict(tf.constant([s for _, s in test[b:b + 256]])).numpy().argmax(-1)
+        for b in range(0, len(test), 256)])
+    gold = np.array([y for y, _ in test])
+    return {"accuracy": float(np.mean(gold == predicted)),
+            "macro_f1": macro_f1(gold, predicted, num_classes)}
+
+
 def tagging_data(embedder, sentences, tag_index):
     """Features and labels `[n, T]` (-1 where a token is not scored or has no vector)."""
     layers, mask = token_features(embedder, [tokens for tokens, _ in sentences])

@@ -7,6 +7,7 @@ from tfeff.export.embedder import load_embedder
 from tfeff.export.embedder import read_metadata
 from tfeff.export.model_dir import export_fasttext
 from tfeff.export.model_dir import export_model_dir
+from tfeff.export.model_dir import model_dir_embedder
 
 __all__ = ["EmbedderModule", "embedder_module", "export_embedder", "export_fasttext",
-           "export_model_dir", "load_embedder", "read_metadata"]
+           "export_model_dir", "load_embedder", "model_dir_embedder", "read_metadata"]

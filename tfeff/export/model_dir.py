@@ -25,17 +25,23 @@ def fasttext_layer_for(word_vectors_path):
     return FastTextEmbedding.from_fasttext(word_vectors_path, name="fasttext")
 
 
-def export_model_dir(model_dir, output, overwrite=False, max_tokens=None,
-                     subword_pooling="first"):
-    """Exports the latest checkpoint of any tfeff model directory as a SavedModel embedder.
+def model_dir_embedder(model_dir, max_tokens=None, subword_pooling="first"):
+    """The in-memory embedder of a model directory's latest checkpoint, unexported.
 
-    ELMo (every input and output layer, word or WordPiece tokens), Masked ELMo
-    and BERT (standard, relaxed, or converted by CoRe) directories export; the
-    tokenization is the one the model was trained with (`config.yaml`).
+    The module `export_model_dir` would write, with the restored Keras model
+    still live (`module.model`): what fine-tuning the encoder needs.
 
     Returns:
-        The exported checkpoint's step.
+        `(module, extra_files, step)`: the `EmbedderModule`, the files an
+        export copies beside it (`{name: path}`), and the checkpoint's step.
     """
+    from tfeff.export.embedder import embedder_module
+
+    model, options, extra_files, step = _restore(model_dir, max_tokens, subword_pooling)
+    return embedder_module(model, **options), extra_files, step
+
+
+def _restore(model_dir, max_tokens, subword_pooling):
     config = pretrain_lib.load_model_dir_config(model_dir)
     vocabulary_path = os.path.join(model_dir, pretrain_lib.VOCABULARY_FILE)
     extra_files = {"vocabulary.txt": vocabulary_path}
@@ -64,6 +70,21 @@ def export_model_dir(model_dir, output, overwrite=False, max_tokens=None,
             options["fasttext_layer"] = fasttext_layer_for(word_vectors_path)
             options["vector_mean"] = (np.load(mean_file) if tf.io.gfile.exists(mean_file)
                                       else None)
+    return model, options, extra_files, step
+
+
+def export_model_dir(model_dir, output, overwrite=False, max_tokens=None,
+                     subword_pooling="first"):
+    """Exports the latest checkpoint of any tfeff model directory as a SavedModel embedder.
+
+    ELMo (every input and output layer, word or WordPiece tokens), Masked ELMo
+    and BERT (standard, relaxed, or converted by CoRe) directories export; the
+    tokenization is the one the model was trained with (`config.yaml`).
+
+    Returns:
+        The exported checkpoint's step.
+    """
+    model, options, extra_files, step = _restore(model_dir, max_tokens, subword_pooling)
     export_embedder(model, output, extra_files=extra_files, overwrite=overwrite, **options)
     return step
 

@@ -1,0 +1,150 @@
+"""tools/english_corpus.py (WordNet glosses -> corpus and tasks) and fine-tuning of
+tools/evaluate_features.py (the encoder is really trained, the fixed input is not)."""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO
+
+# Three synsets in WordNet's data-file format (invented glosses; the header line of the
+# real files starts with two spaces).
+DATA_NOUN = """  1 This software and database is being provided to you, the LICENSEE
+00001740 03 n 01 entity 0 003 ~ 00001930 n 0000 | that which is perceived; "the entity was seen."
+00002137 03 n 02 abstraction 0 abstract_entity 0 010 @ 00001740 n 0000 | a general concept; "he doesn't like U.S. abstractions"; "it's well-known"
+00002452 03 n 01 thing 0 001 @ 00002137 n 0000 | a separate entity
+"""
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "tools", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def corpus_tool():
+    return _load("english_corpus")
+
+
+@pytest.fixture(scope="module")
+def features_tool():
+    return _load("evaluate_features")
+
+
+def test_tokenize_golden(corpus_tool):
+    assert corpus_tool.tokenize('He doesn\'t like U.S. "abstractions", ok.') == \
+        ["he", "doesn't", "like", "u.s.", '"', "abstractions", '"', ",", "ok", "."]
+    assert corpus_tool.tokenize("A well-known 9th inning.", lower=False) == \
+        ["A", "well-known", "9th", "inning", "."]
+
+
+def test_gloss_parts_split_definitions_and_examples(corpus_tool, tmp_path):
+    (tmp_path / "data.noun").write_text(DATA_NOUN, encoding="utf-8")
+    parts = list(corpus_tool.gloss_parts(str(tmp_path / "data.noun")))
+    assert parts == [
+        ("n00001740", "that which is perceived"), ("n00001740", "the entity was seen."),
+        ("n00002137", "a general concept"), ("n00002137", "he doesn't like U.S. abstractions"),
+        ("n00002137", "it's well-known"), ("n00002452", "a separate entity")]
+
+
+def test_a_synset_stays_on_one_side_of_the_split(corpus_tool, tmp_path):
+    for part in corpus_tool.PARTS:
+        (tmp_path / f"data.{part}").write_text(DATA_NOUN if part == "noun" else "",
+                                               encoding="utf-8")
+    # The crc32 of the keys modulo 10,000 are 4598, 1182 and 716: at 0.3 the first
+    # synset is trained on, the others held out.
+    train, heldout = corpus_tool.build(str(tmp_path), heldout_fraction=0.3, min_tokens=2)
+    side = {key: corpus_tool.heldout_side(key, 0.3) for key in ("n00001740", "n00002137",
+                                                                "n00002452")}
+    assert side == {"n00001740": False, "n00002137": True, "n00002452": True}
+    expected_heldout = [line for key, line in [
+        ("n00001740", "that which is perceived"), ("n00001740", "the entity was seen ."),
+        ("n00002137", "a general concept"), ("n00002137", "he doesn't like u.s. abstractions"),
+        ("n00002137", "it's well-known"), ("n00002452", "a separate entity")] if side[key]]
+    # a blank line after each synset (a paragraph)
+    assert [x for x in heldout if x] == expected_heldout
+    assert len([x for x in train if x]) + len(expected_heldout) == 6
+    lines = train + heldout
+    assert lines.count("") == 3 and lines[-1] == "" and train[-1] == ""
+
+
+def test_bad_files_are_named(corpus_tool, tmp_path):
+    with pytest.raises(corpus_tool.CorpusError, match="apt-get install wordnet-base"):
+        list(corpus_tool.gloss_parts(str(tmp_path / "data.noun")))
+    (tmp_path / "data.noun").write_text("00001740 03 n 01 entity 0 000 no gloss\n")
+    with pytest.raises(corpus_tool.CorpusError, match=r"data.noun:1: no ' \| '"):
+        list(corpus_tool.gloss_parts(str(tmp_path / "data.noun")))
+
+
+def test_order_task_swaps_exactly_two_adjacent_words(corpus_tool):
+    import random
+
+    sentences = [f"w{i} x{i} y{i} z{i} the end".split() for i in range(400)]
+    rows = corpus_tool.order_task(sentences, random.Random(0))
+    assert 150 < sum(label == "1" for label, _ in rows) < 250
+    for (label, tokens), original in zip(rows, sentences):
+        diff = [i for i, (a, b) in enumerate(zip(tokens, original)) if a != b]
+        if label == "0":
+            assert tokens == original
+        else:
+            assert len(diff) == 2 and diff[1] == diff[0] + 1
+            assert tokens[diff[0]] == original[diff[1]] and tokens[diff[1]] == original[diff[0]]
+
+
+def test_replaced_task_replaces_one_word_by_a_word_of_similar_frequency(corpus_tool):
+    import collections
+    import random
+
+    counts = collections.Counter({f"w{i}": 1000 - i for i in range(1000)})
+    counts[","] = 5000
+    sentences = [["w10", ",", f"w{500 + i}", "w20", "."] for i in range(300)]
+    rows = corpus_tool.replaced_task(sentences, counts, random.Random(0))
+    ranked = [w for w, _ in counts.most_common() if w.isalpha()]
+    for (tokens, tags), original in zip(rows, sentences):
+        assert tags.count("R") == 1
+        i = tags.index("R")
+        assert tokens[i] != original[i] and tokens[i].isalpha() and original[i].isalpha()
+        assert abs(ranked.index(tokens[i]) - ranked.index(original[i])) <= 50
+        assert [t for j, t in enumerate(tokens) if j != i] == \
+            [t for j, t in enumerate(original) if j != i]
+
+
+def test_fine_tuning_trains_the_encoder_and_learns_the_task(features_tool, tmp_path):
+    """A tiny WordPiece ELMo; the task: does the sentence contain a word of one class?"""
+    import random
+
+    from tfeff.config import load_config
+    from tfeff.export import model_dir_embedder
+    from tfeff.training import pretrain
+
+    overrides = ["data.synthetic.num_train_sentences=600", "data.synthetic.lexicon_size=200",
+                 "data.synthetic.num_heldout_sentences=50", "data.synthetic.seed=3",
+                 "data.wordpiece_vocabulary_size=300", "data.batch_size=16",
+                 "model.units=32", "model.projection_dim=16", "model.embedding_dim=16",
+                 "train.steps=20", "train.base_batch_size=16", "train.warmup_steps=5",
+                 "train.validation_steps=0"]
+    model_dir = str(tmp_path / "elmo")
+    pretrain(load_config(os.path.join(REPO, "configs", "demo_elmo_sub.yaml"), overrides),
+             model_dir, verbose=0)
+    lines = open(os.path.join(model_dir, "corpus", "train.txt"), encoding="utf-8").read()
+    sentences = [s for s in lines.splitlines() if s.strip()][:400]
+    marker = "the"   # in about half of the sentences
+    data = [(int(marker in s.split()), s) for s in sentences]
+    assert 0.2 < np.mean([y for y, _ in data]) < 0.8
+    random.Random(0).shuffle(data)
+    module, _, _ = model_dir_embedder(model_dir)
+    before = [v.numpy().copy() for v in module.model.trainable_variables]
+    scores = features_tool.fine_tune(model_dir, data[:300], data[300:], 2, epochs=4,
+                                     learning_rate=3e-3, module=module)
+    head = {id(v) for v in module.model.output_head.variables}
+    moved = [(v.path, not np.allclose(b, v.numpy()))
+             for v, b in zip(module.model.trainable_variables, before)]
+    # every encoder weight moved (the table too: it is the input), the softmax bias did not
+    assert moved == [(v.path, id(v) not in head) for v in module.model.trainable_variables]
+    assert len(moved) > len(head) + 4
+    majority = max(np.mean([y for y, _ in data[300:]]), 1 - np.mean([y for y, _ in data[300:]]))
+    assert scores["accuracy"] > majority + 0.1, (scores, majority)
