@@ -148,3 +148,40 @@ def test_fine_tuning_trains_the_encoder_and_learns_the_task(features_tool, tmp_p
     assert len(moved) > len(head) + 4
     majority = max(np.mean([y for y, _ in data[300:]]), 1 - np.mean([y for y, _ in data[300:]]))
     assert scores["accuracy"] > majority + 0.1, (scores, majority)
+
+
+def test_quality_study_table_reports_mean_and_sd_over_seeds(tmp_path):
+    study = _load("quality_study")
+
+    def record(name, family, seed, steps, seconds, ev, probes, tuned=None):
+        r = {"name": name, "family": family, "corpus": "synthetic", "seed": seed,
+             "steps": steps, "train_seconds": seconds, "eval": ev, "curve": [],
+             "parameters": {"total": 1000, "embedding": 100}, "probes": probes}
+        if tuned:
+            r["fine_tuned"] = tuned
+        return r
+
+    lm = lambda top10, ppl: {"top_k": {"10": top10}, "unigram_top_k": {"10": 0.3},  # noqa: E731
+                             "median_rank": 5.0, "perplexity": ppl}
+    records = [
+        record("elmo_sub", "elmo", 0, 900, 90.0, lm(0.5, 20.0), {"role": 0.90}, {"agr": 0.8}),
+        record("elmo_sub", "elmo", 1, 900, 92.0, lm(0.7, 30.0), {"role": 0.94}, {"agr": 0.9}),
+        # a masked LM's perplexity goes to its own column
+        record("masked_elmo", "masked_elmo", 0, 200, 91.0, {"perplexity": 40.0},
+               {"role": 0.80}),
+    ]
+    text = study.table(records, 90, [0, 1])
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")]
+             for line in text.splitlines() if line.startswith("| ")]
+    header, rows = cells[0], {row[0]: dict(zip(cells[0], row)) for row in cells[1:]}
+    assert list(rows) == ["elmo_sub", "masked_elmo"]
+    sub = rows["elmo_sub"]
+    assert sub["steps"] == "900 ± 0" and sub["train s"] == "91 ± 1"
+    # mean ± sample sd: (0.5, 0.7) -> 60.0 ± 14.1; (20, 30) -> 25.0 ± 7.1
+    assert sub["top-10 (unigram)"] == "60.0 ± 14.1 (30.0 ± 0.0)"
+    assert sub["perplexity"] == "25.0 ± 7.1"
+    assert sub["role probe"] == "92.0 ± 2.8"
+    assert sub["agr fine-tuned"] == "85.0 ± 7.1"
+    masked = rows["masked_elmo"]
+    assert masked["perplexity"] == "" and masked["masked ppl"] == "40.0"
+    assert masked["role probe"] == "80.0" and masked["agr fine-tuned"] == ""
