@@ -395,13 +395,15 @@ def plot(records, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(c, p) for c in CORPORA for p in PAIRS
-              if p[4] and any(r["corpus"] == c and r["curve"] for r in records)]
-    panels = list(dict.fromkeys((c, p[2], p[3], p[4]) for c, p in panels))
-    if not panels:
+    corpora = [c for c in CORPORA if any(r["corpus"] == c and r["curve"] for r in records)]
+    pairs = list(dict.fromkeys((p[2], p[3], p[4]) for p in PAIRS if p[4]))
+    if not corpora:
         return
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-    for ax, (corpus, cheap, twin, metric) in zip(axes[0], panels):
+    fig, axes = plt.subplots(len(corpora), len(pairs), figsize=(3.6 * len(pairs),
+                                                                3.2 * len(corpora)),
+                             squeeze=False)
+    panels = [(ax, (c, *pair)) for row, c in zip(axes, corpora) for ax, pair in zip(row, pairs)]
+    for ax, (corpus, cheap, twin, metric) in panels:
         for name, color in ((cheap, "tab:blue"), (twin, "tab:orange")):
             for i, r in enumerate(x for x in records if x["corpus"] == corpus and x["name"] == name):
                 pts = [q for q in r["curve"] if q.get(metric) is not None]
