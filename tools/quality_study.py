@@ -8,7 +8,7 @@ same corpus, then compares them side by side:
 |---|---|---|
 | ContinuousOutput (Li et al.) | `elmo_c` (fastText-vector targets) | `elmo_a` (adaptive softmax) |
 | ALONE (Takase & Kobayashi) | `elmo_alone` (D_inter 256), `elmo_alone_500`, `elmo_alone_untied` | `elmo_sub` (a table) |
-| Masked ELMo (Senay & Salin) | `masked_elmo` | `elmo_sub` (directional, same WordPieces) |
+| Masked ELMo (Senay & Salin) | `masked_elmo`, `masked_elmo_k1` (one mask set) | `elmo_sub` (directional, same WordPieces) |
 
 on two corpora: the synthetic language of the demo (its grammar-derived POS,
 role and agreement tasks) and real English text (WordNet's glosses and example
@@ -18,17 +18,21 @@ tasks). For each model and corpus it
 1. measures the step time in a short calibration run (cached in
    `calibration.json`) and sets `train.steps = budget / step time`, so that
    every model gets the same training time with its schedule run to the end;
-2. pre-trains once per seed, evaluating held-out LM quality at four points of
-   the run with the clock stopped (the curve of the PNG);
+2. pre-trains once per seed, evaluating held-out LM quality at 1/3 and 2/3 of
+   the run with the clock stopped, and at the end (the curves of the PNG);
 3. exports it and trains linear probes on the frozen features (one probe per
    pre-training seed, so the spread covers both), and fine-tunes the encoder on
-   the sentence task (agreement, word order) with the same budget for all.
+   the sentence task (agreement, word order) with the same budget for all
+   (`FINE_TUNED` models; the ALONE variants are probed only).
 
 fastText is trained once per corpus (`fasttext.pretrained` for every word
 model): the paper takes the vectors as given, so their training is not in
 ELMo-C's time. Runs are cached in `--work_dir` (delete a directory to redo it).
 
     python tools/quality_study.py --results_dir runs/bench [--budget 90] [--seeds 0,1]
+
+`make bench` runs the two corpora side by side, each process pinned to one core
+(`taskset -c N`, `TF_NUM_INTRAOP_THREADS=1`), then `--table_only` to merge them.
 
 writes `quality_study.md` (the table), `quality_study.json` and
 `quality_study.png` (LM quality against training time).
@@ -111,30 +115,31 @@ def corpus_tasks(corpus, work_dir, english_dir):
                       os.path.join(d, "order_test.tsv"))}, "order"
 
 
-class Clock:
-    """A Keras callback: training seconds per step, with `pause()` for evaluations."""
+def clock_callback(on_point=None, every=0):
+    """A Keras callback timing training steps (`times`: cumulative seconds after each step).
 
-    def __new__(cls, *args, **kwargs):
-        import keras
+    Every `every` steps before the last curve point it calls `on_point(model, step,
+    seconds)`; that evaluation runs between two steps, so the clock does not count it.
+    """
+    import keras
 
-        class _Clock(keras.callbacks.Callback):
-            def __init__(self, on_point=None, every=0):
-                super().__init__()
-                self.times, self.on_point, self.every = [], on_point, every
-                self.elapsed, self.started, self.steps = 0.0, None, 0
+    class Clock(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times, self.elapsed, self.started, self.steps = [], 0.0, None, 0
 
-            def on_train_batch_begin(self, batch, logs=None):
-                self.started = time.perf_counter()
+        def on_train_batch_begin(self, batch, logs=None):
+            self.started = time.perf_counter()
 
-            def on_train_batch_end(self, batch, logs=None):
-                self.elapsed += time.perf_counter() - self.started
-                self.steps += 1
-                self.times.append(self.elapsed)
-                if (self.on_point and self.every and self.steps % self.every == 0
-                        and self.steps < self.every * CURVE_POINTS):
-                    self.on_point(self.model, self.steps, self.elapsed)
+        def on_train_batch_end(self, batch, logs=None):
+            self.elapsed += time.perf_counter() - self.started
+            self.steps += 1
+            self.times.append(self.elapsed)
+            if (on_point and every and self.steps % every == 0
+                    and self.steps < every * CURVE_POINTS):
+                on_point(self.model, self.steps, self.elapsed)
 
-        return _Clock(*args, **kwargs)
+    return Clock()
 
 
 def curve_evaluator(config, model_dir, points):
@@ -217,7 +222,7 @@ def calibrate(name, corpus, work_dir, english_dir, fasttext_bin, log, steps=45):
                             english_dir, fasttext_bin)
         model_dir = os.path.join(work_dir, corpus, "calibration", name)
         shutil.rmtree(model_dir, ignore_errors=True)
-        clock = Clock()
+        clock = clock_callback()
         share_vocabulary(config, corpus, work_dir, model_dir)
         pretrain(config, model_dir, verbose=0, callbacks=[clock])
         share_vocabulary(config, corpus, work_dir, model_dir, after=True)
@@ -242,7 +247,7 @@ def pretrain_run(name, corpus, seed, steps, work_dir, english_dir, fasttext_bin,
                         english_dir, fasttext_bin)
     model_dir = os.path.join(run_dir, "model")
     points = []
-    clock = Clock(curve_evaluator(config, model_dir, points), every)
+    clock = clock_callback(curve_evaluator(config, model_dir, points), every)
     t0 = time.time()
     share_vocabulary(config, corpus, work_dir, model_dir)
     results = pretrain(config, model_dir, verbose=0, callbacks=[clock])
