@@ -231,7 +231,7 @@ def fine_tune(model_dir, train, test, num_classes, seed=0, epochs=3, batch_size=
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     def logits_of(sentences):
-        out = module._embed(sentences)
+        out = module.embed(sentences)
         x = mix(out["layers"], mask=out["mask"])
         weights = tf.cast(out["mask"], x.dtype)[..., None]
         pooled = tf.reduce_sum(x * weights, 1) / tf.maximum(tf.reduce_sum(weights, 1), 1.0)
