@@ -1,4 +1,5 @@
-"""Export from a model directory: restore the latest checkpoint and write an embedder."""
+"""Export from a model directory: restore the latest checkpoint and write an embedder
+(or hand back the in-memory module, for fine-tuning)."""
 
 import os
 
@@ -6,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfeff.data import fasttext_tables
+from tfeff.export.embedder import embedder_module
 from tfeff.export.embedder import export_embedder
 from tfeff.layers import FastTextEmbedding
 from tfeff.training import pretraining as pretrain_lib
@@ -35,8 +37,6 @@ def model_dir_embedder(model_dir, max_tokens=None, subword_pooling="first"):
         `(module, extra_files, step)`: the `EmbedderModule`, the files an
         export copies beside it (`{name: path}`), and the checkpoint's step.
     """
-    from tfeff.export.embedder import embedder_module
-
     model, options, extra_files, step = _restore(model_dir, max_tokens, subword_pooling)
     return embedder_module(model, **options), extra_files, step
 
