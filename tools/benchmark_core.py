@@ -21,7 +21,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import json  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -31,6 +30,7 @@ from absl import flags  # noqa: E402
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import bench_results  # noqa: E402
 from tfeff.layers import AnchorMultiHeadAttention  # noqa: E402
 from tfeff.layers import FactorizedDense  # noqa: E402
 from tfeff.models.bert_layer import BertLayer  # noqa: E402
@@ -148,10 +148,7 @@ def main(argv):
     out = {"layers": rows}
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(os.path.join(FLAGS.results_dir, "core.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(FLAGS.results_dir, "core.json"), "w") as f:
-        json.dump(out, f, indent=2)
+    bench_results.write_results(FLAGS.results_dir, "core", text, out)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import json  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
 
@@ -27,6 +26,7 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import keras  # noqa: E402
 
+import bench_results  # noqa: E402
 from tfeff import data as data_lib  # noqa: E402
 from tfeff.config import load_config  # noqa: E402
 from tfeff.training import bert_pretraining  # noqa: E402
@@ -121,17 +121,9 @@ def main(argv):
                      + f" | {r['points'][-1]['seconds']:.0f} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(os.path.join(FLAGS.results_dir, "bert_curves.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(FLAGS.results_dir, "bert_curves.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (pip install 'tfeff[bench]'): no PNG")
+    bench_results.write_results(FLAGS.results_dir, "bert_curves", text, results)
+    plt = bench_results.pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, r in results.items():

@@ -46,7 +46,7 @@ from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tfeff.config import load_config  # noqa: E402
+import bench_results  # noqa: E402
 from tfeff.training import bert_pretraining  # noqa: E402
 from tfeff.training import checkpoints  # noqa: E402
 from tfeff.training import pretraining  # noqa: E402
@@ -194,13 +194,8 @@ def flops_per_step(config, relaxed):
 
 
 def plot(path, curves, switch_seconds, target):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (pip install 'tfeff[bench]'): no PNG")
+    plt = bench_results.pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, points in curves.items():
@@ -330,10 +325,7 @@ def main(argv):
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
-        json.dump({"summary": summary, "curves": curves}, f, indent=2)
+    bench_results.write_results(out_dir, stem, text, {"summary": summary, "curves": curves})
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ for path in (REPO, os.path.join(REPO, "tools")):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+import bench_results  # noqa: E402
 import english_corpus  # noqa: E402
 import evaluate_features  # noqa: E402
 
@@ -153,11 +154,13 @@ def curve_evaluator(config, model_dir, points):
         return None
     config = copy.deepcopy(config)
     config.eval.max_targets = CURVE_TARGETS
+    loaded = {}   # the run's data artifacts, read at the first point (they exist by then)
 
     def on_point(model, step, seconds):
-        artifacts = pretraining.prepare_data(config, model_dir)  # all present: nothing redone
-        vocab = Vocabulary.load(artifacts.vocabulary_path)
-        result = pretraining.evaluate(model, config, artifacts, vocab)
+        if not loaded:
+            loaded["artifacts"] = pretraining.prepare_data(config, model_dir)
+            loaded["vocab"] = Vocabulary.load(loaded["artifacts"].vocabulary_path)
+        result = pretraining.evaluate(model, config, loaded["artifacts"], loaded["vocab"])
         points.append({"step": step, "seconds": seconds, "top10": result["top_k"]["10"],
                        "perplexity": result.get("perplexity")})
     return on_point
@@ -258,9 +261,8 @@ def pretrain_run(name, corpus, seed, steps, work_dir, english_dir, fasttext_bin,
                        "perplexity": ev.get("perplexity")})
     record = {"name": name, "family": config.family, "corpus": corpus, "seed": seed,
               "steps": steps, "train_seconds": clock.elapsed - first, "first_step_seconds": first,
-              "wall_seconds": time.time() - t0,
-              "eval": results.get("eval", {}), "curve": points,
-              "parameters": _parameters(model_dir)}
+              "wall_seconds": time.time() - t0, "eval": ev, "curve": points,
+              "parameters": _parameters(clock.model)}
     from tfeff.export import export_model_dir
 
     export_model_dir(model_dir, os.path.join(run_dir, "export"), overwrite=True)
@@ -271,12 +273,8 @@ def pretrain_run(name, corpus, seed, steps, work_dir, english_dir, fasttext_bin,
     return record
 
 
-def _parameters(model_dir):
-    """Trainable parameters of the model (and of its input embedding) from the checkpoint."""
-    from tfeff.export import model_dir_embedder
-
-    module, _, _ = model_dir_embedder(model_dir)
-    model = module.model
+def _parameters(model):
+    """Trainable parameters of the trained model and of its input embedding."""
     total = int(sum(np.prod(v.shape) for v in model.trainable_variables))
     embedding = getattr(model, "token_embedding", None)
     emb = int(sum(np.prod(v.shape) for v in embedding.trainable_variables)) if embedding else 0
@@ -328,9 +326,9 @@ def probe_and_fine_tune(records, corpus, work_dir, english_dir, fine_tune_epochs
 
 
 def _write_json(path, value):
-    with open(path + ".tmp", "w") as f:
-        json.dump(value, f, indent=2)
-    os.replace(path + ".tmp", path)
+    from tfeff.data.files import write_text_atomic
+
+    write_text_atomic(path, json.dumps(value, indent=2) + "\n")
 
 
 def stored_records(work_dir, models, seeds):
@@ -395,11 +393,9 @@ def table(records, budget, seeds):
 
 
 def plot(records, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = bench_results.pyplot()
+    if plt is None:
+        return
     corpora = [c for c in CORPORA if any(r["corpus"] == c and r["curve"] for r in records)]
     pairs = list(dict.fromkeys((p[2], p[3], p[4]) for p in PAIRS if p[4]))
     if not corpora:
@@ -474,13 +470,9 @@ def main(argv=None):
     # The table holds every finished run of these models and seeds (an earlier
     # invocation's other corpus included).
     records = stored_records(args.work_dir, models, seeds)
-    os.makedirs(args.results_dir, exist_ok=True)
     text = table(records, args.budget, seeds)
     print(text)
-    with open(os.path.join(args.results_dir, "quality_study.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(args.results_dir, "quality_study.json"), "w") as f:
-        json.dump(records, f, indent=2)
+    bench_results.write_results(args.results_dir, "quality_study", text, records)
     plot(records, os.path.join(args.results_dir, "quality_study.png"))
     return 0
 

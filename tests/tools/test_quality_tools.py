@@ -173,7 +173,7 @@ def test_quality_study_table_reports_mean_and_sd_over_seeds(tmp_path):
     text = study.table(records, 90, [0, 1])
     cells = [[c.strip() for c in line.strip().strip("|").split("|")]
              for line in text.splitlines() if line.startswith("| ")]
-    header, rows = cells[0], {row[0]: dict(zip(cells[0], row)) for row in cells[1:]}
+    rows = {row[0]: dict(zip(cells[0], row)) for row in cells[1:]}
     assert list(rows) == ["elmo_sub", "masked_elmo"]
     sub = rows["elmo_sub"]
     assert sub["steps"] == "900 ± 0" and sub["train s"] == "91 ± 1"
