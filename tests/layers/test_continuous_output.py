@@ -15,13 +15,31 @@ def test_layer_checks_and_projection_golden(loss, tmp_path):
     np.testing.assert_allclose(out, x @ kernel + bias, rtol=1e-5, atol=1e-6)
 
 
-def test_distance_golden_values():
+def test_position_loss_golden_values():
     layer = ContinuousOutput(2, loss="cosine", use_projection=False)
     pred = np.array([[1.0, 0.0], [0.0, 3.0]], "float32")
     tgt = np.array([[0.0, 1.0], [0.0, 1.0]], "float32")
-    np.testing.assert_allclose(layer.distance(layer(pred), tgt).numpy(), [1.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(layer.position_loss(tgt, layer(pred)).numpy(), [1.0, 0.0],
+                               atol=1e-6)
     l2 = ContinuousOutput(2, loss="l2", use_projection=False)
-    np.testing.assert_allclose(l2.distance(pred, tgt).numpy(), [2.0, 4.0])
+    np.testing.assert_allclose(l2.position_loss(tgt, pred).numpy(), [2.0, 4.0])
+
+
+def test_make_loss_is_the_layers_loss_in_keras_order():
+    rng = np.random.default_rng(0)
+    pred = rng.normal(size=(3, 5)).astype("float32") * 4
+    tgt = rng.normal(size=(3, 5)).astype("float32")
+    layer = ContinuousOutput(5, loss="vmf", use_projection=False,
+                             vmf_regularization1=0.02, vmf_regularization2=0.5)
+    loss = layer.make_loss()
+    assert loss.get_config()["regularization1"] == 0.02
+    assert loss.get_config()["regularization2"] == 0.5
+    per_position = layer.position_loss(tgt, pred).numpy()
+    np.testing.assert_allclose(float(loss(tgt, pred)), per_position.mean(), rtol=1e-6)
+    np.testing.assert_allclose(layer.make_loss(reduction=None)(tgt, pred), per_position,
+                               rtol=1e-6)
+    # vMF is not symmetric: the swapped order gives another loss.
+    assert abs(float(loss(pred, tgt)) - per_position.mean()) > 0.1
 
 
 def test_invalid_arguments_are_named():

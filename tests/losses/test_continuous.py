@@ -43,7 +43,9 @@ def test_vmf_nll_matches_numpy_with_regularizers():
     rng = np.random.default_rng(0)
     pred = rng.normal(size=(5, 300)) * rng.uniform(0.01, 30, size=(5, 1))
     target = rng.normal(size=(5, 300))
-    nll = losses.vmf_nll(tf.constant(pred, tf.float32), tf.constant(target, tf.float32),
+    # Keras order: (y_true, y_pred). vMF is not symmetric, so the old
+    # (predictions, targets) order would fail this reference.
+    nll = losses.vmf_nll(tf.constant(target, tf.float32), tf.constant(pred, tf.float32),
                          regularization1=0.02, regularization2=0.1).numpy()
     kappa = np.linalg.norm(pred, axis=1)
     log_c = np.array([149 * np.log(k) - 150 * np.log(2 * np.pi) - _log_iv_reference(149, k)
@@ -51,21 +53,58 @@ def test_vmf_nll_matches_numpy_with_regularizers():
     unit = target / np.linalg.norm(target, axis=1, keepdims=True)
     ref = -log_c - 0.1 * np.sum(pred * unit, axis=1) + 0.02 * kappa
     np.testing.assert_allclose(nll, ref, rtol=1e-5)
+    loss = losses.VonMisesFisherLoss(regularization1=0.02, regularization2=0.1)
+    np.testing.assert_allclose(float(loss(target, pred)), ref.mean(), rtol=1e-5)
+    per_position = losses.VonMisesFisherLoss(0.02, 0.1, reduction=None)
+    np.testing.assert_allclose(per_position(target, pred), ref, rtol=1e-5)
+    swapped = losses.vmf_nll(tf.constant(pred, tf.float32), tf.constant(target, tf.float32),
+                             regularization1=0.02, regularization2=0.1).numpy()
+    assert np.abs(swapped - ref).max() > 1.0  # the order is observable
 
 
 def test_vmf_gradient_finite_at_zero_prediction():
     pred = tf.zeros((1, 8))
     with tf.GradientTape() as tape:
         tape.watch(pred)
-        loss = losses.vmf_nll(pred, tf.ones((1, 8)))
+        loss = losses.vmf_nll(tf.ones((1, 8)), pred)
     assert np.all(np.isfinite(tape.gradient(loss, pred).numpy()))
 
 
 def test_cosine_and_l2_golden_values():
     p = tf.constant([[1.0, 0.0], [1.0, 1.0], [3.0, 4.0]])
     t = tf.constant([[0.0, 2.0], [2.0, 2.0], [-3.0, -4.0]])
-    np.testing.assert_allclose(losses.cosine_distance(p, t).numpy(), [1.0, 0.0, 2.0], atol=1e-6)
-    np.testing.assert_allclose(losses.l2_distance(p, t).numpy(), [5.0, 2.0, 100.0])
+    np.testing.assert_allclose(losses.cosine_distance(t, p).numpy(), [1.0, 0.0, 2.0], atol=1e-6)
+    np.testing.assert_allclose(losses.l2_distance(t, p).numpy(), [5.0, 2.0, 100.0])
+    np.testing.assert_allclose(float(losses.CosineDistance()(t, p)), 1.0, atol=1e-6)
+    np.testing.assert_allclose(float(losses.L2Distance()(t, p)), 107.0 / 3, rtol=1e-6)
+    weighted = losses.L2Distance(reduction="sum")(t, p, sample_weight=[1.0, 0.0, 0.5])
+    np.testing.assert_allclose(float(weighted), 55.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("loss", [
+    losses.CosineDistance(name="cos", reduction="sum"),
+    losses.L2Distance(),
+    losses.VonMisesFisherLoss(regularization1=0.02, regularization2=0.5, reduction=None),
+])
+def test_loss_classes_serialize_with_their_arguments(loss):
+    import keras
+
+    config = keras.saving.serialize_keras_object(loss)
+    assert config["registered_name"].startswith("tfeff>")
+    clone = keras.saving.deserialize_keras_object(config)
+    assert type(clone) is type(loss) and clone.get_config() == loss.get_config()
+    rng = np.random.default_rng(1)
+    t, p = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 3, 4))
+    np.testing.assert_allclose(clone(t, p), loss(t, p), rtol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [losses.cosine_distance, losses.l2_distance, losses.vmf_nll])
+def test_loss_functions_are_registered(fn):
+    import keras
+
+    name = keras.saving.get_registered_name(fn)
+    assert name == f"tfeff>{fn.__name__}"
+    assert keras.saving.get_registered_object(name) is fn
 
 
 def test_bad_arguments_are_named():
@@ -73,5 +112,7 @@ def test_bad_arguments_are_named():
         losses.log_vmf_normalizer(tf.ones(3), 1)
     with pytest.raises(ValueError, match="regularization2"):
         losses.vmf_nll(tf.ones((1, 4)), tf.ones((1, 4)), regularization2=0)
+    with pytest.raises(ValueError, match="regularization1"):
+        losses.VonMisesFisherLoss(regularization1=-1.0)
     with pytest.raises(ValueError, match="same last dimension"):
         losses.cosine_distance(tf.ones((1, 4)), tf.ones((1, 3)))

@@ -53,8 +53,8 @@ def test_loss_is_mean_over_predictable_targets(tmp_path):
     pred = model(ids)
     loss = float(model.compute_loss(x=ids, y_pred=pred))
     out = model.output_head
-    f = out.distance(pred["forward"][:, :-1], table[ids[:, 1:]]).numpy()[0]
-    b = out.distance(pred["backward"][:, 1:], table[ids[:, :-1]]).numpy()[0]
+    f = out.position_loss(table[ids[:, 1:]], pred["forward"][:, :-1]).numpy()[0]
+    b = out.position_loss(table[ids[:, :-1]], pred["backward"][:, 1:]).numpy()[0]
     # Forward targets: 5, (unk), 3, (pad); backward targets: 2, 5, (unk), 3.
     expected = (f[0] + f[2]) / 2 + (b[0] + b[1] + b[3]) / 3
     np.testing.assert_allclose(loss, expected, rtol=1e-6)

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from tfeff.losses import continuous as continuous_losses
 
-LOSSES = tuple(continuous_losses.DISTANCES)
+LOSSES = tuple(continuous_losses.LOSSES)
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -20,6 +20,12 @@ class ContinuousOutput(keras.layers.Layer):
     vocabulary size, it owns no output-embedding variable, and the target rows
     are gathered per batch by the caller (on the host, see
     `tfeff.layers.FixedEmbedding`).
+
+    On a user's own encoder it trains under a stock `compile`/`fit`: the
+    targets `y` are the target words' fixed vectors and `make_loss()` is the
+    matching `keras.losses.Loss` (`tfeff.losses.CosineDistance`, `L2Distance`
+    or `VonMisesFisherLoss` with this layer's regularizers). Keras masks
+    (e.g. from `Embedding(mask_zero=True)`) pass through to the loss.
 
     Args:
         embedding_dim: positive int, the size of the target embeddings.
@@ -45,8 +51,10 @@ class ContinuousOutput(keras.layers.Layer):
     >>> predictions = layer(keras.ops.ones((2, 3, 8)))
     >>> tuple(predictions.shape)
     (2, 3, 4)
-    >>> tuple(layer.distance(predictions, keras.ops.ones((2, 3, 4))).shape)
+    >>> tuple(layer.position_loss(keras.ops.ones((2, 3, 4)), predictions).shape)
     (2, 3)
+    >>> layer.make_loss().name
+    'cosine_distance'
 
     Reference:
         Li, Chen, Hsieh & Chang, "Efficient Contextual Representation
@@ -123,28 +131,48 @@ class ContinuousOutput(keras.layers.Layer):
             return self.projection(inputs)  # (..., embedding_dim)
         return inputs
 
-    def distance(self, predictions, targets):
-        """Per-position loss between predictions and target embeddings.
-
-        Computed in float32 (also under mixed precision).
+    def make_loss(self, reduction="sum_over_batch_size", name=None):
+        """The `keras.losses.Loss` of this layer's `loss` and regularizers.
 
         Args:
-            predictions: `(..., embedding_dim)`, output of `call`.
-            targets: `(..., embedding_dim)`, the fixed target embeddings.
+            reduction: a Keras reduction; `None` gives one loss per position.
+            name: optional loss name.
+
+        Returns:
+            A `tfeff.losses.CosineDistance`, `L2Distance` or
+            `VonMisesFisherLoss`, computed in float32.
+        """
+        kwargs = {"reduction": reduction}
+        if name is not None:
+            kwargs["name"] = name
+        if self.loss == "vmf":
+            kwargs.update(regularization1=self.vmf_regularization1,
+                          regularization2=self.vmf_regularization2)
+        return continuous_losses.LOSSES[self.loss](**kwargs)
+
+    def position_loss(self, y_true, y_pred):
+        """Per-position loss between target embeddings and predictions (Keras order).
+
+        Computed in float32 (also under mixed precision). Unlike `make_loss()`,
+        it ignores Keras masks: the caller weighs positions itself.
+
+        Args:
+            y_true: `(..., embedding_dim)`, the fixed target embeddings.
+            y_pred: `(..., embedding_dim)`, output of `call`.
 
         Returns:
             float32 tensor `(...)`.
         """
-        predictions = tf.cast(predictions, tf.float32)
-        targets = tf.cast(targets, tf.float32)
+        y_true = tf.cast(y_true, tf.float32)
+        y_pred = tf.cast(y_pred, tf.float32)
         if self.loss == "vmf":
             return continuous_losses.vmf_nll(
-                predictions,
-                targets,
+                y_true,
+                y_pred,
                 regularization1=self.vmf_regularization1,
                 regularization2=self.vmf_regularization2,
             )
-        return continuous_losses.DISTANCES[self.loss](predictions, targets)
+        return continuous_losses.DISTANCES[self.loss](y_true, y_pred)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.embedding_dim,)

@@ -1,6 +1,15 @@
-"""Continuous-output losses as plain functions (no reduction)."""
+"""Continuous-output losses, Keras style: `(y_true, y_pred)`, registered, per position.
+
+Functions (`cosine_distance`, `l2_distance`, `vmf_nll`) return one loss per
+position; the `keras.losses.Loss` classes (`CosineDistance`, `L2Distance`,
+`VonMisesFisherLoss`) reduce, mask and weigh as Keras losses do.
+"""
 
 from tfeff.losses.continuous import DISTANCES
+from tfeff.losses.continuous import LOSSES
+from tfeff.losses.continuous import CosineDistance
+from tfeff.losses.continuous import L2Distance
+from tfeff.losses.continuous import VonMisesFisherLoss
 from tfeff.losses.continuous import cosine_distance
 from tfeff.losses.continuous import l2_distance
 from tfeff.losses.continuous import log_bessel_iv
@@ -9,6 +18,10 @@ from tfeff.losses.continuous import vmf_nll
 
 __all__ = [
     "DISTANCES",
+    "LOSSES",
+    "CosineDistance",
+    "L2Distance",
+    "VonMisesFisherLoss",
     "cosine_distance",
     "l2_distance",
     "log_bessel_iv",

@@ -1,14 +1,23 @@
-"""Continuous-output losses: distances between a predicted and a target embedding.
+"""Continuous-output losses: distances between a target and a predicted embedding.
 
-These are plain functions over the last axis. They return one loss per position
-(no reduction), so callers can mask padded positions before averaging.
+Keras conventions: every function takes `(y_true, y_pred)` (the target
+embedding first, the prediction second), is registered for Keras
+serialization under the package `tfeff`, and returns one loss per position
+(reduced over the last axis only), so `model.compile(loss=vmf_nll)` trains on
+the intended loss and the saved model reloads. The `keras.losses.Loss`
+classes (`CosineDistance`, `L2Distance`, `VonMisesFisherLoss`) add Keras'
+reduction, masking and sample weights, and carry their arguments in
+`get_config`.
 
-* `cosine_distance`: 1 - cos(prediction, target).
-* `l2_distance`: squared Euclidean distance ||prediction - target||^2.
+* `cosine_distance`: 1 - cos(y_true, y_pred).
+* `l2_distance`: squared Euclidean distance ||y_pred - y_true||^2.
 * `vmf_nll`: negative log-likelihood of the target direction under a von
   Mises-Fisher distribution whose mean direction and concentration are given by
   the prediction (Kumar & Tsvetkov, "Von Mises-Fisher Loss for Training
-  Sequence to Sequence Models with Continuous Outputs", ICLR 2019).
+  Sequence to Sequence Models with Continuous Outputs", ICLR 2019). It is not
+  symmetric: the argument order matters.
+
+The functions are TensorFlow code (the vMF normalizer is a `tf.custom_gradient`).
 
 `log_vmf_normalizer(kappa, m)` is log C_m(kappa), computed in-graph without
 SciPy. It is evaluated in float64 whatever the input dtype and is accurate for
@@ -22,6 +31,7 @@ d/dkappa log C_m(kappa) = -I_{m/2}(kappa) / I_{m/2-1}(kappa).
 
 import math
 
+import keras
 import tensorflow as tf
 
 # Orders at or above this use the Debye expansion directly; its truncation error
@@ -30,15 +40,22 @@ _DEBYE_MIN_ORDER = 60.0
 _MIN_KAPPA = 1e-30
 
 
-def _check_dims(predictions, targets, fn_name):
-    if predictions.shape.rank is not None and targets.shape.rank is not None:
-        p_dim, t_dim = predictions.shape[-1], targets.shape[-1]
+def _check_dims(y_true, y_pred, fn_name):
+    if y_pred.shape.rank is not None and y_true.shape.rank is not None:
+        p_dim, t_dim = y_pred.shape[-1], y_true.shape[-1]
         if p_dim is not None and t_dim is not None and p_dim != t_dim:
             raise ValueError(
-                f"`{fn_name}` expects predictions and targets with the same last "
-                f"dimension. Received: predictions.shape={predictions.shape}, "
-                f"targets.shape={targets.shape}"
+                f"`{fn_name}` expects y_true and y_pred with the same last "
+                f"dimension. Received: y_true.shape={y_true.shape}, "
+                f"y_pred.shape={y_pred.shape}"
             )
+
+
+def _prepare(y_true, y_pred, fn_name):
+    """Float tensors, checked dims, `y_true` cast to `y_pred`'s dtype."""
+    y_true, y_pred = _as_float(y_true), _as_float(y_pred)
+    _check_dims(y_true, y_pred, fn_name)
+    return tf.cast(y_true, y_pred.dtype), y_pred
 
 
 def _as_float(x):
@@ -48,31 +65,33 @@ def _as_float(x):
     return x
 
 
-def cosine_distance(predictions, targets, epsilon=1e-12):
+@keras.saving.register_keras_serializable(package="tfeff")
+def cosine_distance(y_true, y_pred, epsilon=1e-12):
     """1 - cosine similarity along the last axis.
 
     Args:
-        predictions: float tensor `(..., dim)`.
-        targets: float tensor `(..., dim)`.
+        y_true: float tensor `(..., dim)`, the target embeddings.
+        y_pred: float tensor `(..., dim)`, the predictions.
         epsilon: added to squared norms, so a zero vector gives distance 1.
 
     Returns:
-        Tensor `(...)` in [0, 2], in the predictions' dtype.
+        Tensor `(...)` in [0, 2], in `y_pred`'s dtype.
     """
-    predictions, targets = _as_float(predictions), _as_float(targets)
-    _check_dims(predictions, targets, "cosine_distance")
-    targets = tf.cast(targets, predictions.dtype)
-    p = tf.math.l2_normalize(predictions, axis=-1, epsilon=epsilon)
-    t = tf.math.l2_normalize(targets, axis=-1, epsilon=epsilon)
+    y_true, y_pred = _prepare(y_true, y_pred, "cosine_distance")
+    p = tf.math.l2_normalize(y_pred, axis=-1, epsilon=epsilon)
+    t = tf.math.l2_normalize(y_true, axis=-1, epsilon=epsilon)
     return 1.0 - tf.reduce_sum(p * t, axis=-1)
 
 
-def l2_distance(predictions, targets):
-    """Squared Euclidean distance ||predictions - targets||^2 along the last axis."""
-    predictions, targets = _as_float(predictions), _as_float(targets)
-    _check_dims(predictions, targets, "l2_distance")
-    targets = tf.cast(targets, predictions.dtype)
-    return tf.reduce_sum(tf.square(predictions - targets), axis=-1)
+@keras.saving.register_keras_serializable(package="tfeff")
+def l2_distance(y_true, y_pred):
+    """Squared Euclidean distance ||y_pred - y_true||^2 along the last axis.
+
+    Returns:
+        Tensor `(...)`, in `y_pred`'s dtype.
+    """
+    y_true, y_pred = _prepare(y_true, y_pred, "l2_distance")
+    return tf.reduce_sum(tf.square(y_pred - y_true), axis=-1)
 
 
 def _log_bessel_iv_debye(order, x):
@@ -179,28 +198,7 @@ def log_vmf_normalizer(kappa, dim):
     return tf.cast(_log_c(tf.cast(kappa, tf.float64)), out_dtype)
 
 
-def vmf_nll(predictions, targets, regularization1=0.0, regularization2=1.0):
-    """Negative log-likelihood of the target direction under vMF(mu, kappa).
-
-    The prediction e_hat encodes both the mean direction mu = e_hat/||e_hat||
-    and the concentration kappa = ||e_hat||; the target is normalized to unit
-    length. With the two regularizers of Kumar & Tsvetkov (2019):
-
-        NLL = -log C_m(||e_hat||) - regularization2 * e_hat . e(w)
-              + regularization1 * ||e_hat||
-
-    `regularization1 = 0, regularization2 = 1` is the plain NLL; the paper uses
-    either regularization1 = 0.02 or regularization2 = 0.1.
-
-    Args:
-        predictions: float tensor `(..., m)`.
-        targets: float tensor `(..., m)`; normalized inside.
-        regularization1: lambda_1 >= 0, weight of the ||e_hat|| penalty.
-        regularization2: lambda_2 in (0, 1], scale of the dot-product term.
-
-    Returns:
-        Tensor `(...)` in the predictions' dtype.
-    """
+def _check_vmf_regularization(regularization1, regularization2):
     if regularization1 < 0:
         raise ValueError(
             "Received an invalid value for `regularization1`, expected >= 0. "
@@ -211,20 +209,127 @@ def vmf_nll(predictions, targets, regularization1=0.0, regularization2=1.0):
             "Received an invalid value for `regularization2`, expected a value in "
             f"(0, 1]. Received: regularization2={regularization2}"
         )
-    predictions, targets = _as_float(predictions), _as_float(targets)
-    _check_dims(predictions, targets, "vmf_nll")
-    dim = predictions.shape[-1]
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+def vmf_nll(y_true, y_pred, regularization1=0.0, regularization2=1.0):
+    """Negative log-likelihood of the target direction under vMF(mu, kappa).
+
+    The prediction e_hat = `y_pred` encodes both the mean direction mu = e_hat/||e_hat||
+    and the concentration kappa = ||e_hat||; the target is normalized to unit
+    length. With the two regularizers of Kumar & Tsvetkov (2019):
+
+        NLL = -log C_m(||e_hat||) - regularization2 * e_hat . e(w)
+              + regularization1 * ||e_hat||
+
+    `regularization1 = 0, regularization2 = 1` is the plain NLL; the paper uses
+    either regularization1 = 0.02 or regularization2 = 0.1.
+
+    Args:
+        y_true: float tensor `(..., m)`, the target embeddings; normalized inside.
+        y_pred: float tensor `(..., m)`, the predictions e_hat.
+        regularization1: lambda_1 >= 0, weight of the ||e_hat|| penalty.
+        regularization2: lambda_2 in (0, 1], scale of the dot-product term.
+
+    Returns:
+        Tensor `(...)` in `y_pred`'s dtype.
+    """
+    _check_vmf_regularization(regularization1, regularization2)
+    y_true, y_pred = _prepare(y_true, y_pred, "vmf_nll")
+    dim = y_pred.shape[-1]
     if dim is None:
         raise ValueError("`vmf_nll` needs a static last dimension (the embedding size).")
-    targets = tf.math.l2_normalize(tf.cast(targets, predictions.dtype), axis=-1)
+    y_true = tf.math.l2_normalize(y_true, axis=-1)
     # A safe norm: the gradient of tf.norm at the zero vector is NaN.
-    sq = tf.reduce_sum(tf.square(predictions), axis=-1)
+    sq = tf.reduce_sum(tf.square(y_pred), axis=-1)
     kappa = tf.sqrt(tf.maximum(sq, tf.cast(_MIN_KAPPA, sq.dtype)))
     nll = -log_vmf_normalizer(kappa, int(dim))
-    nll -= regularization2 * tf.reduce_sum(predictions * targets, axis=-1)
+    nll -= regularization2 * tf.reduce_sum(y_pred * y_true, axis=-1)
     if regularization1:
         nll += regularization1 * kappa
     return nll
+
+
+class _DistanceLoss(keras.losses.Loss):
+    """A `keras.losses.Loss` over one of the distance functions above."""
+
+    fn = None
+    default_name = None
+
+    def __init__(self, reduction="sum_over_batch_size", name=None, dtype=None):
+        super().__init__(name=name or self.default_name, reduction=reduction, dtype=dtype)
+
+    def call(self, y_true, y_pred):
+        return type(self).fn(y_true, y_pred)
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class CosineDistance(_DistanceLoss):
+    """`cosine_distance` as a Keras loss: 1 - cos(y_true, y_pred), reduced.
+
+    Args:
+        reduction: a Keras reduction (`"sum_over_batch_size"` by default,
+            `None` for one loss per position).
+        name: the loss's name.
+        dtype: the dtype of the computation (float32 by default, also under
+            mixed precision).
+
+    Example:
+
+    >>> loss = CosineDistance()
+    >>> float(loss([[0.0, 2.0], [1.0, 1.0]], [[1.0, 0.0], [2.0, 2.0]]))
+    0.5
+    """
+
+    fn = staticmethod(cosine_distance)
+    default_name = "cosine_distance"
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class L2Distance(_DistanceLoss):
+    """`l2_distance` as a Keras loss: ||y_pred - y_true||^2, reduced.
+
+    Args: as `CosineDistance`.
+    """
+
+    fn = staticmethod(l2_distance)
+    default_name = "l2_distance"
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class VonMisesFisherLoss(keras.losses.Loss):
+    """`vmf_nll` as a Keras loss, with its two regularizers in `get_config`.
+
+    Args:
+        regularization1: lambda_1 >= 0, weight of the ||y_pred|| penalty.
+        regularization2: lambda_2 in (0, 1], scale of the dot-product term.
+        reduction: a Keras reduction (`None` for one loss per position).
+        name: the loss's name.
+        dtype: the dtype of the computation (float32 by default).
+
+    Example:
+
+    >>> loss = VonMisesFisherLoss(regularization1=0.02)
+    >>> loss.get_config()["regularization1"]
+    0.02
+    """
+
+    def __init__(self, regularization1=0.0, regularization2=1.0,
+                 reduction="sum_over_batch_size", name="von_mises_fisher", dtype=None):
+        _check_vmf_regularization(regularization1, regularization2)
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.regularization1 = float(regularization1)
+        self.regularization2 = float(regularization2)
+
+    def call(self, y_true, y_pred):
+        return vmf_nll(y_true, y_pred, regularization1=self.regularization1,
+                       regularization2=self.regularization2)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"regularization1": self.regularization1,
+                       "regularization2": self.regularization2})
+        return config
 
 
 DISTANCES = {
@@ -232,3 +337,11 @@ DISTANCES = {
     "l2": l2_distance,
     "vmf": vmf_nll,
 }
+"""The distance functions by the name `ContinuousOutput(loss=...)` takes."""
+
+LOSSES = {
+    "cosine": CosineDistance,
+    "l2": L2Distance,
+    "vmf": VonMisesFisherLoss,
+}
+"""The `keras.losses.Loss` classes by the same names."""

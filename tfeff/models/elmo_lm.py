@@ -370,7 +370,7 @@ class ElmoLM(keras.Model):
             direction_pairs(predictions, ids), direction_pairs(predictions, targets)
         ):
             valid = tf.cast(tgt_ids >= FIRST_PREDICTABLE_ID, tf.float32)
-            per_token = self.output_head.distance(pred, tgt)  # (batch, time-1)
+            per_token = self.output_head.position_loss(tgt, pred)  # (batch, time-1)
             out[name] = (tf.reduce_sum(per_token * valid), tf.reduce_sum(valid))
         return out
 

@@ -211,7 +211,7 @@ class MaskedElmo(keras.Model):
         ids = tf.cast(masked_ids, tf.int32)
         weights = tf.cast(masked_weights, tf.float32)
         if self.is_continuous:
-            per_token = self.output_head.distance(masked_output, self.target_table(ids))
+            per_token = self.output_head.position_loss(self.target_table(ids), masked_output)
         else:
             log_probs, _ = self.output_head(masked_output, ids, mask=weights > 0,
                                             training=training)
