@@ -1,89 +1,223 @@
-"""The standard layer checks every layer test runs (after keras' run_layer_test)."""
+"""`run_layer_test`: the standard checks every public layer's tests run.
+
+In the spirit of Keras' own `run_layer_test` (keras/src/testing/test_case.py),
+for tfeff's layers and their contracts:
+
+1. build and call eagerly; a symbolic call (`keras.Input`) gives the same
+   output structure and shapes;
+2. `get_config` is JSON-safe and `from_config` reproduces it;
+3. a `.keras` file of a functional model round-trips through
+   `keras.saving.load_model` with the default `safe_mode=True`, with equal
+   outputs;
+4. a stock `compile(optimizer=..., loss=...)` + `fit` on a fixed batch makes
+   the loss fall (output layers called with targets add their own loss:
+   `compile` gets no loss and the targets are a model input);
+5. under `mixed_float16` the variables stay float32 and the outputs stay
+   close to the float32 layer's on the same weights;
+6. eager, `tf.function` and `tf.function(jit_compile=True)` give equal
+   outputs (1e-5) in inference and training mode, every random state reset
+   before each run; a layer with `supports_jit=False` must fail to compile
+   in at least one mode (so the flag is not a stale claim) and makes
+   Keras' `jit_compile="auto"` resolve to False.
+"""
 
 import json
 
 import keras
 import numpy as np
+import tensorflow as tf
+from keras.src.trainers.trainer import model_supports_jit
+
+XLA_TOLERANCE = 1e-5
 
 
-def run_layer_checks(layer, inputs, tmp_path, call_kwargs=None, expected_weights=None):
-    """Config round trip, .keras save/load with equal outputs, weight count.
+def _as_tuple(inputs):
+    return tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
 
-    Returns the layer's output on `inputs`.
+
+def _numpy(structure):
+    return [keras.ops.convert_to_numpy(x) for x in keras.tree.flatten(structure)]
+
+
+def _symbolic(array):
+    array = np.asarray(array)
+    dtype = "string" if array.dtype.kind in "OUS" else array.dtype.name
+    return keras.Input(shape=array.shape[1:], batch_size=None, dtype=dtype)
+
+
+def _assert_close(actual, expected, atol, rtol, what):
+    assert len(actual) == len(expected), what
+    for a, e in zip(actual, expected):
+        assert a.shape == e.shape, (what, a.shape, e.shape)
+        np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64),
+                                   atol=atol, rtol=rtol, err_msg=what)
+
+
+def run_layer_test(layer_cls, init_kwargs, inputs, tmp_path, *, targets=None, call_kwargs=None,
+                   expected_num_weights=None, expected_num_trainable_weights=None,
+                   fit=True, fit_loss="mse", fit_epochs=15, learning_rate=0.02,
+                   mixed_precision=True, mixed_atol=5e-2, mixed_rtol=5e-2, xla=True,
+                   xla_training=True):
+    """Runs the standard checks on `layer_cls(**init_kwargs)`; returns its outputs.
+
+    Args:
+        layer_cls: the layer class.
+        init_kwargs: constructor arguments (must be what `get_config` holds).
+        inputs: one array or a tuple of arrays, passed positionally; the batch
+            dimension comes first.
+        tmp_path: a directory for the `.keras` file.
+        targets: for the softmax output layers, int targets passed as the
+            second positional argument: the layer then adds its loss, and
+            `fit` compiles no loss.
+        call_kwargs: extra keyword arguments of every call (not arrays).
+        expected_num_weights / expected_num_trainable_weights: counts.
+        fit: run the `fit` check (needs trainable weights).
+        fit_loss: the compiled loss of the `fit` check (ignored with `targets`).
+        mixed_precision: run the `mixed_float16` check.
+        xla: run the eager / `tf.function` / XLA check.
+        xla_training: include training mode in it (False where the layer's
+            training-mode randomness comes from Keras' own `Dropout`, whose
+            draws differ under XLA on the TensorFlow backend).
+
+    Returns:
+        The eager outputs on `inputs`, as a list of NumPy arrays.
     """
-    call_kwargs = call_kwargs or {}
-    outputs = keras.ops.convert_to_numpy(layer(inputs, **call_kwargs))
-    config = layer.get_config()
-    json.dumps(config)  # JSON-safe
-    clone = layer.__class__.from_config(config)
-    assert clone.get_config() == config
-    if expected_weights is not None:
-        assert len(layer.weights) == expected_weights
-    model_in = keras.Input(shape=np.shape(inputs)[1:], dtype=np.asarray(inputs).dtype
-                           if not isinstance(inputs, list) else "string")
-    model = keras.Model(model_in, layer(model_in, **call_kwargs))
-    path = str(tmp_path / f"{layer.name}.keras")
-    model.save(path)
-    reloaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(reloaded(inputs)), outputs, rtol=1e-6, atol=1e-6
-    )
-    return outputs
+    call_kwargs = dict(call_kwargs or {})
+    args = _as_tuple(inputs) + (() if targets is None else (np.asarray(targets),))
+    args = tuple(tf.constant(a) for a in args)
 
+    # 1. Build, call, symbolic call.
+    layer = layer_cls(**init_kwargs)
+    outputs = layer(*args, **call_kwargs)
+    assert layer.built
+    eager = _numpy(outputs)
+    symbolic_inputs = [_symbolic(a) for a in args]
+    symbolic = layer(*symbolic_inputs, **call_kwargs)
+    symbolic_flat = keras.tree.flatten(symbolic)
+    assert len(symbolic_flat) == len(eager)
+    for s, e in zip(symbolic_flat, eager):
+        assert len(s.shape) == e.ndim, (s.shape, e.shape)
+        assert all(d is None or d == n for d, n in zip(s.shape, e.shape)), (s.shape, e.shape)
+    if expected_num_weights is not None:
+        assert len(layer.weights) == expected_num_weights
+    if expected_num_trainable_weights is not None:
+        assert len(layer.trainable_weights) == expected_num_trainable_weights
 
-def run_output_layer_checks(layer, hidden, targets, tmp_path, fit_steps=30, call_kwargs=None):
-    """The standard checks for output layers called as `layer(hidden, targets) -> (lp, loss)`.
-
-    Config round trip, `.keras` save/load with equal outputs, mixed precision
-    (float32 log-probabilities close to the float32 layer's) and a `fit`
-    run on a fixed batch whose loss must fall. Returns `(log_probs, loss)`.
-    """
-    call_kwargs = call_kwargs or {}
-    hidden = np.asarray(hidden, np.float32)
-    targets = np.asarray(targets, np.int32)
-    log_probs, loss = layer(hidden, targets, **call_kwargs)
-    log_probs = keras.ops.convert_to_numpy(log_probs)
+    # 2. Config round trip.
     config = layer.get_config()
     json.dumps(config)
-    clone = layer.__class__.from_config(config)
+    clone = layer_cls.from_config(config)
     assert clone.get_config() == config
 
-    h_in = keras.Input(shape=hidden.shape[1:], dtype="float32")
-    t_in = keras.Input(shape=targets.shape[1:], dtype="int32")
-    model = keras.Model([h_in, t_in], layer(h_in, t_in, **call_kwargs)[0])
+    # 3. `.keras` round trip with the default safe_mode.
+    model = keras.Model(symbolic_inputs, symbolic)
     path = str(tmp_path / f"{layer.name}.keras")
     model.save(path)
     reloaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(reloaded([hidden, targets])), log_probs, rtol=1e-6, atol=1e-6
-    )
+    _assert_close(_numpy(reloaded(list(args) if len(args) > 1 else args[0])), eager,
+                  1e-6, 1e-6, ".keras round trip")
 
-    mixed = layer.__class__.from_config({**config, "dtype": "mixed_float16"})
-    mixed(hidden, targets, **call_kwargs)
-    mixed.set_weights(layer.get_weights())
-    mixed_lp, mixed_loss = mixed(hidden, targets, **call_kwargs)
-    assert mixed_lp.dtype == "float32" and mixed_loss.dtype == "float32"
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(mixed_lp), log_probs, atol=5e-2)
+    # 4. Stock compile + fit.
+    if fit:
+        _check_fit(layer_cls, config, args, targets is not None, call_kwargs, fit_loss,
+                   fit_epochs, learning_rate, eager)
 
-    fresh = layer.__class__.from_config(config)
+    # 5. Mixed precision.
+    if mixed_precision:
+        mixed = layer_cls.from_config({**config, "dtype": "mixed_float16"})
+        mixed(*args, **call_kwargs)
+        mixed.set_weights(layer.get_weights())
+        assert all(w.dtype == "float32" for w in mixed.weights)
+        _assert_close(_numpy(mixed(*args, **call_kwargs)), eager, mixed_atol, mixed_rtol,
+                      "mixed_float16")
 
-    class Head(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.dense = keras.layers.Dense(hidden.shape[-1], activation="tanh")
-            self.out = fresh
+    # 6. Eager, tf.function and XLA agree.
+    if xla:
+        check_xla(layer, args, call_kwargs, training_modes=(False, True) if xla_training
+                  else (False,))
+    return eager
 
-        def call(self, inputs, training=False):
-            return self.dense(inputs[0])
 
-        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-            return self.out(y_pred, x[1], training=training)[1]
-
-    head = Head()
-    head.compile(optimizer=keras.optimizers.Adam(0.02))
-    history = head.fit(
-        [hidden, targets], epochs=fit_steps, batch_size=len(hidden), verbose=0, shuffle=False
-    )
+def _check_fit(layer_cls, config, args, endpoint, call_kwargs, fit_loss, epochs,
+               learning_rate, eager):
+    fresh = layer_cls.from_config(config)
+    symbolic_inputs = [_symbolic(a) for a in args]
+    first = symbolic_inputs[0]
+    if endpoint:
+        # The user's own encoder under the output layer; targets are an input.
+        hidden = keras.layers.Dense(first.shape[-1], activation="tanh")(first)
+        out = fresh(hidden, *symbolic_inputs[1:], **call_kwargs)
+    else:
+        out = fresh(*symbolic_inputs, **call_kwargs)
+    model = keras.Model(symbolic_inputs, out)
+    assert model.trainable_weights, "nothing to fit: pass fit=False"
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
+                  loss=None if endpoint else fit_loss)
+    x = [np.asarray(a) for a in args]
+    x = x if len(x) > 1 else x[0]
+    if endpoint:
+        y = None
+    else:
+        rng = np.random.default_rng(0)
+        y = [rng.normal(size=e.shape).astype("float32") for e in eager]
+        y = y if len(y) > 1 else y[0]
+    history = model.fit(x, y, epochs=epochs, batch_size=len(np.asarray(args[0])),
+                        verbose=0, shuffle=False)
     losses = history.history["loss"]
-    assert losses[-1] < 0.8 * losses[0], losses
-    return log_probs, keras.ops.convert_to_numpy(loss)
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+
+
+def _random_state(layer):
+    return [v.numpy() for v in layer.variables]
+
+
+def _restore(layer, state):
+    for v, value in zip(layer.variables, state):
+        v.assign(value)
+
+
+def check_xla(layer, args, call_kwargs, training_modes=(False, True)):
+    """Eager, `tf.function` and `jit_compile=True` outputs agree (see module docstring)."""
+    state = _random_state(layer)
+
+    def run(training, mode):
+        _restore(layer, state)
+
+        def call(*a):
+            return keras.tree.flatten(layer(*a, training=training, **call_kwargs))
+
+        if mode == "eager":
+            out = call(*args)
+        else:
+            out = tf.function(call, jit_compile=(mode == "xla"))(*args)
+        return _numpy(out)
+
+    supports_jit = getattr(layer, "supports_jit", True)
+    jit_failures = 0
+    for training in training_modes:
+        eager = run(training, "eager")
+        _assert_close(run(training, "function"), eager, XLA_TOLERANCE, XLA_TOLERANCE,
+                      f"tf.function, training={training}")
+        if supports_jit:
+            _assert_close(run(training, "xla"), eager, XLA_TOLERANCE, XLA_TOLERANCE,
+                          f"jit_compile=True, training={training}")
+        else:
+            try:
+                run(training, "xla")
+            except Exception:  # noqa: BLE001 - any compile error proves the flag
+                jit_failures += 1
+    _restore(layer, state)
+    if not supports_jit:
+        assert jit_failures, f"{layer.name}: supports_jit=False but XLA compiled every mode"
+        assert not model_supports_jit(_Holder(layer))
+
+
+class _Holder(keras.Model):
+    """A model that only holds `layer` (for Keras' `model_supports_jit`)."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.held = layer
+
+    def call(self, inputs):
+        return inputs

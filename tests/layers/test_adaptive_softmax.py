@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.layers.layer_checks import run_output_layer_checks
+from tests.layers.layer_checks import run_layer_test
 from tfeff.layers import AdaptiveSoftmax
 
 V, D = 60, 16
@@ -54,7 +54,7 @@ def test_target_log_probs_and_loss_equal_reference_with_ignored_targets():
     t[0, :3] = -100  # ignore_index
     mask = np.ones((4, 10), bool)
     mask[3, 5:] = False  # padding
-    lp, loss = layer(x, t, mask=mask)
+    lp, loss = layer(x, t, mask=mask, return_loss=True)
     ref = reference_log_prob(layer, x.reshape(-1, D)).reshape(4, 10, V)
     keep = (t != -100) & mask
     expected = np.where(keep, np.take_along_axis(ref, np.maximum(t, 0)[..., None], -1)[..., 0], 0)
@@ -92,7 +92,7 @@ def test_head_only_targets_compute_no_tail_and_give_tails_no_gradient():
     @tf.function
     def grads(targets):
         with tf.GradientTape() as tape:
-            _, loss = layer(x, targets)
+            _, loss = layer(x, targets, return_loss=True)
         return tape.gradient(loss, layer.trainable_weights)
 
     head_only = grads(tf.constant(np.arange(64) % CUTOFFS[0], tf.int32))
@@ -148,5 +148,12 @@ def test_standard_layer_checks(tmp_path):
     rng = np.random.default_rng(6)
     # Zipfian targets: most in the head, some in each tail.
     t = np.minimum(rng.zipf(1.3, size=(64,)), V) - 1
-    layer = AdaptiveSoftmax(V, CUTOFFS, div_value=2.0, name="adaptive")
-    run_output_layer_checks(layer, rng.normal(size=(64, D)), t.astype("int32"), tmp_path)
+    kwargs = dict(vocabulary_size=V, cutoffs=CUTOFFS, div_value=2.0, name="adaptive")
+    h = rng.normal(size=(64, D)).astype("float32")
+    log_probs, = run_layer_test(AdaptiveSoftmax, kwargs, h, tmp_path, targets=t.astype("int32"),
+                                expected_num_weights=7)
+    assert log_probs.shape == (64,) and np.all(log_probs <= 0)
+    # Without targets: the full distribution, through the same `.keras` round trip.
+    full, = run_layer_test(AdaptiveSoftmax, {**kwargs, "name": "adaptive_full"}, h, tmp_path,
+                           fit=False)
+    np.testing.assert_allclose(np.exp(full).sum(-1), 1.0, atol=1e-5)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.layers.layer_checks import run_layer_test
 from tfeff.layers import AnchorMultiHeadAttention
 from tests.layers.test_rotary import rotate_reference
 
@@ -218,36 +219,42 @@ def test_no_n_by_n_tensor_unless_scores_are_asked_for():
     assert not [s for s in shapes if s.rank and s.rank >= 2 and list(s[-2:]) == [n, n]]
 
 
-def test_config_round_trip_save_load_and_fit(tmp_path):
-    layer = AnchorMultiHeadAttention(HEADS, KEY_DIM, num_anchors=4, anchor_selection="strided",
-                                     dropout=0.1, seed=2, name="anchors")
-    config = layer.get_config()
-    json.dumps(config)
-    assert AnchorMultiHeadAttention.from_config(config).get_config() == config
-    x, mask = _inputs()
+@pytest.mark.parametrize("selection", ["random", "strided"])
+@pytest.mark.parametrize("exact", [False, True])
+def test_standard_layer_checks(selection, exact, tmp_path):
+    """Config, `.keras`, fit, mixed precision, and eager = tf.function = XLA in both
+    modes with fewer anchors (4) than tokens (9): the random draws name Philox, which
+    TensorFlow's default algorithm does not under XLA."""
+    kwargs = dict(num_heads=HEADS, key_dim=KEY_DIM, num_anchors=4, anchor_selection=selection,
+                  exact=exact, seed=2, name=f"anchors_{selection}_{exact}")
+    x, _ = _inputs()
+    out, = run_layer_test(AnchorMultiHeadAttention, kwargs, (x, x), tmp_path,
+                          expected_num_weights=8, mixed_atol=2e-2, mixed_rtol=2e-2)
+    assert out.shape == x.shape
+
+
+def test_dropout_runs_the_checks_in_inference_under_xla(tmp_path):
+    """Keras' own Dropout draws other masks under XLA (TensorFlow backend), so with
+    dropout the XLA check runs in inference mode; the anchors stay seeded."""
+    kwargs = dict(num_heads=HEADS, key_dim=KEY_DIM, num_anchors=4, dropout=0.1, seed=2,
+                  name="anchors_dropout")
+    x, _ = _inputs()
+    run_layer_test(AnchorMultiHeadAttention, kwargs, (x, x), tmp_path, xla_training=False,
+                   mixed_atol=2e-2, mixed_rtol=2e-2)
+
+
+def test_xla_predict_equals_eager_call_with_random_anchors():
+    """The reported bug: `model.predict` under XLA chose other anchors than `model(x)`."""
+    layer = _layer(num_anchors=3, seed=5)
     inp = keras.Input((None, DIM))
     model = keras.Model(inp, layer(inp, inp))
-    model.save(tmp_path / "m.keras")
-    reloaded = keras.saving.load_model(tmp_path / "m.keras")
-    np.testing.assert_allclose(reloaded(x), model(x), rtol=1e-6, atol=1e-6)
-    assert isinstance(reloaded.layers[-1], AnchorMultiHeadAttention)
-
-    target = np.random.default_rng(3).normal(size=x.shape[:2] + (DIM,)).astype("float32")
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
-    losses = model.fit(x, target, epochs=40, verbose=0).history["loss"]
-    assert losses[-1] < 0.7 * losses[0]
-
-
-def test_mixed_precision():
-    layer = _layer()
-    mixed = AnchorMultiHeadAttention.from_config({**layer.get_config(), "dtype": "mixed_float16"})
-    mixed.build((None, None, DIM), (None, None, DIM))
-    mixed.set_weights(layer.get_weights())
-    x, mask = _inputs()
-    out = mixed(x, x, query_mask=mask, value_mask=mask)
-    assert out.dtype == "float16"
-    np.testing.assert_allclose(np.asarray(out, np.float32),
-                               layer(x, x, query_mask=mask, value_mask=mask), atol=2e-2)
+    x = np.random.default_rng(9).normal(size=(4, 30, DIM)).astype("float32")
+    model.compile(jit_compile=True)
+    np.testing.assert_allclose(model.predict(x, verbose=0), model(x), rtol=1e-5, atol=1e-5)
+    # The symbolic call of exact mode works too (it reached MultiHeadAttention's
+    # compute_output_spec with `exact`).
+    exact = keras.Model(inp, _layer(num_anchors=3)(inp, inp, exact=True))
+    assert tuple(exact.output.shape) == (None, None, DIM)
 
 
 def test_dropout_only_in_training():
@@ -269,3 +276,29 @@ def test_invalid_arguments_are_named():
     x, _ = _inputs()
     with pytest.raises(ValueError, match="exact=True"):
         layer(x, x, use_causal_mask=True)
+
+
+def _mix32_reference(x):
+    m = np.uint64(0xFFFFFFFF)
+    x = np.asarray(x, np.uint64)
+    x ^= x >> np.uint64(16)
+    x = (x * np.uint64(0x7FEB352D)) & m
+    x ^= x >> np.uint64(15)
+    x = (x * np.uint64(0x846CA68B)) & m
+    return x ^ (x >> np.uint64(16))
+
+
+def test_hash_uniform_equals_a_numpy_reference_eagerly_and_under_xla():
+    from tfeff.layers.anchor_multi_head_attention import hash_uniform
+
+    index = np.arange(2000, dtype=np.int32).reshape(40, 50)
+    seed = (7, 2**33 + 3)  # reduced modulo 2**32
+    key = _mix32_reference(_mix32_reference(7) ^ np.uint64(3))
+    x = _mix32_reference(index.astype(np.uint64) ^ key)
+    x = _mix32_reference((x + key) & np.uint64(0xFFFFFFFF))
+    expected = (x >> np.uint64(8)).astype(np.float64) / 2**24
+    eager = np.asarray(hash_uniform(index, seed))
+    np.testing.assert_array_equal(eager, expected.astype(np.float32))
+    xla = tf.function(lambda i: hash_uniform(i, seed), jit_compile=True)(index)
+    np.testing.assert_array_equal(np.asarray(xla), eager)
+    assert 0.45 < eager.mean() < 0.55 and len(np.unique(eager)) > 1990

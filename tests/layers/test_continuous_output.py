@@ -2,17 +2,24 @@ import keras
 import numpy as np
 import pytest
 
-from tests.layers.layer_checks import run_layer_checks
+from tests.layers.layer_checks import run_layer_test
 from tfeff.layers import ContinuousOutput
 
 
 @pytest.mark.parametrize("loss", ["cosine", "l2", "vmf"])
 def test_layer_checks_and_projection_golden(loss, tmp_path):
-    layer = ContinuousOutput(3, loss=loss, name=f"out_{loss}")
+    kwargs = dict(embedding_dim=3, loss=loss, name=f"out_{loss}")
     x = np.random.default_rng(0).normal(size=(2, 4, 5)).astype("float32")
-    out = run_layer_checks(layer, x, tmp_path, expected_weights=2)
+    # `fit` trains with the layer's own Keras loss (stock compile, no lambda).
+    out, = run_layer_test(ContinuousOutput, kwargs, x, tmp_path, expected_num_weights=2,
+                          fit_loss=ContinuousOutput(**kwargs).make_loss())
+    keras.utils.set_random_seed(0)
+    layer = ContinuousOutput(**kwargs)
+    layer.build(x.shape)
     kernel, bias = (keras.ops.convert_to_numpy(w) for w in layer.projection.weights)
-    np.testing.assert_allclose(out, x @ kernel + bias, rtol=1e-5, atol=1e-6)
+    projected = keras.ops.convert_to_numpy(layer(x))
+    np.testing.assert_allclose(projected, x @ kernel + bias, rtol=1e-5, atol=1e-6)
+    assert out.shape == projected.shape
 
 
 def test_position_loss_golden_values():

@@ -2,14 +2,16 @@ import keras
 import numpy as np
 import pytest
 
-from tests.layers.layer_checks import run_layer_checks
+from tests.layers.layer_checks import run_layer_test
 from tfeff.layers import FactorizedDense
 
 
 def test_standard_checks_and_parameter_count(tmp_path):
-    layer = FactorizedDense(12, rank=3, activation="gelu", name="ffn")
     x = np.random.default_rng(0).normal(size=(4, 5, 7)).astype("float32")
-    run_layer_checks(layer, x, tmp_path, expected_weights=3)
+    run_layer_test(FactorizedDense, dict(units=12, rank=3, activation="gelu", name="ffn"), x,
+                   tmp_path, expected_num_weights=3)
+    layer = FactorizedDense(12, rank=3, activation="gelu")
+    layer.build((None, 7))
     # d*r + r*units + units instead of d*units + units.
     assert layer.count_params() == 7 * 3 + 3 * 12 + 12
 

@@ -2,6 +2,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tests.layers.layer_checks import run_layer_test
 from tfeff.layers import FastTextEmbedding
 
 ODD_WORDS = ["café", "naïve", "Zürich", "日本語", "東京", "🙂", "emoji🙂s", "é", "x", "a",
@@ -26,6 +27,18 @@ def test_equals_fasttext_get_word_vector(fasttext_model):
     # Batched 2-D input with repeated tokens gives the same rows.
     grid = layer(tf.constant([words[:3], words[:3][::-1]])).numpy()
     np.testing.assert_allclose(grid[1], ref[:3][::-1], rtol=1e-5, atol=1e-6)
+
+
+def test_standard_layer_checks(fasttext_model, tmp_path):
+    path, model = fasttext_model
+    words = np.array([["café", "the", "qqqz"], ["</s>", "日本語", ""]], dtype=object)
+    kwargs = dict(words=model.get_words(), input_matrix=model.get_input_matrix(), minn=2,
+                  maxn=5, bucket=20000, name="ft_standard")
+    # Not trainable: nothing to fit. String ops: `supports_jit=False`, checked.
+    out, = run_layer_test(FastTextEmbedding, kwargs, words, tmp_path, expected_num_weights=1,
+                          fit=False, mixed_precision=False)
+    ref = np.stack([[model.get_word_vector(w) for w in row] for row in words])
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
 
 
 def test_subword_ids_match_fasttext(fasttext_model):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.layers.layer_checks import run_layer_checks
+from tests.layers.layer_checks import run_layer_test
 from tfeff.layers import FixedEmbedding
 
 
@@ -10,10 +10,13 @@ def test_gathers_rows_and_is_not_a_weight(tmp_path):
     table = np.random.default_rng(0).normal(size=(7, 3)).astype("float32")
     path = str(tmp_path / "t.npy")
     np.save(path, table)
-    layer = FixedEmbedding(path, mask_zero=True, name="fixed")
     ids = np.array([[1, 6, 0]], "int32")
-    out = run_layer_checks(layer, ids, tmp_path)
+    # Nothing to fit: the table is not a weight.
+    out, = run_layer_test(FixedEmbedding, dict(table=path, mask_zero=True, name="fixed"), ids,
+                          tmp_path, expected_num_weights=0, fit=False)
     np.testing.assert_array_equal(out, table[ids])
+    layer = FixedEmbedding(path, mask_zero=True, name="fixed")
+    layer(ids)
     assert layer.weights == [] and layer.count_params() == 0
     assert "CPU" in layer.table.device
     np.testing.assert_array_equal(layer.compute_mask(ids).numpy(), [[True, True, False]])

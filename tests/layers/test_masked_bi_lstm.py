@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.layers.layer_checks import run_layer_checks
+from tests.layers.layer_checks import run_layer_test
 from tests.layers.lstm_reference import lstmp as _lstmp
 from tests.layers.lstm_reference import sigmoid as _sigmoid
 from tfeff.layers import MaskedBiLSTM
@@ -71,9 +71,11 @@ def data():
 
 
 def test_layer_checks(tmp_path):
-    layer = MaskedBiLSTM(5, 3, num_layers=2, use_cudnn=False, name="masked_bilstm")
     x = np.random.default_rng(0).normal(size=(2, 4, 6)).astype("float32")
-    run_layer_checks(layer, x, tmp_path, expected_weights=2 * (2 * 4 + 2 * 2))
+    kwargs = dict(units=5, projection_dim=3, num_layers=2, use_cudnn=False, name="masked_bilstm")
+    run_layer_test(MaskedBiLSTM, kwargs, x, tmp_path, expected_num_weights=2 * (2 * 4 + 2 * 2))
+    layer = MaskedBiLSTM(**kwargs)
+    layer.build((None, 4, 6))
     per_direction = 6 * 20 + 3 * 20 + 20 + 5 * 3
     assert layer.count_params() == 2 * 2 * (per_direction + 2 * 3)
 

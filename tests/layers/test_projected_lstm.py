@@ -1,15 +1,17 @@
 import keras
 import numpy as np
 
-from tests.layers.layer_checks import run_layer_checks
+from tests.layers.layer_checks import run_layer_test
 from tests.layers.lstm_reference import lstmp
 from tfeff.layers import ProjectedLSTM
 
 
 def test_layer_checks(tmp_path):
-    layer = ProjectedLSTM(6, 3, name="lstmp")
     x = np.random.default_rng(0).normal(size=(2, 5, 4)).astype("float32")
-    run_layer_checks(layer, x, tmp_path, expected_weights=4)
+    run_layer_test(ProjectedLSTM, dict(units=6, projection_dim=3, name="lstmp"), x, tmp_path,
+                   expected_num_weights=4)
+    layer = ProjectedLSTM(6, 3)
+    layer.build((None, 5, 4))
     assert layer.count_params() == 4 * 24 + 3 * 24 + 24 + 6 * 3
 
 

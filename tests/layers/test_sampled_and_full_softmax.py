@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.layers.layer_checks import run_output_layer_checks
+from tests.layers.layer_checks import run_layer_test
 from tfeff.layers import FixedEmbedding, FullSoftmax, SampledSoftmax
 
 V, D = 50, 12
@@ -29,7 +29,7 @@ def test_full_softmax_equals_reference():
     w, b = (np.asarray(v.numpy(), np.float64) for v in layer.weights)
     ref = _log_softmax(x.astype(np.float64) @ w.T + b)
     np.testing.assert_allclose(layer.log_prob(x).numpy(), ref, atol=1e-5)
-    lp, loss = layer(x, t)
+    lp, loss = layer(x, t, return_loss=True)
     expected = np.where(t != 0, np.take_along_axis(ref, t[..., None], -1)[..., 0], 0)
     np.testing.assert_allclose(lp.numpy(), expected, atol=1e-5)
     np.testing.assert_allclose(loss.numpy(), -expected[t != 0].mean(), atol=1e-5)
@@ -47,7 +47,7 @@ def test_full_softmax_tied_to_an_embedding_shares_and_trains_it():
     ref = _log_softmax(x.astype(np.float64) @ embedding.embeddings.numpy().T)
     np.testing.assert_allclose(layer.log_prob(x).numpy(), ref, atol=1e-5)
     with tf.GradientTape() as tape:
-        _, loss = layer(x, np.arange(5))
+        _, loss = layer(x, np.arange(5), return_loss=True)
     (g,) = tape.gradient(loss, [embedding.embeddings])
     assert np.abs(tf.convert_to_tensor(g).numpy()).sum() > 0
 
@@ -61,7 +61,9 @@ def test_sampled_softmax_outside_training_is_exact():
     full(x, t)
     _set_random(layer)
     full.set_weights(layer.get_weights())
-    np.testing.assert_allclose(layer(x, t)[0].numpy(), full(x, t)[0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(layer(x, t).numpy(), full(x, t).numpy(), atol=1e-6)
+    np.testing.assert_allclose(layer(x, t, return_loss=True)[1].numpy(),
+                               full(x, t, return_loss=True)[1].numpy(), atol=1e-6)
     np.testing.assert_allclose(layer.log_prob(x).numpy(), full.log_prob(x).numpy(), atol=1e-6)
     np.testing.assert_array_equal(layer.predict(x).numpy(), full.predict(x).numpy())
 
@@ -76,8 +78,8 @@ def test_sampled_loss_converges_to_full_loss():
         layer = SampledSoftmax(vocab, num_sampled=num_sampled, seed=7)
         layer(x, t)
         _set_random(layer, seed=5)
-        exact = float(layer(x, t, training=False)[1])
-        sampled = np.mean([float(layer(x, t, training=True)[1]) for _ in range(20)])
+        exact = float(layer(x, t, training=False, return_loss=True)[1])
+        sampled = np.mean([float(layer(x, t, training=True, return_loss=True)[1]) for _ in range(20)])
         errors.append(abs(sampled - exact) / exact)
     assert errors[0] > errors[1] > errors[2], errors
     assert errors[2] < 0.01, errors
@@ -89,7 +91,7 @@ def test_sampled_softmax_gradient_is_sparse_and_only_touches_sampled_rows():
     t = tf.constant([1, 2, 3, 4])
     layer(x, t)
     with tf.GradientTape() as tape:
-        _, loss = layer(x, t, training=True)
+        _, loss = layer(x, t, training=True, return_loss=True)
     (g,) = tape.gradient(loss, layer.trainable_weights)
     assert isinstance(g, tf.IndexedSlices)
     assert len(np.unique(g.indices.numpy())) <= 4 + 10
@@ -108,8 +110,11 @@ def test_fixed_variant_uses_the_frozen_table(tmp_path):
     assert layer.weights == []  # nothing to train: a ranking loss against fixed vectors
     np.testing.assert_allclose(layer.log_prob(x).numpy(), _log_softmax(x @ table.T), atol=1e-5)
     # The projection in front of it trains against the fixed targets.
-    run_output_layer_checks(layer, rng.normal(size=(64, D)), rng.integers(0, V, 64),
-                            tmp_path, call_kwargs={})
+    kwargs = dict(vocabulary_size=V, num_sampled=10, use_bias=False,
+                  output_embedding=FixedEmbedding(path), seed=0, name="sampled_fixed")
+    run_layer_test(SampledSoftmax, kwargs, rng.normal(size=(64, D)).astype("float32"),
+                   tmp_path, targets=rng.integers(0, V, 64).astype("int32"),
+                   expected_num_weights=0)
     with pytest.raises(ValueError, match="dimension"):
         SampledSoftmax(V, num_sampled=10, output_embedding=FixedEmbedding(path)).build((None, D + 1))
 
@@ -124,5 +129,11 @@ def test_standard_layer_checks(tmp_path):
     rng = np.random.default_rng(8)
     t = (np.minimum(rng.zipf(1.3, size=64), V) - 1).astype("int32")
     h = rng.normal(size=(64, D))
-    run_output_layer_checks(FullSoftmax(V, name="full"), h, t, tmp_path)
-    run_output_layer_checks(SampledSoftmax(V, num_sampled=20, seed=3, name="sampled"), h, t, tmp_path)
+    h = h.astype("float32")
+    run_layer_test(FullSoftmax, dict(vocabulary_size=V, name="full"), h, tmp_path, targets=t,
+                   expected_num_weights=2)
+    run_layer_test(SampledSoftmax, dict(vocabulary_size=V, num_sampled=20, seed=3,
+                                        name="sampled"), h, tmp_path, targets=t,
+                   expected_num_weights=2)
+    run_layer_test(FullSoftmax, dict(vocabulary_size=V, name="full_distribution"), h, tmp_path,
+                   fit=False)

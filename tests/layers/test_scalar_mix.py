@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.layers.layer_checks import run_layer_checks
+from tests.layers.layer_checks import run_layer_test
 from tfeff.layers import ScalarMix
 
 
@@ -27,8 +27,9 @@ def stack():
 
 
 def test_layer_checks(stack, tmp_path):
-    mix = ScalarMix(4, initial_weights=[0.5, -1.0, 2.0, 0.0], initial_scale=1.5, name="mix")
-    out = run_layer_checks(mix, stack, tmp_path, expected_weights=2)
+    kwargs = dict(num_layers=4, initial_weights=[0.5, -1.0, 2.0, 0.0], initial_scale=1.5,
+                  name="mix")
+    out, = run_layer_test(ScalarMix, kwargs, stack, tmp_path, expected_num_weights=2)
     np.testing.assert_allclose(out, _numpy_mix(stack, np.array([0.5, -1.0, 2.0, 0.0]), 1.5),
                                rtol=1e-5)
 

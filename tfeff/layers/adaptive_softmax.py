@@ -28,6 +28,12 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     target in the batch is skipped entirely (`tf.cond`), so its weights get a
     zero gradient and its logits are never computed.
 
+    The layer compiles under XLA (`jit_compile=True`, TensorFlow 2.21: the
+    gathered rows get a bounded dynamic size), with outputs and gradients
+    equal to eager ones. XLA pads a bounded dimension to its bound, though:
+    under XLA a tail that runs computes on every row of the batch, so only
+    the skipping of unused tails is kept, not the per-row saving.
+
     Args:
         vocabulary_size: int, number of classes (`n_classes` in PyTorch).
         cutoffs: increasing ints inside `(0, vocabulary_size)`.
@@ -40,21 +46,35 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
 
     Call arguments:
         inputs: `(..., input_dim)` hidden states.
-        targets: int `(...)` class ids.
+        targets: optional int `(...)` class ids.
         mask: optional bool `(...)`; False entries are ignored.
+        inputs_mask: the Keras mask of `inputs`, filled in by Keras; used
+            when `mask` is None (padding from the encoder is ignored).
+        training: unused (the same loss in training and inference).
+        return_loss: return `(target_log_probs, loss)` and add nothing.
 
     Returns:
-        `(target_log_probs, loss)`: float32 `(...)` log probabilities of the
-        targets (0 where ignored) and the scalar mean negative log-likelihood
-        over the targets that are not ignored. The layer adds no loss itself.
+        With `targets`: float32 `(...)` log probabilities of the targets (0
+        where ignored); the mean negative log-likelihood over the targets that
+        are not ignored is added with `add_loss`, so a model ending in this
+        layer trains under a stock `compile(optimizer=...)` / `fit(...)`.
+        With `return_loss=True`: `(target_log_probs, loss)` and no `add_loss`.
+        Without `targets`: the full log-distribution `(..., vocabulary_size)`,
+        as `log_prob`. Out-of-range targets: see `tfeff.layers.softmax_common`.
 
     Example:
 
     >>> layer = AdaptiveSoftmax(vocabulary_size=100, cutoffs=[10, 40])
     >>> x = keras.ops.ones((2, 3, 16))
-    >>> log_probs, loss = layer(x, keras.ops.array([[1, 20, 90], [0, 5, 50]]))
-    >>> tuple(log_probs.shape), tuple(layer.log_prob(x).shape)
-    ((2, 3), (2, 3, 100))
+    >>> targets = keras.ops.array([[1, 20, 90], [0, 5, 50]])
+    >>> log_probs = layer(x, targets)  # adds the mean NLL to `layer.losses`
+    >>> tuple(log_probs.shape), len(layer.losses)
+    ((2, 3), 1)
+    >>> tuple(layer(x).shape)  # no targets: the full distribution
+    (2, 3, 100)
+    >>> log_probs, loss = layer(x, targets, return_loss=True)
+    >>> tuple(loss.shape)
+    ()
 
     Reference:
         Grave, Joulin, Cissé, Grangier & Jégou, "Efficient softmax
@@ -74,7 +94,6 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         super().__init__(**kwargs)
         softmax_common.validate_vocabulary_size(vocabulary_size)
         self.supports_masking = True  # `mask` marks the targets to ignore
-        self.supports_jit = False  # tail sizes depend on the batch's targets
         cutoffs = list(cutoffs)
         if (
             not cutoffs
@@ -156,8 +175,8 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
 
     # -- public API ---------------------------------------------------------
 
-    def call(self, inputs, targets, mask=None):
-        x, t, keep = softmax_common.flatten_inputs(inputs, targets, mask, self.ignore_index)
+    def _target_log_probs(self, inputs, targets, mask, training):
+        x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
         n = tf.shape(t)[0]
         head = self._head_log_probs(x)  # (n, head_size)
         # 0 for the shortlist, i + 1 for tail i.
@@ -184,6 +203,8 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
 
     def log_prob(self, inputs):
         """Full log-distribution `(..., vocabulary_size)`; rows sum to 1 in probability."""
+        inputs = tf.convert_to_tensor(inputs)
+        self._ensure_built(inputs)
         x = tf.reshape(inputs, [-1, inputs.shape[-1]])
         full = self._full_log_prob(x)
         return tf.reshape(
@@ -205,6 +226,8 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         (a tail class has probability at most its cluster's); only the other
         rows get their tails computed.
         """
+        inputs = tf.convert_to_tensor(inputs)
+        self._ensure_built(inputs)
         x = tf.reshape(inputs, [-1, inputs.shape[-1]])
         best = tf.argmax(self._head_log_probs(x), axis=-1, output_type=tf.int32)
         rows = tf.where(best >= self.shortlist_size)[:, 0]

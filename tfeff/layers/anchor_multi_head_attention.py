@@ -21,6 +21,38 @@ _CHOSEN = 1.0
 _MASKED_LOGIT = -1e9
 
 
+def _mix32(x):
+    """A 32-bit integer hash ('lowbias32', C. Wellons) of uint32 `x`."""
+    x = ops.bitwise_xor(x, ops.right_shift(x, 16))
+    x = ops.multiply(x, ops.convert_to_tensor(0x7FEB352D, "uint32"))
+    x = ops.bitwise_xor(x, ops.right_shift(x, 15))
+    x = ops.multiply(x, ops.convert_to_tensor(0x846CA68B, "uint32"))
+    return ops.bitwise_xor(x, ops.right_shift(x, 16))
+
+
+def hash_uniform(index, seed):
+    """Uniform [0, 1) float32 noise, one value per integer `index`, keyed by `seed`.
+
+    A counter-based draw made of integer ops only, so eager execution,
+    `tf.function`, XLA and an exported SavedModel give bit-identical numbers
+    for the same `(index, seed)`. TensorFlow's stateless random ops do not:
+    under XLA they draw other numbers, with the default algorithm for any
+    seed and with Philox for a seed computed at run time.
+
+    Args:
+        index: non-negative int tensor; each entry gets its own value.
+        seed: two non-negative ints (or an int tensor of shape `(2,)`).
+
+    Returns:
+        float32 tensor shaped like `index`, multiples of 2**-24.
+    """
+    seed = ops.cast(ops.mod(ops.convert_to_tensor(seed, "int64"), 2**32), "uint32")
+    key = _mix32(ops.bitwise_xor(_mix32(seed[0]), seed[1]))
+    x = _mix32(ops.bitwise_xor(ops.cast(index, "uint32"), key))
+    x = _mix32(ops.add(x, key))
+    return ops.cast(ops.right_shift(x, 8), "float32") / float(2**24)
+
+
 def _masked_softmax(logits, mask):
     """Softmax over the last axis where `mask`; rows with no True entry are zero."""
     mask = ops.cast(mask, logits.dtype)
@@ -70,8 +102,14 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
     the exact mode is then `RotaryMultiHeadAttention`'s attention.
 
     Only self- or cross-attention over one sequence axis with padding masks
-    is supported: `attention_mask`, `use_causal_mask`, `attention_axes`,
-    `use_gate` and `sliding_window` are rejected outside `exact` mode.
+    is supported: `attention_axes`, `use_gate` and `sliding_window` are
+    rejected by the constructor, and `attention_mask` / `use_causal_mask`
+    are rejected by `call` unless the attention is `exact`.
+
+    Random anchors come from `hash_uniform`, a counter-based draw made of
+    integer ops, so eager, `tf.function`, XLA (`jit_compile=True`, which Keras
+    may turn on by itself on a GPU) and an exported SavedModel choose the same
+    anchors (in training, for the same seed-generator state).
 
     Args:
         num_heads: number of attention heads.
@@ -166,17 +204,19 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
         batch, n = ops.shape(candidates)[0], ops.shape(candidates)[1]
         valid = ops.cast(candidates, "float32")[:, None, :]  # (batch, 1, n)
         if self.anchor_selection == "random":
-            shape = (batch, self._num_heads, n)
+            shape = (batch, self.num_heads, n)
             if training:
-                noise = keras.random.uniform(shape, seed=self.anchor_seed_generator)
+                # Fresh per step, sequence and head: a key from the seed generator.
+                key = self.anchor_seed_generator.next()
+                index = ops.reshape(ops.arange(batch * self.num_heads * n), shape)
+                noise = hash_uniform(index, key)
             else:
                 # One draw per (position, head), laid out position-major so that a
-                # sequence's anchors depend neither on its batch nor on its padding
-                # (Philox draws are prefix-stable): embeddings never depend on what
-                # else is in the batch.
-                noise = tf.random.stateless_uniform(
-                    tf.stack([n, self._num_heads]), seed=[self._inference_seed, 0x5EED])
-                noise = tf.transpose(noise)[None]  # (1, heads, n)
+                # sequence's anchors depend neither on its batch nor on its padding:
+                # embeddings never depend on what else is in the batch.
+                index = ops.reshape(ops.arange(n * self.num_heads), (n, self.num_heads))
+                noise = ops.transpose(hash_uniform(index, (self._inference_seed, 0x5EED)))
+                noise = noise[None]  # (1, heads, n)
             return valid * (_CHOSEN + noise) - (1.0 - valid)
         # Strided: valid ranks floor((j + 1/2) L / m), j < m; all when L <= m.
         rank = ops.cumsum(ops.cast(candidates, "int32"), axis=1) - 1  # (batch, n)
@@ -250,9 +290,9 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
             if m is not None:
                 key_valid = ops.logical_and(key_valid, ops.cast(m, "bool"))
 
-        q = self._query_dense(query)  # (batch, n, heads, key_dim)
-        k = self._key_dense(key)  # (batch, s, heads, key_dim)
-        v = self._value_dense(value)  # (batch, s, heads, value_dim)
+        q = self.query_dense(query)  # (batch, n, heads, key_dim)
+        k = self.key_dense(key)  # (batch, s, heads, key_dim)
+        v = self.value_dense(value)  # (batch, s, heads, value_dim)
         if self.rotary_max_wavelength is not None:
             q = apply_rotary(q, self.rotary_max_wavelength)
             k = apply_rotary(k, self.rotary_max_wavelength)
@@ -264,29 +304,41 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
         else:
             indices = ops.cast(anchor_indices, "int32")
             anchor_valid = ops.ones(ops.shape(indices), "bool")
-        indices = ops.broadcast_to(indices, (batch, self._num_heads, ops.shape(indices)[-1]))
+        indices = ops.broadcast_to(indices, (batch, self.num_heads, ops.shape(indices)[-1]))
         anchor_valid = ops.broadcast_to(anchor_valid, ops.shape(indices))
         anchors = tf.gather(q, indices, batch_dims=2)  # (batch, heads, m, key_dim)
 
         # S1 = softmax(sqrt(d_k) Q~ A~^T): (batch, heads, n, m)
-        s1 = ops.einsum("bhnk,bhmk->bhnm", q, anchors) * math.sqrt(float(self._key_dim))
+        s1 = ops.einsum("bhnk,bhmk->bhnm", q, anchors) * math.sqrt(float(self.key_dim))
         s1 = _masked_softmax(s1, anchor_valid[:, :, None, :])
         # S2 = softmax(A~ K^T): (batch, heads, m, s)
         s2 = ops.einsum("bhmk,bshk->bhms", anchors, ops.cast(k, "float32"))
         s2 = _masked_softmax(s2, key_valid[:, None, None, :])
         s1, s2 = ops.cast(s1, dtype), ops.cast(s2, dtype)
+        # MultiHeadAttention's own dropout (it has no public property for it).
         s1_dropped = self._dropout_layer(s1, training=training)
         s2_dropped = self._dropout_layer(s2, training=training)
 
-        kernel = ops.cast(self._output_dense.kernel, dtype)  # (heads, value_dim, out)
+        kernel = ops.cast(self.output_dense.kernel, dtype)  # (heads, value_dim, out)
         u = ops.einsum("bhms,bshv->bhmv", s2_dropped, v)  # (batch, heads, m, value_dim)
         u = ops.einsum("bhmv,hvo->bhmo", u, kernel)  # U_h = S2_h V_h W_h^O
         output = ops.einsum("bhnm,bhmo->bno", s1_dropped, u)  # sum_h S1_h U_h
-        if self._output_dense.bias is not None:
-            output = output + ops.cast(self._output_dense.bias, dtype)
+        if self.output_dense.bias is not None:
+            output = output + ops.cast(self.output_dense.bias, dtype)
         if return_attention_scores:
             return output, ops.einsum("bhnm,bhms->bhns", s1, s2)
         return output
+
+    def compute_output_spec(self, query, value, key=None, query_mask=None, value_mask=None,
+                            key_mask=None, attention_mask=None, return_attention_scores=False,
+                            training=None, use_causal_mask=False, exact=None,
+                            anchor_indices=None):
+        # Both modes give MultiHeadAttention's output shapes.
+        return super().compute_output_spec(
+            query, value, key=key, query_mask=query_mask, value_mask=value_mask,
+            key_mask=key_mask, attention_mask=attention_mask,
+            return_attention_scores=return_attention_scores, training=training,
+            use_causal_mask=use_causal_mask)
 
     def _compute_attention(self, query, key, value, *args, **kwargs):
         # The exact mode (MultiHeadAttention.call) with the same rotation.

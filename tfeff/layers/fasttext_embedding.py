@@ -84,6 +84,7 @@ class FastTextEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(trainable=False, **kwargs)
+        self.supports_jit = False  # string ops (n-grams, hashing) have no XLA kernels
         for arg, value in (("minn", minn), ("maxn", maxn), ("bucket", bucket)):
             if not isinstance(value, int) or value < 0:
                 raise ValueError(

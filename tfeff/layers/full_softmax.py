@@ -32,18 +32,25 @@ class FullSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
 
     Call arguments:
         inputs: `(..., input_dim)` hidden states.
-        targets: int `(...)` class ids.
+        targets: optional int `(...)` class ids.
         mask: optional bool `(...)`; False entries are ignored.
+        inputs_mask: the Keras mask of `inputs` (filled in by Keras), used
+            when `mask` is None.
+        training: unused.
+        return_loss: return `(target_log_probs, loss)` and add nothing.
 
     Returns:
-        `(target_log_probs, loss)` as in `AdaptiveSoftmax`: float32 `(...)`
-        log probabilities (0 where ignored) and the mean negative log-likelihood.
+        As `AdaptiveSoftmax`: with `targets`, float32 `(...)` log
+        probabilities (0 where ignored) and the mean negative log-likelihood
+        added with `add_loss` (or returned, with `return_loss=True`); without,
+        the full log-distribution `(..., vocabulary_size)`.
 
     Example:
 
     >>> layer = FullSoftmax(vocabulary_size=50)
-    >>> log_probs, loss = layer(keras.ops.ones((2, 8)), keras.ops.array([3, 7]))
-    >>> tuple(layer.log_prob(keras.ops.ones((2, 8))).shape)
+    >>> log_probs, loss = layer(keras.ops.ones((2, 8)), keras.ops.array([3, 7]),
+    ...                         return_loss=True)
+    >>> tuple(layer(keras.ops.ones((2, 8))).shape)
     (2, 50)
     """
 
@@ -100,8 +107,8 @@ class FullSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
             logits = logits + tf.cast(self.bias, tf.float32)
         return logits
 
-    def call(self, inputs, targets, mask=None):
-        x, t, keep = softmax_common.flatten_inputs(inputs, targets, mask, self.ignore_index)
+    def _target_log_probs(self, inputs, targets, mask, training):
+        x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
         log_probs = tf.nn.log_softmax(self.logits(x), axis=-1)  # (n, V)
         return softmax_common.finish(tf.gather(log_probs, t, batch_dims=1), keep, targets)
 

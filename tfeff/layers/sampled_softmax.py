@@ -41,19 +41,22 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
 
     Call arguments:
         inputs: `(..., input_dim)` hidden states.
-        targets: int `(...)` class ids.
+        targets: optional int `(...)` class ids.
         mask: optional bool `(...)`; False entries are ignored.
+        inputs_mask: the Keras mask of `inputs` (filled in by Keras), used
+            when `mask` is None.
         training: sampled loss if True, exact loss otherwise.
+        return_loss: return `(target_log_probs, loss)` and add nothing.
 
     Returns:
-        `(target_log_probs, loss)` as in `AdaptiveSoftmax` (in training, the
-        log probabilities are those of the sampled softmax).
+        As `AdaptiveSoftmax` (in training, the log probabilities are those of
+        the sampled softmax; without `targets`, the exact full distribution).
 
     Example:
 
     >>> layer = SampledSoftmax(vocabulary_size=1000, num_sampled=64, seed=1)
     >>> _, loss = layer(keras.ops.ones((4, 16)), keras.ops.array([1, 2, 3, 4]),
-    ...                 training=True)
+    ...                 training=True, return_loss=True)
     >>> tuple(loss.shape)
     ()
 
@@ -128,8 +131,8 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
             logits = logits + tf.cast(self.bias, tf.float32)
         return logits
 
-    def call(self, inputs, targets, mask=None, training=None):
-        x, t, keep = softmax_common.flatten_inputs(inputs, targets, mask, self.ignore_index)
+    def _target_log_probs(self, inputs, targets, mask, training):
+        x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
         if not training:
             log_probs = tf.nn.log_softmax(self.logits(x), axis=-1)
             return softmax_common.finish(tf.gather(log_probs, t, batch_dims=1), keep, targets)

@@ -1,32 +1,64 @@
 """Shared pieces of the softmax output layers (TensorFlow-only; not a public layer).
 
-Every softmax output layer of tfeff has the same contract:
+Every softmax output layer of tfeff has the same contract
+(`SoftmaxOutputMixin.call`):
 
-* `call(inputs, targets, mask=None)` -> `(target_log_probs, loss)`: the log
-  probability of each target, shaped like `targets` (0 where ignored), and
-  the mean negative log-likelihood over the targets that are not ignored.
-* `log_prob(inputs)` -> the full distribution `(..., vocabulary_size)`.
-* `predict(inputs)` -> the most probable class `(...)`.
+* `layer(inputs, targets)` -> `target_log_probs`: the log probability of
+  each target, shaped like `targets` (0 where ignored), and the mean negative
+  log-likelihood over the targets that are not ignored is added with
+  `add_loss`. That is what lets a model end in the layer and train under a
+  stock `model.compile(optimizer=...)` / `model.fit(...)` with no `loss`
+  (the targets are a model input, as in Keras' "endpoint layer" pattern).
+* `layer(inputs, targets, return_loss=True)` -> `(target_log_probs, loss)`,
+  with nothing added: for models that assemble their own loss.
+* Targets where `mask` is False are ignored; without `mask`, the Keras mask
+  of `inputs` (e.g. an encoder's padding from `Embedding(mask_zero=True)`)
+  is used.
+* `layer(inputs)` -> the full log-distribution `(..., vocabulary_size)`
+  (inference), as `log_prob(inputs)`.
+* `log_prob(inputs)` -> the full distribution; `predict(inputs)` -> the most
+  probable class `(...)`. Both build the layer from `inputs` when it was
+  never called.
+
+Targets that are not ignored must be in `[0, vocabulary_size)`: eagerly and
+inside a `tf.function`, an out-of-range id raises `InvalidArgumentError`
+naming the layer and `vocabulary_size`. Under XLA (`jit_compile=True`)
+TensorFlow compiles assertions out, and XLA's gather clamps the index: the
+loss then silently uses the nearest valid class, so check ids in the input
+pipeline when training with XLA.
 
 Log-softmaxes are computed in float32 whatever the compute dtype, so the
 layers work under `mixed_float16` / `mixed_bfloat16` policies.
 """
 
+import keras
 import tensorflow as tf
 
 
-def flatten_inputs(inputs, targets, mask, ignore_index):
-    """Flattens to `(n, dim)`, `(n,)` and a float32 `(n,)` weight of kept targets."""
+def flatten_inputs(layer, inputs, targets, mask):
+    """Flattens to `(n, dim)`, `(n,)` and a bool `(n,)` of kept targets.
+
+    Kept targets are checked against `[0, layer.vocabulary_size)`.
+    """
     dim = inputs.shape[-1]
     x = tf.reshape(inputs, [-1, dim])
     t = tf.reshape(tf.cast(targets, tf.int32), [-1])
     keep = tf.ones_like(t, dtype=tf.bool)
     if mask is not None:
         keep = tf.logical_and(keep, tf.reshape(tf.cast(mask, tf.bool), [-1]))
-    if ignore_index is not None:
-        keep = tf.logical_and(keep, tf.not_equal(t, ignore_index))
+    if layer.ignore_index is not None:
+        keep = tf.logical_and(keep, tf.not_equal(t, layer.ignore_index))
     # Ignored targets may hold any value (e.g. -100): point them at class 0.
     t = tf.where(keep, t, tf.zeros_like(t))
+    prefix = f"{type(layer).__name__} `{layer.name}`: targets"
+    checks = [
+        tf.debugging.assert_non_negative(t, message=f"{prefix} must be >= 0"),
+        tf.debugging.assert_less(
+            t, layer.vocabulary_size,
+            message=f"{prefix} must be < vocabulary_size={layer.vocabulary_size}"),
+    ]
+    with tf.control_dependencies(checks):
+        t = tf.identity(t)
     return x, t, keep
 
 
@@ -65,12 +97,56 @@ def check_frequency_sorted(counts, first_id=0, name="vocabulary"):
 
 
 class SoftmaxOutputMixin:
-    """Shape and mask methods of the softmax output layers (mix in before `Layer`)."""
+    """The call contract of the softmax output layers (mix in before `Layer`).
+
+    A layer provides `_target_log_probs(inputs, targets, mask, training)`
+    -> `(target_log_probs, loss)` and `log_prob(inputs)`.
+    """
+
+    def call(self, inputs, targets=None, mask=None, training=None, return_loss=False,
+             inputs_mask=None):
+        # With two tensor arguments Keras passes the inputs' own mask (e.g. from
+        # `Embedding(mask_zero=True)`) as `inputs_mask`, not as `mask`.
+        if mask is None:
+            mask = inputs_mask
+        if targets is None:
+            if return_loss:
+                raise ValueError(
+                    f"{type(self).__name__} `{self.name}`: `return_loss=True` needs "
+                    "`targets`.")
+            return self.log_prob(inputs)
+        log_probs, loss = self._target_log_probs(inputs, targets, mask, training)
+        if return_loss:
+            return log_probs, loss
+        self.add_loss(loss)
+        return log_probs
+
+    def _ensure_built(self, inputs):
+        """Builds from `inputs` when `log_prob`/`predict` come before any call."""
+        if not self.built:
+            if inputs.shape[-1] is None:
+                raise ValueError(
+                    f"{type(self).__name__} `{self.name}` is not built and the inputs' "
+                    f"last dimension is unknown ({inputs.shape}): call the layer or "
+                    "`build((None, input_dim))` first.")
+            self.build(tuple(inputs.shape))
+
+    def compute_output_spec(self, inputs, targets=None, mask=None, training=None,
+                            return_loss=False, inputs_mask=None):
+        if targets is None:
+            return keras.KerasTensor(
+                tuple(inputs.shape[:-1]) + (self.vocabulary_size,), "float32")
+        log_probs = keras.KerasTensor(tuple(targets.shape), "float32")
+        if return_loss:
+            return log_probs, keras.KerasTensor((), "float32")
+        return log_probs
 
     def compute_output_shape(self, inputs_shape, targets_shape=None):
-        return tuple(inputs_shape[:-1]), ()
+        if targets_shape is None:
+            return tuple(inputs_shape[:-1]) + (self.vocabulary_size,)
+        return tuple(targets_shape)
 
-    def compute_mask(self, inputs, targets=None, mask=None):
+    def compute_mask(self, inputs, targets=None, mask=None, inputs_mask=None):
         return None
 
 
@@ -79,12 +155,16 @@ class ExactSoftmaxMixin(SoftmaxOutputMixin):
 
     def log_prob(self, inputs):
         """Full log-distribution `(..., vocabulary_size)`, float32."""
+        inputs = tf.convert_to_tensor(inputs)
+        self._ensure_built(inputs)
         x = tf.reshape(inputs, [-1, inputs.shape[-1]])
         out = tf.nn.log_softmax(self.logits(x), axis=-1)
         return tf.reshape(out, tf.concat([tf.shape(inputs)[:-1], [self.vocabulary_size]], 0))
 
     def predict(self, inputs):
         """Most probable class `(...)`, int32."""
+        inputs = tf.convert_to_tensor(inputs)
+        self._ensure_built(inputs)
         x = tf.reshape(inputs, [-1, inputs.shape[-1]])
         best = tf.argmax(self.logits(x), axis=-1, output_type=tf.int32)
         return tf.reshape(best, tf.shape(inputs)[:-1])

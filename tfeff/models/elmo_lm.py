@@ -380,7 +380,7 @@ class ElmoLM(keras.Model):
             valid = tgt_ids >= FIRST_PREDICTABLE_ID
             h = tf.boolean_mask(h, valid)  # (targets, dim)
             log_probs, _ = self.output_head(h, tf.boolean_mask(tgt_ids, valid),
-                                            training=training)
+                                            training=training, return_loss=True)
             out[name] = (-tf.reduce_sum(log_probs), tf.reduce_sum(tf.cast(valid, tf.float32)))
         return out
 

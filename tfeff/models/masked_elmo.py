@@ -214,7 +214,7 @@ class MaskedElmo(keras.Model):
             per_token = self.output_head.position_loss(self.target_table(ids), masked_output)
         else:
             log_probs, _ = self.output_head(masked_output, ids, mask=weights > 0,
-                                            training=training)
+                                            training=training, return_loss=True)
             per_token = -log_probs
         return tf.cast(per_token, tf.float32) * weights
 

@@ -1,0 +1,102 @@
+"""The call contract shared by the softmax output layers (`softmax_common`)."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfeff.layers import AdaptiveSoftmax
+from tfeff.layers import FullSoftmax
+from tfeff.layers import SampledSoftmax
+
+V, D = 20, 6
+FACTORIES = {
+    "adaptive": lambda: AdaptiveSoftmax(V, [4, 10], div_value=2.0, name="adaptive"),
+    "full": lambda: FullSoftmax(V, name="full"),
+    "sampled": lambda: SampledSoftmax(V, num_sampled=5, seed=1, name="sampled"),
+}
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(3, 4, D)).astype("float32"),
+            rng.integers(0, V, size=(3, 4)).astype("int32"))
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_targets_add_the_mean_nll_and_return_loss_adds_nothing(kind):
+    layer = FACTORIES[kind]()
+    x, t = _data()
+    log_probs = layer(x, t)
+    assert len(layer.losses) == 1
+    full = layer.log_prob(x).numpy()
+    expected = np.take_along_axis(full, t[..., None], -1)[..., 0]
+    np.testing.assert_allclose(log_probs.numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(layer.losses[0].numpy(), -expected.mean(), atol=1e-5)
+    log_probs2, loss = layer(x, t, return_loss=True)
+    assert layer.losses == []  # a new call clears; return_loss adds nothing
+    np.testing.assert_allclose(log_probs2.numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(loss.numpy(), -expected.mean(), atol=1e-5)
+    # No targets: the full distribution.
+    np.testing.assert_allclose(layer(x).numpy(), full, atol=1e-6)
+    with pytest.raises(ValueError, match="return_loss=True` needs `targets"):
+        layer(x, return_loss=True)
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_log_prob_and_predict_before_any_call_build_the_layer(kind):
+    x, _ = _data(1)
+    layer = FACTORIES[kind]()
+    log_probs = layer.log_prob(x).numpy()
+    assert layer.built and log_probs.shape == (3, 4, V)
+    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, atol=1e-5)
+    fresh = FACTORIES[kind]()
+    best = fresh.predict(x).numpy()
+    assert fresh.built and best.shape == (3, 4)
+    np.testing.assert_array_equal(best, fresh.log_prob(x).numpy().argmax(-1))
+    unknown = FACTORIES[kind]()
+    traced = tf.function(unknown.log_prob, input_signature=[tf.TensorSpec([None, None])])
+    with pytest.raises(ValueError, match="last dimension is unknown"):
+        traced.get_concrete_function()
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+@pytest.mark.parametrize("bad", [V, V + 3, -1])
+def test_out_of_range_targets_name_the_vocabulary_size(kind, bad):
+    layer = FACTORIES[kind]()
+    x, t = _data(2)
+    t[1, 2] = bad
+    message = (f"targets must be < vocabulary_size={V}" if bad >= V
+               else "targets must be >= 0")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        layer(x, t)
+    # The same check inside a tf.function (graph mode).
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        tf.function(lambda a, b: layer(a, b, return_loss=True))(x, t)
+
+
+def test_ignored_and_masked_targets_are_not_checked():
+    layer = FullSoftmax(V, ignore_index=-100)
+    x, t = _data(3)
+    t[0, 0] = -100
+    mask = np.ones(t.shape, bool)
+    mask[2, 3] = False
+    t[2, 3] = V + 50
+    log_probs, _ = layer(x, t, mask=mask, return_loss=True)
+    assert log_probs.numpy()[0, 0] == 0 and log_probs.numpy()[2, 3] == 0
+
+
+def test_a_keras_mask_on_the_inputs_ignores_padded_targets():
+    """An encoder with `mask_zero=True` masks its padding: those targets add no loss."""
+    ids = np.array([[3, 4, 0, 0], [5, 6, 7, 0]], "int32")
+    targets = np.array([[4, 5, 19, 19], [6, 7, 8, 19]], "int32")
+    tokens = keras.Input((4,), dtype="int32")
+    target_in = keras.Input((4,), dtype="int32")
+    hidden = keras.layers.Embedding(V, D, mask_zero=True)(tokens)
+    log_probs = FullSoftmax(V, name="masked_full")(hidden, target_in)
+    model = keras.Model([tokens, target_in], log_probs)
+    out = model([ids, targets]).numpy()
+    np.testing.assert_array_equal(out == 0, ids == 0)
+    model.compile(optimizer="sgd")
+    loss = model.evaluate([ids, targets], verbose=0)
+    np.testing.assert_allclose(loss, -out[ids != 0].mean(), rtol=1e-5)
