@@ -1,0 +1,19 @@
+"""tfeff: cheap pretraining of contextual encoders, as Keras layers, models and binaries.
+
+`import tfeff` imports nothing heavy; its subpackages load on first use, so
+`tfeff.layers.AdaptiveSoftmax` works after a plain `import tfeff`.
+"""
+
+import importlib
+
+_SUBPACKAGES = ("config", "convert", "data", "export", "layers", "losses", "models", "training")
+
+
+def __getattr__(name):
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"tfeff.{name}")
+    raise AttributeError(f"module 'tfeff' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_SUBPACKAGES))

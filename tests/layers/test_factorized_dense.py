@@ -59,3 +59,12 @@ def test_mixed_precision():
 def test_invalid_arguments_are_named(kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
         FactorizedDense(**kwargs)
+
+
+def test_masks_pass_through_like_dense():
+    tokens = keras.Input((5,), dtype="int32")
+    hidden = keras.layers.Embedding(10, 4, mask_zero=True)(tokens)
+    model = keras.Model(tokens, FactorizedDense(3, rank=2)(hidden))
+    out = model(np.array([[1, 2, 0, 0, 0]]))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(out._keras_mask),
+                                  [[True, True, False, False, False]])

@@ -73,6 +73,7 @@ class FactorizedDense(keras.layers.Layer):
         self.output_kernel_initializer = keras.initializers.get(output_kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
+        self.supports_masking = True  # like keras.layers.Dense: masks pass through
 
     def build(self, input_shape):
         input_dim = input_shape[-1]
