@@ -373,3 +373,11 @@ def test_seed_none_draws_a_seed_that_the_config_keeps():
     np.testing.assert_array_equal(clone.filters(np.arange(30)), layer.filters(np.arange(30)))
     # Default initializers are seeded too: same seed, same embeddings.
     np.testing.assert_array_equal(clone(np.arange(30)), layer(np.arange(30)))
+
+
+def test_table_methods_before_any_call_build_the_layer():
+    layer = AloneEmbedding(20, 4, 8, 8, seed=1)
+    table = np.asarray(layer.attend(np.eye(4, dtype="float32")))
+    assert layer.built and table.shape == (4, 20)
+    np.testing.assert_allclose(np.asarray(layer.embeddings), np.asarray(layer(np.arange(20))),
+                               rtol=1e-6, atol=1e-6)

@@ -1,5 +1,3 @@
-import json
-
 import keras
 import numpy as np
 import pytest

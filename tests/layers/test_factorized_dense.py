@@ -68,3 +68,8 @@ def test_masks_pass_through_like_dense():
     out = model(np.array([[1, 2, 0, 0, 0]]))
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(out._keras_mask),
                                   [[True, True, False, False, False]])
+
+
+def test_merged_before_build_says_what_to_do():
+    with pytest.raises(ValueError, match=r"not built.*build\(\(None, input_dim\)\)"):
+        FactorizedDense(3, rank=2, name="ffn").merged()

@@ -448,8 +448,10 @@ class AloneEmbedding(keras.layers.Layer):
         """All embeddings `(vocabulary_size, output_dim)`, computed in chunks.
 
         Computed once per traced graph and `training` value (see the class
-        docstring); in eager mode, on every call.
+        docstring); in eager mode, on every call. Builds the layer if needed.
         """
+        if not self.built:
+            self.build()  # the weights do not depend on an input shape
         training = bool(training)
         key = self._memo.key()
         table = self._memo.get(key, training)

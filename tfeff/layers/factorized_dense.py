@@ -113,6 +113,10 @@ class FactorizedDense(keras.layers.Layer):
         variables' dtype, so the merged layer is as close to the factorized
         one as float32 allows.
         """
+        if not self.built:
+            raise ValueError(
+                f"FactorizedDense `{self.name}` is not built, so it has no weights to merge: "
+                "call it on inputs or `build((None, input_dim))` first.")
         a = np.asarray(keras.ops.convert_to_numpy(self.input_kernel), np.float64)
         b = np.asarray(keras.ops.convert_to_numpy(self.output_kernel), np.float64)
         dtype = keras.ops.convert_to_numpy(self.input_kernel).dtype
