@@ -26,6 +26,8 @@ import json
 import keras
 import numpy as np
 import tensorflow as tf
+# Private, but it is the function `compile(jit_compile="auto")` asks; on a CPU "auto"
+# resolves to False for every model, so the public path cannot show the flag's effect.
 from keras.src.trainers.trainer import model_supports_jit
 
 XLA_TOLERANCE = 1e-5
