@@ -56,3 +56,16 @@ def test_invalid_arguments_are_named():
         ContinuousOutput(3, loss="softmax")
     with pytest.raises(ValueError, match="use_projection=False"):
         ContinuousOutput(3, use_projection=False)(np.ones((1, 4), "float32"))
+
+
+def test_stock_compile_loss_ignores_the_encoders_padding():
+    """Keras masks reach `make_loss()`: padded positions add nothing to the mean."""
+    tokens = keras.Input((4,), dtype="int32")
+    output = ContinuousOutput(3, loss="l2", use_projection=False)
+    embedded = keras.layers.Embedding(10, 3, mask_zero=True, embeddings_initializer="ones")
+    model = keras.Model(tokens, output(embedded(tokens)))
+    model.compile(loss=output.make_loss())
+    y = np.zeros((1, 4, 3), "float32")
+    y[0, 2:] = 10.0  # at the padding: 243 each if it counted
+    loss = model.evaluate(np.array([[1, 2, 0, 0]]), y, verbose=0)
+    np.testing.assert_allclose(loss, 3.0, rtol=1e-6)  # ||1 - 0||^2 at the two real tokens
