@@ -6,7 +6,7 @@ from tests.models.test_bert import SIZES
 from tests.models.test_bert import batch
 from tests.models.test_bert import make_bert
 from tfeff.convert import ConversionError
-from tfeff.convert import core
+from tfeff.models import relaxed_merge
 from tfeff.convert import from_keras_hub
 from tfeff.convert import merge_relaxed_bert
 from tfeff.convert import read_hf_bert
@@ -26,7 +26,7 @@ def test_merge_reproduces_the_relaxed_model_with_exact_attention(relaxed):
     assert not standard.is_relaxed and standard.name == source.name
     x = batch(source)
     expected, actual = source(x, exact_attention=True), standard(x)
-    errors = core.compare_outputs(expected, actual, x["padding_mask"])
+    errors = relaxed_merge.compare_outputs(expected, actual, x["padding_mask"])
     assert max(errors.values()) <= 1e-5, errors
     # ... and FFN kernels are the products, attention kernels copies.
     layer, merged = source.transformer_layers[0], standard.transformer_layers[0]
@@ -46,7 +46,7 @@ def test_every_source_tensor_is_used_once_and_shapes_are_checked():
     source = make_bert(relaxed=RELAXED)
     standard = Bert(40, **SIZES)
     standard.build()
-    plan = core._merge_plan(source, standard)
+    plan = relaxed_merge._merge_plan(source, standard)
     used = [s for _, sources in plan.values() for s in sources]
     assert sorted(used) == sorted(w.path.split("/", 1)[1] for w in source.weights)
     assert len(used) == len(source.weights) == len(standard.weights) + 2 * 2  # 2 FFNs x 2 layers
@@ -54,11 +54,11 @@ def test_every_source_tensor_is_used_once_and_shapes_are_checked():
     wider.build()
     with pytest.raises(ConversionError, match="Shape mismatch for transformer_layer_0/"
                                               "intermediate_dense/kernel"):
-        core._merge_plan(source, wider)
+        relaxed_merge._merge_plan(source, wider)
     with_nsp = Bert(40, **SIZES, use_nsp=True)
     with_nsp.build()
     with pytest.raises(ConversionError, match="pooler/kernel has no source"):
-        core._merge_plan(source, with_nsp)
+        relaxed_merge._merge_plan(source, with_nsp)
 
 
 def test_refuses_non_relaxed_models_and_failed_checks(monkeypatch):
@@ -67,7 +67,7 @@ def test_refuses_non_relaxed_models_and_failed_checks(monkeypatch):
     with pytest.raises(ConversionError, match="got Dense"):
         merge_relaxed_bert(keras.layers.Dense(3))
     source = make_bert(relaxed=RELAXED)
-    wrong = core._merge_plan
+    wrong = relaxed_merge._merge_plan
 
     def off_by_a_little(relaxed, standard):  # a converter bug: one kernel slightly off
         plan = wrong(relaxed, standard)
@@ -75,7 +75,7 @@ def test_refuses_non_relaxed_models_and_failed_checks(monkeypatch):
         plan[key] = (plan[key][0] * 1.001, plan[key][1])
         return plan
 
-    monkeypatch.setattr(core, "_merge_plan", off_by_a_little)
+    monkeypatch.setattr(relaxed_merge, "_merge_plan", off_by_a_little)
     with pytest.raises(ConversionError, match="relative error"):
         merge_relaxed_bert(source)
 

@@ -8,7 +8,7 @@ from tests.models.bert_reference import hf_bert_forward
 from tests.models.bert_reference import hf_mlm_logits
 from tests.layers.test_rotary import rotate_reference
 from tfeff.convert import write_hf_bert
-from tfeff.convert.core import probe_inputs
+from tfeff.models.relaxed_merge import probe_inputs
 from tfeff.convert.safetensors import load_file
 from tfeff.models import Bert
 

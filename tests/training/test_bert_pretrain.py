@@ -132,8 +132,8 @@ def test_convert_cli_writes_a_standard_directory_that_pretraining_continues(core
     assert config.model.relaxed is None and not config.core.enabled
     standard, _, step, _ = bert_pretraining.restore_bert(out)
     relaxed, _, _, _ = bert_pretraining.restore_bert(relaxed_dir)
-    from tfeff.convert.core import compare_outputs
-    from tfeff.convert.core import probe_inputs
+    from tfeff.models.relaxed_merge import compare_outputs
+    from tfeff.models.relaxed_merge import probe_inputs
     x = probe_inputs(relaxed)
     errors = compare_outputs(relaxed(x, exact_attention=True), standard(x), x["padding_mask"])
     assert step == 120 and max(errors.values()) <= 1e-5

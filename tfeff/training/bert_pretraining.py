@@ -6,7 +6,7 @@ With `core.coarse_steps` > 0 (and `model.relaxed` set), `pretrain_bert`:
    relaxed-BERT model directory: config, vocabulary, checkpoints) until
    `core.coarse_steps`, or earlier when the loss plateaus (`PlateauStopper`);
    the step and reason are written to `coarse/core_switch.json`;
-2. converts it in-process with `tfeff.convert.merge_relaxed_bert` (checked
+2. converts it in-process with `tfeff.models.relaxed_merge.merge_relaxed_bert` (checked
    numerically) and saves the standard model at the switch step in
    `<model_dir>/checkpoints/`, with a fresh optimizer whose step counter
    continues, so the learning-rate schedule and the TensorBoard curves
@@ -41,6 +41,7 @@ from tfeff.data.mlm_dataset import PAD_ID
 from tfeff.data.mlm_dataset import SEP_ID
 from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.models import Bert
+from tfeff.models.relaxed_merge import merge_relaxed_bert
 from tfeff.training import checkpoints
 from tfeff.training import fault_tolerance
 from tfeff.training import pretraining
@@ -262,8 +263,6 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
         (two-phase runs: step and reason) and `eval` (held-out masked-LM
         results).
     """
-    from tfeff.convert import merge_relaxed_bert  # convert builds on training
-
     strategy, info, (train_files, heldout_files, vocabulary_path) = pretraining.start_run(
         config, model_dir, strategy, devices, lambda: prepare_bert_data(config, model_dir))
     vocab_size = len(data_lib.Vocabulary.load(vocabulary_path))
