@@ -49,7 +49,7 @@ import tensorflow as tf  # noqa: E402
 import bench_results  # noqa: E402
 from tfeff.training import bert_pretraining  # noqa: E402
 from tfeff.training import checkpoints  # noqa: E402
-from tfeff.training import pretraining  # noqa: E402
+from tfeff.training import model_directory  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE_CONFIG = os.path.join(REPO, "configs", "demo_bert_core.yaml")
@@ -94,7 +94,7 @@ def study_overrides():
 
 def run(label, model_dir, overrides):
     """`tfeff-pretrain` in a subprocess (unless --reuse finds it finished); its eval.json."""
-    eval_path = os.path.join(model_dir, pretraining.EVAL_FILE)
+    eval_path = os.path.join(model_dir, model_directory.EVAL_FILE)
     if FLAGS.reuse and os.path.exists(eval_path):
         print(f"{label}: reusing {model_dir}", flush=True)
     else:
@@ -131,15 +131,15 @@ def events(log_dir, tag="train/loss"):
 
 def evaluate_checkpoints(model_dir, exact_attention=None):
     """`{step: held-out MLM loss}` for every checkpoint of the model directory."""
-    config = pretraining.load_model_dir_config(model_dir)
-    vocabulary = os.path.join(model_dir, pretraining.VOCABULARY_FILE)
-    heldout = pretraining.corpus_files(config.data, model_dir)[1]
+    config = model_directory.load_model_dir_config(model_dir)
+    vocabulary = os.path.join(model_dir, model_directory.VOCABULARY_FILE)
+    heldout = model_directory.corpus_files(config.data, model_dir)[1]
     model = bert_pretraining.build_bert(config, bert_pretraining.vocabulary_size(model_dir))
     model.build()
     checkpoint = checkpoints.make_checkpoint(model)
     losses = {}
-    for step in sorted(checkpoint_times(os.path.join(model_dir, pretraining.CHECKPOINT_DIR))):
-        path = os.path.join(model_dir, pretraining.CHECKPOINT_DIR, f"ckpt-{step}")
+    for step in sorted(checkpoint_times(os.path.join(model_dir, model_directory.CHECKPOINT_DIR))):
+        path = os.path.join(model_dir, model_directory.CHECKPOINT_DIR, f"ckpt-{step}")
         checkpoints.restore(checkpoint, path)
         ev = bert_pretraining.evaluate_bert(model, config, heldout, vocabulary,
                                             exact_attention=exact_attention)
@@ -150,7 +150,7 @@ def evaluate_checkpoints(model_dir, exact_attention=None):
 
 def curve(model_dir, train_seconds, exact_attention=None):
     """Points `{step, seconds, loss}` of a directory, seconds from the start of training."""
-    times = checkpoint_times(os.path.join(model_dir, pretraining.CHECKPOINT_DIR))
+    times = checkpoint_times(os.path.join(model_dir, model_directory.CHECKPOINT_DIR))
     losses = evaluate_checkpoints(model_dir, exact_attention)
     return [{"step": s, "wall": times[s], "loss": losses[s]} for s in sorted(times)]
 
@@ -261,7 +261,7 @@ def main(argv):
     reverse_ratio = (reverse["two_phase"] / reverse["standard"]
                      if reverse["two_phase"] is not None and reverse["standard"] else None)
 
-    config = pretraining.load_model_dir_config(two_phase_dir)
+    config = model_directory.load_model_dir_config(two_phase_dir)
     steps, s = FLAGS.steps, switch["switch_step"]
     std_step = step_seconds(os.path.join(standard_dir, "logs"), 0, steps)
     coarse_step = step_seconds(os.path.join(two_phase_dir, "logs"), 0, s)

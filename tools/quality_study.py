@@ -179,10 +179,11 @@ def run_config(name, corpus, overrides, english_dir, fasttext_bin=None):
 
 def shared_fasttext(corpus, work_dir, english_dir, log):
     """Trains (once) the fastText model every word-level model of `corpus` uses."""
+    from tfeff.training import model_directory
     from tfeff.training import pretraining
 
     ft_dir = os.path.join(work_dir, corpus, "fasttext")
-    path = os.path.join(ft_dir, pretraining.FASTTEXT_FILE)
+    path = os.path.join(ft_dir, model_directory.FASTTEXT_FILE)
     if not os.path.exists(path):
         config = run_config("elmo_c", corpus, [], english_dir)
         os.makedirs(ft_dir, exist_ok=True)
@@ -197,12 +198,12 @@ def share_vocabulary(config, corpus, work_dir, model_dir, after=False):
     perplexities are then over the same tokens. Call before and `after` pretraining."""
     import shutil
 
-    from tfeff.training import pretraining
+    from tfeff.training import model_directory
 
     if config.family != "elmo" or config.data.tokenization != "wordpiece":
         return
     shared = os.path.join(work_dir, corpus, "wordpiece_vocabulary.txt")
-    own = os.path.join(model_dir, pretraining.VOCABULARY_FILE)
+    own = os.path.join(model_dir, model_directory.VOCABULARY_FILE)
     if after and not os.path.exists(shared):
         shutil.copyfile(own, shared)
     elif not after and os.path.exists(shared) and not os.path.exists(own):

@@ -17,7 +17,7 @@ from tfeff import data as data_lib
 from tfeff.config import load_config
 from tfeff.training import bert_pretraining
 from tfeff.training import pretrain
-from tfeff.training import pretraining
+from tfeff.training import model_directory
 
 CORE = os.path.join(REPO, "configs", "demo_bert_core.yaml")
 TINY = [
@@ -188,7 +188,7 @@ def test_batch_size_is_frozen_once_the_coarse_phase_has_a_checkpoint(core_run, t
     """The batch may change before the first checkpoint (e.g. after running out of memory);
     a coarse-phase checkpoint counts, though the refined phase has none yet."""
     from tfeff.config import ConfigError
-    from tfeff.training.pretraining import resolve_config
+    from tfeff.training.model_directory import resolve_config
 
     model_dir = str(tmp_path / "run")
     shutil.copytree(core_run[0], model_dir)
@@ -223,7 +223,7 @@ def _wordpiece_counts(lines, words):
 
 def test_unigram_perplexity_scores_the_heldout_targets_by_training_frequencies(core_run):
     model_dir, results = core_run
-    config = pretraining.load_model_dir_config(model_dir)
+    config = model_directory.load_model_dir_config(model_dir)
     vocabulary_path = os.path.join(model_dir, "vocabulary.txt")
     words = data_lib.Vocabulary.load(vocabulary_path).words
     with open(os.path.join(model_dir, "corpus", "train.txt"), encoding="utf-8") as f:

@@ -26,7 +26,8 @@ from tests.conftest import REPO
 from tfeff.config import ConfigError, load_config
 from tfeff.training import fault_tolerance
 from tfeff.training import pretrain
-from tfeff.training.pretraining import prepare_data, resolve_config
+from tfeff.training.model_directory import resolve_config
+from tfeff.training.pretraining import prepare_data
 
 DEMO = os.path.join(REPO, "configs", "demo_elmo_c.yaml")
 STEPS = 60

@@ -15,7 +15,7 @@ from tfeff.models.relaxed_merge import ConversionError
 from tfeff.models.relaxed_merge import merge_and_check
 from tfeff.models.relaxed_merge import merge_relaxed_bert
 from tfeff.training import bert_pretraining as bp
-from tfeff.training import pretraining
+from tfeff.training import model_directory
 
 __all__ = ["ConversionError", "convert_model_dir", "merge_relaxed_bert"]
 
@@ -36,7 +36,7 @@ def convert_model_dir(model_dir, output_dir, rtol=1e-5):
     Raises:
         FileNotFoundError, FileExistsError, ConversionError.
     """
-    config_path = os.path.join(model_dir, pretraining.CONFIG_FILE)
+    config_path = os.path.join(model_dir, model_directory.CONFIG_FILE)
     if not tf.io.gfile.exists(config_path):
         raise FileNotFoundError(f"{model_dir} is not a tfeff model directory (no config.yaml)")
     config = config_lib.load_config(config_path)
@@ -58,9 +58,9 @@ def convert_model_dir(model_dir, output_dir, rtol=1e-5):
     tmp = tempfile.mkdtemp(prefix=".convert-", dir=parent)
     try:
         std_config = bp.standard_config(config)
-        config_lib.write_yaml(std_config, os.path.join(tmp, pretraining.CONFIG_FILE))
-        shutil.copy(os.path.join(model_dir, pretraining.VOCABULARY_FILE),
-                    os.path.join(tmp, pretraining.VOCABULARY_FILE))
+        config_lib.write_yaml(std_config, os.path.join(tmp, model_directory.CONFIG_FILE))
+        shutil.copy(os.path.join(model_dir, model_directory.VOCABULARY_FILE),
+                    os.path.join(tmp, model_directory.VOCABULARY_FILE))
         corpus = os.path.join(model_dir, "corpus")
         if config.data.synthetic is not None and os.path.isdir(corpus):
             shutil.copytree(corpus, os.path.join(tmp, "corpus"))

@@ -10,6 +10,7 @@ from tfeff.data import fasttext_tables
 from tfeff.export.embedder import embedder_module
 from tfeff.export.embedder import export_embedder
 from tfeff.layers import FastTextEmbedding
+from tfeff.training import model_directory
 from tfeff.training import pretraining as pretrain_lib
 
 
@@ -42,8 +43,8 @@ def model_dir_embedder(model_dir, max_tokens=None, subword_pooling="first"):
 
 
 def _restore(model_dir, max_tokens, subword_pooling):
-    config = pretrain_lib.load_model_dir_config(model_dir)
-    vocabulary_path = os.path.join(model_dir, pretrain_lib.VOCABULARY_FILE)
+    config = model_directory.load_model_dir_config(model_dir)
+    vocabulary_path = os.path.join(model_dir, model_directory.VOCABULARY_FILE)
     extra_files = {"vocabulary.txt": vocabulary_path}
     options = {"vocabulary": vocabulary_path, "max_tokens": max_tokens,
                "subword_pooling": subword_pooling}
@@ -60,12 +61,12 @@ def _restore(model_dir, max_tokens, subword_pooling):
     else:
         model, _, step = pretrain_lib.restore_model(model_dir, config)
         options["tokenization"] = config.data.tokenization
-        vectors_path = os.path.join(model_dir, pretrain_lib.VECTORS_FILE)
+        vectors_path = os.path.join(model_dir, model_directory.VECTORS_FILE)
         if tf.io.gfile.exists(vectors_path):
             extra_files["vocabulary_vectors.npy"] = vectors_path
         if config.model.input_embedding == "fixed":
             word_vectors_path = config.fasttext.pretrained or os.path.join(
-                model_dir, pretrain_lib.FASTTEXT_FILE)
+                model_dir, model_directory.FASTTEXT_FILE)
             mean_file = fasttext_tables.mean_path(vectors_path)
             options["fasttext_layer"] = fasttext_layer_for(word_vectors_path)
             options["vector_mean"] = (np.load(mean_file) if tf.io.gfile.exists(mean_file)

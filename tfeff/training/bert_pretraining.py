@@ -44,7 +44,7 @@ from tfeff.models import Bert
 from tfeff.models.relaxed_merge import merge_relaxed_bert
 from tfeff.training import checkpoints
 from tfeff.training import fault_tolerance
-from tfeff.training import pretraining
+from tfeff.training import model_directory
 from tfeff.training.callbacks import write_scalar
 from tfeff.training.optimizers import make_optimizer
 
@@ -100,8 +100,8 @@ def build_bert(config, vocabulary_size, relaxed=None):
 def prepare_bert_data(config, model_dir):
     """`(train_files, heldout_files, vocabulary_path)`; learns the vocabulary if missing."""
     data_cfg = config.data
-    train_files, heldout_files = pretraining.corpus_files(data_cfg, model_dir)
-    vocabulary_path = _path(model_dir, pretraining.VOCABULARY_FILE)
+    train_files, heldout_files = model_directory.corpus_files(data_cfg, model_dir)
+    vocabulary_path = _path(model_dir, model_directory.VOCABULARY_FILE)
     if not tf.io.gfile.exists(vocabulary_path):
         data_lib.learn_bert_vocabulary(
             train_files, data_cfg.wordpiece_vocabulary_size, vocabulary_path,
@@ -126,9 +126,9 @@ def bert_dataset(config, files_glob, vocabulary_path, training, seed=None, batch
 
 
 def vocabulary_size(model_dir):
-    path = _path(model_dir, pretraining.VOCABULARY_FILE)
+    path = _path(model_dir, model_directory.VOCABULARY_FILE)
     if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(f"{model_dir} has no {pretraining.VOCABULARY_FILE}")
+        raise FileNotFoundError(f"{model_dir} has no {model_directory.VOCABULARY_FILE}")
     return len(data_lib.Vocabulary.load(path))
 
 
@@ -139,10 +139,10 @@ def restore_bert(model_dir, config=None, strategy=None, with_optimizer=False):
         `(model, optimizer_or_None, step, config)`.
     """
     if config is None:
-        config = pretraining.load_model_dir_config(model_dir)
+        config = model_directory.load_model_dir_config(model_dir)
     if config.family != "bert":
         raise ValueError(f"{model_dir} holds a {config.family!r} model, not a BERT")
-    model, optimizer, step = pretraining.restore_latest(
+    model, optimizer, step = model_directory.restore_latest(
         model_dir, config, lambda: build_bert(config, vocabulary_size(model_dir)), strategy,
         with_optimizer,
     )
@@ -163,7 +163,7 @@ def save_converted(standard, config, model_dir, step, position=0, directory=None
     with tf.init_scope():
         checkpoint.data_position = tf.Variable(position, dtype=tf.int64, trainable=False)
     manager = tf.train.CheckpointManager(
-        checkpoint, directory or _path(model_dir, pretraining.CHECKPOINT_DIR),
+        checkpoint, directory or _path(model_dir, model_directory.CHECKPOINT_DIR),
         max_to_keep=config.train.keep_checkpoints,
     )
     return manager.save(checkpoint_number=step)
@@ -226,7 +226,7 @@ def _train_phase(config, model_dir, build, num_files, vocab_size, relaxed, stop_
         model.compile(optimizer=optimizer, jit_compile=False,
                       steps_per_execution=train_cfg.steps_per_execution)
         training = fault_tolerance.ResumableTraining(
-            model, optimizer, _path(model_dir, pretraining.CHECKPOINT_DIR),
+            model, optimizer, _path(model_dir, model_directory.CHECKPOINT_DIR),
             train_cfg.keep_checkpoints, strategy)
         start = training.restore(restore_fallback)
     logging.info("%s BERT: %s parameters; step %d, training to step %d",
@@ -236,7 +236,7 @@ def _train_phase(config, model_dir, build, num_files, vocab_size, relaxed, stop_
         build, stop_step, global_batch_size=config.data.batch_size, num_files=num_files,
         every=train_cfg.checkpoint_every, log_every=train_cfg.log_every,
         on_nan=train_cfg.on_nan,
-        callbacks=[*pretraining.chief_loggers(training.info, model_dir, train_cfg, log_dir),
+        callbacks=[*model_directory.chief_loggers(training.info, model_dir, train_cfg, log_dir),
                    *extra_callbacks],
         verbose=verbose,
     )
@@ -263,7 +263,7 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
         (two-phase runs: step and reason) and `eval` (held-out masked-LM
         results).
     """
-    strategy, info, (train_files, heldout_files, vocabulary_path) = pretraining.start_run(
+    strategy, info, (train_files, heldout_files, vocabulary_path) = model_directory.start_run(
         config, model_dir, strategy, devices, lambda: prepare_bert_data(config, model_dir))
     vocab_size = len(data_lib.Vocabulary.load(vocabulary_path))
     log_dir = _path(model_dir, "logs")
@@ -279,7 +279,7 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
                       restore_fallback=restore_fallback)
     results = {"history": {}, "preempted": False}
     t0 = time.time()
-    refined_dir = _path(model_dir, pretraining.CHECKPOINT_DIR)
+    refined_dir = _path(model_dir, model_directory.CHECKPOINT_DIR)
     if config.two_phase and tf.train.latest_checkpoint(refined_dir) is None:
         coarse_dir = _path(model_dir, COARSE_DIR)
         coarse_cfg = coarse_config(config)
@@ -287,8 +287,8 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
 
         def prepare_coarse():
             tf.io.gfile.makedirs(coarse_dir)
-            config_lib.write_yaml(coarse_cfg, _path(coarse_dir, pretraining.CONFIG_FILE))
-            coarse_vocab = _path(coarse_dir, pretraining.VOCABULARY_FILE)
+            config_lib.write_yaml(coarse_cfg, _path(coarse_dir, model_directory.CONFIG_FILE))
+            coarse_vocab = _path(coarse_dir, model_directory.VOCABULARY_FILE)
             if not tf.io.gfile.exists(coarse_vocab):
                 tf.io.gfile.copy(vocabulary_path, coarse_vocab + ".tmp", overwrite=True)
                 tf.io.gfile.rename(coarse_vocab + ".tmp", coarse_vocab, overwrite=True)
@@ -322,7 +322,7 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
             # only the chief's copy is kept.
             standard = merge_relaxed_bert(relaxed_model)
             scratch = None if info.is_chief else _path(
-                model_dir, pretraining.CHECKPOINT_DIR, f".worker-{info.index}")
+                model_dir, model_directory.CHECKPOINT_DIR, f".worker-{info.index}")
             save_converted(standard, config, model_dir, switch["switch_step"],
                            switch.get("position", 0), directory=scratch)
             if scratch:
@@ -351,7 +351,7 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
             model, config, heldout_files, vocabulary_path,
             unigram=unigram_log_probs(config, train_files, vocabulary_path))
         results["eval"]["train_seconds"] = results["train_seconds"]
-        files.write_text_atomic(_path(model_dir, pretraining.EVAL_FILE),
+        files.write_text_atomic(_path(model_dir, model_directory.EVAL_FILE),
                                 json.dumps(results["eval"], indent=2) + "\n")
         logging.info("held-out masked-LM loss %.4f, perplexity %.2f (unigram %.2f), "
                      "accuracy %.4f", results["eval"]["mlm_loss"],

@@ -28,7 +28,7 @@ from tfeff.data import files
 from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.models import MaskedElmo
 from tfeff.training import fault_tolerance
-from tfeff.training import pretraining
+from tfeff.training import model_directory
 from tfeff.training.optimizers import make_optimizer
 
 WORDPIECE_CORPUS_FILE = "wordpiece_corpus.txt"
@@ -43,8 +43,8 @@ def prepare_masked_elmo_data(config, model_dir):
     fastText on the WordPiece-tokenized corpus and writes the table.
     """
     d = config.data
-    train_files, heldout_files = pretraining.corpus_files(d, model_dir)
-    vocabulary_path = _path(model_dir, pretraining.VOCABULARY_FILE)
+    train_files, heldout_files = model_directory.corpus_files(d, model_dir)
+    vocabulary_path = _path(model_dir, model_directory.VOCABULARY_FILE)
     if not tf.io.gfile.exists(vocabulary_path):
         data_lib.learn_bert_vocabulary(
             train_files, d.wordpiece_vocabulary_size, vocabulary_path, lower_case=d.lower_case,
@@ -67,10 +67,10 @@ def prepare_masked_elmo_data(config, model_dir):
 def _wordpiece_vectors(config, model_dir, documents, vocabulary):
     """fastText vectors of every WordPiece, trained on the WordPiece-tokenized corpus."""
     ft = config.fasttext
-    vectors_path = _path(model_dir, pretraining.VECTORS_FILE)
+    vectors_path = _path(model_dir, model_directory.VECTORS_FILE)
     if tf.io.gfile.exists(vectors_path):
         return vectors_path
-    word_vectors_path = ft.pretrained or _path(model_dir, pretraining.FASTTEXT_FILE)
+    word_vectors_path = ft.pretrained or _path(model_dir, model_directory.FASTTEXT_FILE)
     if not ft.pretrained and not tf.io.gfile.exists(word_vectors_path):
         corpus_path = _path(model_dir, WORDPIECE_CORPUS_FILE)
         words = vocabulary.words
@@ -109,12 +109,12 @@ def build_masked_elmo(config, vocabulary_size, vectors_path=None):
 
 
 def _model_inputs(config, model_dir):
-    vocabulary_path = _path(model_dir, pretraining.VOCABULARY_FILE)
+    vocabulary_path = _path(model_dir, model_directory.VOCABULARY_FILE)
     if not tf.io.gfile.exists(vocabulary_path):
-        raise FileNotFoundError(f"{model_dir} has no {pretraining.VOCABULARY_FILE}")
+        raise FileNotFoundError(f"{model_dir} has no {model_directory.VOCABULARY_FILE}")
     vectors_path = None
     if config.model.output_layer == "continuous":
-        vectors_path = _path(model_dir, pretraining.VECTORS_FILE)
+        vectors_path = _path(model_dir, model_directory.VECTORS_FILE)
     return len(data_lib.Vocabulary.load(vocabulary_path)), vectors_path
 
 
@@ -125,11 +125,11 @@ def restore_masked_elmo(model_dir, config=None, strategy=None, with_optimizer=Fa
         `(model, optimizer_or_None, step, config)`.
     """
     if config is None:
-        config = pretraining.load_model_dir_config(model_dir)
+        config = model_directory.load_model_dir_config(model_dir)
     if config.family != "masked_elmo":
         raise ValueError(f"{model_dir} holds a {config.family!r} model, not a Masked ELMo")
     vocabulary_size, vectors_path = _model_inputs(config, model_dir)
-    model, optimizer, step = pretraining.restore_latest(
+    model, optimizer, step = model_directory.restore_latest(
         model_dir, config, lambda: build_masked_elmo(config, vocabulary_size, vectors_path),
         strategy, with_optimizer)
     return model, optimizer, step, config
@@ -162,7 +162,7 @@ def pretrain_masked_elmo(config, model_dir, strategy="default", devices=None, ve
         (held-out masked loss, perplexity and, for softmax outputs, accuracy).
     """
     strategy, info, (documents, heldout, vocabulary_path, vectors_path) = \
-        pretraining.start_run(config, model_dir, strategy, devices,
+        model_directory.start_run(config, model_dir, strategy, devices,
                               lambda: prepare_masked_elmo_data(config, model_dir))
     d = config.data
     vocabulary_size = len(data_lib.Vocabulary.load(vocabulary_path))
@@ -175,7 +175,7 @@ def pretrain_masked_elmo(config, model_dir, strategy="default", devices=None, ve
         model.compile(optimizer=optimizer, jit_compile=False,
                       steps_per_execution=train_cfg.steps_per_execution)
         training = fault_tolerance.ResumableTraining(
-            model, optimizer, _path(model_dir, pretraining.CHECKPOINT_DIR),
+            model, optimizer, _path(model_dir, model_directory.CHECKPOINT_DIR),
             train_cfg.keep_checkpoints, strategy)
         start = training.restore(restore_fallback)
     logging.info("Masked ELMo: %s parameters; step %d, training to step %d",
@@ -200,7 +200,7 @@ def pretrain_masked_elmo(config, model_dir, strategy="default", devices=None, ve
         build, train_cfg.steps, global_batch_size=d.batch_size,
         every=train_cfg.checkpoint_every, log_every=train_cfg.log_every,
         on_nan=train_cfg.on_nan,
-        callbacks=[*pretraining.chief_loggers(info, model_dir, train_cfg), *callbacks],
+        callbacks=[*model_directory.chief_loggers(info, model_dir, train_cfg), *callbacks],
         validation_data=validation, validation_steps=train_cfg.validation_steps,
         verbose=verbose)
     if not preempted:
@@ -210,7 +210,7 @@ def pretrain_masked_elmo(config, model_dir, strategy="default", devices=None, ve
                "preempted": preempted}
     if heldout is not None and info.is_chief and not preempted:
         results["eval"] = evaluate_masked_elmo(model, config, heldout, vocabulary_size)
-        files.write_text_atomic(_path(model_dir, pretraining.EVAL_FILE),
+        files.write_text_atomic(_path(model_dir, model_directory.EVAL_FILE),
                                 json.dumps(results["eval"], indent=2) + "\n")
         logging.info("held-out masked-LM results: %s", results["eval"])
     return results

@@ -1,33 +1,14 @@
 """`pretrain(config, model_dir)`: data preparation, training with `model.fit`, evaluation.
 
-The model directory is transactional. Every artifact is written to a
-temporary sibling and renamed; checkpoints go through
-`tf.train.CheckpointManager`, whose `checkpoint` index file is only updated
-after the new checkpoint is complete. A run killed at any point leaves a
-directory that the next run resumes from (the latest checkpoint) and that
-`tfeff-export` can read.
-
-Layout of `model_dir`:
-
-    config.yaml               the resolved config (read back by resume and export)
-    corpus/{train,heldout}.txt  the generated corpus (synthetic data only)
-    vocabulary.txt            word<TAB>count, id order (WordPiece tokens for
-                              `data.tokenization: wordpiece`; no fastText then)
-    fasttext.bin              trained word vectors (unless fasttext.pretrained)
-    vocabulary_vectors.npy    fixed vectors of every vocabulary word
-    vocabulary_vectors.mean.npy  the subtracted mean (fasttext.center)
-    checkpoints/              tf.train.CheckpointManager checkpoints
-    logs/                     TensorBoard scalars (train/*, validation/*)
-    eval.json                 held-out top-k accuracy and the unigram baseline
+The model directory's layout, its transactional writes and the shared run
+start live in `tfeff.training.model_directory`.
 """
 
 import dataclasses
 import json
 import logging
-import os
 import time
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -36,26 +17,12 @@ from tfeff import data as data_lib
 from tfeff.data import files
 from tfeff.layers.softmax_common import check_frequency_sorted
 from tfeff.models import ElmoLM
-from tfeff.training import checkpoints
+from tfeff.training import bert_pretraining
 from tfeff.training import evaluation
 from tfeff.training import fault_tolerance
-from tfeff.training.callbacks import ScalarLogger
+from tfeff.training import masked_elmo_pretraining
+from tfeff.training import model_directory
 from tfeff.training.optimizers import make_optimizer
-from tfeff.training.strategy import make_strategy
-
-CONFIG_FILE = "config.yaml"
-VOCABULARY_FILE = "vocabulary.txt"
-FASTTEXT_FILE = "fasttext.bin"
-VECTORS_FILE = "vocabulary_vectors.npy"
-CHECKPOINT_DIR = "checkpoints"
-EVAL_FILE = "eval.json"
-# Sections that may change on resume; the others define the model and its data.
-_RESUMABLE_SECTIONS = ("train", "eval")
-# Keys that shape only the batches, not the prepared data: they may change until
-# the first checkpoint (e.g. a smaller batch after running out of memory).
-_BEFORE_FIRST_CHECKPOINT = ("data.batch_size", "data.max_sequence_length",
-                            "data.shuffle_buffer")
-
 
 @dataclasses.dataclass
 class DataArtifacts:
@@ -64,10 +31,6 @@ class DataArtifacts:
     vocabulary_path: str
     word_vectors_path: str
     vectors_path: str
-
-
-def _path(model_dir, name):
-    return os.path.join(model_dir, name)
 
 
 def _count_words(data_cfg, train_files):
@@ -79,30 +42,12 @@ def _count_words(data_cfg, train_files):
     )
 
 
-def corpus_files(data_cfg, model_dir):
-    """`(train_files, heldout_files)`: the configured globs, or the generated corpus."""
-    if data_cfg.synthetic is None:
-        return data_cfg.train_files, data_cfg.heldout_files
-    corpus_dir = _path(model_dir, "corpus")
-    train_files = _path(corpus_dir, "train.txt")
-    heldout_files = _path(corpus_dir, "heldout.txt")
-    if not (tf.io.gfile.exists(train_files) and tf.io.gfile.exists(heldout_files)):
-        syn = data_cfg.synthetic
-        logging.info("Generating the synthetic corpus in %s", corpus_dir)
-        data_lib.write_synthetic_corpus(
-            corpus_dir, syn.num_train_sentences, syn.num_heldout_sentences,
-            seed=syn.seed, lexicon_size=syn.lexicon_size,
-            paragraph_sentences=syn.paragraph_sentences,
-        )
-    return train_files, heldout_files
-
-
 def prepare_data(config, model_dir):
     """Creates (or reuses) corpus, vocabulary, fastText model and vocabulary vectors."""
     data_cfg, ft_cfg = config.data, config.fasttext
-    train_files, heldout_files = corpus_files(data_cfg, model_dir)
+    train_files, heldout_files = model_directory.corpus_files(data_cfg, model_dir)
 
-    vocabulary_path = _path(model_dir, VOCABULARY_FILE)
+    vocabulary_path = model_directory.file_path(model_dir, model_directory.VOCABULARY_FILE)
     if data_cfg.tokenization == "wordpiece":
         if not tf.io.gfile.exists(vocabulary_path):
             words = _count_words(data_cfg, train_files)
@@ -129,7 +74,7 @@ def prepare_data(config, model_dir):
     if ft_cfg.pretrained:
         word_vectors_path = ft_cfg.pretrained
     else:
-        word_vectors_path = _path(model_dir, FASTTEXT_FILE)
+        word_vectors_path = model_directory.file_path(model_dir, model_directory.FASTTEXT_FILE)
         if not tf.io.gfile.exists(word_vectors_path):
             logging.info("Training %d-d fastText vectors on %s", ft_cfg.dim, train_files)
             data_lib.train_fasttext(
@@ -139,7 +84,7 @@ def prepare_data(config, model_dir):
                 on_invalid_utf8=data_cfg.on_invalid_utf8,
             )
 
-    vectors_path = _path(model_dir, VECTORS_FILE)
+    vectors_path = model_directory.file_path(model_dir, model_directory.VECTORS_FILE)
     if not tf.io.gfile.exists(vectors_path):
         word_vectors = data_lib.WordVectors(word_vectors_path)
         data_lib.compute_vocabulary_vectors(
@@ -163,7 +108,7 @@ def check_pretrained_vectors(config, model_dir):
     it, not NaN losses later."""
     path = config.fasttext.pretrained
     if (path and config.data.tokenization == "word"
-            and not tf.io.gfile.exists(_path(model_dir, VECTORS_FILE))):
+            and not tf.io.gfile.exists(model_directory.file_path(model_dir, model_directory.VECTORS_FILE))):
         data_lib.check_word_vectors_file(path)
 
 
@@ -215,58 +160,15 @@ def check_output_layer(config, vocab):
 def _model_inputs(config, model_dir):
     """`(vectors_path, vocabulary_size)` for `build_model` from a prepared model_dir."""
     if config.data.tokenization == "wordpiece":
-        vocabulary_path = _path(model_dir, VOCABULARY_FILE)
+        vocabulary_path = model_directory.file_path(model_dir, model_directory.VOCABULARY_FILE)
         if not tf.io.gfile.exists(vocabulary_path):
             raise FileNotFoundError(
-                f"{model_dir} has no {VOCABULARY_FILE}: run tfeff-pretrain first")
+                f"{model_dir} has no {model_directory.VOCABULARY_FILE}: run tfeff-pretrain first")
         return None, len(data_lib.Vocabulary.load(vocabulary_path))
-    vectors_path = _path(model_dir, VECTORS_FILE)
+    vectors_path = model_directory.file_path(model_dir, model_directory.VECTORS_FILE)
     if not tf.io.gfile.exists(vectors_path):
-        raise FileNotFoundError(f"{model_dir} has no {VECTORS_FILE}: run tfeff-pretrain first")
+        raise FileNotFoundError(f"{model_dir} has no {model_directory.VECTORS_FILE}: run tfeff-pretrain first")
     return vectors_path, None
-
-
-def _differences(a, b, prefix=""):
-    out = []
-    for key in sorted(set(a) | set(b)):
-        full = f"{prefix}.{key}" if prefix else key
-        va, vb = a.get(key), b.get(key)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out += _differences(va, vb, full)
-        elif va != vb:
-            out.append(f"{full}: {va!r} -> {vb!r}")
-    return out
-
-
-def resolve_config(config, model_dir):
-    """Checks `config` against `<model_dir>/config.yaml` and writes it.
-
-    Resuming may change `train` and `eval` (for example more steps) but not
-    the data, word vectors, model or CoRe phases: those would make the
-    checkpoint meaningless. Until the first checkpoint is written, the batch
-    shape (`data.batch_size`, `data.max_sequence_length`,
-    `data.shuffle_buffer`) may change too.
-    """
-    path = _path(model_dir, CONFIG_FILE)
-    if tf.io.gfile.exists(path):
-        saved = config_lib.load_config(path)
-        saved_dict, new_dict = config_lib.to_dict(saved), config_lib.to_dict(config)
-        frozen = [k for k in sorted(set(saved_dict) | set(new_dict))
-                  if k not in _RESUMABLE_SECTIONS]
-        diffs = _differences(
-            {k: saved_dict.get(k) for k in frozen}, {k: new_dict.get(k) for k in frozen},
-        )
-        # Any checkpoint counts, also a two-phase run's coarse/checkpoints.
-        written = tf.io.gfile.glob(os.path.join(model_dir, CHECKPOINT_DIR, "ckpt-*.index")) + \
-            tf.io.gfile.glob(os.path.join(model_dir, "*", CHECKPOINT_DIR, "ckpt-*.index"))
-        if not written:
-            diffs = [d for d in diffs if d.split(":")[0] not in _BEFORE_FIRST_CHECKPOINT]
-        if diffs:
-            raise config_lib.ConfigError(
-                f"{model_dir} was created with a different config; these keys differ "
-                "(only train.* and eval.* may change on resume): " + "; ".join(diffs)
-            )
-    config_lib.write_yaml(config, path)
 
 
 def restore_model(model_dir, config=None, strategy=None, with_optimizer=False):
@@ -279,85 +181,12 @@ def restore_model(model_dir, config=None, strategy=None, with_optimizer=False):
         FileNotFoundError: the directory has no config or no checkpoint.
     """
     if config is None:
-        config = load_model_dir_config(model_dir)
+        config = model_directory.load_model_dir_config(model_dir)
     vectors_path, vocabulary_size = _model_inputs(config, model_dir)
-    return restore_latest(
+    return model_directory.restore_latest(
         model_dir, config, lambda: build_model(config, vectors_path, vocabulary_size),
         strategy, with_optimizer,
     )
-
-
-def load_model_dir_config(model_dir):
-    """The config written into `model_dir` (FileNotFoundError if there is none)."""
-    path = _path(model_dir, CONFIG_FILE)
-    if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(f"{model_dir} is not a tfeff model directory (no {CONFIG_FILE})")
-    return config_lib.load_config(path)
-
-
-def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False):
-    """Builds `build()` (and its optimizer) under `strategy` and restores the latest checkpoint.
-
-    Returns:
-        `(model, optimizer_or_None, step)`.
-    """
-    # The same choice as training's restore: checksummed, names relative to model_dir.
-    latest, _ = fault_tolerance.select_checkpoint(_path(model_dir, CHECKPOINT_DIR))
-    if latest is None:
-        raise FileNotFoundError(f"{model_dir} has no checkpoint yet: run tfeff-pretrain first")
-    strategy = strategy or tf.distribute.get_strategy()
-    with strategy.scope():
-        model = build()
-        model.build()
-        optimizer = None
-        if with_optimizer:
-            optimizer = make_optimizer(config.train, config.data.batch_size)
-            optimizer.build(model.trainable_variables)
-        checkpoints.restore(checkpoints.make_checkpoint(model, optimizer), latest)
-    return model, optimizer, fault_tolerance.checkpoint_step(latest)
-
-
-def check_batch_size(batch_size, strategy):
-    """The global batch must split evenly over the replicas (ConfigError naming both)."""
-    replicas = strategy.num_replicas_in_sync
-    if batch_size % replicas:
-        raise config_lib.ConfigError(
-            f"`data.batch_size`={batch_size} is the global batch and must divide evenly by "
-            f"the number of replicas ({replicas}); use a multiple of {replicas}, e.g. "
-            f"{max(replicas, batch_size - batch_size % replicas)}")
-
-
-def start_run(config, model_dir, strategy, devices, prepare, check_inputs=None):
-    """The shared start of every family's `pretrain`: strategy, checks, config, data.
-
-    The strategy comes first (MultiWorkerMirroredStrategy must exist before
-    TensorFlow runs an op). Then the inputs are checked before anything is
-    written: the global batch against the replica count, and
-    `check_inputs()` (a family's own checks, e.g. a pre-trained fastText
-    file). The chief checks `config` against the directory and prepares the
-    data (`prepare()`); the other workers wait for it and then read the
-    chief's files.
-
-    Returns:
-        `(strategy, worker_info, prepare())`.
-    """
-    strategy = make_strategy(strategy, devices)
-    check_batch_size(config.data.batch_size, strategy)
-    if check_inputs is not None:
-        check_inputs()
-    info = fault_tolerance.worker_info(strategy)
-    if config.train.deterministic:
-        tf.config.experimental.enable_op_determinism()
-    fault_tolerance.check_writable(model_dir)
-
-    def chief_prepare():
-        if info.is_chief:
-            resolve_config(config, model_dir)
-        return prepare()
-
-    prepared = fault_tolerance.chief_first(strategy, chief_prepare)
-    keras.utils.set_random_seed(config.train.seed)
-    return strategy, info, prepared
 
 
 def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto",
@@ -393,16 +222,14 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
     """
     family_kwargs = dict(verbose=verbose, restore_fallback=restore_fallback, callbacks=callbacks)
     if config.family == "bert":
-        from tfeff.training import bert_pretraining  # it builds on this module
 
         return bert_pretraining.pretrain_bert(config, model_dir, strategy, devices,
                                               **family_kwargs)
     if config.family == "masked_elmo":
-        from tfeff.training import masked_elmo_pretraining  # it builds on this module
 
         return masked_elmo_pretraining.pretrain_masked_elmo(config, model_dir, strategy,
                                                             devices, **family_kwargs)
-    strategy, info, artifacts = start_run(config, model_dir, strategy, devices,
+    strategy, info, artifacts = model_directory.start_run(config, model_dir, strategy, devices,
                                           lambda: prepare_data(config, model_dir),
                                           lambda: check_pretrained_vectors(config, model_dir))
     vocab = data_lib.Vocabulary.load(artifacts.vocabulary_path)
@@ -420,7 +247,7 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
             steps_per_execution=train_cfg.steps_per_execution,
         )
         training = fault_tolerance.ResumableTraining(
-            model, optimizer, _path(model_dir, CHECKPOINT_DIR), train_cfg.keep_checkpoints,
+            model, optimizer, model_directory.file_path(model_dir, model_directory.CHECKPOINT_DIR), train_cfg.keep_checkpoints,
             strategy)
         start = training.restore(restore_fallback)
     logging.info(
@@ -447,7 +274,7 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
         build, train_cfg.steps, global_batch_size=config.data.batch_size,
         num_files=len(train_files), every=train_cfg.checkpoint_every,
         log_every=train_cfg.log_every, on_nan=train_cfg.on_nan,
-        callbacks=[*chief_loggers(info, model_dir, train_cfg), *callbacks],
+        callbacks=[*model_directory.chief_loggers(info, model_dir, train_cfg), *callbacks],
         validation_data=validation, validation_steps=train_cfg.validation_steps,
         verbose=verbose,
     )
@@ -462,7 +289,7 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
         results["eval"] = evaluate(model, config, artifacts, vocab)
         results["eval"]["train_seconds"] = train_seconds
         files.write_text_atomic(
-            _path(model_dir, EVAL_FILE), json.dumps(results["eval"], indent=2) + "\n"
+            model_directory.file_path(model_dir, model_directory.EVAL_FILE), json.dumps(results["eval"], indent=2) + "\n"
         )
         for k in config.eval.top_k:
             logging.info(
@@ -483,13 +310,6 @@ def train_dataset(config, artifacts, train_files, file_shard=None):
         repeat=True, on_invalid_utf8=config.data.on_invalid_utf8,
         drop_remainder=True, wordpiece=config.data.tokenization == "wordpiece",
     )
-
-
-def chief_loggers(info, model_dir, train_cfg, log_dir=None):
-    """The TensorBoard logger, on the chief only (the other workers write no summaries)."""
-    if not info.is_chief:
-        return []
-    return [ScalarLogger(log_dir or _path(model_dir, "logs"), train_cfg.log_every)]
 
 
 def evaluate(model, config, artifacts, vocab):
