@@ -34,20 +34,26 @@ def exported(trained_dir, tmp_path_factory):
     return model_dir, path
 
 
-def _library_embeddings(model_dir, sentences, max_tokens=64):
-    """The same computation through the library: fixed table rows / fastText + model."""
+def _library_embeddings(model_dir, sentences, max_tokens=64, predictions=False):
+    """The same computation through the library: fixed table rows / fastText + model.
+
+    With `predictions`, also the in-memory model's forward and backward
+    predictions (`ElmoLM.head_inputs`) at the words: what `predict` promises.
+    """
     import fasttext
 
     model, _, _ = restore_model(model_dir)
     ft = fasttext.load_model(os.path.join(model_dir, "fasttext.bin"))
     mean = np.load(fasttext_tables.mean_path(os.path.join(model_dir, "vocabulary_vectors.npy")))
-    outs = []
+    outs, predicted = [], []
     for s in sentences:
         words = ["<s>"] + s.split()[:max_tokens] + ["</s>"]
         vec = np.stack([ft.get_word_vector(w) for w in words])[None] - mean
-        stack, _, _ = model.encode(vec, np.ones((1, len(words)), bool))
+        stack, forward, backward = model.encode(vec, np.ones((1, len(words)), bool))
         outs.append(stack.numpy()[0, :, 1:-1])
-    return outs
+        predicted.append({name: np.asarray(model.head_inputs(h))[0, 1:-1]
+                          for name, h in (("forward", forward), ("backward", backward))})
+    return (outs, predicted) if predictions else outs
 
 
 def test_reload_in_fresh_process_equals_library(exported, tmp_path):
@@ -74,9 +80,15 @@ def test_signatures_and_unseen_word_vectors(exported):
     model_dir, path = exported
     loaded = load_embedder(path)
     assert set(loaded.signatures) == {"embed", "embed_tokens", "tokenize", "predict"}
-    pred = loaded.signatures["predict"](sentences=tf.constant(["zzqx blorf café", ""]))
+    sentences = ["zzqx blorf café", ""]
+    pred = loaded.signatures["predict"](sentences=tf.constant(sentences))
     assert pred["forward"].shape[:2] == (2, 3) and not pred["mask"].numpy()[1].any()
     assert np.isfinite(pred["forward"].numpy()).all()
+    # What the signature promises: the in-memory model's predictions at each word.
+    _, expected = _library_embeddings(model_dir, sentences, predictions=True)
+    for name in ("forward", "backward"):
+        np.testing.assert_allclose(pred[name].numpy()[0], expected[0][name], rtol=1e-4, atol=1e-5)
+        assert expected[1][name].shape[0] == 0 and not pred[name].numpy()[1].any()
 
 
 def test_export_refuses_to_overwrite_and_needs_a_checkpoint(exported, tmp_path):
