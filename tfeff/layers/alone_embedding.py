@@ -16,6 +16,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.trackable import base as trackable_base
 
+from tfeff.layers.embedding_common import IdEmbeddingMixin
+
 FILTER_TYPES = ("binary", "real")
 LOOKUPS = ("unique", "table", "token")
 # Bump when the construction changes: old checkpoints then fail the fingerprint check.
@@ -181,7 +183,7 @@ def check_fingerprint(stored, expected, layer_name):
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
-class AloneEmbedding(keras.layers.Layer):
+class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
     """ALONE: all word embeddings from one shared vector and fixed random filters.
 
     The embedding of word `w` is `FFN(m_w * o)`: `o` is one trainable vector
@@ -495,14 +497,6 @@ class AloneEmbedding(keras.layers.Layer):
             with tf.control_dependencies(self._check_ids(unique)):
                 rows = tf.gather(self._embed(unique, training), index)
         return tf.reshape(rows, tf.concat([tf.shape(ids), [self.output_dim]], axis=0))
-
-    def compute_mask(self, inputs, mask=None):
-        if not self.mask_zero:
-            return None
-        return keras.ops.not_equal(inputs, 0)
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape) + (self.output_dim,)
 
     def save_own_variables(self, store):
         variables = self._trainable_variables + self._non_trainable_variables

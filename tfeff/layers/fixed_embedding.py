@@ -4,6 +4,8 @@ import numpy as np
 import keras
 import tensorflow as tf
 
+from tfeff.layers.embedding_common import IdEmbeddingMixin
+
 
 class _HostTable:
     """Holds the table tensor out of reach of Keras/TF object tracking.
@@ -19,7 +21,7 @@ class _HostTable:
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
-class FixedEmbedding(keras.layers.Layer):
+class FixedEmbedding(IdEmbeddingMixin, keras.layers.Layer):
     """A fixed embedding table that lives in host memory and is not a weight.
 
     The pre-trained vectors of ELMo-C (fastText rows of every vocabulary word)
@@ -83,14 +85,6 @@ class FixedEmbedding(keras.layers.Layer):
             ids = tf.cast(inputs, tf.int32)
             rows = tf.gather(self._table.tensor, ids)  # inputs.shape + (dim,)
         return rows
-
-    def compute_mask(self, inputs, mask=None):
-        if not self.mask_zero:
-            return None
-        return keras.ops.not_equal(inputs, 0)
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape) + (self.output_dim,)
 
     def get_config(self):
         if self.table_path is None:
