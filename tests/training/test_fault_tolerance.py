@@ -24,6 +24,8 @@ import tensorflow as tf
 
 from tests.conftest import REPO
 from tfeff.config import ConfigError, load_config
+from tfeff.training import checkpoints
+from tfeff.training import errors
 from tfeff.training import fault_tolerance
 from tfeff.training import pretrain
 from tfeff.training.model_directory import resolve_config
@@ -187,13 +189,13 @@ def test_flipped_byte_fails_its_checksum(reference, tmp_path):
             shutil.copy(os.path.join(reference, "checkpoints", name), tmp_path)
     prefix = str(tmp_path / "ckpt-20")
     assert "model/elmo_lm..token_projection..kernel/.ATTRIBUTES/VARIABLE_VALUE" in \
-        fault_tolerance.verify_checkpoint(prefix)
+        checkpoints.verify_checkpoint(prefix)
     data = prefix + ".data-00000-of-00001"
     raw = bytearray(open(data, "rb").read())
     raw[len(raw) // 3] ^= 0xFF
     open(data, "wb").write(bytes(raw))
-    with pytest.raises(fault_tolerance.CheckpointError, match="ckpt-20.*corrupted or truncated"):
-        fault_tolerance.verify_checkpoint(prefix)
+    with pytest.raises(errors.CheckpointError, match="ckpt-20.*corrupted or truncated"):
+        checkpoints.verify_checkpoint(prefix)
 
 
 def _limit_file_size(limit):
@@ -227,7 +229,7 @@ def test_full_disk_keeps_the_previous_checkpoint_and_resumes(data_dir, reference
 def test_unwritable_model_dir_is_reported(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises(fault_tolerance.TrainingError,
+    with pytest.raises(errors.TrainingError,
                        match=f"model_dir {blocker}/m is not writable"):
         pretrain(load_config(DEMO, BASE), str(blocker / "m"), verbose=0)
 
@@ -247,7 +249,7 @@ def test_nan_loss_stops_at_the_step_or_is_skipped(data_dir, tmp_path):
     model_dir = _copy_data(data_dir, str(tmp_path / "m"))
     _poison_one_word(model_dir)
     config = load_config(DEMO, BASE + ["train.steps=40"])
-    with pytest.raises(fault_tolerance.NonFiniteLossError) as stopped:
+    with pytest.raises(errors.NonFiniteLossError) as stopped:
         pretrain(config, model_dir, verbose=0)
     step = int(str(stopped.value).split("NaN/Inf at step ")[1].split(":")[0])
     assert 1 <= step <= 40
@@ -287,11 +289,11 @@ def test_missing_corpus_shard_mid_run_is_reported(data_dir, tmp_path):
             if os.path.exists(shards / "part-5.txt") and step >= 12:
                 os.remove(shards / "part-5.txt")
 
-    with pytest.raises(fault_tolerance.TrainingError,
+    with pytest.raises(errors.TrainingError,
                        match="input file disappeared during training.*part-5.txt.*resumes from"):
         pretrain(config, model_dir, verbose=0, callbacks=[DeleteShard()])
     assert _latest_step(model_dir) >= 10
-    fault_tolerance.verify_checkpoint(_checkpoint(model_dir, _latest_step(model_dir)))
+    checkpoints.verify_checkpoint(_checkpoint(model_dir, _latest_step(model_dir)))
 
 
 def _free_port():

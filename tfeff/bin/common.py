@@ -6,7 +6,7 @@ from absl import logging
 
 from tfeff.config import ConfigError
 from tfeff.data import CorpusError
-from tfeff.training.fault_tolerance import TrainingError
+from tfeff.training.errors import TrainingError
 
 # Errors that mean "bad input" or a training fault that leaves the model
 # directory resumable: reported in one line, exit status 1.

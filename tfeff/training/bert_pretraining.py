@@ -47,6 +47,8 @@ from tfeff.training import fault_tolerance
 from tfeff.training import model_directory
 from tfeff.training.callbacks import write_scalar
 from tfeff.training.optimizers import make_optimizer
+from tfeff.training.strategy import barrier
+from tfeff.training.strategy import shard_files
 
 COARSE_DIR = "coarse"
 NEVER_TARGETS = (PAD_ID, CLS_ID, SEP_ID, MASK_ID)
@@ -270,7 +272,7 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
     train_list = data_lib.resolve_files(train_files)
 
     def build(position, file_shard):
-        files_, batch_size = fault_tolerance.shard_files(train_list, config.data.batch_size,
+        files_, batch_size = shard_files(train_list, config.data.batch_size,
                                                          file_shard)
         return bert_dataset(config, files_, vocabulary_path, True, seed=config.train.seed,
                             batch_size=batch_size).skip(position)
@@ -327,7 +329,7 @@ def pretrain_bert(config, model_dir, strategy="default", devices=None, verbose="
                            switch.get("position", 0), directory=scratch)
             if scratch:
                 tf.io.gfile.rmtree(scratch)
-        fault_tolerance.barrier(strategy)
+        barrier(strategy)
         if info.is_chief:
             writer = tf.summary.create_file_writer(log_dir)
             with writer.as_default():

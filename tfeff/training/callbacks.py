@@ -1,4 +1,4 @@
-"""Training callbacks (TensorFlow-only)."""
+"""Training callbacks (TensorFlow-only): scalars, progress, non-finite updates, stop and save."""
 
 import logging
 import sys
@@ -7,6 +7,9 @@ import time
 import keras
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
+
+from tfeff.training import checkpoints
+from tfeff.training.errors import NonFiniteLossError
 
 # What tf.summary.scalar writes when the tensorboard package is installed; here
 # written with core TensorFlow so that logging needs no extra dependency.
@@ -120,3 +123,76 @@ class ProgressLogger(keras.callbacks.Callback):
         if val:
             self.logger.info("validation at step %d: %s", self._step(),
                              ", ".join(f"{k[4:]} {float(v):.4f}" for k, v in val.items()))
+
+
+class NonFiniteCallback(keras.callbacks.Callback):
+    """Reports updates the optimizer skipped for NaN/Inf gradients; stops with `on_nan="stop"`."""
+
+    def __init__(self, optimizer, on_nan, latest_checkpoint):
+        super().__init__()
+        self.optimizer = optimizer
+        self.on_nan = on_nan
+        self.latest_checkpoint = latest_checkpoint
+        self._seen = int(optimizer.non_finite_steps.numpy())
+
+    def on_train_batch_end(self, batch, logs=None):
+        count = int(self.optimizer.non_finite_steps.numpy())
+        if count == self._seen:
+            return
+        new, self._seen = count - self._seen, count
+        step = int(self.optimizer.last_non_finite_step.numpy())
+        if self.on_nan == "stop":
+            latest = self.latest_checkpoint()
+            last = f"the last checkpoint is {latest}" if latest else "there is no checkpoint yet"
+            raise NonFiniteLossError(
+                f"the loss or its gradients are NaN/Inf at step {step}: the update was not "
+                f"applied and training stopped without a checkpoint of that step; {last}. "
+                "Rerun with --on_nan=skip (train.on_nan: skip) to skip such batches.")
+        logging.warning("Skipped %d update(s) with NaN/Inf loss or gradients (last at step %d; "
+                        "%d so far)", new, step, count)
+
+
+class StopAndSave(keras.callbacks.Callback):
+    """Saves every `every` steps and at `stop_step` (where it stops), or when preempted.
+
+    `training` is the `ResumableTraining` that owns the run (its `save`,
+    `manager`, `step`, `strategy` and `info`); `preemption` has `requested`.
+    """
+
+    def __init__(self, training, every, stop_step, preemption):
+        super().__init__()
+        self.training, self.every, self.stop_step = training, every, stop_step
+        self.preemption = preemption
+        self.preempted = False
+        self._flag = None
+
+    def _preempt_requested(self):
+        strategy = self.training.strategy
+        if self.training.info.num_workers == 1:
+            return self.preemption.requested
+        if self._flag is None:
+            @tf.function
+            def any_worker(flag):
+                return strategy.run(lambda: tf.identity(flag))
+
+            self._flag = any_worker
+        value = strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                self._flag(tf.constant(float(self.preemption.requested))),
+                                axis=None)
+        return float(value) > 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.training.step
+        latest = self.training.manager.latest_checkpoint
+        last = checkpoints.checkpoint_step(latest) if latest else 0
+        if self._preempt_requested():
+            self.training.save()
+            logging.warning("Preempted: saved the checkpoint of step %d; rerun the same "
+                            "command to resume", step)
+            self.preempted = True
+            self.model.stop_training = True
+            return
+        if step >= self.stop_step or step // self.every > last // self.every:
+            self.training.save()
+        if step >= self.stop_step:
+            self.model.stop_training = True

@@ -8,7 +8,13 @@ contract (`elmo_lm/forward_lstm_0/kernel`), and restoring asserts that every
 model variable was found.
 """
 
+import logging
+import os
+
 import tensorflow as tf
+
+from tfeff.training.errors import CheckpointError
+from tfeff.training.errors import error_message
 
 
 def _by_path(variables, what):
@@ -44,3 +50,84 @@ def restore(checkpoint, path):
             "different model or optimizer configuration."
         ) from e
     return status
+
+
+def verify_checkpoint(prefix):
+    """Reads every tensor of checkpoint `prefix` (checksums included).
+
+    Raises:
+        CheckpointError: naming the checkpoint's files, when one is missing,
+            truncated or fails its checksum.
+    """
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        dtypes = reader.get_variable_to_dtype_map()
+        for name, dtype in dtypes.items():
+            # RestoreV2 reads variant tensors (iterator states) too, unlike the reader.
+            tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[name], shape_and_slices=[""],
+                                 dtypes=[dtype])
+    except (tf.errors.OpError, ValueError) as e:
+        raise CheckpointError(
+            f"checkpoint {prefix} ({prefix}.index, {prefix}.data-*) is corrupted or "
+            f"truncated: {error_message(e)}") from e
+    return set(dtypes)
+
+
+def checkpoint_step(prefix):
+    return int(prefix.rsplit("-", 1)[-1])
+
+
+def select_checkpoint(directory, fallback=False):
+    """The newest readable checkpoint of `directory` and its tensor names, or `(None, set())`.
+
+    Raises:
+        CheckpointError: the newest checkpoint (or, with `fallback`, every
+            one) is unreadable; the message names it and the way out.
+    """
+    try:
+        state = tf.train.get_checkpoint_state(directory)
+    except (tf.errors.OpError, ValueError) as e:
+        raise CheckpointError(
+            f"{os.path.join(directory, 'checkpoint')} (the checkpoint index) cannot be "
+            f"parsed: {error_message(e)}") from e
+    if state is None:
+        return None, set()
+    # The names only: a copied or moved model directory still lists its old paths.
+    candidates = [os.path.join(directory, os.path.basename(p)) for p in
+                  (list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path])]
+    candidates = sorted(set(candidates), key=checkpoint_step, reverse=True)
+    errors = []
+    for prefix in candidates:
+        try:
+            names = verify_checkpoint(prefix)
+        except CheckpointError as e:
+            if not fallback:
+                older = f" ({candidates[1]})" if len(candidates) > 1 else ""
+                raise CheckpointError(
+                    f"{e}. Rerun with --restore_fallback to restore the previous "
+                    f"checkpoint{older} instead.") from e
+            logging.warning("Skipping unreadable checkpoint: %s", e)
+            errors.append(str(e))
+            continue
+        if errors:
+            logging.warning("Falling back to %s", prefix)
+        return prefix, names
+    raise CheckpointError(f"no readable checkpoint in {directory}: " + "; ".join(errors))
+
+
+def relative_checkpoint_state(directory):
+    """Rewrites the `checkpoint` index with names relative to `directory`.
+
+    `tf.train.CheckpointManager` records absolute paths; in a copied or moved
+    model directory they point at the old place, where the manager would then
+    delete old checkpoints. Relative names keep the directory self-contained.
+    """
+    try:
+        state = tf.train.get_checkpoint_state(directory)
+    except (tf.errors.OpError, ValueError):
+        return  # select_checkpoint reports it
+    if state is None or not os.path.isabs(state.model_checkpoint_path):
+        return
+    tf.compat.v1.train.update_checkpoint_state(
+        directory, os.path.basename(state.model_checkpoint_path),
+        [os.path.basename(p) for p in state.all_model_checkpoint_paths])

@@ -37,7 +37,6 @@ shares once its model and optimizer are built:
   single-process run's).
 """
 
-import dataclasses
 import errno
 import logging
 import os
@@ -50,6 +49,14 @@ import tensorflow as tf
 
 from tfeff.training import callbacks as callbacks_lib
 from tfeff.training import checkpoints
+from tfeff.training.callbacks import NonFiniteCallback
+from tfeff.training.callbacks import StopAndSave
+from tfeff.training.checkpoints import checkpoint_step
+from tfeff.training.checkpoints import select_checkpoint
+from tfeff.training.errors import CheckpointError
+from tfeff.training.errors import TrainingError
+from tfeff.training.errors import error_message
+from tfeff.training.strategy import worker_info
 
 # What `tfeff-pretrain` exits with after a preemption checkpoint (as TF's
 # PreemptionCheckpointHandler): non-zero, so a scheduler restarts the job.
@@ -58,101 +65,17 @@ _ITERATOR_KEY = "iterator"
 _ITERATOR_STATE_PREFIX = f"{_ITERATOR_KEY}/.ATTRIBUTES/"
 
 
-class TrainingError(RuntimeError):
-    """A training fault reported to the user; the model directory stays resumable."""
-
-
-class CheckpointError(TrainingError):
-    """A checkpoint that cannot be read (truncated, corrupted, missing files)."""
-
-
-class NonFiniteLossError(TrainingError):
-    """The loss or its gradients were NaN/Inf at a step (`train.on_nan: stop`)."""
-
-
-def _message(error):
-    return getattr(error, "message", None) or str(error)
-
-
 _DETAIL = re.compile(r"No such file|not found|NotFound|OOM|out of memory|No space|File too large",
                      re.IGNORECASE)
 
 
 def _detail(error):
     """The line of a (graph execution) error that says what happened."""
-    lines = [line.strip() for line in _message(error).splitlines() if line.strip()]
+    lines = [line.strip() for line in error_message(error).splitlines() if line.strip()]
     for line in lines:
         if _DETAIL.search(line):
             return line
     return lines[-1] if lines else type(error).__name__
-
-
-# ------------------------------------------------------------------ workers
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerInfo:
-    """This process's place in the cluster."""
-
-    num_workers: int = 1
-    index: int = 0
-    is_chief: bool = True
-    replicas_per_worker: int = 1
-
-
-def worker_info(strategy):
-    """`WorkerInfo` of `strategy` (one worker unless it is multi-worker)."""
-    extended = strategy.extended
-    in_multi_worker = getattr(extended, "_in_multi_worker_mode", lambda: False)()
-    replicas = strategy.num_replicas_in_sync
-    if not in_multi_worker:
-        return WorkerInfo(replicas_per_worker=replicas)
-    resolver = strategy.cluster_resolver
-    spec = resolver.cluster_spec().as_dict()
-    task_type, task_id = resolver.task_type, resolver.task_id
-    ordered = [(t, i) for t in ("chief", "worker") for i in range(len(spec.get(t, [])))]
-    num_workers = len(ordered)
-    index = ordered.index((task_type, task_id))
-    return WorkerInfo(num_workers=num_workers, index=index, is_chief=index == 0,
-                      replicas_per_worker=replicas // num_workers)
-
-
-def barrier(strategy):
-    """Returns once every worker has called it (a no-op on one worker)."""
-    if worker_info(strategy).num_workers == 1:
-        return
-
-    @tf.function
-    def all_reduce():
-        return strategy.run(lambda: tf.constant(1.0))
-
-    strategy.reduce(tf.distribute.ReduceOp.SUM, all_reduce(), axis=None)
-
-
-def chief_first(strategy, fn):
-    """Runs `fn` on the chief, then (after a barrier) on the other workers.
-
-    Data preparation writes shared files (corpus, vocabulary, fastText); the
-    other workers must read the chief's, not race it with their own.
-    """
-    if worker_info(strategy).is_chief:
-        result = fn()
-        barrier(strategy)
-        return result
-    barrier(strategy)
-    return fn()
-
-
-def shard_files(files, batch_size, file_shard):
-    """`(files, batch_size)` of one worker: every `num`-th file from `index`, its rows.
-
-    `file_shard` is `None` (all files, the global batch) or `(num_workers, index)`,
-    as `ResumableTraining.fit` passes it to a pipeline's `build`.
-    """
-    if not file_shard:
-        return files, batch_size
-    num, index = file_shard
-    return files[index::num], batch_size // num
 
 
 def _slice_rows(batch, start, size):
@@ -160,99 +83,6 @@ def _slice_rows(batch, start, size):
 
 
 # ------------------------------------------------------------------ checkpoints
-
-
-def check_writable(directory):
-    """Creates `directory` and writes a probe file; TrainingError naming it otherwise."""
-    try:
-        tf.io.gfile.makedirs(directory)
-        probe = os.path.join(directory, f".tfeff-write-test-{os.getpid()}")
-        with tf.io.gfile.GFile(probe, "w") as f:
-            f.write("ok")
-        tf.io.gfile.remove(probe)
-    except (OSError, tf.errors.OpError) as e:
-        raise TrainingError(f"model_dir {directory} is not writable: {_message(e)}") from e
-
-
-def verify_checkpoint(prefix):
-    """Reads every tensor of checkpoint `prefix` (checksums included).
-
-    Raises:
-        CheckpointError: naming the checkpoint's files, when one is missing,
-            truncated or fails its checksum.
-    """
-    try:
-        reader = tf.train.load_checkpoint(prefix)
-        dtypes = reader.get_variable_to_dtype_map()
-        for name, dtype in dtypes.items():
-            # RestoreV2 reads variant tensors (iterator states) too, unlike the reader.
-            tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[name], shape_and_slices=[""],
-                                 dtypes=[dtype])
-    except (tf.errors.OpError, ValueError) as e:
-        raise CheckpointError(
-            f"checkpoint {prefix} ({prefix}.index, {prefix}.data-*) is corrupted or "
-            f"truncated: {_message(e)}") from e
-    return set(dtypes)
-
-
-def checkpoint_step(prefix):
-    return int(prefix.rsplit("-", 1)[-1])
-
-
-def select_checkpoint(directory, fallback=False):
-    """The newest readable checkpoint of `directory` and its tensor names, or `(None, set())`.
-
-    Raises:
-        CheckpointError: the newest checkpoint (or, with `fallback`, every
-            one) is unreadable; the message names it and the way out.
-    """
-    try:
-        state = tf.train.get_checkpoint_state(directory)
-    except (tf.errors.OpError, ValueError) as e:
-        raise CheckpointError(
-            f"{os.path.join(directory, 'checkpoint')} (the checkpoint index) cannot be "
-            f"parsed: {_message(e)}") from e
-    if state is None:
-        return None, set()
-    # The names only: a copied or moved model directory still lists its old paths.
-    candidates = [os.path.join(directory, os.path.basename(p)) for p in
-                  (list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path])]
-    candidates = sorted(set(candidates), key=checkpoint_step, reverse=True)
-    errors = []
-    for prefix in candidates:
-        try:
-            names = verify_checkpoint(prefix)
-        except CheckpointError as e:
-            if not fallback:
-                older = f" ({candidates[1]})" if len(candidates) > 1 else ""
-                raise CheckpointError(
-                    f"{e}. Rerun with --restore_fallback to restore the previous "
-                    f"checkpoint{older} instead.") from e
-            logging.warning("Skipping unreadable checkpoint: %s", e)
-            errors.append(str(e))
-            continue
-        if errors:
-            logging.warning("Falling back to %s", prefix)
-        return prefix, names
-    raise CheckpointError(f"no readable checkpoint in {directory}: " + "; ".join(errors))
-
-
-def _relative_checkpoint_state(directory):
-    """Rewrites the `checkpoint` index with names relative to `directory`.
-
-    `tf.train.CheckpointManager` records absolute paths; in a copied or moved
-    model directory they point at the old place, where the manager would then
-    delete old checkpoints. Relative names keep the directory self-contained.
-    """
-    try:
-        state = tf.train.get_checkpoint_state(directory)
-    except (tf.errors.OpError, ValueError):
-        return  # select_checkpoint reports it
-    if state is None or not os.path.isabs(state.model_checkpoint_path):
-        return
-    tf.compat.v1.train.update_checkpoint_state(
-        directory, os.path.basename(state.model_checkpoint_path),
-        [os.path.basename(p) for p in state.all_model_checkpoint_paths])
 
 
 # ------------------------------------------------------------------ callbacks
@@ -283,33 +113,6 @@ class _Preemption:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         return False
-
-
-class NonFiniteCallback(keras.callbacks.Callback):
-    """Reports updates the optimizer skipped for NaN/Inf gradients; stops with `on_nan="stop"`."""
-
-    def __init__(self, optimizer, on_nan, latest_checkpoint):
-        super().__init__()
-        self.optimizer = optimizer
-        self.on_nan = on_nan
-        self.latest_checkpoint = latest_checkpoint
-        self._seen = int(optimizer.non_finite_steps.numpy())
-
-    def on_train_batch_end(self, batch, logs=None):
-        count = int(self.optimizer.non_finite_steps.numpy())
-        if count == self._seen:
-            return
-        new, self._seen = count - self._seen, count
-        step = int(self.optimizer.last_non_finite_step.numpy())
-        if self.on_nan == "stop":
-            latest = self.latest_checkpoint()
-            last = f"the last checkpoint is {latest}" if latest else "there is no checkpoint yet"
-            raise NonFiniteLossError(
-                f"the loss or its gradients are NaN/Inf at step {step}: the update was not "
-                f"applied and training stopped without a checkpoint of that step; {last}. "
-                "Rerun with --on_nan=skip (train.on_nan: skip) to skip such batches.")
-        logging.warning("Skipped %d update(s) with NaN/Inf loss or gradients (last at step %d; "
-                        "%d so far)", new, step, count)
 
 
 # ------------------------------------------------------------------ training
@@ -351,7 +154,7 @@ class ResumableTraining:
         save_dir = directory if self.info.is_chief else os.path.join(
             directory, f".worker-{self.info.index}")
         if self.info.is_chief:
-            _relative_checkpoint_state(directory)
+            checkpoints.relative_checkpoint_state(directory)
         self.manager = tf.train.CheckpointManager(self.checkpoint, save_dir,
                                                   max_to_keep=max_to_keep)
         self.restored = None
@@ -516,7 +319,7 @@ class ResumableTraining:
             self.model.make_train_function()
         self.model.train_function = self._capture(self.model.train_function)
         preemption = _Preemption()
-        stop = _StopAndSave(self, every, stop_step, preemption)
+        stop = StopAndSave(self, every, stop_step, preemption)
         all_callbacks = [NonFiniteCallback(self.optimizer, on_nan, self.latest_checkpoint),
                          stop, *callbacks]
         verbose, log_lines = callbacks_lib.resolve_verbose(verbose)
@@ -524,7 +327,7 @@ class ResumableTraining:
             all_callbacks.append(callbacks_lib.ProgressLogger(log_every or every, stop_step))
         with preemption, _resource_errors(self):
             # Keras counts batches, the stop is by updates: skipped updates (on_nan:
-            # skip) need more batches, and _StopAndSave ends the run at stop_step.
+            # skip) need more batches, and StopAndSave ends the run at stop_step.
             epochs = -(-stop_step // every) * (2 if on_nan == "skip" else 1)
             fit = self.model.fit(
                 x, epochs=epochs, initial_epoch=start // every,
@@ -553,48 +356,6 @@ def _cross_worker_function(step, strategy, steps_per_execution):
     return function
 
 
-class _StopAndSave(keras.callbacks.Callback):
-    """Saves every `every` steps and at `stop_step` (where it stops), or when preempted."""
-
-    def __init__(self, training, every, stop_step, preemption):
-        super().__init__()
-        self.training, self.every, self.stop_step = training, every, stop_step
-        self.preemption = preemption
-        self.preempted = False
-        self._flag = None
-
-    def _preempt_requested(self):
-        strategy = self.training.strategy
-        if self.training.info.num_workers == 1:
-            return self.preemption.requested
-        if self._flag is None:
-            @tf.function
-            def any_worker(flag):
-                return strategy.run(lambda: tf.identity(flag))
-
-            self._flag = any_worker
-        value = strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                self._flag(tf.constant(float(self.preemption.requested))),
-                                axis=None)
-        return float(value) > 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = self.training.step
-        latest = self.training.manager.latest_checkpoint
-        last = checkpoint_step(latest) if latest else 0
-        if self._preempt_requested():
-            self.training.save()
-            logging.warning("Preempted: saved the checkpoint of step %d; rerun the same "
-                            "command to resume", step)
-            self.preempted = True
-            self.model.stop_training = True
-            return
-        if step >= self.stop_step or step // self.every > last // self.every:
-            self.training.save()
-        if step >= self.stop_step:
-            self.model.stop_training = True
-
-
 class _resource_errors:
     """Turns resource faults during `fit` into `TrainingError`s that name the way back."""
 
@@ -612,7 +373,7 @@ class _resource_errors:
                   else "no checkpoint was written yet")
         if not isinstance(error, (tf.errors.OpError, OSError)):
             return False
-        message, detail = _message(error), _detail(error)
+        message, detail = error_message(error), _detail(error)
         if isinstance(error, tf.errors.ResourceExhaustedError):
             replicas = self.training.strategy.num_replicas_in_sync
             if latest:

@@ -34,10 +34,13 @@ import tensorflow as tf
 from tfeff import config as config_lib
 from tfeff import data as data_lib
 from tfeff.training import checkpoints
-from tfeff.training import fault_tolerance
 from tfeff.training.callbacks import ScalarLogger
+from tfeff.training.errors import TrainingError
+from tfeff.training.errors import error_message
 from tfeff.training.optimizers import make_optimizer
+from tfeff.training.strategy import chief_first
 from tfeff.training.strategy import make_strategy
+from tfeff.training.strategy import worker_info
 
 CONFIG_FILE = "config.yaml"
 VOCABULARY_FILE = "vocabulary.txt"
@@ -133,7 +136,7 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
         `(model, optimizer_or_None, step)`.
     """
     # The same choice as training's restore: checksummed, names relative to model_dir.
-    latest, _ = fault_tolerance.select_checkpoint(file_path(model_dir, CHECKPOINT_DIR))
+    latest, _ = checkpoints.select_checkpoint(file_path(model_dir, CHECKPOINT_DIR))
     if latest is None:
         raise FileNotFoundError(f"{model_dir} has no checkpoint yet: run tfeff-pretrain first")
     strategy = strategy or tf.distribute.get_strategy()
@@ -145,7 +148,19 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
             optimizer = make_optimizer(config.train, config.data.batch_size)
             optimizer.build(model.trainable_variables)
         checkpoints.restore(checkpoints.make_checkpoint(model, optimizer), latest)
-    return model, optimizer, fault_tolerance.checkpoint_step(latest)
+    return model, optimizer, checkpoints.checkpoint_step(latest)
+
+
+def check_writable(directory):
+    """Creates `directory` and writes a probe file; TrainingError naming it otherwise."""
+    try:
+        tf.io.gfile.makedirs(directory)
+        probe = os.path.join(directory, f".tfeff-write-test-{os.getpid()}")
+        with tf.io.gfile.GFile(probe, "w") as f:
+            f.write("ok")
+        tf.io.gfile.remove(probe)
+    except (OSError, tf.errors.OpError) as e:
+        raise TrainingError(f"model_dir {directory} is not writable: {error_message(e)}") from e
 
 
 def check_batch_size(batch_size, strategy):
@@ -176,17 +191,17 @@ def start_run(config, model_dir, strategy, devices, prepare, check_inputs=None):
     check_batch_size(config.data.batch_size, strategy)
     if check_inputs is not None:
         check_inputs()
-    info = fault_tolerance.worker_info(strategy)
+    info = worker_info(strategy)
     if config.train.deterministic:
         tf.config.experimental.enable_op_determinism()
-    fault_tolerance.check_writable(model_dir)
+    check_writable(model_dir)
 
     def chief_prepare():
         if info.is_chief:
             resolve_config(config, model_dir)
         return prepare()
 
-    prepared = fault_tolerance.chief_first(strategy, chief_prepare)
+    prepared = chief_first(strategy, chief_prepare)
     keras.utils.set_random_seed(config.train.seed)
     return strategy, info, prepared
 

@@ -77,7 +77,7 @@ class SkipNonFiniteUpdates:
     skipped update leaves the weights, the moments and `iterations` unchanged
     and increments `non_finite_steps`; `last_non_finite_step` is the step
     (`iterations + 1`) the update would have been. Both are optimizer variables,
-    so they are checkpointed. `tfeff.training.fault_tolerance.NonFiniteCallback`
+    so they are checkpointed. `tfeff.training.callbacks.NonFiniteCallback`
     reads them to stop training or report the skip (`train.on_nan`).
 
     The condition sits inside each variable's update (and weight decay), not

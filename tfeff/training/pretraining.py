@@ -23,6 +23,7 @@ from tfeff.training import fault_tolerance
 from tfeff.training import masked_elmo_pretraining
 from tfeff.training import model_directory
 from tfeff.training.optimizers import make_optimizer
+from tfeff.training.strategy import shard_files
 
 @dataclasses.dataclass
 class DataArtifacts:
@@ -215,7 +216,7 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
         after a preemption).
 
     Raises:
-        fault_tolerance.TrainingError: a fault (non-finite loss with
+        tfeff.training.errors.TrainingError: a fault (non-finite loss with
             `train.on_nan: stop`, out of memory, a missing corpus file, a full
             or unwritable disk, an unreadable checkpoint); the directory
             stays resumable.
@@ -301,7 +302,7 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
 
 def train_dataset(config, artifacts, train_files, file_shard=None):
     """The training batches of an ELMo run (repeated; `file_shard`: see `shard_files`)."""
-    files_, batch_size = fault_tolerance.shard_files(train_files, config.data.batch_size,
+    files_, batch_size = shard_files(train_files, config.data.batch_size,
                                                      file_shard)
     return data_lib.lm_dataset(
         files_, artifacts.vocabulary_path, batch_size=batch_size,

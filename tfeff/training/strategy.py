@@ -1,5 +1,10 @@
-"""`make_strategy`: the tf.distribute strategy named by `--strategy`."""
+"""`make_strategy` (the tf.distribute strategy named by `--strategy`) and the workers' helpers.
 
+`worker_info`, `barrier`, `chief_first` and `shard_files` say where this
+process stands in a (multi-worker) run and what it reads.
+"""
+
+import dataclasses
 import json
 import os
 
@@ -48,3 +53,68 @@ def make_strategy(name="default", devices=None):
         f"Received an invalid value for `strategy`, expected one of {STRATEGIES}. "
         f"Received: strategy={name!r}"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """This process's place in the cluster."""
+
+    num_workers: int = 1
+    index: int = 0
+    is_chief: bool = True
+    replicas_per_worker: int = 1
+
+
+def worker_info(strategy):
+    """`WorkerInfo` of `strategy` (one worker unless it is multi-worker)."""
+    extended = strategy.extended
+    in_multi_worker = getattr(extended, "_in_multi_worker_mode", lambda: False)()
+    replicas = strategy.num_replicas_in_sync
+    if not in_multi_worker:
+        return WorkerInfo(replicas_per_worker=replicas)
+    resolver = strategy.cluster_resolver
+    spec = resolver.cluster_spec().as_dict()
+    task_type, task_id = resolver.task_type, resolver.task_id
+    ordered = [(t, i) for t in ("chief", "worker") for i in range(len(spec.get(t, [])))]
+    num_workers = len(ordered)
+    index = ordered.index((task_type, task_id))
+    return WorkerInfo(num_workers=num_workers, index=index, is_chief=index == 0,
+                      replicas_per_worker=replicas // num_workers)
+
+
+def barrier(strategy):
+    """Returns once every worker has called it (a no-op on one worker)."""
+    if worker_info(strategy).num_workers == 1:
+        return
+
+    @tf.function
+    def all_reduce():
+        return strategy.run(lambda: tf.constant(1.0))
+
+    strategy.reduce(tf.distribute.ReduceOp.SUM, all_reduce(), axis=None)
+
+
+def chief_first(strategy, fn):
+    """Runs `fn` on the chief, then (after a barrier) on the other workers.
+
+    Data preparation writes shared files (corpus, vocabulary, fastText); the
+    other workers must read the chief's, not race it with their own.
+    """
+    if worker_info(strategy).is_chief:
+        result = fn()
+        barrier(strategy)
+        return result
+    barrier(strategy)
+    return fn()
+
+
+def shard_files(files, batch_size, file_shard):
+    """`(files, batch_size)` of one worker: every `num`-th file from `index`, its rows.
+
+    `file_shard` is `None` (all files, the global batch) or `(num_workers, index)`,
+    as `ResumableTraining.fit` passes it to a pipeline's `build`.
+    """
+    if not file_shard:
+        return files, batch_size
+    num, index = file_shard
+    return files[index::num], batch_size // num

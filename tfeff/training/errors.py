@@ -1,0 +1,17 @@
+"""The training faults tfeff reports to the user (every one names the way back)."""
+
+
+class TrainingError(RuntimeError):
+    """A training fault reported to the user; the model directory stays resumable."""
+
+
+class CheckpointError(TrainingError):
+    """A checkpoint that cannot be read (truncated, corrupted, missing files)."""
+
+
+class NonFiniteLossError(TrainingError):
+    """The loss or its gradients were NaN/Inf at a step (`train.on_nan: stop`)."""
+
+
+def error_message(error):
+    return getattr(error, "message", None) or str(error)
