@@ -163,7 +163,7 @@ def pretrain_masked_elmo(config, model_dir, strategy="default", devices=None, ve
     """
     strategy, info, (documents, heldout, vocabulary_path, vectors_path) = \
         model_directory.start_run(config, model_dir, strategy, devices,
-                              lambda: prepare_masked_elmo_data(config, model_dir))
+                                  lambda: prepare_masked_elmo_data(config, model_dir))
     d = config.data
     vocabulary_size = len(data_lib.Vocabulary.load(vocabulary_path))
     train_cfg = config.train

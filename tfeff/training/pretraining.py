@@ -22,6 +22,12 @@ from tfeff.training import evaluation
 from tfeff.training import fault_tolerance
 from tfeff.training import masked_elmo_pretraining
 from tfeff.training import model_directory
+from tfeff.training.model_directory import CHECKPOINT_DIR
+from tfeff.training.model_directory import EVAL_FILE
+from tfeff.training.model_directory import FASTTEXT_FILE
+from tfeff.training.model_directory import VECTORS_FILE
+from tfeff.training.model_directory import VOCABULARY_FILE
+from tfeff.training.model_directory import file_path
 from tfeff.training.optimizers import make_optimizer
 from tfeff.training.strategy import shard_files
 
@@ -48,7 +54,7 @@ def prepare_data(config, model_dir):
     data_cfg, ft_cfg = config.data, config.fasttext
     train_files, heldout_files = model_directory.corpus_files(data_cfg, model_dir)
 
-    vocabulary_path = model_directory.file_path(model_dir, model_directory.VOCABULARY_FILE)
+    vocabulary_path = file_path(model_dir, VOCABULARY_FILE)
     if data_cfg.tokenization == "wordpiece":
         if not tf.io.gfile.exists(vocabulary_path):
             words = _count_words(data_cfg, train_files)
@@ -75,7 +81,7 @@ def prepare_data(config, model_dir):
     if ft_cfg.pretrained:
         word_vectors_path = ft_cfg.pretrained
     else:
-        word_vectors_path = model_directory.file_path(model_dir, model_directory.FASTTEXT_FILE)
+        word_vectors_path = file_path(model_dir, FASTTEXT_FILE)
         if not tf.io.gfile.exists(word_vectors_path):
             logging.info("Training %d-d fastText vectors on %s", ft_cfg.dim, train_files)
             data_lib.train_fasttext(
@@ -85,7 +91,7 @@ def prepare_data(config, model_dir):
                 on_invalid_utf8=data_cfg.on_invalid_utf8,
             )
 
-    vectors_path = model_directory.file_path(model_dir, model_directory.VECTORS_FILE)
+    vectors_path = file_path(model_dir, VECTORS_FILE)
     if not tf.io.gfile.exists(vectors_path):
         word_vectors = data_lib.WordVectors(word_vectors_path)
         data_lib.compute_vocabulary_vectors(
@@ -109,7 +115,7 @@ def check_pretrained_vectors(config, model_dir):
     it, not NaN losses later."""
     path = config.fasttext.pretrained
     if (path and config.data.tokenization == "word"
-            and not tf.io.gfile.exists(model_directory.file_path(model_dir, model_directory.VECTORS_FILE))):
+            and not tf.io.gfile.exists(file_path(model_dir, VECTORS_FILE))):
         data_lib.check_word_vectors_file(path)
 
 
@@ -161,14 +167,14 @@ def check_output_layer(config, vocab):
 def _model_inputs(config, model_dir):
     """`(vectors_path, vocabulary_size)` for `build_model` from a prepared model_dir."""
     if config.data.tokenization == "wordpiece":
-        vocabulary_path = model_directory.file_path(model_dir, model_directory.VOCABULARY_FILE)
+        vocabulary_path = file_path(model_dir, VOCABULARY_FILE)
         if not tf.io.gfile.exists(vocabulary_path):
             raise FileNotFoundError(
-                f"{model_dir} has no {model_directory.VOCABULARY_FILE}: run tfeff-pretrain first")
+                f"{model_dir} has no {VOCABULARY_FILE}: run tfeff-pretrain first")
         return None, len(data_lib.Vocabulary.load(vocabulary_path))
-    vectors_path = model_directory.file_path(model_dir, model_directory.VECTORS_FILE)
+    vectors_path = file_path(model_dir, VECTORS_FILE)
     if not tf.io.gfile.exists(vectors_path):
-        raise FileNotFoundError(f"{model_dir} has no {model_directory.VECTORS_FILE}: run tfeff-pretrain first")
+        raise FileNotFoundError(f"{model_dir} has no {VECTORS_FILE}: run tfeff-pretrain first")
     return vectors_path, None
 
 
@@ -223,16 +229,14 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
     """
     family_kwargs = dict(verbose=verbose, restore_fallback=restore_fallback, callbacks=callbacks)
     if config.family == "bert":
-
         return bert_pretraining.pretrain_bert(config, model_dir, strategy, devices,
                                               **family_kwargs)
     if config.family == "masked_elmo":
-
         return masked_elmo_pretraining.pretrain_masked_elmo(config, model_dir, strategy,
                                                             devices, **family_kwargs)
-    strategy, info, artifacts = model_directory.start_run(config, model_dir, strategy, devices,
-                                          lambda: prepare_data(config, model_dir),
-                                          lambda: check_pretrained_vectors(config, model_dir))
+    strategy, info, artifacts = model_directory.start_run(
+        config, model_dir, strategy, devices, lambda: prepare_data(config, model_dir),
+        lambda: check_pretrained_vectors(config, model_dir))
     vocab = data_lib.Vocabulary.load(artifacts.vocabulary_path)
     check_output_layer(config, vocab)
     train_cfg = config.train
@@ -248,7 +252,7 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
             steps_per_execution=train_cfg.steps_per_execution,
         )
         training = fault_tolerance.ResumableTraining(
-            model, optimizer, model_directory.file_path(model_dir, model_directory.CHECKPOINT_DIR), train_cfg.keep_checkpoints,
+            model, optimizer, file_path(model_dir, CHECKPOINT_DIR), train_cfg.keep_checkpoints,
             strategy)
         start = training.restore(restore_fallback)
     logging.info(
@@ -290,7 +294,7 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
         results["eval"] = evaluate(model, config, artifacts, vocab)
         results["eval"]["train_seconds"] = train_seconds
         files.write_text_atomic(
-            model_directory.file_path(model_dir, model_directory.EVAL_FILE), json.dumps(results["eval"], indent=2) + "\n"
+            file_path(model_dir, EVAL_FILE), json.dumps(results["eval"], indent=2) + "\n"
         )
         for k in config.eval.top_k:
             logging.info(
