@@ -93,7 +93,9 @@ def test_dropout_in_training_and_under_xla_without_it(tmp_path):
     layer = AloneEmbedding(**kwargs)
     assert not np.allclose(layer(ids, training=True), layer(ids, training=False))
 
-    # A regression of fixed random targets through the embedding: the loss falls.
+
+def test_a_regression_through_the_embedding_learns():
+    """Fixed random targets through the embedding: the loss falls."""
     rng = np.random.default_rng(0)
     x = rng.integers(0, 40, size=(64, 5))
     y = rng.normal(size=(40, 6)).astype("float32")[x]  # a random table to mimic
