@@ -100,7 +100,7 @@ def continuous_output(loss_name, loss_from_layer=False, **layer_kwargs):
         tokens = keras.Input((TIME,), dtype="int32")
         output = ContinuousOutput(VECTOR_DIM, loss=loss_name, **layer_kwargs)
         model = keras.Model(tokens, output(_encoder(tokens)))
-        loss = output.make_loss() if loss_from_layer else LOSSES[loss_name]
+        loss = output.make_loss() if loss_from_layer else tfeff.losses.DISTANCES[loss_name]
         return model, loss, x, target_vectors()[y]
 
     return build
@@ -167,10 +167,6 @@ def _attention(layer_cls, **kwargs):
         return layer_cls(**kwargs)(embedded, embedded)
 
     return hidden
-
-
-LOSSES = {"cosine": tfeff.losses.cosine_distance, "l2": tfeff.losses.l2_distance,
-          "vmf": tfeff.losses.vmf_nll}
 
 
 def cases(workdir):

@@ -203,9 +203,7 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
 
     def log_prob(self, inputs):
         """Full log-distribution `(..., vocabulary_size)`; rows sum to 1 in probability."""
-        inputs = tf.convert_to_tensor(inputs)
-        self._ensure_built(inputs)
-        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        inputs, x = self._flat_rows(inputs)
         full = self._full_log_prob(x)
         return tf.reshape(
             full, tf.concat([tf.shape(inputs)[:-1], [self.vocabulary_size]], 0)
@@ -226,9 +224,7 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         (a tail class has probability at most its cluster's); only the other
         rows get their tails computed.
         """
-        inputs = tf.convert_to_tensor(inputs)
-        self._ensure_built(inputs)
-        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        inputs, x = self._flat_rows(inputs)
         best = tf.argmax(self._head_log_probs(x), axis=-1, output_type=tf.int32)
         rows = tf.where(best >= self.shortlist_size)[:, 0]
         rest = tf.cond(

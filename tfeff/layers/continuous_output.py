@@ -163,16 +163,9 @@ class ContinuousOutput(keras.layers.Layer):
         Returns:
             float32 tensor `(...)`.
         """
-        y_true = tf.cast(y_true, tf.float32)
-        y_pred = tf.cast(y_pred, tf.float32)
-        if self.loss == "vmf":
-            return continuous_losses.vmf_nll(
-                y_true,
-                y_pred,
-                regularization1=self.vmf_regularization1,
-                regularization2=self.vmf_regularization2,
-            )
-        return continuous_losses.DISTANCES[self.loss](y_true, y_pred)
+        # `Loss.call` is the bare per-position loss: no mask, no reduction.
+        return self.make_loss(reduction=None).call(tf.cast(y_true, tf.float32),
+                                                   tf.cast(y_pred, tf.float32))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.embedding_dim,)

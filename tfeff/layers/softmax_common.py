@@ -121,8 +121,9 @@ class SoftmaxOutputMixin:
         self.add_loss(loss)
         return log_probs
 
-    def _ensure_built(self, inputs):
-        """Builds from `inputs` when `log_prob`/`predict` come before any call."""
+    def _flat_rows(self, inputs):
+        """`(inputs, rows (n, input_dim))`, building the layer from `inputs` if never called."""
+        inputs = tf.convert_to_tensor(inputs)
         if not self.built:
             if inputs.shape[-1] is None:
                 raise ValueError(
@@ -130,6 +131,7 @@ class SoftmaxOutputMixin:
                     f"last dimension is unknown ({inputs.shape}): call the layer or "
                     "`build((None, input_dim))` first.")
             self.build(tuple(inputs.shape))
+        return inputs, tf.reshape(inputs, [-1, inputs.shape[-1]])
 
     def compute_output_spec(self, inputs, targets=None, mask=None, training=None,
                             return_loss=False, inputs_mask=None):
@@ -155,16 +157,12 @@ class ExactSoftmaxMixin(SoftmaxOutputMixin):
 
     def log_prob(self, inputs):
         """Full log-distribution `(..., vocabulary_size)`, float32."""
-        inputs = tf.convert_to_tensor(inputs)
-        self._ensure_built(inputs)
-        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        inputs, x = self._flat_rows(inputs)
         out = tf.nn.log_softmax(self.logits(x), axis=-1)
         return tf.reshape(out, tf.concat([tf.shape(inputs)[:-1], [self.vocabulary_size]], 0))
 
     def predict(self, inputs):
         """Most probable class `(...)`, int32."""
-        inputs = tf.convert_to_tensor(inputs)
-        self._ensure_built(inputs)
-        x = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        inputs, x = self._flat_rows(inputs)
         best = tf.argmax(self.logits(x), axis=-1, output_type=tf.int32)
         return tf.reshape(best, tf.shape(inputs)[:-1])

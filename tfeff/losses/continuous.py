@@ -260,7 +260,7 @@ class _DistanceLoss(keras.losses.Loss):
         super().__init__(name=name or self.default_name, reduction=reduction, dtype=dtype)
 
     def call(self, y_true, y_pred):
-        return type(self).fn(y_true, y_pred)
+        return self.fn(y_true, y_pred)
 
 
 @keras.saving.register_keras_serializable(package="tfeff")

@@ -49,8 +49,6 @@ import tensorflow as tf
 
 from tfeff.training import callbacks as callbacks_lib
 from tfeff.training import checkpoints
-from tfeff.training.callbacks import NonFiniteCallback
-from tfeff.training.callbacks import StopAndSave
 from tfeff.training.checkpoints import checkpoint_step
 from tfeff.training.checkpoints import select_checkpoint
 from tfeff.training.errors import CheckpointError
@@ -319,9 +317,9 @@ class ResumableTraining:
             self.model.make_train_function()
         self.model.train_function = self._capture(self.model.train_function)
         preemption = _Preemption()
-        stop = StopAndSave(self, every, stop_step, preemption)
-        all_callbacks = [NonFiniteCallback(self.optimizer, on_nan, self.latest_checkpoint),
-                         stop, *callbacks]
+        stop = callbacks_lib.StopAndSave(self, every, stop_step, preemption)
+        nan = callbacks_lib.NonFiniteCallback(self.optimizer, on_nan, self.latest_checkpoint)
+        all_callbacks = [nan, stop, *callbacks]
         verbose, log_lines = callbacks_lib.resolve_verbose(verbose)
         if log_lines and self.info.is_chief:
             all_callbacks.append(callbacks_lib.ProgressLogger(log_every or every, stop_step))
