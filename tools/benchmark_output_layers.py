@@ -202,12 +202,12 @@ def make_model(head, encoder, vocabulary_size, s, table):
     kwargs = dict(num_layers=2, units=s["units"], projection_dim=s["projection_dim"],
                   dropout_rate=0.0, seed=0)
     if head == "SUBWORD":
-        lm = ElmoLM(None, input_embedding="trainable", vocabulary_size=s["subword_vocabulary_size"],
+        lm = ElmoLM(input_embedding="trainable", vocabulary_size=s["subword_vocabulary_size"],
                     embedding_dim=s["projection_dim"], output_layer="full", tie_output=True, **kwargs)
     else:
         output = {"NONE": "continuous", "CONT": "continuous", "FIXED": "fixed",
                   "ADAPTIVE": "adaptive", "SAMPLED": "sampled", "FULL": "full"}[head]
-        lm = ElmoLM(table, output_layer=output,
+        lm = ElmoLM(embedding_table=table, output_layer=output,
                     adaptive_cutoffs=[vocabulary_size // 40, vocabulary_size // 8,
                                       vocabulary_size // 2],
                     num_sampled=min(s["num_sampled"], vocabulary_size // 2), **kwargs)

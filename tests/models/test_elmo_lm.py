@@ -16,8 +16,8 @@ ALONE_TIED = {"output_layer": "full", "input_embedding": "alone", "tie_output": 
 def _one_step(strategy, table, ids, **kwargs):
     keras.utils.set_random_seed(0)
     with strategy.scope():
-        model = ElmoLM(table, num_layers=2, units=16, projection_dim=8, dropout_rate=0.0,
-                       **kwargs)
+        model = ElmoLM(embedding_table=table, num_layers=2, units=16, projection_dim=8,
+                       dropout_rate=0.0, **kwargs)
         model.build()
         model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
     history = model.fit(tf.data.Dataset.from_tensors(ids), epochs=1, verbose=0)
@@ -48,7 +48,7 @@ def test_two_replicas_equal_one_on_the_same_global_batch(kwargs, tmp_path):
 def test_loss_is_mean_over_predictable_targets(tmp_path):
     table = np.random.default_rng(1).normal(size=(10, 4)).astype("float32")
     table[:2] = 0
-    model = ElmoLM(table, num_layers=1, units=8, projection_dim=4, dropout_rate=0.0)
+    model = ElmoLM(embedding_table=table, num_layers=1, units=8, projection_dim=4, dropout_rate=0.0)
     ids = np.array([[2, 5, 1, 3, 0]], "int32")  # <s> w <unk> </s> <pad>
     pred = model(ids)
     loss = float(model.compute_loss(x=ids, y_pred=pred))
@@ -79,8 +79,8 @@ VARIANTS = {
 def test_softmax_variants_loss_is_mean_target_nll(variant):
     table = np.random.default_rng(1).normal(size=(10, 4)).astype("float32")
     kwargs = {"output_layer": variant, **VARIANTS[variant]}
-    model = ElmoLM(table, num_layers=1, units=8, projection_dim=4, dropout_rate=0.0, seed=0,
-                   **kwargs)
+    model = ElmoLM(embedding_table=table, num_layers=1, units=8, projection_dim=4,
+                   dropout_rate=0.0, seed=0, **kwargs)
     ids = np.array([[2, 5, 1, 3, 0], [2, 9, 8, 7, 3]], "int32")
     out = model(ids)
     loss = float(model.compute_loss(x=ids, y_pred=out, training=False))
@@ -125,19 +125,19 @@ def test_config_round_trip_of_variants(tmp_path):
     np.save(path, table)
     for variant, extra in VARIANTS.items():
         kwargs = {"output_layer": variant, **extra}
-        model = ElmoLM(path, num_layers=1, units=8, projection_dim=4, **kwargs)
+        model = ElmoLM(embedding_table=path, num_layers=1, units=8, projection_dim=4, **kwargs)
         config = model.get_config()
         assert ElmoLM.from_config(config).get_config() == config
     # An ALONE seed drawn at construction is kept: the clone has the same filters.
-    model = ElmoLM(path, num_layers=1, units=8, projection_dim=4, input_embedding="alone",
-                   output_layer="full", alone={"intermediate_dim": 8})
+    model = ElmoLM(embedding_table=path, num_layers=1, units=8, projection_dim=4,
+                   input_embedding="alone", output_layer="full", alone={"intermediate_dim": 8})
     clone = ElmoLM.from_config(model.get_config())
     assert clone.token_embedding.filter_fingerprint == model.token_embedding.filter_fingerprint
 
 
 def test_tied_alone_computes_its_table_once_per_train_step():
     table = np.random.default_rng(1).normal(size=(10, 4)).astype("float32")
-    model = ElmoLM(table, num_layers=1, units=8, projection_dim=4, **ALONE_TIED)
+    model = ElmoLM(embedding_table=table, num_layers=1, units=8, projection_dim=4, **ALONE_TIED)
     model.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=False)
     alone = model.token_embedding
     calls = []
@@ -155,3 +155,20 @@ def test_tied_alone_computes_its_table_once_per_train_step():
     graphs = [graph for graph, _, _ in calls]
     assert len(graphs) == len(set(graphs)) >= 1, calls
     assert all(training and rows == 10 for _, training, rows in calls), calls
+
+
+def test_constructor_takes_the_vocabulary_size_first_like_the_other_models(tmp_path):
+    table = np.random.default_rng(1).normal(size=(10, 4)).astype("float32")
+    path = str(tmp_path / "t.npy")
+    np.save(path, table)
+    # The table's rows give the size; a given size must agree with them.
+    assert ElmoLM(embedding_table=path, num_layers=1, units=8,
+                  projection_dim=4).vocabulary_size == 10
+    assert ElmoLM(np.int64(10), embedding_table=path, num_layers=1, units=8,
+                  projection_dim=4).vocabulary_size == 10
+    with pytest.raises(ValueError, match="`vocabulary_size`=11 differs from the table's 10"):
+        ElmoLM(11, embedding_table=path, num_layers=1, units=8, projection_dim=4)
+    # The old positional table is refused by name, not read as a size.
+    for old_style in (path, table):
+        with pytest.raises(TypeError, match="first argument is `vocabulary_size`.*embedding_table="):
+            ElmoLM(old_style, num_layers=1, units=8, projection_dim=4)

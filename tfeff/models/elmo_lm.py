@@ -1,5 +1,7 @@
 """ElmoLM: a bidirectional LSTM language model with a pluggable output layer."""
 
+import numbers
+
 import keras
 import tensorflow as tf
 
@@ -59,19 +61,24 @@ class ElmoLM(keras.Model):
     `[concat(x, x), concat(f_1, b_1), ..., concat(f_L, b_L)]`, each of size
     `2 * projection_dim` (ELMo's layer 0 duplicates the token layer).
 
+    The constructor reads as `MaskedElmo`'s and `Bert`'s: the vocabulary size
+    first, the fixed vectors as the keyword `embedding_table`.
+
     Args:
-        embedding_table: path of the `.npy` vocabulary vectors, or an array
-            `(vocabulary_size, embedding_dim)`; row 0 is padding. Required by
-            the fixed input embedding and the `"continuous"` / `"fixed"` outputs.
+        vocabulary_size: number of ids (row 0 is padding); may be left out
+            when `embedding_table` is given (it is then the table's rows, and
+            must equal them when both are given).
         num_layers: LSTM layers per direction.
         units: LSTM cell size.
         projection_dim: LSTM projection (and token-projection) size.
         dropout_rate: dropout after each LSTM layer, in [0, 1).
         output_layer: one of `OUTPUT_LAYERS`.
         output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
+        embedding_table: path of the `.npy` vocabulary vectors, or an array
+            `(vocabulary_size, embedding_dim)`; row 0 is padding. Required by
+            the fixed input embedding and the `"continuous"` / `"fixed"` outputs.
         vmf_regularization1, vmf_regularization2: vMF loss regularizers.
         input_embedding: `"fixed"` (the table), `"trainable"` or `"alone"`.
-        vocabulary_size: number of ids; needed only without a table.
         embedding_dim: size of a trainable input embedding (default: the
             table's dimension, else `projection_dim`).
         tie_output: use the trainable (or ALONE) input embedding as the
@@ -100,17 +107,17 @@ class ElmoLM(keras.Model):
 
     def __init__(
         self,
-        embedding_table=None,
+        vocabulary_size=None,
         num_layers=2,
         units=4096,
         projection_dim=512,
         dropout_rate=0.1,
         output_layer="continuous",
         output_loss="cosine",
+        embedding_table=None,
         vmf_regularization1=0.0,
         vmf_regularization2=1.0,
         input_embedding="fixed",
-        vocabulary_size=None,
         embedding_dim=None,
         tie_output=False,
         adaptive_cutoffs=None,
@@ -121,6 +128,14 @@ class ElmoLM(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if vocabulary_size is not None and not isinstance(vocabulary_size, numbers.Integral):
+            raise TypeError(
+                "ElmoLM's first argument is `vocabulary_size` (as for MaskedElmo and Bert); "
+                "pass fixed vectors as `embedding_table=`. Received: "
+                f"vocabulary_size of type {type(vocabulary_size).__name__}"
+            )
+        if vocabulary_size is not None:
+            vocabulary_size = int(vocabulary_size)
         for arg, value in (
             ("num_layers", num_layers),
             ("units", units),

@@ -123,7 +123,8 @@ def build_model(config, vectors_path=None, vocabulary_size=None):
     """The `ElmoLM` of `config` (`vectors_path` for word models, else `vocabulary_size`)."""
     m = config.model
     return ElmoLM(
-        vectors_path,
+        None if vectors_path else vocabulary_size,
+        embedding_table=vectors_path,
         num_layers=m.num_layers,
         units=m.units,
         projection_dim=m.projection_dim,
@@ -133,7 +134,6 @@ def build_model(config, vectors_path=None, vocabulary_size=None):
         vmf_regularization1=m.vmf_regularization1,
         vmf_regularization2=m.vmf_regularization2,
         input_embedding=m.input_embedding,
-        vocabulary_size=None if vectors_path else vocabulary_size,
         embedding_dim=m.embedding_dim or None,
         tie_output=m.tie_output,
         adaptive_cutoffs=m.adaptive_cutoffs or None,
