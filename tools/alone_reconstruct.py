@@ -116,7 +116,7 @@ def demo_table():
     vocabulary = os.path.join(DEMO_DIR, "vocabulary.txt")
     if not (os.path.exists(vectors) and os.path.exists(vocabulary)):
         from tfeff.config import load_config
-        from tfeff.training.pretraining import prepare_data
+        from tfeff.training import prepare_data
 
         print(f"{vectors} is missing: generating the demo corpus and training its fastText "
               "vectors (the first stage of `make demo`)", flush=True)

@@ -32,9 +32,8 @@ import tensorflow as tf  # noqa: E402
 
 from tfeff import data as data_lib  # noqa: E402
 from tfeff.config import load_config  # noqa: E402
-from tfeff.training import bert_pretraining  # noqa: E402
-from tfeff.training import masked_elmo_pretraining  # noqa: E402
-from tfeff.training import pretraining  # noqa: E402
+from tfeff.training import build_model  # noqa: E402
+from tfeff.training import get_family  # noqa: E402
 from tfeff.training.optimizers import make_optimizer  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,29 +60,17 @@ def _tokens(batch):
 
 def _family_setup(config, model_dir):
     """`(input, batches, build_model)`: the timed input, the model's batches and its factory."""
-    if config.family == "elmo":
-        artifacts = pretraining.prepare_data(config, model_dir)
-        vocab = data_lib.Vocabulary.load(artifacts.vocabulary_path)
-        ds = pretraining.train_dataset(config, artifacts,
-                                       data_lib.resolve_files(artifacts.train_files))
-        timed = ds
-        if artifacts.vectors_path:
-            # The model gathers the batch's fixed vectors from the host table: time it too.
-            table = tf.constant(data_lib.load_vocabulary_vectors(artifacts.vectors_path))
-            timed = ds.map(lambda ids: (ids, tf.gather(table, ids)),
-                           num_parallel_calls=tf.data.AUTOTUNE)
-        return timed, ds, lambda: pretraining.build_model(config, artifacts.vectors_path,
-                                                           len(vocab))
-    if config.family == "bert":
-        train_files, _, vocabulary_path = bert_pretraining.prepare_bert_data(config, model_dir)
-        size = len(data_lib.Vocabulary.load(vocabulary_path))
-        ds = bert_pretraining.bert_dataset(config, train_files, vocabulary_path, True, seed=0)
-        return ds, ds, lambda: bert_pretraining.build_bert(config, size)
-    documents, _, vocabulary_path, vectors_path = \
-        masked_elmo_pretraining.prepare_masked_elmo_data(config, model_dir)
-    size = len(data_lib.Vocabulary.load(vocabulary_path))
-    ds = masked_elmo_pretraining.masked_elmo_dataset(config, documents, size, True)
-    return ds, ds, lambda: masked_elmo_pretraining.build_masked_elmo(config, size, vectors_path)
+    family = get_family(config)
+    artifacts = family.prepare_data(config, model_dir)
+    ds = family.train_dataset(config, artifacts)
+    timed = ds
+    if family.name == "elmo" and artifacts.vectors_path:
+        # The model gathers the batch's fixed vectors from the host table: time it too.
+        table = tf.constant(data_lib.load_vocabulary_vectors(artifacts.vectors_path))
+        timed = ds.map(lambda ids: (ids, tf.gather(table, ids)),
+                       num_parallel_calls=tf.data.AUTOTUNE)
+    return timed, ds, lambda: family.build_model(config, artifacts.vocabulary_size,
+                                                 artifacts.vectors_path)
 
 
 def pipeline_tokens_per_second(ds, batches, repeats):
@@ -129,19 +116,13 @@ def model_tokens_per_second(config, build, ds, steps):
 def paper_flops_per_token(config, work_dir):
     """~6 x dense parameters (+ the MLM softmax at masked positions), per input token."""
     d, m = config.data, config.model
-    if config.family == "elmo":
-        vectors = None
-        if d.tokenization != "wordpiece":
-            vectors = os.path.join(work_dir, "paper_table.npy")
-            np.save(vectors, np.zeros((16, config.fasttext.dim), np.float32))
-        model = pretraining.build_model(config, vectors, d.wordpiece_vocabulary_size)
-        vocabulary = d.wordpiece_vocabulary_size
-    elif config.family == "bert":
-        vocabulary = d.wordpiece_vocabulary_size
-        model = bert_pretraining.build_bert(config, vocabulary)
-    else:
-        vocabulary = d.wordpiece_vocabulary_size
-        model = masked_elmo_pretraining.build_masked_elmo(config, vocabulary)
+    vocabulary = d.wordpiece_vocabulary_size
+    vectors, rows = None, vocabulary
+    if get_family(config).uses_vectors(config):
+        # Word models need a table; its rows do not count (embeddings are excluded).
+        vectors, rows = os.path.join(work_dir, "paper_table.npy"), 16
+        np.save(vectors, np.zeros((rows, config.fasttext.dim), np.float32))
+    model = build_model(config, rows, vectors)
     model.build()
     dense = sum(int(np.prod(v.shape)) for v in model.trainable_variables
                 if "embedding" not in v.path and "embeddings" not in v.path

@@ -29,7 +29,10 @@ import keras  # noqa: E402
 import bench_results  # noqa: E402
 from tfeff import data as data_lib  # noqa: E402
 from tfeff.config import load_config  # noqa: E402
-from tfeff.training import bert_pretraining  # noqa: E402
+from tfeff.training.families.bert import BERT  # noqa: E402
+from tfeff.training.families.bert import bert_dataset  # noqa: E402
+from tfeff.training.families.bert import evaluate_bert  # noqa: E402
+from tfeff.training.families.bert import unigram_log_probs  # noqa: E402
 from tfeff.training.optimizers import make_optimizer  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,16 +80,14 @@ def train_variant(name, config, files, vocabulary_path, unigram):
     train_files, heldout_files = files
     vocabulary_size = len(data_lib.Vocabulary.load(vocabulary_path))
     keras.utils.set_random_seed(config.train.seed)
-    model = bert_pretraining.build_bert(config, vocabulary_size)
+    model = BERT.build_model(config, vocabulary_size)
     model.build()
     model.compile(optimizer=make_optimizer(config.train, config.data.batch_size),
                   jit_compile=False)
-    dataset = bert_pretraining.bert_dataset(config, train_files, vocabulary_path, True,
-                                            seed=config.train.seed)
+    dataset = bert_dataset(config, train_files, vocabulary_path, True, seed=config.train.seed)
 
     def evaluate(m):
-        return bert_pretraining.evaluate_bert(m, config, heldout_files, vocabulary_path,
-                                              unigram=unigram)
+        return evaluate_bert(m, config, heldout_files, vocabulary_path, unigram=unigram)
 
     curve = Curve(evaluate, FLAGS.every, config.train.steps, name)
     model.fit(dataset, steps_per_epoch=config.train.steps, epochs=1, verbose=0,
@@ -100,9 +101,10 @@ def main(argv):
     base = load_config(FLAGS.config, FLAGS.override)
     os.makedirs(FLAGS.work_dir, exist_ok=True)
     os.makedirs(FLAGS.results_dir, exist_ok=True)
-    train_files, heldout_files, vocabulary_path = bert_pretraining.prepare_bert_data(
-        base, FLAGS.work_dir)
-    unigram = bert_pretraining.unigram_log_probs(base, train_files, vocabulary_path)
+    artifacts = BERT.prepare_data(base, FLAGS.work_dir)
+    train_files, heldout_files, vocabulary_path = (
+        artifacts.train_files, artifacts.heldout_files, artifacts.vocabulary_path)
+    unigram = unigram_log_probs(base, train_files, vocabulary_path)
     results = {}
     for name, overrides in variants:
         config = load_config(FLAGS.config, FLAGS.override + overrides)

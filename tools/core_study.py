@@ -47,9 +47,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import bench_results  # noqa: E402
-from tfeff.training import bert_pretraining  # noqa: E402
 from tfeff.training import checkpoints  # noqa: E402
 from tfeff.training import model_directory  # noqa: E402
+from tfeff.training.families.bert import BERT  # noqa: E402
+from tfeff.training.families.bert import COARSE_DIR  # noqa: E402
+from tfeff.training.families.bert import SWITCH_FILE  # noqa: E402
+from tfeff.training.families.bert import evaluate_bert  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE_CONFIG = os.path.join(REPO, "configs", "demo_bert_core.yaml")
@@ -134,15 +137,14 @@ def evaluate_checkpoints(model_dir, exact_attention=None):
     config = model_directory.load_model_dir_config(model_dir)
     vocabulary = os.path.join(model_dir, model_directory.VOCABULARY_FILE)
     heldout = model_directory.corpus_files(config.data, model_dir)[1]
-    model = bert_pretraining.build_bert(config, bert_pretraining.vocabulary_size(model_dir))
+    model = BERT.build_model(config, *BERT.model_inputs(config, model_dir))
     model.build()
     checkpoint = checkpoints.make_checkpoint(model)
     losses = {}
     for step in sorted(checkpoint_times(os.path.join(model_dir, model_directory.CHECKPOINT_DIR))):
         path = os.path.join(model_dir, model_directory.CHECKPOINT_DIR, f"ckpt-{step}")
         checkpoints.restore(checkpoint, path)
-        ev = bert_pretraining.evaluate_bert(model, config, heldout, vocabulary,
-                                            exact_attention=exact_attention)
+        ev = evaluate_bert(model, config, heldout, vocabulary, exact_attention=exact_attention)
         losses[step] = ev["mlm_loss"]
         print(f"  {model_dir} step {step}: held-out MLM loss {ev['mlm_loss']:.4f}", flush=True)
     return losses
@@ -236,12 +238,12 @@ def main(argv):
     curves, starts = {}, {}
     standard = curve(standard_dir, standard_eval["train_seconds"])
     starts["standard"] = standard[-1]["wall"] - standard_eval["train_seconds"]
-    coarse = curve(os.path.join(two_phase_dir, bert_pretraining.COARSE_DIR), None,
+    coarse = curve(os.path.join(two_phase_dir, COARSE_DIR), None,
                    exact_attention=True)
     refined = curve(two_phase_dir, two_phase_eval["train_seconds"])
     starts["two_phase"] = refined[-1]["wall"] - two_phase_eval["train_seconds"]
-    with open(os.path.join(two_phase_dir, bert_pretraining.COARSE_DIR,
-                           bert_pretraining.SWITCH_FILE)) as f:
+    with open(os.path.join(two_phase_dir, COARSE_DIR,
+                           SWITCH_FILE)) as f:
         switch = json.load(f)
     # The converted checkpoint at the switch step is written after the conversion:
     # the same loss as the coarse one, later.

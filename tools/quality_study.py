@@ -147,8 +147,7 @@ def curve_evaluator(config, model_dir, points):
     """`on_point(model, step, seconds)` appending held-out LM quality to `points`."""
     import copy
 
-    from tfeff.data import Vocabulary
-    from tfeff.training import pretraining
+    from tfeff.training.families import ELMO
 
     if config.family != "elmo":
         return None
@@ -158,9 +157,8 @@ def curve_evaluator(config, model_dir, points):
 
     def on_point(model, step, seconds):
         if not loaded:
-            loaded["artifacts"] = pretraining.prepare_data(config, model_dir)
-            loaded["vocab"] = Vocabulary.load(loaded["artifacts"].vocabulary_path)
-        result = pretraining.evaluate(model, config, loaded["artifacts"], loaded["vocab"])
+            loaded["artifacts"] = ELMO.prepare_data(config, model_dir)
+        result = ELMO.evaluate(model, config, loaded["artifacts"])
         points.append({"step": step, "seconds": seconds, "top10": result["top_k"]["10"],
                        "perplexity": result.get("perplexity")})
     return on_point
@@ -180,7 +178,7 @@ def run_config(name, corpus, overrides, english_dir, fasttext_bin=None):
 def shared_fasttext(corpus, work_dir, english_dir, log):
     """Trains (once) the fastText model every word-level model of `corpus` uses."""
     from tfeff.training import model_directory
-    from tfeff.training import pretraining
+    from tfeff.training import prepare_data
 
     ft_dir = os.path.join(work_dir, corpus, "fasttext")
     path = os.path.join(ft_dir, model_directory.FASTTEXT_FILE)
@@ -188,7 +186,7 @@ def shared_fasttext(corpus, work_dir, english_dir, log):
         config = run_config("elmo_c", corpus, [], english_dir)
         os.makedirs(ft_dir, exist_ok=True)
         t0 = time.time()
-        pretraining.prepare_data(config, ft_dir)
+        prepare_data(config, ft_dir)
         log(f"[{corpus}] fastText in {time.time() - t0:.0f}s")
     return path
 

@@ -113,7 +113,7 @@ def test_coarse_phase_must_leave_refined_steps():
 
 def test_output_layer_is_checked_against_the_vocabulary():
     from tfeff.data import Vocabulary
-    from tfeff.training.pretraining import check_output_layer
+    from tfeff.training.families.elmo import check_output_layer
 
     vocab = Vocabulary(["<pad>", "<unk>", "<s>", "</s>", "a", "b", "c"], [0, 0, 5, 5, 9, 4, 1])
     check_output_layer(load_config(DEMO, ["model.output_layer=adaptive",

@@ -45,7 +45,7 @@ def _ids(vocabulary_size, seed=0):
 
 def _elmo_loss(config, tmp_path):
     from tfeff.data import fasttext_tables
-    from tfeff.training.pretraining import build_model
+    from tfeff.training import build_model
 
     vectors_path, vocabulary_size = None, config.data.wordpiece_vocabulary_size
     if config.data.tokenization == "word":
@@ -59,7 +59,7 @@ def _elmo_loss(config, tmp_path):
         table[4:5000] = np.random.default_rng(1).normal(size=(4996, config.fasttext.dim))
         del table
         assert fasttext_tables.load_vocabulary_vectors(vectors_path).shape[0] == vocabulary_size
-    model = build_model(config, vectors_path, vocabulary_size)
+    model = build_model(config, vocabulary_size, vectors_path)
     model.build()
     ids = _ids(vocabulary_size)
     outputs = model(ids, training=False)
@@ -72,10 +72,10 @@ def _elmo_loss(config, tmp_path):
 
 
 def _bert_loss(config, relaxed):
-    from tfeff.training.bert_pretraining import build_bert
+    from tfeff.training.families import BERT
 
     vocabulary_size = config.data.wordpiece_vocabulary_size
-    model = build_bert(config, vocabulary_size, relaxed=relaxed)
+    model = BERT.build_model(config, vocabulary_size, relaxed=relaxed)
     model.build()
     ids = _ids(vocabulary_size)
     batch = {"token_ids": ids, "padding_mask": ids > 0,
@@ -89,10 +89,10 @@ def _bert_loss(config, relaxed):
 
 
 def _masked_elmo_loss(config):
-    from tfeff.training.masked_elmo_pretraining import build_masked_elmo
+    from tfeff.training import build_model
 
     vocabulary_size = config.data.wordpiece_vocabulary_size
-    model = build_masked_elmo(config, vocabulary_size)
+    model = build_model(config, vocabulary_size)
     model.build()
     ids = _ids(vocabulary_size)
     stack, _ = model.encode(ids, ids > 0)

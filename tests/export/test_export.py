@@ -42,7 +42,7 @@ def _library_embeddings(model_dir, sentences, max_tokens=64, predictions=False):
     """
     import fasttext
 
-    model, _, _ = restore_model(model_dir)
+    model, _, _, _ = restore_model(model_dir)
     ft = fasttext.load_model(os.path.join(model_dir, "fasttext.bin"))
     mean = np.load(fasttext_tables.mean_path(os.path.join(model_dir, "vocabulary_vectors.npy")))
     outs, predicted = [], []
@@ -114,7 +114,7 @@ def test_literal_unk_and_pad_get_the_input_they_get_in_training(exported):
     sentence = " ".join([known[0], "<unk>", known[1], known[2], "<pad>", known[3]])
     ids = lines_to_windows(tf.constant([sentence]), lookup_table(vocab_path), 64).to_tensor()
     assert ids.numpy()[0, [2, 5]].tolist() == [vocabulary.UNK_ID] * 2  # after <s>
-    model, _, _ = restore_model(model_dir)
+    model, _, _, _ = restore_model(model_dir)
     stack, _, _ = model.encode(model.token_embedding(ids), ids > 0)
     out = load_embedder(path).signatures["embed"](sentences=tf.constant([sentence]))
     np.testing.assert_allclose(out["layers"].numpy()[0], stack.numpy()[0, :, 1:-1],

@@ -15,9 +15,10 @@ import tensorflow as tf
 from tests.conftest import REPO
 from tfeff import data as data_lib
 from tfeff.config import load_config
-from tfeff.training import bert_pretraining
-from tfeff.training import pretrain
 from tfeff.training import model_directory
+from tfeff.training import pretrain
+from tfeff.training import restore_model
+from tfeff.training.families import bert as bert_family
 
 CORE = os.path.join(REPO, "configs", "demo_bert_core.yaml")
 TINY = [
@@ -62,8 +63,8 @@ def test_two_phase_run_switches_and_loss_falls_across_the_switch(core_run):
     ev = results["eval"]
     assert ev["masked_tokens"] > 0 and ev["perplexity"] < 400 and 0 < ev["accuracy"] < 1
     # The coarse phase is a complete relaxed model directory; the top level holds the standard.
-    relaxed, _, step, _ = bert_pretraining.restore_bert(os.path.join(model_dir, "coarse"))
-    standard, _, _, _ = bert_pretraining.restore_bert(model_dir)
+    relaxed, _, step, _ = restore_model(os.path.join(model_dir, "coarse"))
+    standard, _, _, _ = restore_model(model_dir)
     assert relaxed.is_relaxed and not standard.is_relaxed and step == 120
 
 
@@ -103,7 +104,7 @@ def test_plateau_rule():
     model = keras.Sequential([keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     model.build((None, 1))
-    stopper = bert_pretraining.PlateauStopper(window=2, patience=2, threshold=0.1)
+    stopper = bert_family.PlateauStopper(window=2, patience=2, threshold=0.1)
     stopper.set_model(model)
     losses = [10, 10, 5, 5, 4.8, 4.8, 4.7, 4.7, 1, 1]  # windows: 10, 5, 4.8, 4.7 -> stop
     running = 0.0
@@ -130,8 +131,8 @@ def test_convert_cli_writes_a_standard_directory_that_pretraining_continues(core
     assert "step 120" in r.stdout
     config = load_config(os.path.join(out, "config.yaml"))
     assert config.model.relaxed is None and not config.core.enabled
-    standard, _, step, _ = bert_pretraining.restore_bert(out)
-    relaxed, _, _, _ = bert_pretraining.restore_bert(relaxed_dir)
+    standard, _, step, _ = restore_model(out)
+    relaxed, _, _, _ = restore_model(relaxed_dir)
     from tfeff.models.relaxed_merge import compare_outputs
     from tfeff.models.relaxed_merge import probe_inputs
     x = probe_inputs(relaxed)
@@ -158,7 +159,7 @@ def test_convert_cli_refuses_with_a_clear_message_and_writes_nothing(core_run, t
         os.makedirs(source)
         cfg = load_config(os.path.join(core_run[0], "config.yaml"))
         from tfeff.config import write_yaml
-        write_yaml(bert_pretraining.standard_config(cfg), os.path.join(source, "config.yaml"))
+        write_yaml(bert_family.standard_config(cfg), os.path.join(source, "config.yaml"))
     if which == "exists":
         os.makedirs(out)
         open(os.path.join(out, "keep.txt"), "w").close()
@@ -176,7 +177,7 @@ def test_embedder_export_reproduces_the_relaxed_model(core_run, tmp_path):
     from tests.export.embedder_reference import check_model_dir_export
 
     model_dir = os.path.join(core_run[0], "coarse")
-    model, _, _, config = bert_pretraining.restore_bert(model_dir)
+    model, _, _, config = restore_model(model_dir)
     assert model.is_relaxed
     loaded = check_model_dir_export(model_dir, str(tmp_path / "export"), "bert", model,
                                     lower_case=config.data.lower_case,
@@ -240,11 +241,11 @@ def test_unigram_perplexity_scores_the_heldout_targets_by_training_frequencies(c
     np.testing.assert_array_equal(part, _wordpiece_counts(lines[:read], words))
 
     smoothed = counts + 1.0
-    smoothed[list(bert_pretraining.NEVER_TARGETS)] = 0.0
+    smoothed[list(bert_family.NEVER_TARGETS)] = 0.0
     probs = smoothed / smoothed.sum()
     heldout = os.path.join(model_dir, "corpus", "heldout.txt")
     nll, n = 0.0, 0.0
-    for batch in bert_pretraining.bert_dataset(config, heldout, vocabulary_path, False,
+    for batch in bert_family.bert_dataset(config, heldout, vocabulary_path, False,
                                                seed=config.train.seed).take(
                                                    config.eval.max_batches):
         weights = batch["masked_weights"].numpy()

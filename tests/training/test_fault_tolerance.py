@@ -29,7 +29,7 @@ from tfeff.training import errors
 from tfeff.training import fault_tolerance
 from tfeff.training import pretrain
 from tfeff.training.model_directory import resolve_config
-from tfeff.training.pretraining import prepare_data
+from tfeff.training import prepare_data
 
 DEMO = os.path.join(REPO, "configs", "demo_elmo_c.yaml")
 STEPS = 60

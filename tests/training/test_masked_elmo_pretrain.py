@@ -9,8 +9,8 @@ import pytest
 from tests.conftest import REPO
 from tfeff.config import ConfigError
 from tfeff.config import load_config
-from tfeff.training import masked_elmo_pretraining
 from tfeff.training import pretrain
+from tfeff.training import restore_model
 
 DEMO = os.path.join(REPO, "configs", "demo_masked_elmo.yaml")
 TINY = [
@@ -49,7 +49,7 @@ def test_masked_perplexity_falls_with_training(runs):
     val = first["history"]["val_loss"] + second["history"]["val_loss"]
     assert len(val) == 3 and val[2] < val[0]
     # The model directory restores: weights, optimizer step and carried states.
-    model, _, step, config = masked_elmo_pretraining.restore_masked_elmo(model_dir)
+    model, _, step, config = restore_model(model_dir)
     assert step == 90 and config.model.mask_accumulation == 4
     assert len(model.carried_states) == 8
     assert np.abs(keras.ops.convert_to_numpy(model.carried_states[0])).sum() > 0
@@ -58,7 +58,7 @@ def test_masked_perplexity_falls_with_training(runs):
 def test_export_reproduces_the_trained_model(runs):
     from tests.export.embedder_reference import check_model_dir_export
 
-    model, _, _, _ = masked_elmo_pretraining.restore_masked_elmo(runs[1])
+    model, _, _, _ = restore_model(runs[1])
     check_model_dir_export(runs[1], str(runs[0] / "export"), "masked_elmo", model)
 
 
@@ -68,8 +68,8 @@ def test_resume_is_exact(runs):
     other = str(base / "in_steps")
     for steps in (30, 60, 90):
         pretrain(load_config(DEMO, TINY + [f"train.steps={steps}"]), other, verbose=0)
-    a, _, _, _ = masked_elmo_pretraining.restore_masked_elmo(straight)
-    b, _, _, _ = masked_elmo_pretraining.restore_masked_elmo(other)
+    a, _, _, _ = restore_model(straight)
+    b, _, _, _ = restore_model(other)
     for x, y in zip(_weights(a), _weights(b)):
         np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-6)
 

@@ -42,7 +42,7 @@ def test_checkpoint_holds_every_model_weight(trained_dir):
     model_dir, _ = trained_dir
     names = {n for n, _ in tf.train.list_variables(
         tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints")))}
-    model, _, step = restore_model(model_dir)
+    model, _, step, _ = restore_model(model_dir)
     assert step == 1500
     model_entries = [n for n in names if n.startswith("model/")]
     assert len(model_entries) == len(model.weights)
@@ -109,7 +109,7 @@ def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_
 
         from tfeff.training import restore_model
 
-        model, _, _ = restore_model(model_dir)
+        model, _, _, _ = restore_model(model_dir)
         alone = model.token_embedding
         assert (alone.base_dim, alone.intermediate_dim, alone.seed) == (64, 256, 0)
         assert alone.count_params() == 64 + 256 * (64 + 64)
@@ -121,7 +121,7 @@ def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_
         from tests.export.embedder_reference import check_model_dir_export
         from tfeff.training import restore_model
 
-        model, _, _ = restore_model(model_dir)
+        model, _, _, _ = restore_model(model_dir)
         loaded = check_model_dir_export(model_dir, str(tmp_path / "export"), "elmo_wordpiece",
                                         model)
         assert sorted(loaded.signatures) == ["embed", "embed_tokens", "tokenize"]

@@ -14,7 +14,7 @@ from tfeff import config as config_lib
 from tfeff.models.relaxed_merge import ConversionError
 from tfeff.models.relaxed_merge import merge_and_check
 from tfeff.models.relaxed_merge import merge_relaxed_bert
-from tfeff.training import bert_pretraining as bp
+from tfeff.training.families import bert as bp
 from tfeff.training import model_directory
 
 __all__ = ["ConversionError", "convert_model_dir", "merge_relaxed_bert"]
@@ -50,7 +50,7 @@ def convert_model_dir(model_dir, output_dir, rtol=1e-5):
         raise ConversionError(f"{model_dir} holds a standard BERT (model.relaxed is not set)")
     if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
         raise FileExistsError(f"{output_dir} exists and is not empty")
-    relaxed, _, step, _ = bp.restore_bert(model_dir, config)
+    relaxed, _, step, _ = bp.BERT.restore(model_dir, config)
     standard, errors = merge_and_check(relaxed, rtol=rtol)
 
     parent = os.path.dirname(os.path.abspath(output_dir))

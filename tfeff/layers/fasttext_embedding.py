@@ -151,6 +151,25 @@ class FastTextEmbedding(keras.layers.Layer):
             **kwargs,
         )
 
+    @classmethod
+    def from_file(cls, path, **kwargs):
+        """Builds the layer from a `.bin` fastText model or a `.vec`/`.txt` file.
+
+        The file is validated first: a truncated or corrupt `.bin` is a
+        `WordVectorsError` naming it, never a layer with broken vectors. A
+        `.vec` file has no subwords (`minn = maxn = bucket = 0`): words outside
+        it get the zero vector.
+        """
+        # Local: importing tfeff.layers does not load the data package.
+        from tfeff.data import fasttext_tables
+
+        path = os.fspath(path)
+        if path.endswith((".vec", ".txt")):
+            words, matrix = fasttext_tables.WordVectors(path).words_and_matrix()
+            return cls(words, matrix, minn=0, maxn=0, bucket=0, **kwargs)
+        fasttext_tables.check_fasttext_model(path)
+        return cls.from_fasttext(path, **kwargs)
+
     def build(self, input_shape=None):
         initial = self._initial_matrix
         self.input_matrix = self.add_weight(

@@ -3,6 +3,10 @@
 from tfeff.training.evaluation import target_ranks
 from tfeff.training.evaluation import top_k_accuracy
 from tfeff.training.evaluation import unigram_top_k_accuracy
+from tfeff.training.families import FAMILIES
+from tfeff.training.families import DataArtifacts
+from tfeff.training.families import RestoredModel
+from tfeff.training.families import get_family
 from tfeff.training.optimizers import WarmupDecay
 from tfeff.training.optimizers import make_optimizer
 from tfeff.training.pretraining import build_model
@@ -12,8 +16,12 @@ from tfeff.training.pretraining import restore_model
 from tfeff.training.strategy import make_strategy
 
 __all__ = [
+    "DataArtifacts",
+    "FAMILIES",
+    "RestoredModel",
     "WarmupDecay",
     "build_model",
+    "get_family",
     "make_optimizer",
     "make_strategy",
     "prepare_data",

@@ -1,0 +1,28 @@
+"""The model families and their registry: `get_family(config)` -> the family's object.
+
+Adding a family is one module here (a `Family` subclass and its instance)
+and one line in `FAMILIES`, beside its config dataclass in
+`tfeff.config.FAMILIES`.
+"""
+
+from tfeff.training.families.base import DataArtifacts
+from tfeff.training.families.base import Family
+from tfeff.training.families.base import RestoredModel
+from tfeff.training.families.base import train_phase
+from tfeff.training.families.bert import BERT
+from tfeff.training.families.elmo import ELMO
+from tfeff.training.families.masked_elmo import MASKED_ELMO
+
+FAMILIES = {family.name: family for family in (ELMO, BERT, MASKED_ELMO)}
+
+
+def get_family(config_or_name):
+    """The `Family` of a config (its `family`) or of a family name (ValueError if unknown)."""
+    name = getattr(config_or_name, "family", config_or_name)
+    if name not in FAMILIES:
+        raise ValueError(f"Unknown model family {name!r}; one of {tuple(FAMILIES)}")
+    return FAMILIES[name]
+
+
+__all__ = ["BERT", "DataArtifacts", "ELMO", "FAMILIES", "Family", "MASKED_ELMO",
+           "RestoredModel", "get_family", "train_phase"]

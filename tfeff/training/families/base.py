@@ -1,0 +1,287 @@
+"""What every model family provides (`Family`), and the resumable training they share.
+
+A family is one object with the same methods and return types as every
+other: prepare the data of a model directory (`DataArtifacts`), give the
+training and validation batches, build the model, restore it from a model
+directory (`RestoredModel`), evaluate it, and name what its embedder needs.
+`Family.pretrain` runs the shared part of every run (`start_run`, then
+`train_phase`, then the held-out evaluation written to `eval.json`); a family
+whose run has phases (CoRe's BERT) overrides it and calls the same pieces.
+"""
+
+import dataclasses
+import functools
+import json
+import logging
+import time
+from typing import Any, NamedTuple, Optional
+
+import tensorflow as tf
+
+from tfeff import data as data_lib
+from tfeff.data import files
+from tfeff.training import fault_tolerance
+from tfeff.training import model_directory
+from tfeff.training.model_directory import file_path
+from tfeff.training.optimizers import make_optimizer
+
+
+@dataclasses.dataclass
+class DataArtifacts:
+    """What `Family.prepare_data` made (or found) in a model directory.
+
+    Attributes:
+        train_files, heldout_files: corpus globs (`heldout_files` may be empty).
+        vocabulary_path: `vocabulary.txt` (words, or WordPiece tokens).
+        vectors_path: the fixed vectors of every vocabulary entry
+            (`vocabulary_vectors.npy`), or None when the model uses none.
+        word_vectors_path: the fastText model the vectors came from, or None.
+        documents, heldout_documents: token-id documents held in memory, for
+            families whose batches are addressed by step (Masked ELMo).
+    """
+
+    train_files: str
+    heldout_files: str
+    vocabulary_path: str
+    vectors_path: Optional[str] = None
+    word_vectors_path: Optional[str] = None
+    documents: Optional[list] = None
+    heldout_documents: Optional[list] = None
+
+    @functools.cached_property
+    def vocabulary(self):
+        return data_lib.Vocabulary.load(self.vocabulary_path)
+
+    @property
+    def vocabulary_size(self):
+        return len(self.vocabulary)
+
+    @functools.cached_property
+    def train_file_list(self):
+        """`train_files` resolved to the file list (what file sharding splits)."""
+        return data_lib.resolve_files(self.train_files)
+
+
+class RestoredModel(NamedTuple):
+    """A model directory's model at its latest checkpoint (`Family.restore`)."""
+
+    model: Any
+    optimizer: Any
+    step: int
+    config: Any
+
+
+class Phase(NamedTuple):
+    """What `train_phase` ends with."""
+
+    model: Any
+    step: int
+    history: dict
+    preempted: bool
+    position: int
+
+
+def bilstm_model_kwargs(model_cfg):
+    """The `model` section's arguments that `ElmoLM` and `MaskedElmo` share."""
+    m = model_cfg
+    return dict(
+        num_layers=m.num_layers,
+        units=m.units,
+        projection_dim=m.projection_dim,
+        dropout_rate=m.dropout_rate,
+        output_layer=m.output_layer,
+        output_loss=m.output_loss,
+        adaptive_cutoffs=m.adaptive_cutoffs or None,
+        adaptive_div_value=m.adaptive_div_value,
+        input_embedding=m.input_embedding,
+        alone=alone_kwargs(m),
+    )
+
+
+def alone_kwargs(model_cfg):
+    """`AloneEmbedding` arguments of an `input_embedding: alone` model, else None."""
+    return model_cfg.alone.layer_kwargs() if model_cfg.input_embedding == "alone" else None
+
+
+class Family:
+    """One model family: its data, batches, model, restore, evaluation and embedder.
+
+    Subclasses set `name` (the config's `family`) and `label`, and implement
+    `prepare_data`, `build_model`, `train_dataset`, `evaluate` and
+    `embedder_options`; the rest has defaults every family shares.
+    """
+
+    name = None
+    label = None
+    # True when the batches are a function of the step (`train_dataset` starts at
+    # `position` itself, no tf.data iterator to save) and not sharded by file.
+    position_addressed = False
+
+    # -- data
+
+    def check_inputs(self, config, model_dir):
+        """Checks made before anything is written (e.g. a pre-trained vectors file)."""
+
+    def prepare_data(self, config, model_dir):
+        """Creates (or reuses) the corpus, vocabulary and vectors: a `DataArtifacts`."""
+        raise NotImplementedError
+
+    def uses_vectors(self, config):
+        """Whether the model of `config` reads the fixed `vocabulary_vectors.npy`."""
+        return False
+
+    def train_dataset(self, config, artifacts, position=0, file_shard=None):
+        """The repeated training batches from input `position` on (`file_shard`:
+        `tfeff.training.strategy.shard_files`)."""
+        raise NotImplementedError
+
+    def validation_dataset(self, config, artifacts):
+        """The held-out batches of Keras' validation during `fit`, or None."""
+        return None
+
+    # -- model
+
+    def build_model(self, config, vocabulary_size, vectors_path=None):
+        """The (unbuilt) Keras model of `config`."""
+        raise NotImplementedError
+
+    def model_inputs(self, config, model_dir):
+        """`(vocabulary_size, vectors_path)` for `build_model`, read from a prepared
+        `model_dir` (FileNotFoundError naming the missing file)."""
+        vocabulary_path = file_path(model_dir, model_directory.VOCABULARY_FILE)
+        if not tf.io.gfile.exists(vocabulary_path):
+            raise FileNotFoundError(f"{model_dir} has no {model_directory.VOCABULARY_FILE}: "
+                                    "run tfeff-pretrain first")
+        vectors_path = None
+        if self.uses_vectors(config):
+            vectors_path = file_path(model_dir, model_directory.VECTORS_FILE)
+            if not tf.io.gfile.exists(vectors_path):
+                raise FileNotFoundError(f"{model_dir} has no {model_directory.VECTORS_FILE}: "
+                                        "run tfeff-pretrain first")
+        return len(data_lib.Vocabulary.load(vocabulary_path)), vectors_path
+
+    def restore(self, model_dir, config=None, strategy=None, with_optimizer=False):
+        """Builds the model of `model_dir` and restores its latest checkpoint.
+
+        Returns:
+            `RestoredModel(model, optimizer_or_None, step, config)`.
+
+        Raises:
+            FileNotFoundError: no config, vocabulary, vectors or checkpoint.
+            ValueError: the directory holds another family's model.
+        """
+        if config is None:
+            config = model_directory.load_model_dir_config(model_dir)
+        if config.family != self.name:
+            raise ValueError(f"{model_dir} holds a {config.family!r} model, not a {self.label}")
+        vocabulary_size, vectors_path = self.model_inputs(config, model_dir)
+        model, optimizer, step = model_directory.restore_latest(
+            model_dir, config, lambda: self.build_model(config, vocabulary_size, vectors_path),
+            strategy, with_optimizer)
+        return RestoredModel(model, optimizer, step, config)
+
+    # -- evaluation and export
+
+    def evaluate(self, model, config, artifacts):
+        """Held-out results (a JSON-able dict), as written to `eval.json`."""
+        raise NotImplementedError
+
+    def eval_summary(self, results):
+        """One log line of `evaluate`'s results."""
+        return json.dumps(results)
+
+    def embedder_options(self, config, model_dir):
+        """`(options, extra_files)`: the family's arguments of
+        `tfeff.export.embedder.embedder_module` beyond the model, and the files an
+        export copies beside the SavedModel (`{name: path}`)."""
+        vocabulary_path = file_path(model_dir, model_directory.VOCABULARY_FILE)
+        return ({"vocabulary": vocabulary_path},
+                {model_directory.VOCABULARY_FILE: vocabulary_path})
+
+    # -- the run
+
+    def start(self, config, model_dir, strategy, devices):
+        """`model_directory.start_run` with this family's checks and data."""
+        return model_directory.start_run(
+            config, model_dir, strategy, devices, lambda: self.prepare_data(config, model_dir),
+            lambda: self.check_inputs(config, model_dir))
+
+    def pretrain(self, config, model_dir, strategy="default", devices=None, verbose="auto",
+                 restore_fallback=False, callbacks=()):
+        """Prepares the data, trains (resuming), evaluates: see `tfeff.training.pretrain`."""
+        strategy, info, artifacts = self.start(config, model_dir, strategy, devices)
+        t0 = time.time()
+        phase = train_phase(self, config, model_dir, artifacts, strategy,
+                            validation=self.validation_dataset(config, artifacts),
+                            callbacks=callbacks, verbose=verbose,
+                            restore_fallback=restore_fallback)
+        results = {"step": phase.step, "history": phase.history,
+                   "train_seconds": time.time() - t0, "preempted": phase.preempted}
+        self.finish(results, phase.model, config, model_dir, artifacts, info)
+        return results
+
+    def finish(self, results, model, config, model_dir, artifacts, info):
+        """The chief's held-out evaluation into `results["eval"]` and `eval.json`
+        (not after a preemption, not without held-out data)."""
+        if not (artifacts.heldout_files and info.is_chief and not results["preempted"]):
+            return
+        results["eval"] = self.evaluate(model, config, artifacts)
+        results["eval"]["train_seconds"] = results["train_seconds"]
+        files.write_text_atomic(file_path(model_dir, model_directory.EVAL_FILE),
+                                json.dumps(results["eval"], indent=2) + "\n")
+        logging.info("held-out results: %s", self.eval_summary(results["eval"]))
+
+
+def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=None,
+                build_options=None, validation=None, log_dir=None, callbacks=(),
+                verbose="auto", restore_fallback=False, label=None):
+    """Builds, restores and trains `family`'s model of `config` in `model_dir`.
+
+    The model and its optimizer are built under `strategy`, the latest
+    checkpoint of `<model_dir>/checkpoints` restored, and `model.fit` run
+    through `ResumableTraining` to `stop_step` (default `train.steps`);
+    a final checkpoint is written unless the run was preempted.
+
+    Args:
+        build_options: more keyword arguments of `family.build_model`.
+        validation: Keras validation data (`train.validation_steps` batches).
+        log_dir: TensorBoard directory (default `<model_dir>/logs`).
+        label: the model's name in the log (default `family.label`).
+
+    Returns:
+        `Phase(model, step, history, preempted, position)`.
+    """
+    train_cfg = config.train
+    stop_step = train_cfg.steps if stop_step is None else stop_step
+    with strategy.scope():
+        model = family.build_model(config, artifacts.vocabulary_size, artifacts.vectors_path,
+                                   **(build_options or {}))
+        model.build()
+        optimizer = make_optimizer(train_cfg, config.data.batch_size)
+        optimizer.build(model.trainable_variables)
+        model.compile(optimizer=optimizer, jit_compile=False,
+                      steps_per_execution=train_cfg.steps_per_execution)
+        training = fault_tolerance.ResumableTraining(
+            model, optimizer, file_path(model_dir, model_directory.CHECKPOINT_DIR),
+            train_cfg.keep_checkpoints, strategy)
+        start = training.restore(restore_fallback)
+    logging.info("%s: %s trainable parameters; step %d, training to step %d",
+                 label or family.label, f"{model.count_params():,}", start, stop_step)
+
+    def build(position, file_shard):
+        return family.train_dataset(config, artifacts, position, file_shard)
+
+    build.checkpointable = not family.position_addressed
+    history, preempted = training.fit(
+        build, stop_step, global_batch_size=config.data.batch_size,
+        num_files=None if family.position_addressed else len(artifacts.train_file_list),
+        every=train_cfg.checkpoint_every, log_every=train_cfg.log_every,
+        on_nan=train_cfg.on_nan,
+        callbacks=[*model_directory.chief_loggers(training.info, model_dir, train_cfg, log_dir),
+                   *callbacks],
+        validation_data=validation,
+        validation_steps=train_cfg.validation_steps if validation is not None else None,
+        verbose=verbose)
+    if not preempted:
+        training.save_if_new()
+    return Phase(model, training.step, history, preempted, int(training.position.numpy()))

@@ -1,0 +1,371 @@
+"""The BERT family (`family: bert`): masked-LM pretraining, and CoRe's two phases in one run.
+
+With `core.coarse_steps` > 0 (and `model.relaxed` set), `BERT.pretrain`:
+
+1. trains the relaxed model in `<model_dir>/coarse/` (itself a complete
+   relaxed-BERT model directory: config, vocabulary, checkpoints) until
+   `core.coarse_steps`, or earlier when the loss plateaus (`PlateauStopper`);
+   the step and reason are written to `coarse/core_switch.json`;
+2. converts it in-process with `tfeff.models.relaxed_merge.merge_relaxed_bert` (checked
+   numerically) and saves the standard model at the switch step in
+   `<model_dir>/checkpoints/`, with a fresh optimizer whose step counter
+   continues, so the learning-rate schedule and the TensorBoard curves
+   (`<model_dir>/logs`, shared by both phases) are continuous;
+3. trains the standard model up to `train.steps`.
+
+A restart resumes in whichever phase the directory is: refined when
+`<model_dir>/checkpoints/` has a checkpoint, else the coarse phase (or its
+conversion, when `core_switch.json` says it has ended).
+
+Without `core.coarse_steps`, the run trains the configured model (relaxed
+or standard) in `<model_dir>` directly.
+"""
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfeff import config as config_lib
+from tfeff import data as data_lib
+from tfeff.data import files
+from tfeff.data.mlm_dataset import CLS_ID
+from tfeff.data.mlm_dataset import MASK_ID
+from tfeff.data.mlm_dataset import PAD_ID
+from tfeff.data.mlm_dataset import SEP_ID
+from tfeff.data.mlm_dataset import check_bert_vocabulary
+from tfeff.models import Bert
+from tfeff.models.relaxed_merge import merge_relaxed_bert
+from tfeff.training import checkpoints
+from tfeff.training import model_directory
+from tfeff.training.callbacks import write_scalar
+from tfeff.training.families.base import DataArtifacts
+from tfeff.training.families.base import Family
+from tfeff.training.families.base import alone_kwargs
+from tfeff.training.families.base import train_phase
+from tfeff.training.optimizers import make_optimizer
+from tfeff.training.strategy import barrier
+from tfeff.training.strategy import shard_files
+
+COARSE_DIR = "coarse"
+NEVER_TARGETS = (PAD_ID, CLS_ID, SEP_ID, MASK_ID)
+SWITCH_FILE = "core_switch.json"
+_path = os.path.join
+
+
+def standard_config(config):
+    """The config of the standard model that `config`'s relaxed model converts to."""
+    return dataclasses.replace(
+        config, model=dataclasses.replace(config.model, relaxed=None),
+        core=config_lib.CoreConfig(),
+    )
+
+
+def coarse_config(config):
+    """The config of a two-phase run's coarse phase: the relaxed model alone."""
+    return dataclasses.replace(config, core=config_lib.CoreConfig())
+
+
+def checkpoint_is_relaxed(config):
+    """Whether `<model_dir>/checkpoints` of `config` hold a relaxed model."""
+    return config.model.relaxed is not None and not config.core.enabled
+
+
+def bert_dataset(config, files_glob, vocabulary_path, training, seed=None, batch_size=None):
+    d = config.data
+    return data_lib.mlm_dataset(
+        files_glob, vocabulary_path, batch_size=batch_size or d.batch_size,
+        max_sequence_length=d.max_sequence_length,
+        max_predictions_per_seq=d.max_predictions_per_seq, mask_rate=d.mask_rate,
+        mask_token_rate=d.mask_token_rate, random_token_rate=d.random_token_rate,
+        lower_case=d.lower_case, use_nsp=config.model.use_nsp,
+        shuffle_buffer=d.shuffle_buffer if training else 0, seed=seed, repeat=training,
+        on_invalid_utf8=d.on_invalid_utf8, drop_remainder=training,
+    )
+
+
+def save_converted(standard, config, model_dir, step, position=0, directory=None):
+    """Writes `standard` at `step` (fresh optimizer, step counter kept) to `model_dir/checkpoints`.
+
+    `position` is the coarse phase's input position: the refined phase reads on
+    from there instead of replaying the coarse phase's batches. `directory`
+    replaces `model_dir/checkpoints` (a multi-worker run's non-chief copy).
+    """
+    optimizer = make_optimizer(config.train, config.data.batch_size)
+    optimizer.build(standard.trainable_variables)
+    optimizer.iterations.assign(step)
+    checkpoint = checkpoints.make_checkpoint(standard, optimizer)
+    with tf.init_scope():
+        checkpoint.data_position = tf.Variable(position, dtype=tf.int64, trainable=False)
+    manager = tf.train.CheckpointManager(
+        checkpoint, directory or _path(model_dir, model_directory.CHECKPOINT_DIR),
+        max_to_keep=config.train.keep_checkpoints,
+    )
+    return manager.save(checkpoint_number=step)
+
+
+class PlateauStopper(keras.callbacks.Callback):
+    """Stops training when the windowed training loss stops improving (CoRe, Section 5.5).
+
+    Every `window` steps the window's mean loss is compared with the best
+    earlier window mean; `patience` windows in a row that improve on it by
+    less than `threshold` (relative) stop training. `stopped_step` is the
+    step at which it stopped (None otherwise).
+    """
+
+    def __init__(self, window, patience, threshold):
+        super().__init__()
+        self.window, self.patience, self.threshold = window, patience, threshold
+        self.best = math.inf
+        self.bad_windows = 0
+        self.stopped_step = None
+        self._losses = []
+        self._epoch_sum = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_sum = 0.0
+
+    def on_train_batch_end(self, batch, logs=None):
+        # Keras reports the running mean of the epoch: recover this batch's loss.
+        running = float(logs["loss"]) * (batch + 1)
+        self._losses.append(running - self._epoch_sum)
+        self._epoch_sum = running
+        if len(self._losses) < self.window:
+            return
+        mean = float(np.mean(self._losses))
+        self._losses = []
+        if mean < self.best * (1.0 - self.threshold):
+            self.best, self.bad_windows = mean, 0
+        else:
+            self.best = min(self.best, mean)
+            self.bad_windows += 1
+        if self.bad_windows >= self.patience:
+            self.stopped_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            logging.info("Loss plateau at step %d (window mean %.4f)", self.stopped_step, mean)
+            self.model.stop_training = True
+
+
+def _read_json(path):
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def unigram_log_probs(config, train_files, vocabulary_path):
+    """Log-frequencies `(vocabulary_size,)` of the training tokens, add-one smoothed.
+
+    Counted over the first `eval.unigram_max_tokens` tokens of the training
+    files. `[PAD]`, `[CLS]`, `[SEP]` and `[MASK]` are never targets and get
+    probability 0 (-inf); every other id at least one count.
+    """
+    d = config.data
+    counts, _ = data_lib.token_counts(
+        train_files, vocabulary_path, lower_case=d.lower_case,
+        on_invalid_utf8=d.on_invalid_utf8, max_tokens=config.eval.unigram_max_tokens)
+    smoothed = counts.astype(np.float64) + 1.0
+    smoothed[list(NEVER_TARGETS)] = 0.0
+    with np.errstate(divide="ignore"):
+        return np.log(smoothed / smoothed.sum())
+
+
+def evaluate_bert(model, config, heldout_files, vocabulary_path, exact_attention=None,
+                  unigram=None):
+    """Held-out masked-LM loss, perplexity and top-1 accuracy (masks drawn with a fixed seed).
+
+    With `unigram` (`unigram_log_probs`), also the unigram perplexity of the
+    same targets: the context-free baseline the model's perplexity should
+    fall far below.
+    """
+    tf.random.set_seed(config.train.seed)
+    ds = bert_dataset(config, heldout_files, vocabulary_path, False, seed=config.train.seed)
+    loss_sum, unigram_sum, correct, count = 0.0, 0.0, 0, 0.0
+    for batch in ds.take(config.eval.max_batches):
+        logits = model(batch, training=False, exact_attention=exact_attention)["mlm_logits"]
+        weights = batch["masked_weights"].numpy()
+        ids = batch["masked_ids"].numpy()
+        ce = keras.ops.convert_to_numpy(keras.losses.sparse_categorical_crossentropy(
+            ids, logits, from_logits=True))
+        loss_sum += float((ce * weights).sum())
+        if unigram is not None:
+            unigram_sum -= float((np.where(weights > 0, unigram[ids], 0.0) * weights).sum())
+        correct += int(((np.argmax(logits, -1) == ids) * (weights > 0)).sum())
+        count += float(weights.sum())
+    mean = loss_sum / max(count, 1.0)
+    results = {"masked_tokens": int(count), "mlm_loss": mean, "perplexity": float(np.exp(mean)),
+               "accuracy": correct / max(count, 1.0)}
+    if unigram is not None:
+        results["unigram_perplexity"] = float(np.exp(unigram_sum / max(count, 1.0)))
+    return results
+
+
+class BertFamily(Family):
+    name = "bert"
+    label = "BERT"
+
+    def prepare_data(self, config, model_dir):
+        """Corpus and WordPiece vocabulary (learned if missing, then checked)."""
+        data_cfg = config.data
+        train_files, heldout_files = model_directory.corpus_files(data_cfg, model_dir)
+        vocabulary_path = _path(model_dir, model_directory.VOCABULARY_FILE)
+        if not tf.io.gfile.exists(vocabulary_path):
+            data_lib.learn_bert_vocabulary(
+                train_files, data_cfg.wordpiece_vocabulary_size, vocabulary_path,
+                lower_case=data_cfg.lower_case, on_invalid_utf8=data_cfg.on_invalid_utf8,
+                max_words_in_memory=data_cfg.max_words_in_memory,
+            )
+        artifacts = DataArtifacts(train_files, heldout_files, vocabulary_path)
+        check_bert_vocabulary(artifacts.vocabulary)
+        return artifacts
+
+    def build_model(self, config, vocabulary_size, vectors_path=None, relaxed=None):
+        """The `Bert` of `config` (relaxed per `checkpoint_is_relaxed` unless given)."""
+        del vectors_path  # BERT reads no fixed vectors
+        m = config.model
+        if relaxed is None:
+            relaxed = checkpoint_is_relaxed(config)
+        return Bert(
+            vocabulary_size,
+            num_layers=m.num_layers,
+            hidden_dim=m.hidden_dim,
+            num_heads=m.num_heads,
+            intermediate_dim=m.intermediate_dim,
+            max_sequence_length=config.data.max_sequence_length,
+            dropout_rate=m.dropout_rate,
+            activation=m.activation,
+            layer_norm_epsilon=m.layer_norm_epsilon,
+            relaxed=dataclasses.asdict(m.relaxed) if relaxed else None,
+            use_nsp=m.use_nsp,
+            input_embedding=m.input_embedding,
+            position_embedding=m.position_embedding,
+            alone=alone_kwargs(m),
+            seed=config.train.seed,
+            name="bert",
+        )
+
+    def train_dataset(self, config, artifacts, position=0, file_shard=None):
+        files_, batch_size = shard_files(artifacts.train_file_list, config.data.batch_size,
+                                         file_shard)
+        return bert_dataset(config, files_, artifacts.vocabulary_path, True,
+                            seed=config.train.seed, batch_size=batch_size).skip(position)
+
+    def evaluate(self, model, config, artifacts):
+        """`evaluate_bert` with the unigram baseline of the training tokens."""
+        return evaluate_bert(
+            model, config, artifacts.heldout_files, artifacts.vocabulary_path,
+            unigram=unigram_log_probs(config, artifacts.train_files, artifacts.vocabulary_path))
+
+    def eval_summary(self, results):
+        return (f"masked-LM loss {results['mlm_loss']:.4f}, perplexity "
+                f"{results['perplexity']:.2f} (unigram {results['unigram_perplexity']:.2f}), "
+                f"accuracy {results['accuracy']:.4f}")
+
+    def embedder_options(self, config, model_dir):
+        options, extra_files = super().embedder_options(config, model_dir)
+        options["lower_case"] = config.data.lower_case
+        return options, extra_files
+
+    def pretrain(self, config, model_dir, strategy="default", devices=None, verbose="auto",
+                 restore_fallback=False, callbacks=()):
+        """Masked-LM pretraining of `config.model`; CoRe's two phases with `core.coarse_steps`.
+
+        Arguments and faults as `tfeff.training.pretrain`.
+
+        Returns:
+            dict with `step`, `history` (per phase), `preempted`, `switch`
+            (two-phase runs: step and reason) and `eval` (held-out masked-LM
+            results).
+        """
+        strategy, info, artifacts = self.start(config, model_dir, strategy, devices)
+        log_dir = _path(model_dir, "logs")
+        phase_args = dict(log_dir=log_dir, verbose=verbose, restore_fallback=restore_fallback)
+        results = {"history": {}, "preempted": False}
+        t0 = time.time()
+        refined_dir = _path(model_dir, model_directory.CHECKPOINT_DIR)
+        if config.two_phase and tf.train.latest_checkpoint(refined_dir) is None:
+            coarse_dir = _path(model_dir, COARSE_DIR)
+            coarse_cfg = coarse_config(config)
+            switch_path = _path(coarse_dir, SWITCH_FILE)
+
+            def prepare_coarse():
+                tf.io.gfile.makedirs(coarse_dir)
+                config_lib.write_yaml(coarse_cfg,
+                                      _path(coarse_dir, model_directory.CONFIG_FILE))
+                coarse_vocab = _path(coarse_dir, model_directory.VOCABULARY_FILE)
+                if not tf.io.gfile.exists(coarse_vocab):
+                    tf.io.gfile.copy(artifacts.vocabulary_path, coarse_vocab + ".tmp",
+                                     overwrite=True)
+                    tf.io.gfile.rename(coarse_vocab + ".tmp", coarse_vocab, overwrite=True)
+
+            if info.is_chief:
+                prepare_coarse()
+            switch = _read_json(switch_path)
+            if switch is None:
+                core = config.core
+                stopper = (PlateauStopper(core.plateau_window, core.plateau_patience,
+                                          core.plateau_threshold)
+                           if core.plateau_patience else None)
+                coarse = train_phase(
+                    self, coarse_cfg, coarse_dir, artifacts, strategy,
+                    stop_step=core.coarse_steps, build_options={"relaxed": True},
+                    label="Relaxed BERT",
+                    callbacks=[*([stopper] if stopper else []), *callbacks], **phase_args)
+                results["history"]["coarse"] = coarse.history
+                if coarse.preempted:
+                    return {**results, "step": coarse.step, "preempted": True}
+                reason = ("plateau" if stopper and stopper.stopped_step is not None
+                          else "coarse_steps")
+                switch = {"switch_step": coarse.step, "reason": reason,
+                          "position": coarse.position}
+                if info.is_chief:
+                    files.write_text_atomic(switch_path, json.dumps(switch) + "\n")
+                relaxed_model = coarse.model
+            else:
+                relaxed_model, _, step, _ = self.restore(coarse_dir, coarse_cfg, strategy)
+                if step != switch["switch_step"]:
+                    raise ValueError(
+                        f"{coarse_dir}: the latest checkpoint is at step {step} but "
+                        f"{SWITCH_FILE} says the coarse phase ended at {switch['switch_step']}")
+            with strategy.scope():
+                # Every worker builds and saves (its variables are created collectively);
+                # only the chief's copy is kept.
+                standard = merge_relaxed_bert(relaxed_model)
+                scratch = None if info.is_chief else _path(
+                    model_dir, model_directory.CHECKPOINT_DIR, f".worker-{info.index}")
+                save_converted(standard, config, model_dir, switch["switch_step"],
+                               switch.get("position", 0), directory=scratch)
+                if scratch:
+                    tf.io.gfile.rmtree(scratch)
+            barrier(strategy)
+            if info.is_chief:
+                writer = tf.summary.create_file_writer(log_dir)
+                with writer.as_default():
+                    write_scalar("core/switch_step", switch["switch_step"],
+                                 switch["switch_step"])
+                writer.close()
+            logging.info("CoRe: switched from the relaxed to the standard model at step %d (%s)",
+                         switch["switch_step"], switch["reason"])
+            del relaxed_model, standard
+        if config.two_phase:
+            results["switch"] = _read_json(_path(model_dir, COARSE_DIR, SWITCH_FILE))
+
+        relaxed = checkpoint_is_relaxed(config)
+        final = train_phase(self, config, model_dir, artifacts, strategy,
+                            build_options={"relaxed": relaxed},
+                            label="Relaxed BERT" if relaxed else "Standard BERT",
+                            callbacks=callbacks, **phase_args)
+        results["history"]["refined" if config.two_phase else "train"] = final.history
+        results["step"] = final.step
+        results["preempted"] = final.preempted
+        results["train_seconds"] = time.time() - t0
+        self.finish(results, final.model, config, model_dir, artifacts, info)
+        return results
+
+
+BERT = BertFamily()

@@ -1,0 +1,184 @@
+"""The Masked ELMo family (`family: masked_elmo`): WordPiece documents, TBPTT streams,
+mask accumulation, masked perplexity.
+
+Layout of `model_dir` (beside `tfeff.training.model_directory`'s):
+
+    wordpiece_corpus.txt, fasttext.bin, vocabulary_vectors.npy
+                              (`model.output_layer: continuous` only: fastText
+                              trained on the WordPiece-tokenized corpus)
+    checkpoints/              model, optimizer and the carried LSTM states
+    eval.json                 held-out masked loss, perplexity, accuracy
+
+The batch of step s is a function of `(train.seed, s)` (see
+`tfeff.data.masked_elmo_dataset`) and the carried LSTM states are in the
+checkpoint, so a resumed run continues exactly where it stopped; under
+multi-worker training every worker builds the global batch and keeps its
+rows (the TBPTT streams are global).
+"""
+
+import logging
+
+import numpy as np
+import tensorflow as tf
+
+from tfeff import data as data_lib
+from tfeff.data import files
+from tfeff.data.mlm_dataset import check_bert_vocabulary
+from tfeff.models import MaskedElmo
+from tfeff.training import model_directory
+from tfeff.training.families.base import DataArtifacts
+from tfeff.training.families.base import Family
+from tfeff.training.families.base import bilstm_model_kwargs
+from tfeff.training.model_directory import file_path
+
+WORDPIECE_CORPUS_FILE = "wordpiece_corpus.txt"
+
+
+def _wordpiece_vectors(config, model_dir, documents, vocabulary):
+    """fastText vectors of every WordPiece, trained on the WordPiece-tokenized corpus."""
+    ft = config.fasttext
+    vectors_path = file_path(model_dir, model_directory.VECTORS_FILE)
+    if tf.io.gfile.exists(vectors_path):
+        return vectors_path
+    word_vectors_path = ft.pretrained or file_path(model_dir, model_directory.FASTTEXT_FILE)
+    if not ft.pretrained and not tf.io.gfile.exists(word_vectors_path):
+        corpus_path = file_path(model_dir, WORDPIECE_CORPUS_FILE)
+        words = vocabulary.words
+        lines = (" ".join(words[i] for i in doc if i >= len(data_lib.SPECIALS)) + "\n"
+                 for doc in documents)
+        files.write_text_atomic(corpus_path, "".join(lines))
+        logging.info("Training %d-d fastText vectors on the WordPiece corpus", ft.dim)
+        data_lib.train_fasttext(corpus_path, word_vectors_path, dim=ft.dim, minn=ft.minn,
+                                maxn=ft.maxn, bucket=ft.bucket, epoch=ft.epoch,
+                                min_count=ft.min_count, threads=ft.threads, lr=ft.lr)
+    data_lib.compute_vocabulary_vectors(data_lib.WordVectors(word_vectors_path), vocabulary,
+                                        vectors_path, expected_dim=ft.dim, center=ft.center)
+    return vectors_path
+
+
+def masked_elmo_dataset(config, documents, vocabulary_size, training, start_step=0,
+                        repeat=None):
+    """The batches of `documents` (training: `model.mask_accumulation` mask sets,
+    reversed half streams; else one seeded mask set) from step `start_step` on."""
+    d, m = config.data, config.model
+    return data_lib.masked_elmo_dataset(
+        documents, d.batch_size, d.max_sequence_length, d.max_predictions_per_seq,
+        vocabulary_size, num_sets=m.mask_accumulation if training else 1,
+        mask_rate=d.mask_rate, mask_token_rate=d.mask_token_rate,
+        random_token_rate=d.random_token_rate, seed=config.train.seed + (0 if training else 1),
+        repeat=training if repeat is None else repeat, start_step=start_step,
+        reverse_half=d.reverse_half_streams and training,
+    )
+
+
+def evaluate_masked_elmo(model, config, documents, vocabulary_size):
+    """Held-out masked loss, perplexity (softmax outputs) and top-1 accuracy.
+
+    One mask set per batch (seeded: every call sees the same masks), windows
+    read in document order with carried states as in training but without
+    reversed streams, so each window's forward state comes from its left context.
+    """
+    ds = masked_elmo_dataset(config, documents, vocabulary_size, training=False)
+    loss_sum, correct, count = 0.0, 0, 0.0
+    states = None
+    for batch in ds.take(config.eval.max_batches):
+        if states is not None:
+            keep = 1.0 - tf.cast(batch["reset"], tf.float32)[:, None]
+            states = [s * keep for s in states]
+        outputs = model.set_outputs(batch, 0, states)
+        states = outputs["states"] if model.tbptt_batch_size else None
+        weights = batch["masked_weights"][:, 0]
+        loss_sum += float(tf.reduce_sum(outputs["masked_losses"]))
+        count += float(tf.reduce_sum(weights))
+        if not model.is_continuous:
+            predicted = np.argmax(model.log_prob(outputs["masked_output"]).numpy(), -1)
+            correct += int(((predicted == batch["masked_ids"][:, 0].numpy())
+                            * (weights.numpy() > 0)).sum())
+    mean = loss_sum / max(count, 1.0)
+    result = {"masked_tokens": int(count), "mlm_loss": mean}
+    if not model.is_continuous:
+        result["perplexity"] = float(np.exp(mean))
+        result["accuracy"] = correct / max(count, 1.0)
+    return result
+
+
+class MaskedElmoFamily(Family):
+    name = "masked_elmo"
+    label = "Masked ELMo"
+    position_addressed = True  # batches are a function of the step; documents in memory
+
+    def uses_vectors(self, config):
+        return config.model.output_layer == "continuous"
+
+    def prepare_data(self, config, model_dir):
+        """Learns the WordPiece vocabulary if missing and tokenizes the corpus into
+        `documents` (`tfeff.data.tokenize_documents`); for a continuous output also
+        trains fastText on the WordPiece-tokenized corpus and writes the table."""
+        d = config.data
+        train_files, heldout_files = model_directory.corpus_files(d, model_dir)
+        vocabulary_path = file_path(model_dir, model_directory.VOCABULARY_FILE)
+        if not tf.io.gfile.exists(vocabulary_path):
+            data_lib.learn_bert_vocabulary(
+                train_files, d.wordpiece_vocabulary_size, vocabulary_path,
+                lower_case=d.lower_case, on_invalid_utf8=d.on_invalid_utf8,
+                max_words_in_memory=d.max_words_in_memory)
+        artifacts = DataArtifacts(train_files, heldout_files, vocabulary_path)
+        check_bert_vocabulary(artifacts.vocabulary)
+
+        def tokenize(patterns):
+            return data_lib.tokenize_documents(patterns, vocabulary_path, d.lower_case,
+                                               d.on_invalid_utf8)
+
+        artifacts.documents = tokenize(train_files)
+        artifacts.heldout_documents = tokenize(heldout_files) if heldout_files else None
+        if self.uses_vectors(config):
+            artifacts.vectors_path = _wordpiece_vectors(config, model_dir, artifacts.documents,
+                                                        artifacts.vocabulary)
+        return artifacts
+
+    def build_model(self, config, vocabulary_size, vectors_path=None):
+        """The `MaskedElmo` of `config` (`vectors_path`: a continuous output's targets)."""
+        m = config.model
+        return MaskedElmo(
+            vocabulary_size,
+            embedding_table=vectors_path,
+            use_cudnn=m.use_cudnn,
+            tbptt_batch_size=config.data.batch_size if m.tbptt else None,
+            name="masked_elmo",
+            **bilstm_model_kwargs(m),
+        )
+
+    def train_dataset(self, config, artifacts, position=0, file_shard=None):
+        del file_shard  # never asked: position-addressed batches are not sharded by file
+        return masked_elmo_dataset(config, artifacts.documents, artifacts.vocabulary_size,
+                                   True, start_step=position)
+
+    def validation_dataset(self, config, artifacts):
+        """Keras' validation: masked loss of one mask set from zero states, at every
+        checkpoint (val_loss; exp(val_loss) is the masked perplexity of softmax outputs).
+        A finite dataset: Keras re-reads it from the start each time, so every point of
+        the curve is on the same batches and masks."""
+        if artifacts.heldout_documents is None or not config.train.validation_steps:
+            return None
+        return masked_elmo_dataset(config, artifacts.heldout_documents,
+                                   artifacts.vocabulary_size, False,
+                                   repeat=True).take(config.train.validation_steps)
+
+    def evaluate(self, model, config, artifacts):
+        return evaluate_masked_elmo(model, config, artifacts.heldout_documents,
+                                    artifacts.vocabulary_size)
+
+    def eval_summary(self, results):
+        line = f"masked-LM loss {results['mlm_loss']:.4f}"
+        if "perplexity" in results:
+            line += (f", perplexity {results['perplexity']:.2f}, "
+                     f"accuracy {results['accuracy']:.4f}")
+        return line + f" ({results['masked_tokens']} masked tokens)"
+
+    def embedder_options(self, config, model_dir):
+        options, extra_files = super().embedder_options(config, model_dir)
+        options["lower_case"] = config.data.lower_case
+        return options, extra_files
+
+
+MASKED_ELMO = MaskedElmoFamily()
