@@ -1,7 +1,43 @@
-"""What the benchmark and study scripts share: writing their results, and pyplot."""
+"""What the benchmark and study scripts share: interleaved timing, writing results, pyplot."""
 
 import json
 import os
+import statistics
+import time
+
+
+def interleaved_times(runs, rounds, warmup=1):
+    """Seconds of each run, timed round-robin: `{name: [seconds of round 1, ...]}`.
+
+    `runs` maps a name to a zero-argument callable doing one step, which must
+    block until its results are on the host (fetch a loss, `.numpy()` the
+    gradients). Every run is called `warmup` times first (tracing, allocator),
+    then each round calls every run once in order, so that the load changes of
+    a shared machine fall on all of them alike instead of on whichever ran
+    while it was busy.
+    """
+    for run in runs.values():
+        for _ in range(warmup):
+            run()
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def medians(times):
+    """`{name: median}` of `interleaved_times`' lists."""
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def median_ratios(times, reference):
+    """`{name: median over rounds of time / the reference's time in the same round}`:
+    a ratio robust to a slow round, which slows both sides of it."""
+    return {name: statistics.median(a / b for a, b in zip(t, times[reference]))
+            for name, t in times.items()}
 
 
 def write_results(results_dir, stem, text, data):

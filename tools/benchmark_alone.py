@@ -22,14 +22,14 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import platform  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+import bench_results  # noqa: E402
 
 from tfeff.layers import AloneEmbedding  # noqa: E402
 
@@ -71,17 +71,13 @@ def main(argv):
     table.build((None, None))
     steps["Embedding"] = make_step(table)
     params = {"ALONE": layer.count_params(), "Embedding": table.count_params()}
-    for step in steps.values():  # trace and warm up
-        step(ids)
-    times = {name: [] for name in steps}
-    for _ in range(FLAGS.rounds):
-        for name, step in steps.items():
-            start = time.perf_counter()
-            loss, grads = step(ids)
-            float(loss)
-            [g.numpy() if not isinstance(g, tf.IndexedSlices) else g.values.numpy() for g in grads]
-            times[name].append(time.perf_counter() - start)
-    median = {name: statistics.median(t) for name, t in times.items()}
+    def run(step):
+        loss, grads = step(ids)
+        float(loss)
+        [g.numpy() if not isinstance(g, tf.IndexedSlices) else g.values.numpy() for g in grads]
+
+    median = bench_results.medians(bench_results.interleaved_times(
+        {name: lambda step=step: run(step) for name, step in steps.items()}, FLAGS.rounds))
     ffn_rows = {"unique": distinct, "token": ids.shape[0] * ids.shape[1], "table": v,
                 "Embedding": 0}
     lines = [

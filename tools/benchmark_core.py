@@ -22,8 +22,6 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import platform  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
@@ -104,21 +102,13 @@ def layer_table():
         x = tf.random.normal((batch, n, FLAGS.hidden_dim))
         mask = tf.ones((batch, n), tf.bool)
         variants, flops = _variants(n)
-        for _, standard, relaxed, _, _ in variants:
-            for fn in (standard, relaxed):  # trace and warm up
-                fn(x, mask)
-                fn(x, mask)
-        times = {(name, kind): [] for name, *_ in variants for kind in (0, 1)}
-        for _ in range(FLAGS.rounds):
-            for name, standard, relaxed, _, _ in variants:
-                for kind, fn in enumerate((standard, relaxed)):
-                    t0 = time.perf_counter()
-                    loss, _ = fn(x, mask)
-                    float(loss)
-                    times[(name, kind)].append(time.perf_counter() - t0)
+        runs = {(name, kind): lambda fn=fn: float(fn(x, mask)[0])
+                for name, standard, relaxed, _, _ in variants
+                for kind, fn in enumerate((standard, relaxed))}
+        median = bench_results.medians(bench_results.interleaved_times(
+            runs, FLAGS.rounds, warmup=2))
         for name, _, _, p_std, p_rel in variants:
-            t_std = statistics.median(times[(name, 0)])
-            t_rel = statistics.median(times[(name, 1)])
+            t_std, t_rel = median[(name, 0)], median[(name, 1)]
             rows.append({"n": n, "batch": batch, "part": name, "standard_s": t_std,
                          "relaxed_s": t_rel, "speedup": t_std / t_rel,
                          "flop_ratio": flops[name][0] / flops[name][1],

@@ -23,8 +23,6 @@ faster than portable on GPU.
 
 import argparse
 import os
-import statistics
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -32,6 +30,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import bench_results  # noqa: E402
 from tfeff.layers import MaskedBiLSTM  # noqa: E402
 
 PRESETS = {
@@ -110,17 +109,6 @@ def _step_fn(layer, x, mask, warmup=2):
     return run
 
 
-def _interleaved_times(runs, repeats):
-    """Milliseconds per variant, timed round-robin so machine noise hits all alike."""
-    times = [[] for _ in runs]
-    for _ in range(repeats):
-        for i, run in enumerate(runs):
-            t0 = time.perf_counter()
-            run()
-            times[i].append((time.perf_counter() - t0) * 1000)
-    return times
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
@@ -144,12 +132,12 @@ def main():
     ]
     if gpu:
         variants.append(("cudnn", lambda: MaskedBiLSTM(u, p, num_layers=n, use_cudnn=True), x))
-    runs = []
+    runs = {}
     for name, make, inputs in variants:
         keras.utils.set_random_seed(0)
-        runs.append(_step_fn(make(), inputs, mask))
-    times = _interleaved_times(runs, args.repeats)
-    portable = times[0]
+        runs[name] = _step_fn(make(), inputs, mask)
+    times = bench_results.interleaved_times(runs, args.repeats, warmup=0)  # warmed in _step_fn
+    ratios = bench_results.median_ratios(times, "portable")
     lines = [
         f"MaskedBiLSTM training step (forward + backward) on {device}: batch {b}, time {t}, "
         f"units {u}, projection {p}, {n} layers; {args.repeats} rounds, variants timed "
@@ -158,10 +146,8 @@ def main():
         "| variant | ms/step | time / portable (median of per-round ratios) |",
         "|---|---|---|",
     ]
-    ratios = {}
-    for (name, _, _), ms in zip(variants, times):
-        ratios[name] = statistics.median(a / b for a, b in zip(ms, portable))
-        lines.append(f"| {name} | {statistics.median(ms):.1f} | {ratios[name]:.2f} |")
+    for name, seconds in bench_results.medians(times).items():
+        lines.append(f"| {name} | {seconds * 1000:.1f} | {ratios[name]:.2f} |")
     lines.append("")
     lines.append(f"portable vs rnn_cell: {ratios['rnn_cell']:.2f}x faster (target >= 1.3x on CPU)")
     if gpu:

@@ -48,7 +48,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -59,6 +58,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import bench_results  # noqa: E402
 from tfeff.models import ElmoLM  # noqa: E402
 
 HEADS = ("NONE", "CONT", "FIXED", "SUBWORD", "ADAPTIVE", "SAMPLED", "FULL")
@@ -300,18 +300,12 @@ def largest_batch(step, sample, length, budget, cap, state_bytes):
 
 
 def round_robin(steps_and_inputs, repeats):
-    """Median seconds per step of each `(step, ids)`, timed in interleaved rounds.
-
-    Interleaving spreads the load changes of a shared machine over every
-    output layer instead of penalizing whichever ran while it was busy.
-    """
-    for step, ids in steps_and_inputs:
-        _run(step, ids)  # warm-up
-    times = [[] for _ in steps_and_inputs]
-    for _ in range(repeats):
-        for k, (step, ids) in enumerate(steps_and_inputs):
-            times[k].append(_run(step, ids))
-    return [statistics.median(t) for t in times]
+    """Median seconds per step of each `(step, ids)`, timed in interleaved rounds
+    (`bench_results.interleaved_times`)."""
+    runs = {k: lambda step=step, ids=ids: float(step(ids))
+            for k, (step, ids) in enumerate(steps_and_inputs)}
+    median = bench_results.medians(bench_results.interleaved_times(runs, repeats))
+    return [median[k] for k in range(len(steps_and_inputs))]
 
 
 def benchmark(s):

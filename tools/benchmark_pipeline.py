@@ -30,6 +30,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import bench_results  # noqa: E402
 from tfeff import data as data_lib  # noqa: E402
 from tfeff.config import load_config  # noqa: E402
 from tfeff.training import build_model  # noqa: E402
@@ -74,16 +75,17 @@ def _family_setup(config, model_dir):
 
 
 def pipeline_tokens_per_second(ds, batches, repeats):
-    rates = []
+    """Median tokens per second of `repeats` rounds of `batches` batches each."""
     iterator = iter(ds)
     for _ in range(3):
         next(iterator)  # warm-up: tables, tracing, prefetch
-    for _ in range(repeats):
-        t0, tokens = time.perf_counter(), 0
-        for _ in range(batches):
-            tokens += _tokens(next(iterator))
-        rates.append(tokens / (time.perf_counter() - t0))
-    return statistics.median(rates)
+    tokens = []
+
+    def run():
+        tokens.append(sum(_tokens(next(iterator)) for _ in range(batches)))
+
+    seconds = bench_results.interleaved_times({"pipeline": run}, repeats, warmup=0)
+    return statistics.median(n / t for n, t in zip(tokens, seconds["pipeline"]))
 
 
 class _StepTimes(keras.callbacks.Callback):
