@@ -6,7 +6,8 @@
 
 import importlib
 
-_SUBPACKAGES = ("config", "convert", "data", "export", "layers", "losses", "models", "training")
+_SUBPACKAGES = ("config", "convert", "data", "evaluation", "export", "layers", "losses", "models",
+               "training")
 
 
 def __getattr__(name):

@@ -54,6 +54,7 @@ for path in (REPO, os.path.join(REPO, "tools")):
 import bench_results  # noqa: E402
 import english_corpus  # noqa: E402
 import evaluate_features  # noqa: E402
+from tfeff import evaluation  # noqa: E402
 
 # name: (config, overrides of every corpus)
 MODELS = {
@@ -100,7 +101,7 @@ def corpus_overrides(corpus, english_dir):
 
 
 def corpus_tasks(corpus, work_dir, english_dir):
-    """`({name: task spec}, sentence_task_name)` in `evaluate_features.evaluate`'s form."""
+    """`({name: task spec}, sentence_task_name)` in `tfeff.evaluation.evaluate`'s form."""
     if corpus == "synthetic":
         from tfeff.data import synthetic_tasks
 
@@ -302,18 +303,18 @@ def probe_and_fine_tune(records, corpus, work_dir, english_dir, fine_tune_epochs
         if os.path.exists(cache):
             record.update(json.load(open(cache)))
             continue
-        rows = evaluate_features.evaluate({record["name"]: os.path.join(run_dir, "export")},
-                                          tasks, ("linear",), (record["seed"],), log=log)
+        rows = evaluation.evaluate({record["name"]: os.path.join(run_dir, "export")},
+                                   tasks, ("linear",), (record["seed"],), log=log)
         scores = {"probes": {r["task"]: r["accuracy"][0] for r in rows}}
         if record["name"] not in FINE_TUNED:
             _write_json(cache, scores)
             record.update(scores)
             continue
-        train, test = (evaluate_features.read_tsv(p) for p in tasks[sentence_task][1:3])
+        train, test = (evaluation.read_tsv(p) for p in tasks[sentence_task][1:3])
         labels = sorted({lb for lb, _ in train})
         index = {lb: i for i, lb in enumerate(labels)}
         t0 = time.time()
-        tuned = evaluate_features.fine_tune(
+        tuned = evaluation.fine_tune(
             os.path.join(run_dir, "model"), [(index[lb], s) for lb, s in train],
             [(index[lb], s) for lb, s in test], len(labels), seed=record["seed"],
             epochs=fine_tune_epochs)

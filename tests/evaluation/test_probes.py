@@ -1,24 +1,18 @@
-"""tools/evaluate_features.py: task readers, metric, and a real probe on fastText features."""
+"""tfeff.evaluation: task readers, metric, a real probe on fastText features, fine-tuning,
+and tools/evaluate_features.py, its command line."""
 
-import importlib.util
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from tests.conftest import REPO
+from tfeff import evaluation as tool
 
 
-@pytest.fixture(scope="module")
-def tool():
-    spec = importlib.util.spec_from_file_location(
-        "evaluate_features", os.path.join(REPO, "tools", "evaluate_features.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_readers_name_the_file_and_line(tool, tmp_path):
+def test_readers_name_the_file_and_line(tmp_path):
     conll = tmp_path / "a.conll"
     conll.write_text("# comment\nthe\tDET\ndog\tNOUN\n\nruns\n", encoding="utf-8")
     with pytest.raises(tool.FormatError, match=r"a.conll:5: expected a tag in column 1"):
@@ -33,15 +27,14 @@ def test_readers_name_the_file_and_line(tool, tmp_path):
         tool.read_tsv(str(tsv))
 
 
-def test_macro_f1_golden(tool):
+def test_macro_f1_golden():
     gold = np.array([0, 0, 1, 1, 2])
     pred = np.array([0, 1, 1, 1, 0])
     # class 0: tp1 fp1 fn1 -> 0.5; class 1: tp2 fp1 fn0 -> 0.8; class 2: tp0 fn1 -> 0.
     assert tool.macro_f1(gold, pred, 4) == pytest.approx((0.5 + 0.8 + 0.0) / 3)
 
 
-def test_probe_on_fasttext_features_learns_tags_and_reports_a_table(tool, fasttext_model,
-                                                                     tmp_path):
+def test_probe_on_fasttext_features_learns_tags_and_reports_a_table(fasttext_model, tmp_path):
     """The fastText fixture speaks the synthetic language of seed 1, lexicon 300."""
     from tfeff.data import synthetic_tasks
     from tfeff.export import export_fasttext
@@ -62,3 +55,52 @@ def test_probe_on_fasttext_features_learns_tags_and_reports_a_table(tool, fastte
     assert table.splitlines()[0] == ("| features | probe | POS acc | POS macro-F1 | agreement acc"
                                      " | agreement macro-F1 |")
     assert table.splitlines()[2].startswith("| fasttext | linear | ")
+
+
+def test_fine_tuning_trains_the_encoder_and_learns_the_task(tmp_path):
+    """A tiny WordPiece ELMo; the task: does the sentence contain a word of one class?"""
+    import random
+
+    from tfeff.config import load_config
+    from tfeff.export import model_dir_embedder
+    from tfeff.training import pretrain
+
+    overrides = ["data.synthetic.num_train_sentences=600", "data.synthetic.lexicon_size=200",
+                 "data.synthetic.num_heldout_sentences=50", "data.synthetic.seed=3",
+                 "data.wordpiece_vocabulary_size=300", "data.batch_size=16",
+                 "model.units=32", "model.projection_dim=16", "model.embedding_dim=16",
+                 "train.steps=20", "train.base_batch_size=16", "train.warmup_steps=5",
+                 "train.validation_steps=0"]
+    model_dir = str(tmp_path / "elmo")
+    pretrain(load_config(os.path.join(REPO, "configs", "demo_elmo_sub.yaml"), overrides),
+             model_dir, verbose=0)
+    lines = open(os.path.join(model_dir, "corpus", "train.txt"), encoding="utf-8").read()
+    sentences = [s for s in lines.splitlines() if s.strip()][:400]
+    marker = "the"   # in about half of the sentences
+    data = [(int(marker in s.split()), s) for s in sentences]
+    assert 0.2 < np.mean([y for y, _ in data]) < 0.8
+    random.Random(0).shuffle(data)
+    module, _, _ = model_dir_embedder(model_dir)
+    before = [v.numpy().copy() for v in module.model.trainable_variables]
+    scores = tool.fine_tune(model_dir, data[:300], data[300:], 2, epochs=4,
+                            learning_rate=3e-3, module=module)
+    head = {id(v) for v in module.model.output_head.variables}
+    moved = [(v.path, not np.allclose(b, v.numpy()))
+             for v, b in zip(module.model.trainable_variables, before)]
+    # every encoder weight moved (the table too: it is the input), the softmax bias did not
+    assert moved == [(v.path, id(v) not in head) for v in module.model.trainable_variables]
+    assert len(moved) > len(head) + 4
+    majority = max(np.mean([y for y, _ in data[300:]]), 1 - np.mean([y for y, _ in data[300:]]))
+    assert scores["accuracy"] > majority + 0.1, (scores, majority)
+
+
+def test_command_line_names_a_bad_argument_and_exits_non_zero(tmp_path):
+    tool_path = os.path.join(REPO, "tools", "evaluate_features.py")
+    bad = subprocess.run([sys.executable, tool_path, "--embedder", "no-equals-sign",
+                          "--classification", "a.tsv,b.tsv"], capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert "error: --embedder wants NAME=PATH, got 'no-equals-sign'" in bad.stderr
+    missing = subprocess.run([sys.executable, tool_path, "--embedder", f"x={tmp_path}/none",
+                              "--classification", f"{tmp_path}/a.tsv,{tmp_path}/b.tsv"],
+                             capture_output=True, text=True)
+    assert missing.returncode == 1 and "error: " in missing.stderr, missing.stderr[-2000:]

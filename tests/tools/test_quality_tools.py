@@ -1,10 +1,9 @@
-"""tools/english_corpus.py (WordNet glosses -> corpus and tasks) and fine-tuning of
-tools/evaluate_features.py (the encoder is really trained, the fixed input is not)."""
+"""tools/english_corpus.py (WordNet glosses -> corpus and tasks) and tools/quality_study.py's
+table."""
 
 import importlib.util
 import os
 
-import numpy as np
 import pytest
 
 from tests.conftest import REPO
@@ -28,11 +27,6 @@ def _load(name):
 @pytest.fixture(scope="module")
 def corpus_tool():
     return _load("english_corpus")
-
-
-@pytest.fixture(scope="module")
-def features_tool():
-    return _load("evaluate_features")
 
 
 def test_tokenize_golden(corpus_tool):
@@ -111,43 +105,6 @@ def test_replaced_task_replaces_one_word_by_a_word_of_similar_frequency(corpus_t
         assert abs(ranked.index(tokens[i]) - ranked.index(original[i])) <= 50
         assert [t for j, t in enumerate(tokens) if j != i] == \
             [t for j, t in enumerate(original) if j != i]
-
-
-def test_fine_tuning_trains_the_encoder_and_learns_the_task(features_tool, tmp_path):
-    """A tiny WordPiece ELMo; the task: does the sentence contain a word of one class?"""
-    import random
-
-    from tfeff.config import load_config
-    from tfeff.export import model_dir_embedder
-    from tfeff.training import pretrain
-
-    overrides = ["data.synthetic.num_train_sentences=600", "data.synthetic.lexicon_size=200",
-                 "data.synthetic.num_heldout_sentences=50", "data.synthetic.seed=3",
-                 "data.wordpiece_vocabulary_size=300", "data.batch_size=16",
-                 "model.units=32", "model.projection_dim=16", "model.embedding_dim=16",
-                 "train.steps=20", "train.base_batch_size=16", "train.warmup_steps=5",
-                 "train.validation_steps=0"]
-    model_dir = str(tmp_path / "elmo")
-    pretrain(load_config(os.path.join(REPO, "configs", "demo_elmo_sub.yaml"), overrides),
-             model_dir, verbose=0)
-    lines = open(os.path.join(model_dir, "corpus", "train.txt"), encoding="utf-8").read()
-    sentences = [s for s in lines.splitlines() if s.strip()][:400]
-    marker = "the"   # in about half of the sentences
-    data = [(int(marker in s.split()), s) for s in sentences]
-    assert 0.2 < np.mean([y for y, _ in data]) < 0.8
-    random.Random(0).shuffle(data)
-    module, _, _ = model_dir_embedder(model_dir)
-    before = [v.numpy().copy() for v in module.model.trainable_variables]
-    scores = features_tool.fine_tune(model_dir, data[:300], data[300:], 2, epochs=4,
-                                     learning_rate=3e-3, module=module)
-    head = {id(v) for v in module.model.output_head.variables}
-    moved = [(v.path, not np.allclose(b, v.numpy()))
-             for v, b in zip(module.model.trainable_variables, before)]
-    # every encoder weight moved (the table too: it is the input), the softmax bias did not
-    assert moved == [(v.path, id(v) not in head) for v in module.model.trainable_variables]
-    assert len(moved) > len(head) + 4
-    majority = max(np.mean([y for y, _ in data[300:]]), 1 - np.mean([y for y, _ in data[300:]]))
-    assert scores["accuracy"] > majority + 0.1, (scores, majority)
 
 
 def test_quality_study_table_reports_mean_and_sd_over_seeds(tmp_path):
