@@ -89,7 +89,7 @@ def test_literal_specials_in_text_are_unknown_words(tmp_path):
     import tensorflow as tf
 
     from tfeff.data import lines_to_windows, vocabulary
-    from tfeff.data.lm_dataset import lookup_table
+    from tfeff.data.pipeline import lookup_table
 
     vocab = Vocabulary.build(["a <unk> b <pad> a"])
     assert vocab.words == list(vocabulary.SPECIALS) + ["a", "b"]  # no second <unk>/<pad>

@@ -153,7 +153,7 @@ def test_batches_are_a_function_of_seed_and_index_only(small_corpus, bert_vocab)
 
 
 def test_block_shuffle_permutes_each_block_by_seed_and_epoch():
-    from tfeff.data.lm_dataset import shuffle_and_repeat
+    from tfeff.data.pipeline import shuffle_and_repeat
 
     ds = tf.data.Dataset.range(100).map(lambda i: tf.fill([i % 3 + 1], i))
     order = [int(x[0]) for x in shuffle_and_repeat(ds, 16, 3, True).take(300)]

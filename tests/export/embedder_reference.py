@@ -87,7 +87,7 @@ class Reference:
     def __init__(self, kind, model, vocabulary_path=None, lower_case=False, max_tokens=256,
                  pooling="first", fasttext_model=None, vector_mean=None):
         from tfeff.data import vocabulary as vocabulary_lib
-        from tfeff.data.lm_dataset import lookup_table
+        from tfeff.data.pipeline import lookup_table
         from tfeff.data.mlm_dataset import bert_tokenizer
         from tfeff.data.wordpiece import wordpiece_tokenizer
 

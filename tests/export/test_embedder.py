@@ -254,7 +254,7 @@ def test_export_errors_are_clear_and_leave_nothing(vocabularies, tmp_path):
 def test_word_and_wordpiece_tokenizations_map_literal_specials_as_training_does(tmp_path):
     """`<pad>` in text is `<unk>` (the LM pipeline's `unknown_for_padding`), `<unk>` too."""
     from tfeff.data import lines_to_windows
-    from tfeff.data.lm_dataset import lookup_table
+    from tfeff.data.pipeline import lookup_table
     from tfeff.data.wordpiece import wordpiece_tokenizer
     from tfeff.export.embedder import Tokenization
 

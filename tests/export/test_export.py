@@ -106,7 +106,7 @@ def test_literal_unk_and_pad_get_the_input_they_get_in_training(exported):
     import fasttext
 
     from tfeff.data import Vocabulary, lines_to_windows, vocabulary
-    from tfeff.data.lm_dataset import lookup_table
+    from tfeff.data.pipeline import lookup_table
 
     model_dir, path = exported
     vocab_path = os.path.join(model_dir, "vocabulary.txt")

@@ -42,7 +42,7 @@ import keras
 import numpy as np
 
 from tfeff.convert import safetensors
-from tfeff.data.mlm_dataset import BERT_RESERVED_NAMES
+from tfeff.data.vocabulary import BERT_RESERVED_NAMES
 from tfeff.models import Bert
 
 CONFIG_FILE = "config.json"

@@ -37,12 +37,12 @@ import tensorflow as tf
 
 from tfeff.data import corpus
 from tfeff.data import vocabulary as vocabulary_lib
-from tfeff.data.mlm_dataset import CLS_ID
-from tfeff.data.mlm_dataset import MASK_ID
-from tfeff.data.mlm_dataset import PAD_ID
-from tfeff.data.mlm_dataset import SEP_ID
 from tfeff.data.mlm_dataset import bert_tokenizer
 from tfeff.data.mlm_dataset import check_bert_vocabulary
+from tfeff.data.vocabulary import CLS_ID
+from tfeff.data.vocabulary import MASK_ID
+from tfeff.data.vocabulary import PAD_ID
+from tfeff.data.vocabulary import SEP_ID
 
 _LINES_PER_BATCH = 1024
 # Random replacement tokens are drawn from the regular (non-reserved) ids.

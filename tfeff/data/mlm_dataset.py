@@ -29,19 +29,16 @@ import tensorflow_text as text
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 
 from tfeff.data import corpus
-from tfeff.data.lm_dataset import line_dataset
-from tfeff.data.lm_dataset import lookup_table
-from tfeff.data.lm_dataset import shuffle_and_repeat
 from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.data import wordpiece as wordpiece_lib
-
-MASK = "[MASK]"
-MASK_ID = len(vocabulary_lib.SPECIALS)
-CLS_ID = vocabulary_lib.BOS_ID
-SEP_ID = vocabulary_lib.EOS_ID
-PAD_ID = vocabulary_lib.PAD_ID
-# BERT's names of the reserved tokens (Hugging Face vocab.txt, keras-hub).
-BERT_RESERVED_NAMES = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", MASK)
+from tfeff.data.pipeline import line_dataset
+from tfeff.data.pipeline import lookup_table
+from tfeff.data.pipeline import shuffle_and_repeat
+from tfeff.data.vocabulary import CLS_ID
+from tfeff.data.vocabulary import MASK
+from tfeff.data.vocabulary import MASK_ID
+from tfeff.data.vocabulary import PAD_ID
+from tfeff.data.vocabulary import SEP_ID
 _LINES_PER_CHUNK = 256
 
 

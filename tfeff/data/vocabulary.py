@@ -10,6 +10,14 @@ from tfeff.data import files
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIALS = (PAD, UNK, BOS, EOS)
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
+# Masked-LM vocabularies (BERT, Masked ELMo) reserve one more id, and read the
+# sentence boundaries as BERT's [CLS] and [SEP].
+MASK = "[MASK]"
+MASK_ID = len(SPECIALS)
+CLS_ID = BOS_ID
+SEP_ID = EOS_ID
+# BERT's names of the reserved tokens (Hugging Face vocab.txt, keras-hub).
+BERT_RESERVED_NAMES = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", MASK)
 
 
 class Vocabulary:

@@ -54,7 +54,7 @@ import tensorflow as tf
 
 from tfeff.data import files
 from tfeff.data import vocabulary as vocabulary_lib
-from tfeff.data.lm_dataset import unknown_for_padding
+from tfeff.data.pipeline import unknown_for_padding
 
 EXTRA_DIR = "assets.extra"
 METADATA_FILE = "embedder.json"

@@ -35,11 +35,11 @@ import tensorflow as tf
 from tfeff import config as config_lib
 from tfeff import data as data_lib
 from tfeff.data import files
-from tfeff.data.mlm_dataset import CLS_ID
-from tfeff.data.mlm_dataset import MASK_ID
-from tfeff.data.mlm_dataset import PAD_ID
-from tfeff.data.mlm_dataset import SEP_ID
 from tfeff.data.mlm_dataset import check_bert_vocabulary
+from tfeff.data.vocabulary import CLS_ID
+from tfeff.data.vocabulary import MASK_ID
+from tfeff.data.vocabulary import PAD_ID
+from tfeff.data.vocabulary import SEP_ID
 from tfeff.models import Bert
 from tfeff.models.relaxed_merge import merge_relaxed_bert
 from tfeff.training import checkpoints

@@ -1,0 +1,89 @@
+"""tf.data primitives every family's pipeline uses: vocabulary lookup tables, the
+non-blank lines of text files, and block shuffling that replays exactly on resume."""
+
+import tensorflow as tf
+
+from tfeff.data import vocabulary as vocabulary_lib
+
+
+def lookup_table(vocabulary_path, default_value=vocabulary_lib.UNK_ID):
+    """A `tf.lookup` table from a `Vocabulary.save` file's first column to its line number."""
+    initializer = tf.lookup.TextFileInitializer(
+        vocabulary_path,
+        key_dtype=tf.string,
+        key_index=0,
+        value_dtype=tf.int64,
+        value_index=tf.lookup.TextFileIndex.LINE_NUMBER,
+        delimiter="\t",
+    )
+    return tf.lookup.StaticHashTable(initializer, default_value=default_value)
+
+
+def unknown_for_padding(ids):
+    """Maps the padding id to `<unk>` in (ragged) token ids of text.
+
+    A literal `<pad>` in a corpus is an unknown word, never padding (the
+    model masks id 0); a literal `<unk>` already maps to `<unk>`. Exported
+    embedders do the same, so training and serving see the same input.
+    """
+    return tf.ragged.map_flat_values(
+        lambda t: tf.where(tf.equal(t, vocabulary_lib.PAD_ID),
+                           tf.constant(vocabulary_lib.UNK_ID, t.dtype), t), ids)
+
+
+def line_dataset(file_list, on_invalid_utf8="error"):
+    """The non-blank lines of `file_list` (str paths), in order, as a `tf.data.Dataset`.
+
+    `on_invalid_utf8="skip"` drops lines that are not valid UTF-8 and
+    `"replace"` substitutes U+FFFD; `"error"` leaves them to fail later.
+    """
+    ds = tf.data.Dataset.from_tensor_slices(file_list)
+    ds = ds.interleave(
+        tf.data.TextLineDataset,
+        cycle_length=min(len(file_list), 4),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if on_invalid_utf8 == "skip":
+        ds = ds.filter(
+            lambda line: tf.equal(
+                tf.strings.unicode_transcode(line, "UTF-8", "UTF-8", errors="replace"),
+                line,
+            )
+        )
+    elif on_invalid_utf8 == "replace":
+        ds = ds.map(
+            lambda line: tf.strings.unicode_transcode(
+                line, "UTF-8", "UTF-8", errors="replace"
+            )
+        )
+    ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
+    return ds
+
+
+def shuffle_and_repeat(ds, shuffle_buffer, seed, repeat):
+    """Block-shuffles 1-D elements (`shuffle_buffer` per block; 0: no shuffle), repeats.
+
+    Each block of `shuffle_buffer` consecutive elements is permuted by a
+    stateless draw keyed by `(seed, epoch, block)`, so each epoch's order is a
+    function of the seed alone, not of how many iterators the dataset has had
+    (`Dataset.shuffle` reshuffles for every new iterator, and Keras may open
+    one to peek at a batch): a pipeline rebuilt for a resume, or on another
+    worker, replays exactly the same order.
+    """
+    if not shuffle_buffer:
+        return ds.repeat() if repeat else ds
+    base_seed = tf.constant(0 if seed is None else seed, tf.int64)
+
+    def epoch(index):
+        def permute(block_index, block):
+            key = tf.stack([base_seed, index * 1_000_003 + block_index])
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(block.nrows()), seed=key)
+            return tf.gather(block, order)
+
+        return ds.ragged_batch(shuffle_buffer).enumerate().map(permute).unbatch()
+
+    if not repeat:
+        return epoch(tf.constant(0, tf.int64))
+    return tf.data.Dataset.counter().flat_map(epoch)
