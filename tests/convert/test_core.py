@@ -12,6 +12,7 @@ from tfeff.convert import merge_relaxed_bert
 from tfeff.convert import read_hf_bert
 from tfeff.convert import to_keras_hub
 from tfeff.convert import write_hf_bert
+from tfeff.convert.hf_bert import read_weights
 from tfeff.layers import FactorizedDense
 from tfeff.models import Bert
 
@@ -97,12 +98,38 @@ def test_hugging_face_round_trip_preserves_outputs(tmp_path, kwargs):
         write_hf_bert(bert, tmp_path / "hf")
 
 
+def test_hugging_face_bf16_weights_are_read_widened_to_float32(tmp_path):
+    """A checkpoint saved in bfloat16 (as many on the Hub are) reads as its exact values."""
+    import ml_dtypes
+    from safetensors.numpy import save_file
+
+    bert = make_bert()
+    write_hf_bert(bert, tmp_path / "hf")
+    path = str(tmp_path / "hf" / "model.safetensors")
+    tensors = read_weights(path)
+    halved = {k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()}
+    save_file(halved, path, metadata={"format": "pt"})
+    widened = read_weights(path)
+    assert widened.keys() == tensors.keys()
+    for k, v in widened.items():
+        assert v.dtype == np.float32, k
+        np.testing.assert_array_equal(v, halved[k].astype(np.float32), err_msg=k)
+    assert max(np.abs(widened[k] - tensors[k]).max() for k in tensors) > 0  # really rounded
+    back = read_hf_bert(tmp_path / "hf")
+    word = "bert.embeddings.word_embeddings.weight"
+    np.testing.assert_array_equal(back.token_embedding.embeddings.numpy(), widened[word])
+
+
 def test_hugging_face_reader_rejects_a_bad_directory(tmp_path):
     bert = make_bert()
     write_hf_bert(bert, tmp_path / "hf")
     (tmp_path / "hf" / "model.safetensors").write_bytes(
         (tmp_path / "hf" / "model.safetensors").read_bytes()[:-100])
-    with pytest.raises(ValueError, match="model.safetensors: tensor .* outside the file"):
+    with pytest.raises(ValueError, match=r"model.safetensors: not a readable safetensors file "
+                                         r"\(.*not fully covered"):
+        read_hf_bert(tmp_path / "hf")
+    (tmp_path / "hf" / "model.safetensors").write_bytes(b"\x08\x00")
+    with pytest.raises(ValueError, match=r"model.safetensors: not a readable safetensors file"):
         read_hf_bert(tmp_path / "hf")
     with pytest.raises(FileNotFoundError, match="no config.json"):
         read_hf_bert(tmp_path)

@@ -9,7 +9,7 @@ from tests.models.bert_reference import hf_mlm_logits
 from tests.layers.test_rotary import rotate_reference
 from tfeff.convert import write_hf_bert
 from tfeff.models.relaxed_merge import probe_inputs
-from tfeff.convert.safetensors import load_file
+from tfeff.convert.hf_bert import read_weights
 from tfeff.models import Bert
 
 SIZES = dict(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=24,
@@ -43,7 +43,7 @@ def test_golden_against_a_numpy_bert_in_hugging_face_layout(tmp_path, activation
     and the transposes are checked too)."""
     bert = make_bert(activation=activation)
     write_hf_bert(bert, tmp_path / "hf")
-    tensors, _ = load_file(tmp_path / "hf" / "model.safetensors")
+    tensors = read_weights(tmp_path / "hf" / "model.safetensors")
     cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
     x = batch(bert)
     out = bert(x)
@@ -90,7 +90,7 @@ def test_rotary_positions_golden_against_the_numpy_bert(tmp_path):
     with queries and keys rotated (RoFormer), in float64 NumPy."""
     learned = make_bert()
     write_hf_bert(learned, tmp_path / "hf")
-    tensors, _ = load_file(tmp_path / "hf" / "model.safetensors")
+    tensors = read_weights(tmp_path / "hf" / "model.safetensors")
     cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
     rotary = Bert(40, **SIZES, position_embedding="rotary", name="bert")
     rotary.build()

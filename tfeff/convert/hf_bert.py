@@ -30,6 +30,10 @@ transpose of Keras kernels; d = hidden, f = intermediate, V = vocabulary):
 
 An ALONE input embedding is written as its computed table (the vectors the
 model uses at inference); read back, it is an ordinary trainable embedding.
+
+The weights file is read and written with the format's own `safetensors`
+package (`pip install 'tfeff[hf]'`): memory-mapped reads and its checked
+header; BF16 tensors are widened to float32 on reading.
 """
 
 import json
@@ -41,7 +45,6 @@ import tempfile
 import keras
 import numpy as np
 
-from tfeff.convert import safetensors
 from tfeff.data.vocabulary import BERT_RESERVED_NAMES
 from tfeff.models import Bert
 
@@ -171,7 +174,8 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".hf-", dir=parent)
     try:
-        safetensors.save_file(tensors, os.path.join(tmp, WEIGHTS_FILE), {"format": "pt"})
+        _safetensors().numpy.save_file(tensors, os.path.join(tmp, WEIGHTS_FILE),
+                                       metadata={"format": "pt"})
         with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
             json.dump(hf_config(bert), f, indent=2)
         if vocabulary_path:
@@ -187,6 +191,32 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return directory
+
+
+def _safetensors():
+    try:
+        import safetensors.numpy
+    except ImportError as e:
+        raise ImportError("The Hugging Face layout is read and written with the safetensors "
+                          "package: pip install 'tfeff[hf]'") from e
+    return safetensors
+
+
+def read_weights(path):
+    """`{name: NumPy array}` of a safetensors file; BF16 is widened to float32.
+
+    Raises:
+        ValueError naming the file when it is not a readable safetensors file
+        (truncated, bad header).
+    """
+    safetensors = _safetensors()
+    try:
+        with safetensors.safe_open(os.fspath(path), framework="np") as f:
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+    except safetensors.SafetensorError as e:
+        raise ValueError(f"{path}: not a readable safetensors file ({e})") from e
+    return {name: value.astype(np.float32) if value.dtype.name == "bfloat16" else value
+            for name, value in tensors.items()}
 
 
 def read_hf_bert(directory, name="bert"):
@@ -216,7 +246,7 @@ def read_hf_bert(directory, name="bert"):
     act = cfg.get("hidden_act", "gelu")
     if act not in _FROM_HF_ACTIVATIONS:
         raise ValueError(f"{config_path}: unsupported hidden_act {act!r}")
-    tensors, _ = safetensors.load_file(weights_path)
+    tensors = read_weights(weights_path)
     if not any(k.startswith("bert.") for k in tensors):  # a bare BertModel
         tensors = {(k if k.startswith("cls.") else "bert." + k): v for k, v in tensors.items()}
     bert = Bert(
