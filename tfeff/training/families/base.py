@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from tfeff import data as data_lib
 from tfeff.data import files
+from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.training import fault_tolerance
 from tfeff.training import model_directory
 from tfeff.training.model_directory import file_path
@@ -79,6 +80,21 @@ class Phase(NamedTuple):
     history: dict
     preempted: bool
     position: int
+
+
+def masked_lm_artifacts(config, model_dir):
+    """The corpus and BERT-style WordPiece vocabulary (learned if missing, then checked
+    for its reserved ids) of the masked-LM families: a `DataArtifacts`."""
+    d = config.data
+    train_files, heldout_files = model_directory.corpus_files(d, model_dir)
+    vocabulary_path = file_path(model_dir, model_directory.VOCABULARY_FILE)
+    if not tf.io.gfile.exists(vocabulary_path):
+        data_lib.learn_bert_vocabulary(
+            train_files, d.wordpiece_vocabulary_size, vocabulary_path, lower_case=d.lower_case,
+            on_invalid_utf8=d.on_invalid_utf8, max_words_in_memory=d.max_words_in_memory)
+    artifacts = DataArtifacts(train_files, heldout_files, vocabulary_path)
+    check_bert_vocabulary(artifacts.vocabulary)
+    return artifacts
 
 
 def bilstm_model_kwargs(model_cfg):

@@ -35,7 +35,6 @@ import tensorflow as tf
 from tfeff import config as config_lib
 from tfeff import data as data_lib
 from tfeff.data import files
-from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.data.vocabulary import CLS_ID
 from tfeff.data.vocabulary import MASK_ID
 from tfeff.data.vocabulary import PAD_ID
@@ -45,9 +44,9 @@ from tfeff.models.relaxed_merge import merge_relaxed_bert
 from tfeff.training import checkpoints
 from tfeff.training import model_directory
 from tfeff.training.callbacks import write_scalar
-from tfeff.training.families.base import DataArtifacts
 from tfeff.training.families.base import Family
 from tfeff.training.families.base import alone_kwargs
+from tfeff.training.families.base import masked_lm_artifacts
 from tfeff.training.families.base import train_phase
 from tfeff.training.optimizers import make_optimizer
 from tfeff.training.strategy import barrier
@@ -211,18 +210,7 @@ class BertFamily(Family):
 
     def prepare_data(self, config, model_dir):
         """Corpus and WordPiece vocabulary (learned if missing, then checked)."""
-        data_cfg = config.data
-        train_files, heldout_files = model_directory.corpus_files(data_cfg, model_dir)
-        vocabulary_path = _path(model_dir, model_directory.VOCABULARY_FILE)
-        if not tf.io.gfile.exists(vocabulary_path):
-            data_lib.learn_bert_vocabulary(
-                train_files, data_cfg.wordpiece_vocabulary_size, vocabulary_path,
-                lower_case=data_cfg.lower_case, on_invalid_utf8=data_cfg.on_invalid_utf8,
-                max_words_in_memory=data_cfg.max_words_in_memory,
-            )
-        artifacts = DataArtifacts(train_files, heldout_files, vocabulary_path)
-        check_bert_vocabulary(artifacts.vocabulary)
-        return artifacts
+        return masked_lm_artifacts(config, model_dir)
 
     def build_model(self, config, vocabulary_size, vectors_path=None, relaxed=None):
         """The `Bert` of `config` (relaxed per `checkpoint_is_relaxed` unless given)."""

@@ -23,12 +23,11 @@ import tensorflow as tf
 
 from tfeff import data as data_lib
 from tfeff.data import files
-from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.models import MaskedElmo
 from tfeff.training import model_directory
-from tfeff.training.families.base import DataArtifacts
 from tfeff.training.families.base import Family
 from tfeff.training.families.base import bilstm_model_kwargs
+from tfeff.training.families.base import masked_lm_artifacts
 from tfeff.training.model_directory import file_path
 
 WORDPIECE_CORPUS_FILE = "wordpiece_corpus.txt"
@@ -115,22 +114,15 @@ class MaskedElmoFamily(Family):
         `documents` (`tfeff.data.tokenize_documents`); for a continuous output also
         trains fastText on the WordPiece-tokenized corpus and writes the table."""
         d = config.data
-        train_files, heldout_files = model_directory.corpus_files(d, model_dir)
-        vocabulary_path = file_path(model_dir, model_directory.VOCABULARY_FILE)
-        if not tf.io.gfile.exists(vocabulary_path):
-            data_lib.learn_bert_vocabulary(
-                train_files, d.wordpiece_vocabulary_size, vocabulary_path,
-                lower_case=d.lower_case, on_invalid_utf8=d.on_invalid_utf8,
-                max_words_in_memory=d.max_words_in_memory)
-        artifacts = DataArtifacts(train_files, heldout_files, vocabulary_path)
-        check_bert_vocabulary(artifacts.vocabulary)
+        artifacts = masked_lm_artifacts(config, model_dir)
 
         def tokenize(patterns):
-            return data_lib.tokenize_documents(patterns, vocabulary_path, d.lower_case,
-                                               d.on_invalid_utf8)
+            return data_lib.tokenize_documents(patterns, artifacts.vocabulary_path,
+                                               d.lower_case, d.on_invalid_utf8)
 
-        artifacts.documents = tokenize(train_files)
-        artifacts.heldout_documents = tokenize(heldout_files) if heldout_files else None
+        artifacts.documents = tokenize(artifacts.train_files)
+        artifacts.heldout_documents = (tokenize(artifacts.heldout_files)
+                                       if artifacts.heldout_files else None)
         if self.uses_vectors(config):
             artifacts.vectors_path = _wordpiece_vectors(config, model_dir, artifacts.documents,
                                                         artifacts.vocabulary)
