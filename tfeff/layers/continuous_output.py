@@ -1,7 +1,6 @@
 """ContinuousOutput: predict the pre-trained embedding of the target word."""
 
 import keras
-import tensorflow as tf
 
 from tfeff.losses import continuous as continuous_losses
 
@@ -164,8 +163,8 @@ class ContinuousOutput(keras.layers.Layer):
             float32 tensor `(...)`.
         """
         # `Loss.call` is the bare per-position loss: no mask, no reduction.
-        return self.make_loss(reduction=None).call(tf.cast(y_true, tf.float32),
-                                                   tf.cast(y_pred, tf.float32))
+        return self.make_loss(reduction=None).call(keras.ops.cast(y_true, "float32"),
+                                                   keras.ops.cast(y_pred, "float32"))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.embedding_dim,)

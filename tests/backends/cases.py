@@ -1,0 +1,113 @@
+"""Backend-neutral computations whose outputs must agree across Keras backends.
+
+Imported by `tests/backends/test_backend_parity.py` under TensorFlow (in the
+pytest process) and run as a script under another backend
+(`KERAS_BACKEND=jax python tests/backends/cases.py OUT.npz`), on the same
+NumPy inputs and weights; the test compares the two. This module imports
+no TensorFlow of its own.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+SEED = 0
+
+
+def inputs():
+    rng = np.random.default_rng(SEED)
+    return {
+        "y_true": rng.normal(size=(3, 5, 16)).astype("float32"),
+        "y_pred": (4.0 * rng.normal(size=(3, 5, 16))).astype("float32"),
+        "hidden": rng.normal(size=(3, 5, 8)).astype("float32"),
+        "kappa": np.array([1e-3, 0.5, 3.0, 40.0, 900.0], "float32"),
+    }
+
+
+def _value_and_grad(fn, x):
+    """`fn(x)` and d sum(fn(x)) / dx as NumPy, with the backend's own autodiff."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        value = fn(x)
+        grad = jax.grad(lambda v: keras.ops.sum(fn(v)))(x)
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        x = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = fn(x)
+            total = tf.reduce_sum(value)
+        grad = tape.gradient(total, x)
+    elif backend == "torch":
+        import torch
+
+        x = torch.tensor(x, requires_grad=True)
+        value = fn(x)
+        value.sum().backward()
+        grad = x.grad
+    else:
+        raise ValueError(f"No gradient helper for backend {backend!r}")
+    return keras.ops.convert_to_numpy(value), keras.ops.convert_to_numpy(grad)
+
+
+def losses(data):
+    import keras
+
+    from tfeff import losses
+
+    out = {}
+    for name, fn in losses.DISTANCES.items():
+        value, grad = _value_and_grad(lambda p, fn=fn: fn(data["y_true"], p), data["y_pred"])
+        out[f"{name}/value"], out[f"{name}/grad"] = value, grad
+    value, grad = _value_and_grad(lambda k: losses.log_vmf_normalizer(k, 300), data["kappa"])
+    out["log_c300/value"], out["log_c300/grad"] = value, grad
+    reduced = losses.VonMisesFisherLoss(regularization1=0.02)(data["y_true"], data["y_pred"])
+    out["vmf_loss/reduced"] = keras.ops.convert_to_numpy(reduced)
+    return out
+
+
+def continuous_output(data):
+    import keras
+
+    from tfeff.layers.continuous_output import ContinuousOutput
+
+    layer = ContinuousOutput(16, loss="vmf", name="out")
+    layer.build((None, None, 8))
+    rng = np.random.default_rng(SEED + 1)
+    layer.set_weights([rng.normal(size=w.shape).astype("float32") for w in layer.weights])
+    predicted = layer(data["hidden"])
+    return {"predictions": keras.ops.convert_to_numpy(predicted),
+            "vmf_position_loss": keras.ops.convert_to_numpy(
+                layer.position_loss(data["y_true"], predicted))}
+
+
+CASES = {"losses": losses, "continuous_output": continuous_output}
+
+
+def run_all():
+    data = inputs()
+    out = {}
+    for case, fn in CASES.items():
+        for key, value in fn(data).items():
+            out[f"{case}/{key}"] = np.asarray(value)
+    return out
+
+
+if __name__ == "__main__":
+    if os.environ.get("TFEFF_JAX_X64") == "1":
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    results = run_all()
+    import keras
+
+    results["backend"] = np.array(keras.backend.backend())
+    np.savez(sys.argv[1], **results)
