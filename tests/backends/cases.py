@@ -22,7 +22,21 @@ def inputs():
         "y_pred": (4.0 * rng.normal(size=(3, 5, 16))).astype("float32"),
         "hidden": rng.normal(size=(3, 5, 8)).astype("float32"),
         "kappa": np.array([1e-3, 0.5, 3.0, 40.0, 900.0], "float32"),
+        "targets": rng.integers(0, 20, size=(3, 5)).astype("int32"),
+        "mask": rng.random((3, 5)) > 0.3,
+        "stack": rng.normal(size=(3, 4, 5, 8)).astype("float32"),
     }
+
+
+def _set_weights(layer, seed):
+    rng = np.random.default_rng(seed)
+    layer.set_weights([rng.normal(size=w.shape).astype("float32") for w in layer.weights])
+
+
+def _np(x):
+    import keras
+
+    return keras.ops.convert_to_numpy(x)
 
 
 def _value_and_grad(fn, x):
@@ -79,15 +93,59 @@ def continuous_output(data):
 
     layer = ContinuousOutput(16, loss="vmf", name="out")
     layer.build((None, None, 8))
-    rng = np.random.default_rng(SEED + 1)
-    layer.set_weights([rng.normal(size=w.shape).astype("float32") for w in layer.weights])
+    _set_weights(layer, SEED + 1)
     predicted = layer(data["hidden"])
     return {"predictions": keras.ops.convert_to_numpy(predicted),
             "vmf_position_loss": keras.ops.convert_to_numpy(
                 layer.position_loss(data["y_true"], predicted))}
 
 
-CASES = {"losses": losses, "continuous_output": continuous_output}
+def softmax_layers(data):
+    """FullSoftmax (values, loss, distribution, argmax, gradient) and SampledSoftmax's
+    exact path on the same weights."""
+    from tfeff.layers.full_softmax import FullSoftmax
+    from tfeff.layers.sampled_softmax import SampledSoftmax
+
+    out = {}
+    full = FullSoftmax(20, name="full")
+    full.build((None, 8))
+    _set_weights(full, SEED + 2)
+    log_probs, loss = full(data["hidden"], data["targets"], mask=data["mask"],
+                           return_loss=True)
+    out["full/target_log_probs"], out["full/loss"] = _np(log_probs), _np(loss)
+    out["full/log_prob"] = _np(full.log_prob(data["hidden"]))
+    out["full/predict"] = _np(full.predict(data["hidden"]))
+    value, grad = _value_and_grad(
+        lambda h: full(h, data["targets"], mask=data["mask"], return_loss=True)[0],
+        data["hidden"])
+    out["full/grad_hidden"] = grad
+    sampled = SampledSoftmax(20, 5, name="sampled", seed=0)
+    sampled.build((None, 8))
+    _set_weights(sampled, SEED + 2)
+    log_probs, loss = sampled(data["hidden"], data["targets"], return_loss=True,
+                              training=False)
+    out["sampled_exact/target_log_probs"], out["sampled_exact/loss"] = (_np(log_probs),
+                                                                       _np(loss))
+    return out
+
+
+def mixing_layers(data):
+    """ScalarMix (with layer norm, masked) and FactorizedDense."""
+    from tfeff.layers.factorized_dense import FactorizedDense
+    from tfeff.layers.scalar_mix import ScalarMix
+
+    mix = ScalarMix(4, layer_norm=True, name="mix")
+    mix.build(data["stack"].shape)
+    _set_weights(mix, SEED + 3)
+    dense = FactorizedDense(6, 3, activation="gelu", name="factorized")
+    dense.build((None, None, 8))
+    _set_weights(dense, SEED + 4)
+    return {"scalar_mix": _np(mix(data["stack"], mask=data["mask"])),
+            "factorized_dense": _np(dense(data["hidden"]))}
+
+
+CASES = {"losses": losses, "continuous_output": continuous_output,
+         "softmax_layers": softmax_layers, "mixing_layers": mixing_layers}
 
 
 def run_all():

@@ -1,7 +1,7 @@
 """FullSoftmax: the exact softmax over the whole vocabulary (TensorFlow-only)."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tfeff.layers import softmax_common
 
@@ -101,16 +101,16 @@ class FullSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
 
     def logits(self, x):
         """float32 logits `(n, vocabulary_size)` of rows `x` `(n, input_dim)`."""
-        logits = tf.matmul(x, tf.cast(self.embeddings, x.dtype), transpose_b=True)
-        logits = tf.cast(logits, tf.float32)
+        logits = ops.matmul(x, ops.transpose(ops.cast(self.embeddings, x.dtype)))
+        logits = ops.cast(logits, "float32")
         if self.bias is not None:
-            logits = logits + tf.cast(self.bias, tf.float32)
+            logits = logits + ops.cast(self.bias, "float32")
         return logits
 
     def _target_log_probs(self, inputs, targets, mask, training):
         x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
-        log_probs = tf.nn.log_softmax(self.logits(x), axis=-1)  # (n, V)
-        return softmax_common.finish(tf.gather(log_probs, t, batch_dims=1), keep, targets)
+        log_probs = ops.log_softmax(self.logits(x), axis=-1)  # (n, V)
+        return softmax_common.finish(softmax_common.gather_rows(log_probs, t), keep, targets)
 
     def get_config(self):
         config = super().get_config()

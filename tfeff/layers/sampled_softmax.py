@@ -1,7 +1,13 @@
-"""SampledSoftmax: log-uniform candidate sampling, optionally against a fixed table (TensorFlow-only)."""
+"""SampledSoftmax: log-uniform candidate sampling, optionally against a fixed table.
+
+The exact path (inference, evaluation, `log_prob`) is `keras.ops` and runs on
+every backend; the training path draws its negatives with TensorFlow's
+`log_uniform_candidate_sampler` (unique, with expected counts), which no other
+backend has: training it on JAX or PyTorch raises `NotImplementedError`.
+"""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tfeff.layers import softmax_common
 
@@ -116,26 +122,35 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
     def _rows(self, ids, dtype):
         """Output-matrix rows of `ids` (a sparse-gradient gather)."""
         if self.output_embedding is not None:
-            return tf.cast(self.output_embedding(ids), dtype)
-        return tf.gather(tf.cast(self.embeddings, dtype), ids)
+            return ops.cast(self.output_embedding(ids), dtype)
+        return ops.take(ops.cast(self.embeddings, dtype), ids, axis=0)
 
     def _matrix(self, dtype):
         if self.output_embedding is not None:
-            return tf.cast(self.output_embedding.table, dtype)
-        return tf.cast(self.embeddings, dtype)
+            return ops.cast(self.output_embedding.table, dtype)
+        return ops.cast(self.embeddings, dtype)
 
     def logits(self, x):
         """Exact float32 logits `(n, vocabulary_size)`."""
-        logits = tf.cast(tf.matmul(x, self._matrix(x.dtype), transpose_b=True), tf.float32)
+        logits = ops.cast(ops.matmul(x, ops.transpose(self._matrix(x.dtype))), "float32")
         if self.bias is not None:
-            logits = logits + tf.cast(self.bias, tf.float32)
+            logits = logits + ops.cast(self.bias, "float32")
         return logits
 
     def _target_log_probs(self, inputs, targets, mask, training):
         x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
         if not training:
-            log_probs = tf.nn.log_softmax(self.logits(x), axis=-1)
-            return softmax_common.finish(tf.gather(log_probs, t, batch_dims=1), keep, targets)
+            log_probs = ops.log_softmax(self.logits(x), axis=-1)
+            return softmax_common.finish(softmax_common.gather_rows(log_probs, t), keep,
+                                         targets)
+        if keras.backend.backend() != "tensorflow":
+            raise NotImplementedError(
+                f"SampledSoftmax `{self.name}`: training draws negatives with TensorFlow's "
+                "log_uniform_candidate_sampler, which the "
+                f"{keras.backend.backend()!r} backend lacks; use the TensorFlow backend, or "
+                "FullSoftmax / AdaptiveSoftmax (the exact path, training=False, runs here).")
+        import tensorflow as tf  # the sampler is TensorFlow's
+
         sampled, true_expected, sampled_expected = tf.random.log_uniform_candidate_sampler(
             true_classes=tf.cast(t[:, None], tf.int64), num_true=1,
             num_sampled=self.num_sampled, unique=True,

@@ -1,4 +1,4 @@
-"""Shared pieces of the softmax output layers (TensorFlow-only; not a public layer).
+"""Shared pieces of the softmax output layers (`keras.ops`; not a public layer).
 
 Every softmax output layer of tfeff has the same contract
 (`SoftmaxOutputMixin.call`):
@@ -20,19 +20,46 @@ Every softmax output layer of tfeff has the same contract
   probable class `(...)`. Both build the layer from `inputs` when it was
   never called.
 
-Targets that are not ignored must be in `[0, vocabulary_size)`: eagerly and
-inside a `tf.function`, an out-of-range id raises `InvalidArgumentError`
-naming the layer and `vocabulary_size`. Under XLA (`jit_compile=True`)
-TensorFlow compiles assertions out, and XLA's gather clamps the index: the
-loss then silently uses the nearest valid class, so check ids in the input
-pipeline when training with XLA.
+Targets that are not ignored must be in `[0, vocabulary_size)`. On the
+TensorFlow backend, eagerly and inside a `tf.function`, an out-of-range id
+raises `InvalidArgumentError` naming the layer and `vocabulary_size`; on
+another backend, eager (concrete) targets raise `ValueError` with the same
+message. Compiled code cannot check: under XLA (`jit_compile=True`)
+TensorFlow compiles assertions out and XLA's gather clamps the index, and
+under `jax.jit` the targets are abstract: the loss then silently uses another
+class, so check ids in the input pipeline when compiling.
 
 Log-softmaxes are computed in float32 whatever the compute dtype, so the
 layers work under `mixed_float16` / `mixed_bfloat16` policies.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
+
+
+def _check_targets(layer, t):
+    """Raises unless every id of `t` is in `[0, layer.vocabulary_size)` (see the module)."""
+    prefix = f"{type(layer).__name__} `{layer.name}`: targets"
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        checks = [
+            tf.debugging.assert_non_negative(t, message=f"{prefix} must be >= 0"),
+            tf.debugging.assert_less(
+                t, layer.vocabulary_size,
+                message=f"{prefix} must be < vocabulary_size={layer.vocabulary_size}"),
+        ]
+        with tf.control_dependencies(checks):
+            return tf.identity(t)
+    try:
+        values = ops.convert_to_numpy(t)
+    except Exception:  # traced (jax.jit, torch.compile): nothing concrete to check
+        return t
+    if values.size and values.min() < 0:
+        raise ValueError(f"{prefix} must be >= 0")
+    if values.size and values.max() >= layer.vocabulary_size:
+        raise ValueError(f"{prefix} must be < vocabulary_size={layer.vocabulary_size}")
+    return t
 
 
 def flatten_inputs(layer, inputs, targets, mask):
@@ -41,34 +68,30 @@ def flatten_inputs(layer, inputs, targets, mask):
     Kept targets are checked against `[0, layer.vocabulary_size)`.
     """
     dim = inputs.shape[-1]
-    x = tf.reshape(inputs, [-1, dim])
-    t = tf.reshape(tf.cast(targets, tf.int32), [-1])
-    keep = tf.ones_like(t, dtype=tf.bool)
+    x = ops.reshape(inputs, (-1, dim))
+    t = ops.reshape(ops.cast(targets, "int32"), (-1,))
+    keep = ops.ones_like(t, dtype="bool")
     if mask is not None:
-        keep = tf.logical_and(keep, tf.reshape(tf.cast(mask, tf.bool), [-1]))
+        keep = ops.logical_and(keep, ops.reshape(ops.cast(mask, "bool"), (-1,)))
     if layer.ignore_index is not None:
-        keep = tf.logical_and(keep, tf.not_equal(t, layer.ignore_index))
+        keep = ops.logical_and(keep, ops.not_equal(t, layer.ignore_index))
     # Ignored targets may hold any value (e.g. -100): point them at class 0.
-    t = tf.where(keep, t, tf.zeros_like(t))
-    prefix = f"{type(layer).__name__} `{layer.name}`: targets"
-    checks = [
-        tf.debugging.assert_non_negative(t, message=f"{prefix} must be >= 0"),
-        tf.debugging.assert_less(
-            t, layer.vocabulary_size,
-            message=f"{prefix} must be < vocabulary_size={layer.vocabulary_size}"),
-    ]
-    with tf.control_dependencies(checks):
-        t = tf.identity(t)
-    return x, t, keep
+    t = ops.where(keep, t, ops.zeros_like(t))
+    return x, _check_targets(layer, t), keep
 
 
 def finish(target_log_probs, keep, targets):
     """Zeroes ignored entries, reshapes like `targets`, and returns the mean NLL."""
-    keep_f = tf.cast(keep, tf.float32)
+    keep_f = ops.cast(keep, "float32")
     target_log_probs = target_log_probs * keep_f
-    count = tf.reduce_sum(keep_f)
-    loss = -tf.reduce_sum(target_log_probs) / tf.maximum(count, 1.0)
-    return tf.reshape(target_log_probs, tf.shape(targets)), loss
+    count = ops.sum(keep_f)
+    loss = -ops.sum(target_log_probs) / ops.maximum(count, 1.0)
+    return ops.reshape(target_log_probs, ops.shape(targets)), loss
+
+
+def gather_rows(values, ids):
+    """`values[i, ids[i]]` for every row i: `(n, k)`, `(n,)` -> `(n,)`."""
+    return ops.take_along_axis(values, ops.expand_dims(ids, -1), axis=-1)[:, 0]
 
 
 def validate_vocabulary_size(vocabulary_size):
@@ -123,7 +146,7 @@ class SoftmaxOutputMixin:
 
     def _flat_rows(self, inputs):
         """`(inputs, rows (n, input_dim))`, building the layer from `inputs` if never called."""
-        inputs = tf.convert_to_tensor(inputs)
+        inputs = ops.convert_to_tensor(inputs)
         if not self.built:
             if inputs.shape[-1] is None:
                 raise ValueError(
@@ -131,7 +154,7 @@ class SoftmaxOutputMixin:
                     f"last dimension is unknown ({inputs.shape}): call the layer or "
                     "`build((None, input_dim))` first.")
             self.build(tuple(inputs.shape))
-        return inputs, tf.reshape(inputs, [-1, inputs.shape[-1]])
+        return inputs, ops.reshape(inputs, (-1, inputs.shape[-1]))
 
     def compute_output_spec(self, inputs, targets=None, mask=None, training=None,
                             return_loss=False, inputs_mask=None):
@@ -158,11 +181,11 @@ class ExactSoftmaxMixin(SoftmaxOutputMixin):
     def log_prob(self, inputs):
         """Full log-distribution `(..., vocabulary_size)`, float32."""
         inputs, x = self._flat_rows(inputs)
-        out = tf.nn.log_softmax(self.logits(x), axis=-1)
-        return tf.reshape(out, tf.concat([tf.shape(inputs)[:-1], [self.vocabulary_size]], 0))
+        out = ops.log_softmax(self.logits(x), axis=-1)
+        return ops.reshape(out, tuple(ops.shape(inputs)[:-1]) + (self.vocabulary_size,))
 
     def predict(self, inputs):
         """Most probable class `(...)`, int32."""
         inputs, x = self._flat_rows(inputs)
-        best = tf.argmax(self.logits(x), axis=-1, output_type=tf.int32)
-        return tf.reshape(best, tf.shape(inputs)[:-1])
+        best = ops.cast(ops.argmax(self.logits(x), axis=-1), "int32")
+        return ops.reshape(best, ops.shape(inputs)[:-1])
