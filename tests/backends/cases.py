@@ -144,8 +144,37 @@ def mixing_layers(data):
             "factorized_dense": _np(dense(data["hidden"]))}
 
 
+def bert(data):
+    """Standard and CoRe-relaxed BERT (anchor attention, factorized FFNs): outputs and the
+    masked-LM + NSP loss on the same weights and batch."""
+    from tfeff.models import Bert
+    from tfeff.models.relaxed_merge import probe_inputs
+
+    out = {}
+    for name, relaxed in (("standard", None), ("relaxed", {"num_anchors": 3, "ffn_rank": 4})):
+        model = Bert(40, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=24,
+                     max_sequence_length=20, dropout_rate=0.0, relaxed=relaxed, use_nsp=True,
+                     name="bert")
+        model.build()
+        _set_weights(model, SEED + 5)
+        batch = probe_inputs(model, batch_size=3, length=14, seed=SEED)
+        p = batch["masked_positions"].shape[1]
+        rng = np.random.default_rng(SEED + 6)
+        batch["masked_ids"] = rng.integers(5, 40, size=(3, p)).astype("int32")
+        batch["masked_weights"] = np.ones((3, p), "float32")
+        batch["nsp_labels"] = np.array([0, 1, 0], "int32")
+        outputs = model(batch, training=False)
+        for key in ("sequence_output", "mlm_logits", "nsp_logits"):
+            value = _np(outputs[key])
+            if key == "sequence_output":  # padded positions are not outputs
+                value = value * batch["padding_mask"][..., None]
+            out[f"{name}/{key}"] = value
+        out[f"{name}/loss"] = _np(model.compute_loss(x=batch, y_pred=outputs))
+    return out
+
+
 CASES = {"losses": losses, "continuous_output": continuous_output,
-         "softmax_layers": softmax_layers, "mixing_layers": mixing_layers}
+         "softmax_layers": softmax_layers, "mixing_layers": mixing_layers, "bert": bert}
 
 
 def run_all():

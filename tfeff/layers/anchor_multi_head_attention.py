@@ -1,14 +1,14 @@
 """AnchorMultiHeadAttention: CoRe's relaxed attention through m anchor queries.
 
-TensorFlow-backed: anchor selection uses `tf.math.top_k` with a dynamic k
-and batched `tf.gather`; the rest is `keras.ops`.
+Written in `keras.ops`: it runs on TensorFlow, JAX and PyTorch (anchor
+selection is `ops.top_k` with k = min(m, n), static whenever the sequence
+length is).
 """
 
 import math
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from tfeff.layers.rotary import apply_rotary
@@ -46,7 +46,12 @@ def hash_uniform(index, seed):
     Returns:
         float32 tensor shaped like `index`, multiples of 2**-24.
     """
-    seed = ops.cast(ops.mod(ops.convert_to_tensor(seed, "int64"), 2**32), "uint32")
+    if isinstance(seed, (tuple, list)) and all(isinstance(v, (int, np.integer)) for v in seed):
+        # Reduced here: a 64-bit constant does not exist on JAX without x64.
+        seed = ops.convert_to_tensor(np.array([int(v) % 2**32 for v in seed], np.uint32))
+    elif keras.backend.standardize_dtype(seed.dtype) not in ("uint32", "int32"):
+        seed = ops.mod(ops.cast(seed, "int64"), 2**32)
+    seed = ops.cast(seed, "uint32")
     key = _mix32(ops.bitwise_xor(_mix32(seed[0]), seed[1]))
     x = _mix32(ops.bitwise_xor(ops.cast(index, "uint32"), key))
     x = _mix32(ops.add(x, key))
@@ -244,9 +249,11 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
             bool of the same shape.
         """
         scores = self._anchor_scores(ops.cast(query_mask, "bool"), training)
-        k = tf.minimum(self.num_anchors, tf.shape(scores)[-1])
-        top, indices = tf.math.top_k(scores, k=k, sorted=True)
-        return tf.cast(indices, "int32"), top >= _CHOSEN
+        n = scores.shape[-1]
+        k = (min(self.num_anchors, n) if n is not None
+             else ops.minimum(self.num_anchors, ops.shape(scores)[-1]))
+        top, indices = ops.top_k(scores, k, sorted=True)
+        return ops.cast(indices, "int32"), top >= _CHOSEN
 
     def call(
         self,
@@ -306,7 +313,8 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
             anchor_valid = ops.ones(ops.shape(indices), "bool")
         indices = ops.broadcast_to(indices, (batch, self.num_heads, ops.shape(indices)[-1]))
         anchor_valid = ops.broadcast_to(anchor_valid, ops.shape(indices))
-        anchors = tf.gather(q, indices, batch_dims=2)  # (batch, heads, m, key_dim)
+        # (batch, heads, m, key_dim): the anchors' rows of q
+        anchors = ops.take_along_axis(q, indices[..., None], axis=2)
 
         # S1 = softmax(sqrt(d_k) Q~ A~^T): (batch, heads, n, m)
         s1 = ops.einsum("bhnk,bhmk->bhnm", q, anchors) * math.sqrt(float(self.key_dim))

@@ -1,7 +1,6 @@
 """Bert: a BERT encoder with a tied masked-LM head, standard or CoRe-relaxed."""
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from tfeff import layers as tfeff_layers
@@ -289,7 +288,8 @@ class Bert(keras.Model):
     def mlm_logits(self, sequence_output, masked_positions, training=False):
         """Logits `(batch, p, vocabulary_size)` at `masked_positions` `(batch, p)` only."""
         positions = ops.cast(masked_positions, "int32")
-        h = tf.gather(sequence_output, positions, batch_dims=1)  # (batch, p, d)
+        h = ops.take_along_axis(sequence_output, ops.cast(positions, "int32")[..., None],
+                                axis=1)  # (batch, p, d)
         h = self.mlm_norm(self.mlm_dense(h))
         if self.input_embedding == "alone":
             logits = self.token_embedding.attend(h, training=training)

@@ -1,10 +1,15 @@
-"""Helpers for losses computed per replica under tf.distribute (TensorFlow-only)."""
+"""Helpers for losses computed per replica under tf.distribute."""
 
-import tensorflow as tf
+import keras
 
 
 def all_reduce_sum(value):
-    """Sum of `value` over the replicas in sync (itself outside a replica context)."""
+    """Sum of `value` over the replicas in sync (itself outside a replica context, and on
+    backends other than TensorFlow, whose data parallelism is not tf.distribute's)."""
+    if keras.backend.backend() != "tensorflow":
+        return value
+    import tensorflow as tf
+
     ctx = tf.distribute.get_replica_context()
     if ctx is None or ctx.num_replicas_in_sync == 1:
         return value
