@@ -28,9 +28,10 @@ def inputs():
     }
 
 
-def _set_weights(layer, seed):
+def _set_weights(layer, seed, scale=1.0):
     rng = np.random.default_rng(seed)
-    layer.set_weights([rng.normal(size=w.shape).astype("float32") for w in layer.weights])
+    layer.set_weights([(scale * rng.normal(size=w.shape)).astype("float32")
+                       for w in layer.weights])
 
 
 def _np(x):
@@ -173,8 +174,39 @@ def bert(data):
     return out
 
 
+def elmo(data):
+    """ELMo-C (fixed table in, continuous vMF out) and a subword ELMo with a tied full
+    softmax: outputs, the representation stack and the loss. On TensorFlow the softmax
+    loss gathers the predictable rows, elsewhere it masks them: the same number."""
+    from tfeff.models import ElmoLM
+
+    rng = np.random.default_rng(SEED + 7)
+    table = rng.normal(size=(30, 6)).astype("float32")
+    ids = rng.integers(2, 30, size=(3, 7)).astype("int32")
+    ids[:, 0], ids[1, 5:], ids[2, 3] = 2, 0, 1  # <s>, padding, an <unk> target
+    out = {}
+    for name, kwargs in (
+            ("elmo_c", dict(embedding_table=table, output_loss="vmf")),
+            ("subword", dict(vocabulary_size=30, input_embedding="trainable", embedding_dim=8,
+                             output_layer="full", tie_output=True))):
+        model = ElmoLM(num_layers=2, units=12, projection_dim=8, dropout_rate=0.0, seed=0,
+                       name="elmo", **kwargs)
+        model.build()
+        # Weights of a trained network's scale: N(0, 1) recurrences are chaotic, and
+        # float32 rounding differences grow through them.
+        _set_weights(model, SEED + 8, scale=0.3)
+        outputs = model(ids, training=False)
+        out[f"{name}/forward"] = _np(outputs["forward"])
+        out[f"{name}/backward"] = _np(outputs["backward"])
+        stack, _, _ = model.encode(model.token_embedding(ids), ids > 0)
+        out[f"{name}/stack"] = _np(stack)
+        out[f"{name}/loss"] = _np(model.compute_loss(x=ids, y_pred=outputs, training=False))
+    return out
+
+
 CASES = {"losses": losses, "continuous_output": continuous_output,
-         "softmax_layers": softmax_layers, "mixing_layers": mixing_layers, "bert": bert}
+         "softmax_layers": softmax_layers, "mixing_layers": mixing_layers, "bert": bert,
+         "elmo": elmo}
 
 
 def run_all():

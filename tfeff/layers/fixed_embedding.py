@@ -1,8 +1,14 @@
-"""FixedEmbedding: a frozen embedding table gathered in host memory (TensorFlow-only)."""
+"""FixedEmbedding: a frozen embedding table gathered in host memory.
 
-import numpy as np
+On TensorFlow the table is one `/CPU:0` tensor gathered on the host; on JAX
+and PyTorch it is a backend constant on the default device (those backends
+have no per-op host placement inside a compiled step), so there the table
+costs device memory: say so when sizing a word-level ELMo on a GPU.
+"""
+
 import keras
-import tensorflow as tf
+import numpy as np
+from keras import ops
 
 from tfeff.layers.embedding_common import IdEmbeddingMixin
 
@@ -16,8 +22,13 @@ class _HostTable:
     """
 
     def __init__(self, array):
-        with tf.device("/CPU:0"):
-            self.tensor = tf.constant(array)
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            with tf.device("/CPU:0"):
+                self.tensor = tf.constant(array)
+        else:
+            self.tensor = ops.convert_to_tensor(array)
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -81,6 +92,10 @@ class FixedEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         return self._table.tensor
 
     def call(self, inputs):
+        if keras.backend.backend() != "tensorflow":
+            return ops.take(self._table.tensor, ops.cast(inputs, "int32"), axis=0)
+        import tensorflow as tf
+
         with tf.device("/CPU:0"):
             ids = tf.cast(inputs, tf.int32)
             rows = tf.gather(self._table.tensor, ids)  # inputs.shape + (dim,)

@@ -1,10 +1,11 @@
 """ProjectedLSTM: an LSTM with a recurrent projection (ELMo's LSTMP cell).
 
-TensorFlow-only: the recurrence runs in `tf.scan`.
+Written in `keras.ops`: on TensorFlow the recurrence runs in `tf.scan` (its
+per-step outputs need not have the carry's shape, unlike `ops.scan` there),
+on JAX and PyTorch in `ops.scan`.
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 
@@ -121,26 +122,32 @@ class ProjectedLSTM(keras.layers.Layer):
             inputs = reverse_sequence(inputs, lengths)
         # Hoisted input product for every step: (time, batch, 4 * units).
         gates_x = ops.einsum("btf,fg->tbg", inputs, self.kernel) + self.bias
-        recurrent_kernel = tf.convert_to_tensor(self.recurrent_kernel)
-        projection_kernel = tf.convert_to_tensor(self.projection_kernel)
+        recurrent_kernel = ops.convert_to_tensor(self.recurrent_kernel)
+        projection_kernel = ops.convert_to_tensor(self.projection_kernel)
 
-
-        # tf.scan: keras.ops.scan on the TensorFlow backend requires the
-        # per-step outputs to have the carry's shape, which LSTMP's do not.
         def step(state, gate_x):
             r_prev, c_prev = state
-            z = gate_x + tf.matmul(r_prev, recurrent_kernel)  # (batch, 4 * units)
-            i, f, g, o = tf.split(z, 4, axis=-1)
-            c = tf.sigmoid(f) * c_prev + tf.sigmoid(i) * tf.tanh(g)
-            r = tf.matmul(tf.sigmoid(o) * tf.tanh(c), projection_kernel)
+            z = gate_x + ops.matmul(r_prev, recurrent_kernel)  # (batch, 4 * units)
+            i, f, g, o = ops.split(z, 4, axis=-1)
+            c = ops.sigmoid(f) * c_prev + ops.sigmoid(i) * ops.tanh(g)
+            r = ops.matmul(ops.sigmoid(o) * ops.tanh(c), projection_kernel)
             return r, c
 
         dtype = gates_x.dtype
-        init = (
-            tf.zeros(tf.stack([batch_size, self.projection_dim]), dtype=dtype),
-            tf.zeros(tf.stack([batch_size, self.units]), dtype=dtype),
-        )
-        outputs, _ = tf.scan(step, gates_x, initializer=init)  # (time, batch, proj)
+        init = (ops.zeros((batch_size, self.projection_dim), dtype=dtype),
+                ops.zeros((batch_size, self.units), dtype=dtype))
+        if keras.backend.backend() == "tensorflow":
+            # tf.scan: keras.ops.scan on the TensorFlow backend requires the
+            # per-step outputs to have the carry's shape, which LSTMP's do not.
+            import tensorflow as tf
+
+            outputs, _ = tf.scan(step, gates_x, initializer=init)  # (time, batch, proj)
+        else:
+            def scan_step(state, gate_x):
+                r, c = step(state, gate_x)
+                return (r, c), r
+
+            _, outputs = ops.scan(scan_step, init, gates_x)  # (time, batch, proj)
         outputs = ops.transpose(outputs, (1, 0, 2))  # (batch, time, projection_dim)
         if self.go_backwards:
             outputs = reverse_sequence(outputs, lengths)
@@ -188,4 +195,12 @@ def forget_bias_initializer(units, unit_forget_bias):
 
 def reverse_sequence(x, lengths):
     """Reverse the first `lengths[b]` steps of each row of `x` (batch, time, ...)."""
-    return tf.reverse_sequence(x, tf.cast(lengths, tf.int64), seq_axis=1, batch_axis=0)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.reverse_sequence(x, tf.cast(lengths, tf.int64), seq_axis=1, batch_axis=0)
+    steps = ops.arange(ops.shape(x)[1], dtype="int32")[None, :]  # (1, time)
+    lengths = ops.cast(lengths, "int32")[:, None]  # (batch, 1)
+    source = ops.where(steps < lengths, lengths - 1 - steps, steps)  # (batch, time)
+    source = ops.reshape(source, tuple(ops.shape(source)) + (1,) * (len(x.shape) - 2))
+    return ops.take_along_axis(x, source, axis=1)

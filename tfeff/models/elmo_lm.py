@@ -3,7 +3,7 @@
 import numbers
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tfeff import layers as tfeff_layers
 from tfeff.models.distributed import all_reduce_sum
@@ -331,11 +331,11 @@ class ElmoLM(keras.Model):
             `(batch, num_layers + 1, time, 2 * projection_dim)` and the top
             layer of each direction `(batch, time, projection_dim)`.
         """
-        mask = tf.cast(mask, tf.bool)
+        mask = ops.cast(mask, "bool")
         token = self.token_projection(vectors)  # (batch, time, proj)
-        token = token * tf.cast(mask, token.dtype)[:, :, None]
+        token = token * ops.cast(mask, token.dtype)[:, :, None]
         forward, backward = token, token
-        stack = [tf.concat([token, token], axis=-1)]
+        stack = [ops.concatenate([token, token], axis=-1)]
         for i in range(self.num_layers):
             f = self.forward_lstms[i](forward, mask=mask)  # (batch, time, proj)
             b = self.backward_lstms[i](backward, mask=mask)
@@ -343,13 +343,13 @@ class ElmoLM(keras.Model):
             b = self.dropout(self.backward_norms[i](b), training=training)
             if i > 0:
                 f, b = f + forward, b + backward
-            keep = tf.cast(mask, f.dtype)[:, :, None]
+            keep = ops.cast(mask, f.dtype)[:, :, None]
             forward, backward = f * keep, b * keep
-            stack.append(tf.concat([forward, backward], axis=-1))
-        return tf.stack(stack, axis=1), forward, backward
+            stack.append(ops.concatenate([forward, backward], axis=-1))
+        return ops.stack(stack, axis=1), forward, backward
 
     def call(self, inputs, training=False):
-        ids = tf.cast(inputs, tf.int32)
+        ids = ops.cast(inputs, "int32")
         mask = ids > 0
         vectors = self.token_embedding(ids, training=training)  # (batch, time, emb)
         _, forward, backward = self.encode(vectors, mask, training=training)
@@ -373,10 +373,11 @@ class ElmoLM(keras.Model):
         """Per-direction (sum of losses, number of targets) over this batch.
 
         Forward position t predicts token t+1, backward position t predicts
-        token t-1. Targets that are padding or `<unk>` are skipped; softmax
-        outputs only ever see the predictable positions (gathered first).
+        token t-1. Targets that are padding or `<unk>` are skipped; on
+        TensorFlow, softmax outputs only ever see the predictable positions
+        (gathered first); other backends need static shapes and mask them.
         """
-        ids = tf.cast(ids, tf.int32)
+        ids = ops.cast(ids, "int32")
         if not self.is_continuous:
             return self._softmax_losses(ids, predictions, training)
         targets = self.fixed_table(ids)  # host gather of the same rows, once
@@ -384,19 +385,28 @@ class ElmoLM(keras.Model):
         for (name, pred, tgt_ids), (_, _, tgt) in zip(
             direction_pairs(predictions, ids), direction_pairs(predictions, targets)
         ):
-            valid = tf.cast(tgt_ids >= FIRST_PREDICTABLE_ID, tf.float32)
+            valid = ops.cast(tgt_ids >= FIRST_PREDICTABLE_ID, "float32")
             per_token = self.output_head.position_loss(tgt, pred)  # (batch, time-1)
-            out[name] = (tf.reduce_sum(per_token * valid), tf.reduce_sum(valid))
+            out[name] = (ops.sum(per_token * valid), ops.sum(valid))
         return out
 
     def _softmax_losses(self, ids, hidden, training):
         out = {}
+        gather = keras.backend.backend() == "tensorflow"
         for name, h, tgt_ids in direction_pairs(hidden, ids):
             valid = tgt_ids >= FIRST_PREDICTABLE_ID
-            h = tf.boolean_mask(h, valid)  # (targets, dim)
-            log_probs, _ = self.output_head(h, tf.boolean_mask(tgt_ids, valid),
-                                            training=training, return_loss=True)
-            out[name] = (-tf.reduce_sum(log_probs), tf.reduce_sum(tf.cast(valid, tf.float32)))
+            if gather:
+                import tensorflow as tf
+
+                # Only the predictable rows reach the output layer (dynamic shape).
+                log_probs, _ = self.output_head(
+                    tf.boolean_mask(h, valid), tf.boolean_mask(tgt_ids, valid),
+                    training=training, return_loss=True)
+            else:
+                # Static shapes: every position, the unpredictable ones masked (zero).
+                log_probs, _ = self.output_head(h, tgt_ids, mask=valid, training=training,
+                                                return_loss=True)
+            out[name] = (-ops.sum(log_probs), ops.sum(ops.cast(valid, "float32")))
         return out
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
@@ -414,9 +424,9 @@ class ElmoLM(keras.Model):
         total = 0.0
         for loss_sum, count in losses.values():
             global_count = all_reduce_sum(count)
-            total += loss_sum / tf.maximum(global_count, 1.0)
+            total += loss_sum / ops.maximum(global_count, 1.0)
         for loss in self.losses:
-            total += tf.cast(tf.reduce_sum(loss), total.dtype)
+            total += ops.cast(ops.sum(loss), total.dtype)
         return total
 
     def get_config(self):
