@@ -130,6 +130,34 @@ def softmax_layers(data):
     return out
 
 
+def adaptive_softmax(data):
+    """AdaptiveSoftmax: TensorFlow's gathered tails against the static-shape path, with a
+    capacity that fits (compacted rows), one that overflows (every row), and none."""
+    from tfeff.layers.adaptive_softmax import AdaptiveSoftmax
+
+    rng = np.random.default_rng(SEED + 9)
+    hidden = rng.normal(size=(4, 6, 16)).astype("float32")
+    # Ids 0-29: shortlist [0, 8), tail 0 [8, 16), tail 1 [16, 30); tail 1 holds 3 of 24.
+    targets = rng.integers(0, 16, size=(4, 6)).astype("int32")
+    targets[0, 1], targets[2, 3], targets[3, 5] = 17, 29, 20
+    mask = np.ones((4, 6), bool)
+    mask[1, 4:] = False
+    out = {}
+    for name, capacity in (("fits", 0.25), ("overflows", 0.05), ("none", None)):
+        layer = AdaptiveSoftmax(30, [8, 16], div_value=2.0, head_bias=True,
+                                tail_capacity=capacity, name="adaptive")
+        layer.build((None, 16))
+        _set_weights(layer, SEED + 10, scale=0.5)
+        log_probs, loss = layer(hidden, targets, mask=mask, return_loss=True)
+        out[f"{name}/target_log_probs"], out[f"{name}/loss"] = _np(log_probs), _np(loss)
+        _, grad = _value_and_grad(
+            lambda h, layer=layer: layer(h, targets, mask=mask, return_loss=True)[0], hidden)
+        out[f"{name}/grad_hidden"] = grad
+    out["log_prob"] = _np(layer.log_prob(hidden))
+    out["predict"] = _np(layer.predict(hidden))
+    return out
+
+
 def mixing_layers(data):
     """ScalarMix (with layer norm, masked) and FactorizedDense."""
     from tfeff.layers.factorized_dense import FactorizedDense
@@ -206,27 +234,36 @@ def elmo(data):
 
 CASES = {"losses": losses, "continuous_output": continuous_output,
          "softmax_layers": softmax_layers, "mixing_layers": mixing_layers, "bert": bert,
-         "elmo": elmo}
+         "elmo": elmo, "adaptive_softmax": adaptive_softmax}
 
 
-def run_all():
+# The cases that compute in float64 (the vMF normalizer): also run with JAX's x64.
+FLOAT64_CASES = ("losses", "continuous_output")
+
+
+def run_all(names=None):
     data = inputs()
     out = {}
     for case, fn in CASES.items():
+        if names is not None and case not in names:
+            continue
         for key, value in fn(data).items():
             out[f"{case}/{key}"] = np.asarray(value)
     return out
 
 
 if __name__ == "__main__":
-    if os.environ.get("TFEFF_JAX_X64") == "1":
+    # Writes OUT.npz with every case under the backend of KERAS_BACKEND, as
+    # "float32/..."; on JAX also the float64 cases with jax_enable_x64, as "x64/...".
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    import keras
+
+    results = {"backend": np.array(keras.backend.backend())}
+    results.update({f"float32/{k}": v for k, v in run_all().items()})
+    if keras.backend.backend() == "jax":
         import jax
 
         jax.config.update("jax_enable_x64", True)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))))
-    results = run_all()
-    import keras
-
-    results["backend"] = np.array(keras.backend.backend())
+        results.update({f"x64/{k}": v for k, v in run_all(FLOAT64_CASES).items()})
     np.savez(sys.argv[1], **results)

@@ -1,7 +1,14 @@
-"""AdaptiveSoftmax: Grave et al.'s efficient softmax approximation (TensorFlow-only)."""
+"""AdaptiveSoftmax: Grave et al.'s efficient softmax approximation.
+
+Two implementations of one function: on TensorFlow the tails gather the rows
+whose target they hold (dynamic shapes; XLA bounds them); on JAX and PyTorch
+every shape is static (`tail_capacity`), so the layer runs under `jax.jit`.
+"""
+
+import math
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tfeff.layers import softmax_common
 
@@ -34,6 +41,15 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     under XLA a tail that runs computes on every row of the batch, so only
     the skipping of unused tails is kept, not the per-row saving.
 
+    On JAX and PyTorch the shapes are static: tail `i` runs on a fixed
+    number of rows, `ceil(tail_capacity * n)` of the `n` flattened targets
+    (its own rows first, then others, masked), and on all `n` rows when a
+    batch holds more of its targets than that (the fallback: the same
+    numbers, at full cost); a tail with no target is skipped (`ops.cond`,
+    which XLA executes as a branch). `tail_capacity=None` runs every used
+    tail on all rows. Set it a little above the largest fraction of targets
+    a tail takes (Zipfian text: a few percent for the far tails).
+
     Args:
         vocabulary_size: int, number of classes (`n_classes` in PyTorch).
         cutoffs: increasing ints inside `(0, vocabulary_size)`.
@@ -42,6 +58,8 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         ignore_index: targets equal to this value are ignored (no loss, log
             probability 0), like PyTorch losses' `ignore_index`; None disables.
         kernel_initializer: initializer of every kernel.
+        tail_capacity: None, or the fraction in (0, 1] of the rows a tail
+            computes on JAX and PyTorch (see above); TensorFlow ignores it.
         **kwargs: base `Layer` arguments.
 
     Call arguments:
@@ -89,10 +107,16 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         head_bias=False,
         ignore_index=None,
         kernel_initializer="glorot_uniform",
+        tail_capacity=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         softmax_common.validate_vocabulary_size(vocabulary_size)
+        if tail_capacity is not None and not 0 < tail_capacity <= 1:
+            raise ValueError(
+                "Received an invalid value for `tail_capacity`, expected None or a fraction "
+                f"in (0, 1]. Received: tail_capacity={tail_capacity}")
+        self.tail_capacity = None if tail_capacity is None else float(tail_capacity)
         self.supports_masking = True  # `mask` marks the targets to ignore
         cutoffs = list(cutoffs)
         if (
@@ -161,21 +185,32 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     # -- pieces -------------------------------------------------------------
 
     def _head_log_probs(self, x):
-        logits = tf.matmul(x, tf.cast(self.head_kernel, x.dtype))  # (n, head_size)
-        logits = tf.cast(logits, tf.float32)
+        logits = ops.matmul(x, ops.cast(self.head_kernel, x.dtype))  # (n, head_size)
+        logits = ops.cast(logits, "float32")
         if self.head_bias_weight is not None:
-            logits = logits + tf.cast(self.head_bias_weight, tf.float32)
-        return tf.nn.log_softmax(logits, axis=-1)
+            logits = logits + ops.cast(self.head_bias_weight, "float32")
+        return ops.log_softmax(logits, axis=-1)
 
     def _tail_log_probs(self, i, x):
         """log p(class | cluster i) for rows `x` `(k, input_dim)` -> `(k, size_i)`."""
-        hidden = tf.matmul(x, tf.cast(self.tail_projections[i], x.dtype))
-        logits = tf.matmul(hidden, tf.cast(self.tail_kernels[i], x.dtype))
-        return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        hidden = ops.matmul(x, ops.cast(self.tail_projections[i], x.dtype))
+        logits = ops.matmul(hidden, ops.cast(self.tail_kernels[i], x.dtype))
+        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+
+    def _clusters(self, t):
+        """0 for a shortlist target, i + 1 for a target of tail i."""
+        cluster = ops.zeros_like(t)
+        for cutoff in self.cutoffs:
+            cluster = cluster + ops.cast(t >= cutoff, t.dtype)
+        return cluster
 
     # -- public API ---------------------------------------------------------
 
     def _target_log_probs(self, inputs, targets, mask, training):
+        if keras.backend.backend() != "tensorflow":
+            return self._static_target_log_probs(inputs, targets, mask)
+        import tensorflow as tf
+
         x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
         n = tf.shape(t)[0]
         head = self._head_log_probs(x)  # (n, head_size)
@@ -201,13 +236,51 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
             log_probs += tf.scatter_nd(rows[:, None], part, [n])
         return softmax_common.finish(log_probs, keep, targets)
 
+    def _static_target_log_probs(self, inputs, targets, mask):
+        """The same numbers with static shapes only (JAX, PyTorch; see the class)."""
+        x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
+        n = x.shape[0]
+        if n is None:
+            raise ValueError(f"AdaptiveSoftmax `{self.name}` needs a static number of rows "
+                             f"off TensorFlow. Received inputs of shape {inputs.shape}")
+        cluster = self._clusters(t)
+        head_column = ops.where(cluster == 0, t, self.shortlist_size + cluster - 1)
+        log_probs = softmax_common.gather_rows(self._head_log_probs(x), head_column)
+        capacity = n if self.tail_capacity is None else min(
+            n, max(1, math.ceil(self.tail_capacity * n)))
+        every_row = ops.arange(n, dtype="int32")
+        for i in range(self.num_clusters):
+            in_tail = ops.logical_and(keep, cluster == i + 1)
+            count = ops.sum(ops.cast(in_tail, "int32"))
+
+            def on_rows(rows, i=i, in_tail=in_tail):
+                """Tail i's log-probs of the targets at `rows`, scattered to `(n,)`."""
+                size = self._bounds[i + 1] - self._bounds[i]
+                lp = self._tail_log_probs(i, ops.take(x, rows, axis=0))  # (k, size)
+                relative = ops.clip(ops.take(t, rows) - self._bounds[i], 0, size - 1)
+                part = softmax_common.gather_rows(lp, relative)
+                part = part * ops.cast(ops.take(in_tail, rows), part.dtype)
+                return ops.scatter(ops.expand_dims(rows, -1), part, (n,))
+
+            def run(on_rows=on_rows, in_tail=in_tail, count=count):
+                if capacity == n:
+                    return on_rows(every_row)
+                # The tail's rows first (a stable sort of "not in the tail"), then others;
+                # a batch with more of them than the capacity runs on every row.
+                first = ops.argsort(ops.cast(ops.logical_not(in_tail), "int32"))[:capacity]
+                return ops.cond(count <= capacity,
+                                lambda: on_rows(ops.cast(first, "int32")),
+                                lambda: on_rows(every_row))
+
+            log_probs = log_probs + ops.cond(count > 0, run,
+                                             lambda: ops.zeros((n,), "float32"))
+        return softmax_common.finish(log_probs, keep, targets)
+
     def log_prob(self, inputs):
         """Full log-distribution `(..., vocabulary_size)`; rows sum to 1 in probability."""
         inputs, x = self._flat_rows(inputs)
         full = self._full_log_prob(x)
-        return tf.reshape(
-            full, tf.concat([tf.shape(inputs)[:-1], [self.vocabulary_size]], 0)
-        )
+        return ops.reshape(full, tuple(ops.shape(inputs)[:-1]) + (self.vocabulary_size,))
 
     def _full_log_prob(self, x):
         head = self._head_log_probs(x)
@@ -215,7 +288,7 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         for i in range(self.num_clusters):
             cluster = head[:, self.shortlist_size + i: self.shortlist_size + i + 1]
             parts.append(cluster + self._tail_log_probs(i, x))
-        return tf.concat(parts, axis=-1)
+        return ops.concatenate(parts, axis=-1)
 
     def predict(self, inputs):
         """Most probable class `(...)`, int32.
@@ -225,6 +298,11 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         rows get their tails computed.
         """
         inputs, x = self._flat_rows(inputs)
+        if keras.backend.backend() != "tensorflow":  # static shapes: every row's tails
+            best = ops.cast(ops.argmax(self._full_log_prob(x), axis=-1), "int32")
+            return ops.reshape(best, ops.shape(inputs)[:-1])
+        import tensorflow as tf
+
         best = tf.argmax(self._head_log_probs(x), axis=-1, output_type=tf.int32)
         rows = tf.where(best >= self.shortlist_size)[:, 0]
         rest = tf.cond(
@@ -246,5 +324,6 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
             "head_bias": self.head_bias,
             "ignore_index": self.ignore_index,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "tail_capacity": self.tail_capacity,
         })
         return config
