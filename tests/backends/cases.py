@@ -71,6 +71,22 @@ def _value_and_grad(fn, x):
     return keras.ops.convert_to_numpy(value), keras.ops.convert_to_numpy(grad)
 
 
+def _compiled(fn):
+    """`fn` compiled by the backend's XLA compiler (jax.jit; tf.function(jit_compile))."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.jit(fn)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn, jit_compile=True)
+    return fn
+
+
 def losses(data):
     import keras
 
@@ -153,6 +169,10 @@ def adaptive_softmax(data):
         _, grad = _value_and_grad(
             lambda h, layer=layer: layer(h, targets, mask=mask, return_loss=True)[0], hidden)
         out[f"{name}/grad_hidden"] = grad
+        # Compiled (jax.jit / XLA): the static path's cond and capacity must trace.
+        compiled = _compiled(lambda h, layer=layer: layer(h, targets, mask=mask,
+                                                          return_loss=True)[0])
+        out[f"{name}/compiled_target_log_probs"] = _np(compiled(hidden))
     out["log_prob"] = _np(layer.log_prob(hidden))
     out["predict"] = _np(layer.predict(hidden))
     return out
