@@ -57,3 +57,23 @@ def test_the_cases_are_not_trivial(tensorflow_results):
     for key, value in tensorflow_results.items():
         assert np.all(np.isfinite(value)), key
         assert np.abs(value).max() > 1e-3, key
+
+
+def test_the_neutral_core_imports_and_builds_without_tensorflow_on_jax():
+    code = """
+import sys
+import tfeff.config, tfeff.layers, tfeff.losses, tfeff.models
+from tfeff.models import Bert, ElmoLM
+Bert(40, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=24,
+     max_sequence_length=20, relaxed={"num_anchors": 3, "ffn_rank": 4}).build()
+ElmoLM(30, input_embedding="trainable", output_layer="adaptive", adaptive_cutoffs=[10],
+       num_layers=1, units=8, projection_dim=4).build()
+assert "tensorflow" not in sys.modules, "TensorFlow was imported"
+print(sorted(tfeff.layers.TENSORFLOW_ONLY), sorted(tfeff.models.TENSORFLOW_ONLY))
+"""
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[0] == ("['AloneEmbedding', 'FastTextEmbedding', "
+                                          "'MaskedBiLSTM'] ['MaskedElmo']")

@@ -7,12 +7,11 @@ values. Overrides are `dotted.key=value` strings whose value is parsed as YAML.
 
 import dataclasses
 import difflib
+import os
 import types
 import typing
 
 import yaml
-
-from tfeff.data import files
 
 
 class ConfigError(ValueError):
@@ -122,12 +121,23 @@ def apply_overrides(data, overrides):
     return data
 
 
-def read_yaml(path):
-    import tensorflow as tf
+def _gfile():
+    """TensorFlow's file API (local paths, gs://, ...), or None where TensorFlow is not
+    installed (a JAX or PyTorch machine: local files only)."""
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return None
+    return tf.io.gfile
 
-    if not tf.io.gfile.exists(path):
+
+def read_yaml(path):
+    gfile = _gfile()
+    exists, open_text = ((gfile.exists, gfile.GFile) if gfile is not None
+                         else (os.path.exists, lambda p: open(p, encoding="utf-8")))
+    if not exists(path):
         raise ConfigError(f"Config file not found: {path}")
-    with tf.io.gfile.GFile(path) as f:
+    with open_text(path) as f:
         try:
             data = yaml.safe_load(f)
         except yaml.YAMLError as e:
@@ -140,6 +150,8 @@ def read_yaml(path):
 
 
 def write_yaml(obj, path):
+    from tfeff.data import files  # TensorFlow's gfile: model directories may be remote
+
     files.write_text_atomic(path, yaml.safe_dump(to_dict(obj), sort_keys=False))
 
 
