@@ -97,28 +97,6 @@ def masked_lm_artifacts(config, model_dir):
     return artifacts
 
 
-def bilstm_model_kwargs(model_cfg):
-    """The `model` section's arguments that `ElmoLM` and `MaskedElmo` share."""
-    m = model_cfg
-    return dict(
-        num_layers=m.num_layers,
-        units=m.units,
-        projection_dim=m.projection_dim,
-        dropout_rate=m.dropout_rate,
-        output_layer=m.output_layer,
-        output_loss=m.output_loss,
-        adaptive_cutoffs=m.adaptive_cutoffs or None,
-        adaptive_div_value=m.adaptive_div_value,
-        input_embedding=m.input_embedding,
-        alone=alone_kwargs(m),
-    )
-
-
-def alone_kwargs(model_cfg):
-    """`AloneEmbedding` arguments of an `input_embedding: alone` model, else None."""
-    return model_cfg.alone.layer_kwargs() if model_cfg.input_embedding == "alone" else None
-
-
 class Family:
     """One model family: its data, batches, model, restore, evaluation and embedder.
 

@@ -39,13 +39,12 @@ from tfeff.data.vocabulary import CLS_ID
 from tfeff.data.vocabulary import MASK_ID
 from tfeff.data.vocabulary import PAD_ID
 from tfeff.data.vocabulary import SEP_ID
-from tfeff.models import Bert
+from tfeff.models import experiment
 from tfeff.models.relaxed_merge import merge_relaxed_bert
 from tfeff.training import checkpoints
 from tfeff.training import model_directory
 from tfeff.training.callbacks import write_scalar
 from tfeff.training.families.base import Family
-from tfeff.training.families.base import alone_kwargs
 from tfeff.training.families.base import masked_lm_artifacts
 from tfeff.training.families.base import train_phase
 from tfeff.training.optimizers import make_optimizer
@@ -215,27 +214,9 @@ class BertFamily(Family):
     def build_model(self, config, vocabulary_size, vectors_path=None, relaxed=None):
         """The `Bert` of `config` (relaxed per `checkpoint_is_relaxed` unless given)."""
         del vectors_path  # BERT reads no fixed vectors
-        m = config.model
         if relaxed is None:
             relaxed = checkpoint_is_relaxed(config)
-        return Bert(
-            vocabulary_size,
-            num_layers=m.num_layers,
-            hidden_dim=m.hidden_dim,
-            num_heads=m.num_heads,
-            intermediate_dim=m.intermediate_dim,
-            max_sequence_length=config.data.max_sequence_length,
-            dropout_rate=m.dropout_rate,
-            activation=m.activation,
-            layer_norm_epsilon=m.layer_norm_epsilon,
-            relaxed=dataclasses.asdict(m.relaxed) if relaxed else None,
-            use_nsp=m.use_nsp,
-            input_embedding=m.input_embedding,
-            position_embedding=m.position_embedding,
-            alone=alone_kwargs(m),
-            seed=config.train.seed,
-            name="bert",
-        )
+        return experiment.bert(config, vocabulary_size, relaxed)
 
     def train_dataset(self, config, artifacts, position=0, file_shard=None):
         files_, batch_size = shard_files(artifacts.train_file_list, config.data.batch_size,

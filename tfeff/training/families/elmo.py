@@ -17,11 +17,10 @@ from tfeff import data as data_lib
 from tfeff.data import fasttext_tables
 from tfeff.layers import FastTextEmbedding
 from tfeff.layers.softmax_common import check_frequency_sorted
-from tfeff.models import ElmoLM
+from tfeff.models import experiment
 from tfeff.training import evaluation
 from tfeff.training.families.base import DataArtifacts
 from tfeff.training.families.base import Family
-from tfeff.training.families.base import bilstm_model_kwargs
 from tfeff.training.model_directory import FASTTEXT_FILE
 from tfeff.training.model_directory import VECTORS_FILE
 from tfeff.training.model_directory import VOCABULARY_FILE
@@ -141,19 +140,7 @@ class ElmoFamily(Family):
 
     def build_model(self, config, vocabulary_size, vectors_path=None):
         """The `ElmoLM` of `config` (`vectors_path`: the fixed vectors of word models)."""
-        m = config.model
-        return ElmoLM(
-            vocabulary_size,
-            embedding_table=vectors_path,
-            vmf_regularization1=m.vmf_regularization1,
-            vmf_regularization2=m.vmf_regularization2,
-            embedding_dim=m.embedding_dim or None,
-            tie_output=m.tie_output,
-            num_sampled=m.num_sampled,
-            seed=config.train.seed,
-            name="elmo_lm",
-            **bilstm_model_kwargs(m),
-        )
+        return experiment.elmo_lm(config, vocabulary_size, vectors_path)
 
     def train_dataset(self, config, artifacts, position=0, file_shard=None):
         """The training batches of an ELMo run (repeated; `file_shard`: see `shard_files`)."""

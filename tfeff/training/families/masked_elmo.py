@@ -23,10 +23,9 @@ import tensorflow as tf
 
 from tfeff import data as data_lib
 from tfeff.data import files
-from tfeff.models import MaskedElmo
+from tfeff.models import experiment
 from tfeff.training import model_directory
 from tfeff.training.families.base import Family
-from tfeff.training.families.base import bilstm_model_kwargs
 from tfeff.training.families.base import masked_lm_artifacts
 from tfeff.training.model_directory import file_path
 
@@ -130,15 +129,7 @@ class MaskedElmoFamily(Family):
 
     def build_model(self, config, vocabulary_size, vectors_path=None):
         """The `MaskedElmo` of `config` (`vectors_path`: a continuous output's targets)."""
-        m = config.model
-        return MaskedElmo(
-            vocabulary_size,
-            embedding_table=vectors_path,
-            use_cudnn=m.use_cudnn,
-            tbptt_batch_size=config.data.batch_size if m.tbptt else None,
-            name="masked_elmo",
-            **bilstm_model_kwargs(m),
-        )
+        return experiment.masked_elmo(config, vocabulary_size, vectors_path)
 
     def train_dataset(self, config, artifacts, position=0, file_shard=None):
         del file_shard  # never asked: position-addressed batches are not sharded by file
