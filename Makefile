@@ -6,7 +6,7 @@ DEMO_DIR ?= runs/demo
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-slow test-gpu bench install install-test clean
+.PHONY: demo test test-slow test-gpu bench bench-gpu install install-test clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,15 @@ bench: $(VENV)/.installed-bench
 	pid=$$!; TF_NUM_INTRAOP_THREADS=1 taskset -c 1 $(PY) tools/quality_study.py --corpora english; \
 	b=$$?; wait $$pid; a=$$?; test $$a = 0 -a $$b = 0
 	$(PY) tools/quality_study.py --table_only
+
+# Training-step speed of the paper-size models (ELMo-C/A/SAMPLED/Sub, BERT-base standard and
+# relaxed, Masked ELMo), fp32 and bf16, on the backend KERAS_BACKEND names (default: JAX):
+# made for a GPU machine (README, "GPU benchmark"); GPU_PRESET=cpu runs the demo sizes here.
+GPU_PRESET ?= paper
+GPU_BACKEND ?= jax
+bench-gpu: $(VENV)/.installed-test
+	KERAS_BACKEND=$(GPU_BACKEND) $(PY) tools/benchmark_gpu.py --preset $(GPU_PRESET) \
+		--results runs/bench/gpu_$(GPU_PRESET).md
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

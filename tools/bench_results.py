@@ -40,13 +40,22 @@ def median_ratios(times, reference):
             for name, t in times.items()}
 
 
+def _write_text_atomic(path, text):
+    """Writes `path` through a temporary sibling and a rename (no TensorFlow needed: the
+    GPU benchmark runs where there is none)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def write_results(results_dir, stem, text, data):
     """Writes `stem.md` (the markdown table) and `stem.json` (`data`) to `results_dir`,
     each atomically, creating the directory."""
-    from tfeff.data.files import write_text_atomic
-
-    write_text_atomic(os.path.join(results_dir, f"{stem}.md"), text)
-    write_text_atomic(os.path.join(results_dir, f"{stem}.json"), json.dumps(data, indent=2) + "\n")
+    os.makedirs(results_dir, exist_ok=True)
+    _write_text_atomic(os.path.join(results_dir, f"{stem}.md"), text)
+    _write_text_atomic(os.path.join(results_dir, f"{stem}.json"),
+                       json.dumps(data, indent=2) + "\n")
 
 
 def pyplot():

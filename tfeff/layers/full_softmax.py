@@ -1,4 +1,4 @@
-"""FullSoftmax: the exact softmax over the whole vocabulary (TensorFlow-only)."""
+"""FullSoftmax: the exact softmax over the whole vocabulary (`keras.ops`: every backend)."""
 
 import keras
 from keras import ops

@@ -289,7 +289,7 @@ class MaskedElmo(keras.Model):
 
     def train_step(self, data):
         """One update from K mask sets of one batch (mask accumulation), carrying states."""
-        batch = data
+        batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)  # fit: a dict; train_on_batch: (x,)
         num_sets = batch["masked_token_ids"].shape[1]
         initial = self.initial_states(batch)
         variables = self.trainable_variables

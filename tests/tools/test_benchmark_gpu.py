@@ -1,0 +1,45 @@
+"""tools/benchmark_gpu.py on CPU JAX: it runs without TensorFlow and measures real models."""
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def test_cpu_preset_on_jax_times_the_configured_models(tmp_path):
+    results = tmp_path / "gpu.md"
+    command = [sys.executable, os.path.join(REPO, "tools", "benchmark_gpu.py"), "--preset",
+               "cpu", "--models", "elmo_a,elmo_sampled,bert_relaxed", "--precisions",
+               "fp32", "--steps", "2", "--warmup", "1", "--work_dir", str(tmp_path),
+               "--results", str(results)]
+    # Fails the run if the tool (or anything it imports) imports TensorFlow.
+    guard = ("import sys; sys.modules['tensorflow'] = None; "
+             "sys.argv = sys.argv[1:]; import runpy; "
+             "runpy.run_path(sys.argv[0], run_name='__main__')")
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", guard, *command[1:]], env=env,
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-4000:]
+    data = json.loads((tmp_path / "gpu.json").read_text())
+    assert data["backend"] == "jax" and data["preset"] == "cpu"
+    rows = {r["model"]: r for r in data["rows"]}
+    assert rows["elmo_sampled"]["skipped"].startswith("its training draws negatives")
+    for name in ("elmo_a", "bert_relaxed"):
+        row = rows[name]
+        assert row["step_s"] > 0 and row["tokens_per_s"] > 0, row
+        assert abs(row["tokens_per_s"] * row["step_s"] / row["tokens_per_step"] - 1) < 1e-9
+        assert 0 < row["loss"] < 20, row
+    # The configured sizes: the demo BERT's relaxed model (a 2,000-token WordPiece table
+    # and 2 layers of width 64) and ELMo-A over the 5,000-word vocabulary.
+    from tfeff.config import load_config
+    from tfeff.models import experiment
+
+    bert_cfg = load_config(os.path.join(REPO, "configs", "demo_bert_core.yaml"))
+    bert = experiment.bert(bert_cfg, bert_cfg.data.wordpiece_vocabulary_size, relaxed=True)
+    bert.build()
+    assert rows["bert_relaxed"]["params"] == bert.count_params()
+    table = results.read_text()
+    assert "| elmo_sampled | fp32 | skipped:" in table
+    assert table.splitlines()[0].startswith("Training step on CPU")

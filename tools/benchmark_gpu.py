@@ -1,0 +1,309 @@
+"""Training-step speed of the paper-size models, on whatever Keras backend is available.
+
+Runs where users pretrain: on a GPU machine with JAX (or PyTorch, or
+TensorFlow), on synthetic batches, without TensorFlow when the backend is not
+TensorFlow (the models come from `tfeff.models.experiment`, the configs from
+`configs/*.yaml`). For every model and precision (fp32; bf16 = Keras'
+`mixed_bfloat16`) it compiles one training step (`model.compile(jit_compile=True)`,
+Adam) and reports the median step time of `--steps` timed steps after
+`--warmup`, tokens (words) per second, peak device memory, parameters, and
+model FLOP utilisation (MFU) against the device's dense bf16 peak.
+
+FLOPs per token are the usual estimate: 6 x the dense (non-embedding)
+trainable parameters (forward + backward, each weight used once per token and
+direction), plus for BERT the attention matmuls (12 x layers x length x
+width) and the tied masked-LM decoder at the masked positions (6 x V x width x
+predictions / length); an adaptive softmax's tails are counted on every token
+(an upper bound). Models whose training needs TensorFlow (the sampled softmax's
+candidate sampler, Masked ELMo) are reported as skipped on other backends.
+
+    KERAS_BACKEND=jax python tools/benchmark_gpu.py --preset paper --results gpu.md
+    python tools/benchmark_gpu.py --preset cpu     # demo sizes: minutes on a CPU
+
+Presets: `paper` (configs/elmo_c.yaml etc.; word models at an 800K vocabulary,
+the setting of Li et al.'s Table 4) and `cpu` (configs/demo_*.yaml at a 5K
+vocabulary, a few steps).
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for path in (REPO, os.path.dirname(os.path.abspath(__file__))):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import keras  # noqa: E402
+
+from tfeff.config import load_config  # noqa: E402
+from tfeff.models import experiment  # noqa: E402
+
+# name -> (paper config, demo config, what the model is)
+MODELS = {
+    "elmo_c": ("elmo_c", "demo_elmo_c", "ELMo-C: fixed fastText in, continuous cosine out"),
+    "elmo_a": ("elmo_a", "demo_elmo_a", "ELMo-A: adaptive softmax"),
+    "elmo_sampled": ("elmo_sampled", "demo_elmo_sampled", "SAMPLED: sampled softmax"),
+    "elmo_sub": ("elmo_sub", "demo_elmo_sub", "ELMo-Sub: WordPiece, adaptive"),
+    "bert_base": ("bert_base", "demo_bert", "BERT-base, standard"),
+    "bert_relaxed": ("bert_base_core", "demo_bert_core", "BERT-base, CoRe relaxed phase"),
+    "masked_elmo": ("masked_elmo", "demo_masked_elmo", "Masked ELMo"),
+}
+PRESETS = {
+    "paper": dict(word_vocabulary=800_000, steps=20, warmup=3, config=0),
+    "cpu": dict(word_vocabulary=5_000, steps=3, warmup=1, config=1),
+}
+# Dense bf16 peak FLOP/s (without sparsity) by device-name fragment.
+PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12}
+_TENSORFLOW_TRAINING = {
+    "elmo_sampled": "its training draws negatives with TensorFlow's candidate sampler",
+    "masked_elmo": "MaskedBiLSTM and MaskedElmo are still TensorFlow code",
+}
+
+
+def device_info():
+    """`(name, peak bf16 FLOP/s or None)` of the first accelerator, else the CPU."""
+    backend = keras.backend.backend()
+    name = None
+    if backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        name = device.device_kind if device.platform != "cpu" else None
+    elif backend == "torch":
+        import torch
+
+        name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        if gpus:
+            name = tf.config.experimental.get_device_details(gpus[0]).get("device_name")
+    if name is None:
+        return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)", None
+    peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
+    return name, peak
+
+
+def reset_peak_memory():
+    if keras.backend.backend() == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory_bytes():
+    """Peak device memory in use since the process (JAX) or the last reset; None on CPU."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        stats = jax.devices()[0].memory_stats() or {}
+        return stats.get("peak_bytes_in_use")
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        return tf.config.experimental.get_memory_info("GPU:0")["peak"]
+    return None
+
+
+def zipf_ids(rng, shape, vocabulary, low=2, exponent=1.2):
+    """Word ids of a Zipfian language (frequency-ordered ids, as the vocabularies are)."""
+    ranks = rng.zipf(exponent, size=shape) + low - 1
+    return np.minimum(ranks, vocabulary - 1).astype("int32")
+
+
+def build(name, config, vocabulary, rng, work_dir):
+    """`(model, batch, tokens per step)` of one model at its config's batch shape."""
+    d = config.data
+    if config.family == "elmo":
+        vectors = None
+        if d.tokenization == "word":
+            path = os.path.join(work_dir, f"{name}_{vocabulary}_table.npy")
+            if not os.path.exists(path):
+                table = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32,
+                                                  shape=(vocabulary, config.fasttext.dim))
+                for start in range(0, vocabulary, 100_000):
+                    stop = min(vocabulary, start + 100_000)
+                    table[start:stop] = rng.normal(size=(stop - start, config.fasttext.dim))
+                table[0] = 0.0
+                del table
+            vectors = path
+        else:
+            vocabulary = d.wordpiece_vocabulary_size
+        model = experiment.elmo_lm(config, vocabulary, vectors)
+        batch = zipf_ids(rng, (d.batch_size, d.max_sequence_length), vocabulary)
+        batch[:, 0] = 2  # <s>
+        return model, batch, batch.size
+    if config.family == "bert":
+        vocabulary = d.wordpiece_vocabulary_size
+        model = experiment.bert(config, vocabulary, relaxed=config.model.relaxed is not None)
+        b, n, p = d.batch_size, d.max_sequence_length, d.max_predictions_per_seq
+        batch = {
+            "token_ids": zipf_ids(rng, (b, n), vocabulary, low=5),
+            "segment_ids": (np.arange(n)[None, :] >= n // 2).repeat(b, 0).astype("int32"),
+            "padding_mask": np.ones((b, n), "int32"),
+            "masked_positions": np.sort(np.stack([rng.choice(n, p, replace=False)
+                                                  for _ in range(b)]), -1).astype("int32"),
+            "masked_ids": zipf_ids(rng, (b, p), vocabulary, low=5),
+            "masked_weights": np.ones((b, p), "float32"),
+        }
+        if config.model.use_nsp:
+            batch["nsp_labels"] = rng.integers(0, 2, size=(b,)).astype("int32")
+        return model, batch, b * n
+    vocabulary = d.wordpiece_vocabulary_size
+    model = experiment.masked_elmo(config, vocabulary)
+    b, n, p = d.batch_size, d.max_sequence_length, d.max_predictions_per_seq
+    k = config.model.mask_accumulation
+    positions = np.sort(np.stack([rng.choice(n, p * k, replace=False) for _ in range(b)]),
+                        -1).reshape(b, p, k).transpose(0, 2, 1).astype("int32")  # disjoint sets
+    ids = zipf_ids(rng, (b, n), vocabulary, low=5)
+    masked = np.repeat(ids[:, None, :], k, axis=1)
+    np.put_along_axis(masked, positions, 4, axis=2)  # [MASK]
+    batch = {"masked_token_ids": masked, "masked_positions": positions,
+             "masked_ids": np.take_along_axis(ids[:, None, :].repeat(k, 1), positions, 2),
+             "masked_weights": np.ones((b, k, p), "float32"),
+             "padding_mask": np.ones((b, n), "int32"), "reset": np.ones((b,), "int32")}
+    return model, batch, b * n
+
+
+def flops_per_token(model, config):
+    """The estimate of the module docstring."""
+    dense = sum(int(np.prod(v.shape)) for v in model.trainable_variables
+                if "embedding" not in v.path)
+    flops = 6.0 * dense
+    if config.family == "bert":
+        m, d = config.model, config.data
+        flops += 12.0 * m.num_layers * d.max_sequence_length * m.hidden_dim
+        flops += (6.0 * d.wordpiece_vocabulary_size * m.hidden_dim
+                  * d.max_predictions_per_seq / d.max_sequence_length)
+    return flops
+
+
+def measure(name, config, vocabulary, precision, steps, warmup, work_dir, peak_flops):
+    keras.config.set_dtype_policy("mixed_bfloat16" if precision == "bf16" else "float32")
+    keras.utils.set_random_seed(0)
+    try:
+        rng = np.random.default_rng(0)
+        model, batch, tokens = build(name, config, vocabulary, rng, work_dir)
+        model.build()
+        model.compile(optimizer=keras.optimizers.Adam(1e-4), jit_compile=True)
+        reset_peak_memory()
+        times = []
+        for step in range(warmup + steps):
+            start = time.perf_counter()
+            logs = model.train_on_batch(batch, return_dict=True)  # floats: synchronized
+            if step >= warmup:
+                times.append(time.perf_counter() - start)
+        if not np.isfinite(logs["loss"]):
+            raise FloatingPointError(f"{name} {precision}: loss {logs['loss']}")
+        median = statistics.median(times)
+        flops = flops_per_token(model, config) * tokens / median
+        return {"model": name, "precision": precision, "params": model.count_params(),
+                "tokens_per_step": tokens, "step_s": median, "tokens_per_s": tokens / median,
+                "peak_memory_bytes": peak_memory_bytes(), "model_tflops": flops / 1e12,
+                "mfu": flops / peak_flops if peak_flops else None, "loss": float(logs["loss"])}
+    finally:
+        keras.config.set_dtype_policy("float32")
+
+
+def table(rows, device, backend, preset):
+    lines = [
+        f"Training step on {device} ({backend} backend, preset {preset}): median of the timed "
+        "steps after warm-up, synthetic batches.",
+        "",
+        "| model | precision | parameters | tokens/step | step ms | tokens/s | peak memory | "
+        "model TFLOP/s | MFU |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "skipped" in r:
+            lines.append(f"| {r['model']} | {r['precision']} | skipped: {r['skipped']} "
+                         "| | | | | | |")
+            continue
+        memory = (f"{r['peak_memory_bytes'] / 2**30:.1f} GiB"
+                  if r["peak_memory_bytes"] else "n/a")
+        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
+        lines.append(
+            f"| {r['model']} | {r['precision']} | {r['params'] / 1e6:.1f}M | "
+            f"{r['tokens_per_step']:,} | {1000 * r['step_s']:.1f} | "
+            f"{r['tokens_per_s']:,.0f} | {memory} | {r['model_tflops']:.3g} | {mfu} |")
+    timed = {(r["model"], r["precision"]): r["step_s"] for r in rows if "step_s" in r}
+    ratios = []
+    for a, b, label, paper in (("elmo_a", "elmo_c", "ELMo-A / ELMo-C", "1.47x"),
+                               ("elmo_sampled", "elmo_c", "SAMPLED / ELMo-C", "1.35x"),
+                               ("bert_base", "bert_relaxed", "standard / relaxed BERT", "-")):
+        for precision in ("fp32", "bf16"):
+            if (a, precision) in timed and (b, precision) in timed:
+                ratios.append(f"| {label} | {precision} | "
+                              f"{timed[(a, precision)] / timed[(b, precision)]:.2f}x | {paper} |")
+    if ratios:
+        lines += ["", "| step-time ratio | precision | measured | paper (Table 4) |",
+                  "|---|---|---|---|", *ratios]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=None)
+    parser.add_argument("--word_vocabulary", type=int, default=None)
+    parser.add_argument("--work_dir", default=os.path.join(REPO, "runs", "bench", "gpu"))
+    parser.add_argument("--results", default=None, help="write the markdown table here "
+                        "(and the rows as JSON beside it)")
+    args = parser.parse_args(argv)
+    preset = PRESETS[args.preset]
+    steps = args.steps or preset["steps"]
+    warmup = args.warmup if args.warmup is not None else preset["warmup"]
+    vocabulary = args.word_vocabulary or preset["word_vocabulary"]
+    os.makedirs(args.work_dir, exist_ok=True)
+    backend = keras.backend.backend()
+    device, peak = device_info()
+    print(f"{device}, {backend} backend, dense bf16 peak "
+          f"{peak / 1e12 if peak else 'unknown'} TFLOP/s", flush=True)
+    rows = []
+    for name in args.models.split(","):
+        if name not in MODELS:
+            parser.error(f"unknown model {name!r}; one of {', '.join(MODELS)}")
+        config = load_config(os.path.join(REPO, "configs",
+                                          MODELS[name][preset["config"]] + ".yaml"))
+        for precision in args.precisions.split(","):
+            if backend != "tensorflow" and name in _TENSORFLOW_TRAINING:
+                rows.append({"model": name, "precision": precision,
+                             "skipped": _TENSORFLOW_TRAINING[name]})
+                continue
+            row = measure(name, config, vocabulary, precision, steps, warmup, args.work_dir,
+                          peak)
+            rows.append(row)
+            print(f"{name} {precision}: {1000 * row['step_s']:.1f} ms/step, "
+                  f"{row['tokens_per_s']:,.0f} tokens/s, loss {row['loss']:.3f}", flush=True)
+    text = table(rows, device, backend, args.preset)
+    print(text)
+    if args.results:
+        import bench_results
+
+        stem = os.path.splitext(os.path.basename(args.results))[0]
+        data = {"device": device, "backend": backend, "preset": args.preset,
+                "keras": keras.__version__, "rows": rows}
+        bench_results.write_results(os.path.dirname(os.path.abspath(args.results)), stem,
+                                    text, data)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
