@@ -70,10 +70,20 @@ ElmoLM(30, input_embedding="trainable", output_layer="adaptive", adaptive_cutoff
        num_layers=1, units=8, projection_dim=4).build()
 assert "tensorflow" not in sys.modules, "TensorFlow was imported"
 print(sorted(tfeff.layers.TENSORFLOW_ONLY), sorted(tfeff.models.TENSORFLOW_ONLY))
+# Off TensorFlow, eager targets are range-checked in Python, with the same message.
+import numpy as np
+layer = tfeff.layers.FullSoftmax(5, name="head")
+for bad in (5, -1):
+    try:
+        layer(np.ones((2, 3), "float32"), np.array([0, bad]))
+    except ValueError as e:
+        print(" ".join(str(e).split()))
 """
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split("\n")[0] == ("['AloneEmbedding', 'FastTextEmbedding', "
-                                          "'MaskedBiLSTM'] ['MaskedElmo']")
+    lines = done.stdout.split("\n")
+    assert lines[0] == "['AloneEmbedding', 'FastTextEmbedding', 'MaskedBiLSTM'] ['MaskedElmo']"
+    assert "FullSoftmax `head`: targets must be < vocabulary_size=5" in lines[1]
+    assert "FullSoftmax `head`: targets must be >= 0" in lines[2]

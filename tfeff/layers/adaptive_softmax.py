@@ -265,8 +265,9 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
             def run(on_rows=on_rows, in_tail=in_tail, count=count):
                 if capacity == n:
                     return on_rows(every_row)
-                # The tail's rows first (a stable sort of "not in the tail"), then others;
-                # a batch with more of them than the capacity runs on every row.
+                # The tail's rows first (sorting "not in the tail": 0 before 1), then
+                # others, masked; a batch with more of them than the capacity runs on
+                # every row.
                 first = ops.argsort(ops.cast(ops.logical_not(in_tail), "int32"))[:capacity]
                 return ops.cond(count <= capacity,
                                 lambda: on_rows(ops.cast(first, "int32")),

@@ -101,8 +101,9 @@ class Family:
     """One model family: its data, batches, model, restore, evaluation and embedder.
 
     Subclasses set `name` (the config's `family`) and `label`, and implement
-    `prepare_data`, `build_model`, `train_dataset`, `evaluate` and
-    `embedder_options`; the rest has defaults every family shares.
+    `prepare_data`, `build_model`, `train_dataset` and `evaluate`; the rest
+    has defaults every family shares (`embedder_options`: the vocabulary
+    only; a family adds what its embedder needs).
     """
 
     name = None
