@@ -248,30 +248,36 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         log_probs = softmax_common.gather_rows(self._head_log_probs(x), head_column)
         capacity = n if self.tail_capacity is None else min(
             n, max(1, math.ceil(self.tail_capacity * n)))
-        every_row = ops.arange(n, dtype="int32")
         for i in range(self.num_clusters):
             in_tail = ops.logical_and(keep, cluster == i + 1)
             count = ops.sum(ops.cast(in_tail, "int32"))
 
-            def on_rows(rows, i=i, in_tail=in_tail):
-                """Tail i's log-probs of the targets at `rows`, scattered to `(n,)`."""
+            def on_rows(rows=None, i=i, in_tail=in_tail):
+                """Tail i's log-probs of the targets at `rows` (None: every row) as `(n,)`."""
                 size = self._bounds[i + 1] - self._bounds[i]
-                lp = self._tail_log_probs(i, ops.take(x, rows, axis=0))  # (k, size)
-                relative = ops.clip(ops.take(t, rows) - self._bounds[i], 0, size - 1)
+                if rows is None:
+                    rows_x, rows_t, rows_kept = x, t, in_tail
+                else:
+                    rows_x, rows_t = ops.take(x, rows, axis=0), ops.take(t, rows)
+                    rows_kept = ops.take(in_tail, rows)
+                lp = self._tail_log_probs(i, rows_x)  # (k, size)
+                relative = ops.clip(rows_t - self._bounds[i], 0, size - 1)
                 part = softmax_common.gather_rows(lp, relative)
-                part = part * ops.cast(ops.take(in_tail, rows), part.dtype)
+                part = part * ops.cast(rows_kept, part.dtype)
+                if rows is None:
+                    return part
                 return ops.scatter(ops.expand_dims(rows, -1), part, (n,))
 
             def run(on_rows=on_rows, in_tail=in_tail, count=count):
                 if capacity == n:
-                    return on_rows(every_row)
+                    return on_rows()
                 # The tail's rows first (sorting "not in the tail": 0 before 1), then
                 # others, masked; a batch with more of them than the capacity runs on
                 # every row.
                 first = ops.argsort(ops.cast(ops.logical_not(in_tail), "int32"))[:capacity]
                 return ops.cond(count <= capacity,
                                 lambda: on_rows(ops.cast(first, "int32")),
-                                lambda: on_rows(every_row))
+                                lambda: on_rows())
 
             log_probs = log_probs + ops.cond(count > 0, run,
                                              lambda: ops.zeros((n,), "float32"))

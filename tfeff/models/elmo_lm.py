@@ -392,12 +392,12 @@ class ElmoLM(keras.Model):
 
     def _softmax_losses(self, ids, hidden, training):
         out = {}
-        gather = keras.backend.backend() == "tensorflow"
+        tf = None
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
         for name, h, tgt_ids in direction_pairs(hidden, ids):
             valid = tgt_ids >= FIRST_PREDICTABLE_ID
-            if gather:
-                import tensorflow as tf
-
+            if tf is not None:
                 # Only the predictable rows reach the output layer (dynamic shape).
                 log_probs, _ = self.output_head(
                     tf.boolean_mask(h, valid), tf.boolean_mask(tgt_ids, valid),
