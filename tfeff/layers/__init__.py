@@ -1,6 +1,6 @@
 """Keras layers: the efficiency ideas of tfeff, one public class per file.
 
-Most layers are `keras.ops` code and run on every Keras backend. Three are
+Most layers are `keras.ops` code and run on every Keras backend. Two are
 still TensorFlow code (`TENSORFLOW_ONLY`): on another backend they are
 imported on first use, so `import tfeff.layers` there imports no
 TensorFlow; on TensorFlow every layer is imported (and registered) at once.
@@ -16,17 +16,17 @@ from tfeff.layers.continuous_output import ContinuousOutput
 from tfeff.layers.factorized_dense import FactorizedDense
 from tfeff.layers.fixed_embedding import FixedEmbedding
 from tfeff.layers.full_softmax import FullSoftmax
+from tfeff.layers.masked_bi_lstm import MaskedBiLSTM
 from tfeff.layers.projected_lstm import ProjectedLSTM
 from tfeff.layers.rotary import RotaryMultiHeadAttention
 from tfeff.layers.sampled_softmax import SampledSoftmax
 from tfeff.layers.scalar_mix import ScalarMix
 
-# Layer -> module of the layers written with TensorFlow ops (string ops, tf.unique,
-# the cuDNN raw ops): TensorFlow is needed to use them.
+# Layer -> module of the layers written with TensorFlow ops (string ops, tf.unique):
+# TensorFlow is needed to use them.
 TENSORFLOW_ONLY = {
     "AloneEmbedding": "alone_embedding",
     "FastTextEmbedding": "fasttext_embedding",
-    "MaskedBiLSTM": "masked_bi_lstm",
 }
 
 
@@ -40,7 +40,6 @@ def __getattr__(name):
 if keras.backend.backend() == "tensorflow":
     from tfeff.layers.alone_embedding import AloneEmbedding  # noqa: E402
     from tfeff.layers.fasttext_embedding import FastTextEmbedding  # noqa: E402
-    from tfeff.layers.masked_bi_lstm import MaskedBiLSTM  # noqa: E402
 
 __all__ = [
     "AdaptiveSoftmax",

@@ -1,15 +1,17 @@
 """MaskedBiLSTM: Masked ELMo's fully bidirectional LSTMP stack, with a cuDNN path.
 
-TensorFlow-only: the portable recurrence runs in `tf.scan`, the fast path in
-`tf.raw_ops.CudnnRNNV3` (GPU).
+The portable path is `keras.ops` code and runs on every Keras backend (its
+recurrence in `tf.scan` on TensorFlow, `keras.ops.scan` elsewhere). The cuDNN
+path (`tf.raw_ops.CudnnRNNV3`, GPU) is TensorFlow's: TensorFlow is imported
+only when it runs.
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from tfeff.layers.projected_lstm import forget_bias_initializer
 from tfeff.layers.projected_lstm import reverse_sequence
+from tfeff.layers.projected_lstm import scan_carries
 
 USE_CUDNN = ("auto", True, False)
 _CUDNN_DTYPES = ("float16", "float32", "float64")
@@ -221,9 +223,11 @@ class MaskedBiLSTM(keras.layers.Layer):
     # ------------------------------------------------------------------ paths
 
     def cudnn_available(self):
-        """Whether the cuDNN path can run here (a visible GPU, a supported dtype)."""
+        """Whether the cuDNN path can run here (TensorFlow with a visible GPU, a
+        supported dtype)."""
         return (self.projection_dim is not None
-                and bool(tf.config.list_logical_devices("GPU"))
+                and keras.backend.backend() == "tensorflow"
+                and bool(_visible_gpus())
                 and self.compute_dtype in _CUDNN_DTYPES)
 
     def _use_cudnn_path(self):
@@ -231,9 +235,15 @@ class MaskedBiLSTM(keras.layers.Layer):
             return False
         available = self.cudnn_available()
         if self.use_cudnn is True and not available:
+            backend = keras.backend.backend()
+            if backend != "tensorflow":
+                raise ValueError(
+                    "MaskedBiLSTM(use_cudnn=True): the cuDNN path is TensorFlow's "
+                    f"(tf.raw_ops.CudnnRNNV3); the Keras backend is {backend!r}. Use "
+                    "use_cudnn='auto' or False for the portable path.")
             raise ValueError(
                 "MaskedBiLSTM(use_cudnn=True) needs a visible GPU and a float dtype; "
-                f"found GPUs={tf.config.list_logical_devices('GPU')}, "
+                f"found GPUs={_visible_gpus()}, "
                 f"dtype={self.compute_dtype}. Use use_cudnn='auto' to fall back."
             )
         return available
@@ -281,71 +291,65 @@ class MaskedBiLSTM(keras.layers.Layer):
         return [h, c, h, c]
 
     def _portable_layer(self, i, x, mask, lengths, state):
-        """Both directions of layer i in one `tf.scan`; inputs products hoisted."""
+        """Both directions of layer i in one scan; input products hoisted out of it."""
         fw, bw = self.cells[i]
         if state is None:
             state = self._zero_state(ops.shape(x)[0], x.dtype)
+        dtype = x.dtype
         # Hoisted input products of every step and both directions, computed
         # time-major so that no large gate tensor is transposed: (T, 2, B, 4U).
-        time_major = tf.transpose(tf.stack([x, reverse_sequence(x, lengths)]),
-                                  (2, 0, 1, 3))  # (T, 2, B, D)
-        shape = tf.shape(time_major)
-        gates = []
-        for d, cell in enumerate((fw, bw)):
-            rows = tf.reshape(time_major[:, d], [-1, self.output_dim])  # (T * B, D)
-            g = tf.matmul(rows, _tensor(cell["kernel"], x.dtype)) + _tensor(cell["bias"], x.dtype)
-            gates.append(tf.reshape(g, [shape[0], shape[2], 4 * self.units]))
-        gates = tf.stack(gates, axis=1)  # (T, 2, B, 4U)
-        recurrent = tf.stack([_tensor(fw["recurrent_kernel"], x.dtype),
-                              _tensor(bw["recurrent_kernel"], x.dtype)])  # (2, P, 4U)
-        projection = tf.stack([_tensor(fw["projection_kernel"], x.dtype),
-                               _tensor(bw["projection_kernel"], x.dtype)])  # (2, U, P)
-        h0 = tf.stack([state[0], state[2]])  # (2, B, P)
-        c0 = tf.stack([state[1], state[3]])  # (2, B, U)
+        gates = ops.stack([
+            ops.matmul(ops.transpose(inputs, (1, 0, 2)), _cast(cell["kernel"], dtype))
+            + _cast(cell["bias"], dtype)
+            for inputs, cell in ((x, fw), (reverse_sequence(x, lengths), bw))
+        ], axis=1)
+        recurrent = ops.stack([_cast(fw["recurrent_kernel"], dtype),
+                               _cast(bw["recurrent_kernel"], dtype)])  # (2, P, 4U)
+        projection = ops.stack([_cast(fw["projection_kernel"], dtype),
+                                _cast(bw["projection_kernel"], dtype)])  # (2, U, P)
+        h0 = ops.stack([state[0], state[2]])  # (2, B, P)
+        c0 = ops.stack([state[1], state[3]])  # (2, B, U)
 
-        # tf.scan: keras.ops.scan needs per-step outputs shaped like the carry.
         # No masking inside the loop: with right padding, padded steps come after
         # a row's real ones in both (length-reversed) directions, so they never
-        # reach real outputs; the final states are gathered at each row's last
-        # real step below.
+        # reach real outputs; the final states are taken at each row's last real
+        # step below.
         def step(carry, gate_x):
             h_prev, c_prev = carry
-            z = gate_x + tf.matmul(h_prev, recurrent)  # (2, B, 4U)
-            gi, gf, gg, go = tf.split(z, 4, axis=-1)
-            c = tf.sigmoid(gf) * c_prev + tf.sigmoid(gi) * tf.tanh(gg)
-            h = tf.matmul(tf.sigmoid(go) * tf.tanh(c), projection)  # (2, B, P)
+            z = gate_x + ops.matmul(h_prev, recurrent)  # (2, B, 4U)
+            gi, gf, gg, go = ops.split(z, 4, axis=-1)
+            c = ops.sigmoid(gf) * c_prev + ops.sigmoid(gi) * ops.tanh(gg)
+            h = ops.matmul(ops.sigmoid(go) * ops.tanh(c), projection)  # (2, B, P)
             return h, c
 
-        h, c = tf.scan(step, gates, initializer=(h0, c0))  # (T, 2, B, P), (T, 2, B, U)
-        keep = tf.cast(mask, h.dtype)[:, :, None]
+        h, c = scan_carries(step, gates, (h0, c0))  # (T, 2, B, P), (T, 2, B, U)
+        keep = ops.cast(mask, h.dtype)[:, :, None]
         fwd = ops.transpose(h[:, 0], (1, 0, 2)) * keep  # (B, T, P)
         bwd = reverse_sequence(ops.transpose(h[:, 1], (1, 0, 2)) * keep, lengths)
         # Final states: step lengths - 1 of each row; the initial state if empty.
-        last = tf.maximum(lengths - 1, 0)
+        last = ops.maximum(lengths - 1, 0)[None, None, :, None]  # (1, 1, B, 1)
         empty = (lengths == 0)[None, :, None]  # (1, B, 1)
-        rows = tf.range(tf.shape(last)[0])
-        index = tf.stack([
-            tf.stack([last, tf.fill(tf.shape(last), d), rows], axis=1) for d in (0, 1)
-        ])  # (2, B, 3): (time, direction, row)
-        h_last = tf.where(empty, h0, tf.gather_nd(h, index))  # (2, B, P)
-        c_last = tf.where(empty, c0, tf.gather_nd(c, index))  # (2, B, U)
+        h_last = ops.where(empty, h0, ops.take_along_axis(h, last, axis=0)[0])  # (2, B, P)
+        c_last = ops.where(empty, c0, ops.take_along_axis(c, last, axis=0)[0])  # (2, B, U)
         return fwd, bwd, [h_last[0], c_last[0], h_last[1], c_last[1]]
 
     def _cudnn_layer(self, i, x, lengths, state):
-        """Layer i as one bidirectional `CudnnRNNV3` call with `num_proj`."""
+        """Layer i as one bidirectional `CudnnRNNV3` call with `num_proj` (TensorFlow)."""
+        import tensorflow as tf
+
         fw, bw = self.cells[i]
         units, proj = self.units, self.projection_dim
         if state is None:
             state = self._zero_state(ops.shape(x)[0], x.dtype)
         weights, biases = [], []
         for cell in (fw, bw):
-            kernel = _tensor(cell["kernel"], x.dtype)
-            recurrent = _tensor(cell["recurrent_kernel"], x.dtype)
-            bias = _tensor(cell["bias"], x.dtype)
+            kernel = _cast(cell["kernel"], x.dtype)
+            recurrent = _cast(cell["recurrent_kernel"], x.dtype)
+            bias = _cast(cell["bias"], x.dtype)
             # cuDNN's canonical matrices are (out, in); gate order i, f, g, o as here.
             weights += [tf.transpose(w) for w in tf.split(kernel, 4, axis=1)]
             weights += [tf.transpose(w) for w in tf.split(recurrent, 4, axis=1)]
-            weights.append(tf.transpose(_tensor(cell["projection_kernel"], x.dtype)))
+            weights.append(tf.transpose(_cast(cell["projection_kernel"], x.dtype)))
             # cuDNN adds an input and a recurrent bias: the second is zero.
             biases += tf.split(bias, 4) + [tf.zeros_like(bias[:units])] * 4
         params = _canonical_to_params(weights, biases, units, self.output_dim, proj)
@@ -431,6 +435,8 @@ def _canonical_to_params(weights, biases, units, input_size, proj):
     buffer and has no registered gradient; the adjoint of that copy is the
     reverse copy, `CudnnRNNParamsToCanonicalV2`.
     """
+    import tensorflow as tf
+
     kwargs = dict(num_layers=1, num_units=units, input_size=input_size, rnn_mode="lstm",
                   input_mode="linear_input", direction="bidirectional", num_proj=proj)
     n_weights = len(weights)
@@ -451,5 +457,11 @@ def _canonical_to_params(weights, biases, units, input_size, proj):
     return to_params(*weights, *biases)
 
 
-def _tensor(variable, dtype):
-    return tf.cast(tf.convert_to_tensor(variable), dtype)
+def _cast(variable, dtype):
+    return ops.cast(ops.convert_to_tensor(variable), dtype)
+
+
+def _visible_gpus():
+    import tensorflow as tf
+
+    return tf.config.list_logical_devices("GPU")

@@ -2,7 +2,7 @@
 
 Written in `keras.ops`: on TensorFlow the recurrence runs in `tf.scan` (its
 per-step outputs need not have the carry's shape, unlike `ops.scan` there),
-on JAX and PyTorch in `ops.scan`.
+on JAX and PyTorch in `ops.scan` (`scan_carries`).
 """
 
 import keras
@@ -136,18 +136,7 @@ class ProjectedLSTM(keras.layers.Layer):
         dtype = gates_x.dtype
         init = (ops.zeros((batch_size, self.projection_dim), dtype=dtype),
                 ops.zeros((batch_size, self.units), dtype=dtype))
-        if keras.backend.backend() == "tensorflow":
-            # tf.scan: keras.ops.scan on the TensorFlow backend requires the
-            # per-step outputs to have the carry's shape, which LSTMP's do not.
-            import tensorflow as tf
-
-            outputs, _ = tf.scan(step, gates_x, initializer=init)  # (time, batch, proj)
-        else:
-            def scan_step(state, gate_x):
-                r, c = step(state, gate_x)
-                return (r, c), r
-
-            _, outputs = ops.scan(scan_step, init, gates_x)  # (time, batch, proj)
+        outputs, _ = scan_carries(step, gates_x, init)  # (time, batch, proj)
         outputs = ops.transpose(outputs, (1, 0, 2))  # (batch, time, projection_dim)
         if self.go_backwards:
             outputs = reverse_sequence(outputs, lengths)
@@ -191,6 +180,27 @@ def forget_bias_initializer(units, unit_forget_bias):
         ])
 
     return initializer
+
+
+def scan_carries(step, elems, initializer):
+    """Every step's carry, stacked: `tf.scan`'s semantics on every backend.
+
+    `step(carry, elem) -> carry`, carry a tuple of tensors. TensorFlow runs
+    `tf.scan` (`keras.ops.scan` there needs per-step outputs shaped like the
+    carry); JAX and PyTorch run `keras.ops.scan`, whose stacked outputs are
+    the carries (a compiler drops the ones a caller does not use).
+    """
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.scan(step, elems, initializer=initializer)
+
+    def scan_step(carry, elem):
+        carry = step(carry, elem)
+        return carry, carry
+
+    _, stacked = ops.scan(scan_step, initializer, elems)
+    return stacked
 
 
 def reverse_sequence(x, lengths):
