@@ -62,6 +62,29 @@ def test_mask_accumulation_update_is_the_mean_of_the_set_gradients():
     assert not np.allclose(grads[0][0], grads[1][0])
 
 
+def test_keras_step_on_compute_loss_makes_the_tensorflow_steps_update():
+    """Off TensorFlow, `fit` runs Keras' own step on `call(batch)` + `compute_loss`; its
+    update, loss and carried states equal TensorFlow's set-by-set `train_step`."""
+    tensorflow_step, keras_step = _model(tbptt_batch_size=4), _model(tbptt_batch_size=4)
+    keras_step.set_weights(tensorflow_step.get_weights())
+    for seed, reset in ((2, [1, 1, 1, 1]), (3, [0, 1, 0, 0])):
+        batch = _batch(seed, reset=reset)
+        own = tensorflow_step.train_step(batch)
+        generic = keras.Model.train_step(keras_step, batch)
+        np.testing.assert_allclose(float(generic["loss"]), float(own["loss"]), rtol=1e-6)
+    for a, b in zip(_numpy(keras_step.weights), _numpy(tensorflow_step.weights)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert np.abs(_numpy(keras_step.carried_states)[0]).max() > 1e-3
+    # Not training: mask set 0 from zero states, as evaluate's test_step.
+    batch = _batch(4, reset=[0, 0, 0, 0])
+    outputs = keras_step(batch, training=False)
+    assert outputs["masked_output"].shape[1] == 1
+    loss, _ = keras_step.set_loss(batch, 0, None, training=False)
+    np.testing.assert_allclose(
+        float(keras_step.compute_loss(x=batch, y_pred=outputs, training=False)), float(loss),
+        rtol=1e-6)
+
+
 def test_set_loss_is_the_mean_nll_of_the_set(tmp_path):
     model = _model()
     batch = _batch(1)

@@ -1,7 +1,13 @@
-"""MaskedElmo: a fully bidirectional biLSTM trained as a masked LM (TensorFlow-only training step)."""
+"""MaskedElmo: a fully bidirectional biLSTM trained as a masked LM.
+
+`keras.ops` code: it runs and trains on every Keras backend. On TensorFlow its
+own `train_step` takes the mask sets' gradients one set at a time (and keeps
+sparse embedding gradients sparse); elsewhere Keras' step differentiates
+`compute_loss`, which gives the same update.
+"""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tfeff import layers as tfeff_layers
 from tfeff.models.distributed import all_reduce_sum
@@ -185,22 +191,49 @@ class MaskedElmo(keras.Model):
 
     def encode(self, token_ids, padding_mask, initial_state=None, training=False):
         """`(stack, states)`: all layers `(batch, num_layers + 1, time, d)` and final states."""
-        mask = tf.cast(padding_mask, tf.bool)
-        x = self.token_embedding(tf.cast(token_ids, tf.int32))
+        mask = ops.cast(padding_mask, "bool")
+        x = self.token_embedding(ops.cast(token_ids, "int32"))
         x = self.embedding_dropout(x, training=training)
         stack, *states = self.encoder(x, mask=mask, initial_state=initial_state,
                                       training=training)
         return stack, states
 
     def call(self, inputs, training=False, initial_state=None):
+        if "masked_token_ids" in inputs:
+            return self.mask_sets(inputs, training=training)
         stack, states = self.encode(inputs["token_ids"], inputs["padding_mask"],
                                     initial_state, training)
         top = stack[:, -1]
         out = {"sequence_output": top, "states": states}
         if "masked_positions" in inputs:
-            hidden = tf.gather(top, tf.cast(inputs["masked_positions"], tf.int32), batch_dims=1)
+            positions = ops.cast(inputs["masked_positions"], "int32")[..., None]
+            hidden = ops.take_along_axis(top, positions, axis=1)  # (batch, p, d)
             out["masked_output"] = self.output_head(hidden) if self.is_continuous else hidden
         return out
+
+    def mask_sets(self, batch, training=False):
+        """The outputs of a training batch's mask sets (what `fit` calls off TensorFlow).
+
+        Training: every set from the same initial states (the carried ones with
+        TBPTT, which then take set 0's final states); `masked_output` stacks the
+        sets `(batch, K, p, ...)`. Not training: set 0 from zero states, like
+        `test_step`.
+        """
+        sets = range(batch["masked_token_ids"].shape[1]) if training else range(1)
+        initial = self.initial_states(batch) if training else None
+        outputs = [self(self.set_inputs(batch, k), training=training, initial_state=initial)
+                   for k in sets]
+        if training and self.carried_states:
+            self.store_states(outputs[0]["states"])
+        return {"masked_output": ops.stack([o["masked_output"] for o in outputs], axis=1),
+                "states": outputs[0]["states"]}
+
+    @staticmethod
+    def set_inputs(batch, k):
+        """The `call` inputs of mask set k of a training batch."""
+        return {"token_ids": batch["masked_token_ids"][:, k],
+                "padding_mask": batch["padding_mask"],
+                "masked_positions": batch["masked_positions"][:, k]}
 
     def masked_losses(self, masked_output, masked_ids, masked_weights, training=False):
         """Per-prediction loss `(batch, p)` (0 where `masked_weights` is 0).
@@ -208,26 +241,33 @@ class MaskedElmo(keras.Model):
         Negative log-likelihood for the softmax outputs, the distance to the
         target's fixed vector for `"continuous"`.
         """
-        ids = tf.cast(masked_ids, tf.int32)
-        weights = tf.cast(masked_weights, tf.float32)
+        ids = ops.cast(masked_ids, "int32")
+        weights = ops.cast(masked_weights, "float32")
         if self.is_continuous:
             per_token = self.output_head.position_loss(self.target_table(ids), masked_output)
         else:
             log_probs, _ = self.output_head(masked_output, ids, mask=weights > 0,
                                             training=training, return_loss=True)
             per_token = -log_probs
-        return tf.cast(per_token, tf.float32) * weights
+        return ops.cast(per_token, "float32") * weights
 
     def log_prob(self, masked_output):
         """Log-distribution over the vocabulary `(..., vocabulary_size)` (softmax outputs)."""
         if self.is_continuous:
             raise ValueError("A continuous output has no distribution over the vocabulary.")
-        if self.output_layer_type == "softmax":
-            shape = tf.shape(masked_output)
-            flat = tf.reshape(masked_output, [-1, self.hidden_dim])
-            return tf.reshape(tf.nn.log_softmax(self.output_head.logits(flat)),
-                              tf.concat([shape[:-1], [self.vocabulary_size]], 0))
         return self.output_head.log_prob(masked_output)
+
+    def _set_mean(self, masked_losses, masked_weights):
+        """A mask set's loss sum over the global number of its predictions (under
+        `tf.distribute` each replica's share of the global mean)."""
+        count = all_reduce_sum(ops.sum(ops.cast(masked_weights, "float32")))
+        return ops.sum(masked_losses) / ops.maximum(count, 1.0)
+
+    def _extra_losses(self):
+        total = 0.0
+        for extra in self.losses:
+            total += ops.cast(ops.sum(extra), "float32")
+        return total
 
     def set_loss(self, batch, k, initial_state, training):
         """Mask set k's loss: its loss sum over the global number of its predictions.
@@ -236,59 +276,88 @@ class MaskedElmo(keras.Model):
         share of the global mean (so replica gradients add up exactly).
         """
         outputs = self.set_outputs(batch, k, initial_state, training)
-        count = all_reduce_sum(tf.reduce_sum(tf.cast(batch["masked_weights"][:, k], tf.float32)))
-        loss = tf.reduce_sum(outputs["masked_losses"]) / tf.maximum(count, 1.0)
-        for extra in self.losses:
-            loss += tf.cast(tf.reduce_sum(extra), loss.dtype)
-        return loss, outputs
+        loss = self._set_mean(outputs["masked_losses"], batch["masked_weights"][:, k])
+        return loss + self._extra_losses(), outputs
 
     def set_outputs(self, batch, k, initial_state=None, training=False):
         """The model's outputs on mask set k of `batch`, plus its per-prediction
         `masked_losses` `(batch, p)` (see `masked_losses`)."""
-        inputs = {"token_ids": batch["masked_token_ids"][:, k],
-                  "padding_mask": batch["padding_mask"],
-                  "masked_positions": batch["masked_positions"][:, k]}
-        outputs = self(inputs, training=training, initial_state=initial_state)
+        outputs = self(self.set_inputs(batch, k), training=training, initial_state=initial_state)
         outputs["masked_losses"] = self.masked_losses(
             outputs["masked_output"], batch["masked_ids"][:, k], batch["masked_weights"][:, k],
             training)
         return outputs
 
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The mean over `mask_sets`' sets of each set's masked-LM loss (+ layer losses).
+
+        Its gradient is the mean of the sets' gradients: the update of the
+        TensorFlow `train_step`, which takes them one set at a time to hold one
+        set's activations instead of K.
+        """
+        del y, sample_weight
+        masked_output = y_pred["masked_output"]
+        num_sets = masked_output.shape[1]
+        total = 0.0
+        for k in range(num_sets):
+            losses = self.masked_losses(masked_output[:, k], x["masked_ids"][:, k],
+                                        x["masked_weights"][:, k], training)
+            total += self._set_mean(losses, x["masked_weights"][:, k])
+        return total / num_sets + self._extra_losses()
+
     # ------------------------------------------------------------------ TBPTT states
 
     def _replica_rows(self, batch_rows):
+        if keras.backend.backend() != "tensorflow":
+            return 0
+        import tensorflow as tf
+
         ctx = tf.distribute.get_replica_context()
         replica = 0 if ctx is None else ctx.replica_id_in_sync_group
         if not isinstance(replica, int):
-            replica = tf.cast(replica, tf.int32)
+            replica = ops.cast(replica, "int32")
         return replica * batch_rows
 
     def initial_states(self, batch):
         """The carried states for this replica's rows, zeroed where `reset` is set."""
         if not self.carried_states:
             return None
-        rows = tf.shape(batch["padding_mask"])[0]
+        rows = ops.shape(batch["padding_mask"])[0]
         start = self._replica_rows(rows)
-        keep = 1.0 - tf.cast(batch["reset"], tf.float32)[:, None]
+        keep = 1.0 - ops.cast(batch["reset"], "float32")[:, None]
         states = []
         for var in self.carried_states:
-            value = tf.convert_to_tensor(var)[start:start + rows]
-            states.append(value * tf.cast(keep, value.dtype))
+            value = ops.convert_to_tensor(var)[start:start + rows]
+            states.append(value * ops.cast(keep, value.dtype))
         return states
 
     def store_states(self, states):
         """Writes this step's final states (all replicas' rows) for the next batch."""
-        ctx = tf.distribute.get_replica_context()
+        ctx = None
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            ctx = tf.distribute.get_replica_context()
         for var, value in zip(self.carried_states, states):
-            value = tf.cast(tf.stop_gradient(value), var.dtype)
+            value = ops.cast(ops.stop_gradient(value), var.dtype)
             if ctx is not None and ctx.num_replicas_in_sync > 1:
                 value = ctx.all_gather(value, axis=0)
             var.assign(value)
 
     # ------------------------------------------------------------------ training
 
-    def train_step(self, data):
-        """One update from K mask sets of one batch (mask accumulation), carrying states."""
+    def train_step(self, *args):
+        """One update from K mask sets of one batch (mask accumulation), carrying states.
+
+        On TensorFlow the sets' gradients are taken one set after another (one
+        set's activations alive at a time) and their mean applied; on other
+        backends Keras' own step differentiates `compute_loss`, the same mean.
+        """
+        if keras.backend.backend() != "tensorflow":
+            return super().train_step(*args)
+        import tensorflow as tf
+
+        (data,) = args
         batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)  # fit: a dict; train_on_batch: (x,)
         num_sets = batch["masked_token_ids"].shape[1]
         initial = self.initial_states(batch)
@@ -312,13 +381,6 @@ class MaskedElmo(keras.Model):
         self._loss_tracker.update_state(
             _unscale(mean_loss),
             sample_weight=tf.shape(batch["padding_mask"])[0])
-        return self.get_metrics_result()
-
-    def test_step(self, data):
-        """Masked-LM loss of mask set 0 from zero states (no carried context)."""
-        loss, _ = self.set_loss(data, 0, None, training=False)
-        self._loss_tracker.update_state(_unscale(loss),
-                                        sample_weight=tf.shape(data["padding_mask"])[0])
         return self.get_metrics_result()
 
     def get_config(self):
@@ -345,6 +407,8 @@ class MaskedElmo(keras.Model):
 
 def _unscale(loss):
     """A replica's loss share, as the global loss (Keras' loss tracker averages replicas)."""
+    import tensorflow as tf
+
     ctx = tf.distribute.get_replica_context()
     if ctx is None or ctx.num_replicas_in_sync == 1:
         return loss
@@ -352,7 +416,9 @@ def _unscale(loss):
 
 
 def _add(a, b):
-    """Sum of two gradients; sparse ones (embedding rows) stay sparse."""
+    """Sum of two gradients; sparse ones (embedding rows) stay sparse (TensorFlow)."""
+    import tensorflow as tf
+
     if a is None or b is None:
         return a if b is None else b
     if isinstance(a, tf.IndexedSlices) and isinstance(b, tf.IndexedSlices):
@@ -362,6 +428,8 @@ def _add(a, b):
 
 
 def _scale(g, factor):
+    import tensorflow as tf
+
     if g is None:
         return None
     if isinstance(g, tf.IndexedSlices):
