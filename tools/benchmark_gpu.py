@@ -13,9 +13,12 @@ FLOPs per token are the usual estimate: 6 x the dense (non-embedding)
 trainable parameters (forward + backward, each weight used once per token and
 direction), plus for BERT the attention matmuls (12 x layers x length x
 width) and the tied masked-LM decoder at the masked positions (6 x V x width x
-predictions / length); an adaptive softmax's tails are counted on every token
-(an upper bound). Models whose training needs TensorFlow (the sampled softmax's
-candidate sampler, Masked ELMo) are reported as skipped on other backends.
+predictions / length; Masked ELMo's tied softmax alike); Masked ELMo runs
+each token once per mask set (x `mask_accumulation`); an adaptive softmax's
+tails are counted on every token (an upper bound). Tokens per step are the
+batch's tokens, whatever the number of mask sets. Models whose training needs
+TensorFlow (the sampled softmax's candidate sampler) are reported as skipped
+on other backends.
 
     KERAS_BACKEND=jax python tools/benchmark_gpu.py --preset paper --results gpu.md
     python tools/benchmark_gpu.py --preset cpu     # demo sizes: minutes on a CPU
@@ -63,7 +66,6 @@ PRESETS = {
 PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12}
 _TENSORFLOW_TRAINING = {
     "elmo_sampled": "its training draws negatives with TensorFlow's candidate sampler",
-    "masked_elmo": "MaskedBiLSTM and MaskedElmo are still TensorFlow code",
 }
 
 
@@ -184,11 +186,16 @@ def flops_per_token(model, config):
     dense = sum(int(np.prod(v.shape)) for v in model.trainable_variables
                 if "embedding" not in v.path)
     flops = 6.0 * dense
+    m, d = config.model, config.data
     if config.family == "bert":
-        m, d = config.model, config.data
         flops += 12.0 * m.num_layers * d.max_sequence_length * m.hidden_dim
         flops += (6.0 * d.wordpiece_vocabulary_size * m.hidden_dim
                   * d.max_predictions_per_seq / d.max_sequence_length)
+    if config.family == "masked_elmo":
+        if m.output_layer == "softmax":  # tied to the (excluded) input embedding
+            flops += (6.0 * d.wordpiece_vocabulary_size * 2 * m.projection_dim
+                      * d.max_predictions_per_seq / d.max_sequence_length)
+        flops *= m.mask_accumulation
     return flops
 
 

@@ -48,8 +48,8 @@ def _value_and_grad(fn, x):
     if backend == "jax":
         import jax
 
-        value = fn(x)
-        grad = jax.grad(lambda v: keras.ops.sum(fn(v)))(x)
+        value = jax.jit(fn)(x)
+        grad = jax.jit(jax.grad(lambda v: keras.ops.sum(fn(v))))(x)
     elif backend == "tensorflow":
         import tensorflow as tf
 
@@ -69,6 +69,18 @@ def _value_and_grad(fn, x):
     else:
         raise ValueError(f"No gradient helper for backend {backend!r}")
     return keras.ops.convert_to_numpy(value), keras.ops.convert_to_numpy(grad)
+
+
+def _run(fn):
+    """`fn()`: eager on TensorFlow, one jax.jit on JAX (eager JAX compiles op by op,
+    seconds per model; both paths trace the same keras.ops code)."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.jit(fn)()
+    return fn()
 
 
 def _compiled(fn):
@@ -164,7 +176,8 @@ def adaptive_softmax(data):
                                 tail_capacity=capacity, name="adaptive")
         layer.build((None, 16))
         _set_weights(layer, SEED + 10, scale=0.5)
-        log_probs, loss = layer(hidden, targets, mask=mask, return_loss=True)
+        log_probs, loss = _run(lambda layer=layer: layer(hidden, targets, mask=mask,
+                                                         return_loss=True))
         out[f"{name}/target_log_probs"], out[f"{name}/loss"] = _np(log_probs), _np(loss)
         _, grad = _value_and_grad(
             lambda h, layer=layer: layer(h, targets, mask=mask, return_loss=True)[0], hidden)
@@ -212,13 +225,17 @@ def bert(data):
         batch["masked_ids"] = rng.integers(5, 40, size=(3, p)).astype("int32")
         batch["masked_weights"] = np.ones((3, p), "float32")
         batch["nsp_labels"] = np.array([0, 1, 0], "int32")
-        outputs = model(batch, training=False)
+        def forward(model=model, batch=batch):
+            outputs = model(batch, training=False)
+            return outputs, model.compute_loss(x=batch, y_pred=outputs)
+
+        outputs, loss = _run(forward)
         for key in ("sequence_output", "mlm_logits", "nsp_logits"):
             value = _np(outputs[key])
             if key == "sequence_output":  # padded positions are not outputs
                 value = value * batch["padding_mask"][..., None]
             out[f"{name}/{key}"] = value
-        out[f"{name}/loss"] = _np(model.compute_loss(x=batch, y_pred=outputs))
+        out[f"{name}/loss"] = _np(loss)
     return out
 
 
@@ -243,18 +260,84 @@ def elmo(data):
         # Weights of a trained network's scale: N(0, 1) recurrences are chaotic, and
         # float32 rounding differences grow through them.
         _set_weights(model, SEED + 8, scale=0.3)
-        outputs = model(ids, training=False)
-        out[f"{name}/forward"] = _np(outputs["forward"])
-        out[f"{name}/backward"] = _np(outputs["backward"])
-        stack, _, _ = model.encode(model.token_embedding(ids), ids > 0)
-        out[f"{name}/stack"] = _np(stack)
-        out[f"{name}/loss"] = _np(model.compute_loss(x=ids, y_pred=outputs, training=False))
+        def forward(model=model):
+            outputs = model(ids, training=False)
+            stack, _, _ = model.encode(model.token_embedding(ids), ids > 0)
+            return (outputs["forward"], outputs["backward"], stack,
+                    model.compute_loss(x=ids, y_pred=outputs, training=False))
+
+        for key, value in zip(("forward", "backward", "stack", "loss"), _run(forward)):
+            out[f"{name}/{key}"] = _np(value)
+    return out
+
+
+def masked_bilstm(data):
+    """MaskedBiLSTM's portable path (right-padded rows, an empty row, given initial
+    states): every layer, the final states, and the gradient wrt the input; and the
+    variant without projection (Keras LSTMs)."""
+    from tfeff.layers.masked_bi_lstm import MaskedBiLSTM
+
+    rng = np.random.default_rng(SEED + 11)
+    x = rng.normal(size=(3, 6, 8)).astype("float32")
+    mask = np.arange(6)[None, :] < np.array([6, 4, 0])[:, None]
+    states = [rng.normal(size=(3, d)).astype("float32") for d in (4, 10, 4, 10) * 2]
+    layer = MaskedBiLSTM(10, 4, num_layers=2, use_cudnn=False, return_state=True,
+                         return_all_layers=True, name="masked_bilstm")
+    layer.build(x.shape)
+    _set_weights(layer, SEED + 12, scale=0.3)
+    stack, *final = _run(lambda: layer(x, mask=mask, initial_state=states))
+    out = {"stack": _np(stack)}
+    out.update({f"state_{i}": _np(s) for i, s in enumerate(final)})
+    _, grad = _value_and_grad(lambda v: layer(v, mask=mask)[0][:, -1], x)
+    out["grad_input"] = grad
+    compiled = _compiled(lambda v: layer(v, mask=mask)[0])
+    out["compiled_stack"] = _np(compiled(x))
+    plain = MaskedBiLSTM(4, None, num_layers=1, use_cudnn=False, name="plain")
+    plain.build(x.shape)
+    _set_weights(plain, SEED + 13, scale=0.3)
+    out["plain"] = _np(_run(lambda: plain(x, mask=mask)))
+    return out
+
+
+def masked_elmo(data):
+    """Masked ELMo on a training batch of 2 mask sets with carried (TBPTT) states: the
+    sets' outputs and loss, the stored states, and one SGD update of `train_on_batch`
+    (TensorFlow's own set-by-set train_step against Keras' step elsewhere)."""
+    import keras
+
+    from tfeff.models import MaskedElmo
+
+    rng = np.random.default_rng(SEED + 14)
+    b, k, p, n, vocabulary = 3, 2, 2, 7, 30
+    ids = rng.integers(5, vocabulary, size=(b, n)).astype("int32")
+    ids[1, 5:] = 0
+    positions = np.stack([rng.choice(5, p * k, replace=False) for _ in range(b)])
+    positions = positions.reshape(b, k, p).astype("int32")
+    masked = np.repeat(ids[:, None], k, axis=1)
+    np.put_along_axis(masked, positions, 4, axis=2)
+    batch = {"masked_token_ids": masked, "masked_positions": positions,
+             "masked_ids": np.take_along_axis(ids[:, None].repeat(k, 1), positions, 2),
+             "masked_weights": np.ones((b, k, p), "float32"),
+             "padding_mask": (ids > 0).astype("int32"), "reset": np.array([0, 1, 0], "int32")}
+    model = MaskedElmo(vocabulary, num_layers=2, units=10, projection_dim=4, dropout_rate=0.0,
+                       use_cudnn=False, tbptt_batch_size=b, name="masked_elmo")
+    model.build()
+    _set_weights(model, SEED + 15, scale=0.3)
+    outputs = model(batch, training=True)  # also stores set 0's final states
+    out = {"masked_output": _np(outputs["masked_output"]),
+           "loss": _np(model.compute_loss(x=batch, y_pred=outputs, training=True)),
+           "stored_state": _np(model.carried_states[1])}
+    model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=True)
+    out["train_loss"] = np.asarray(model.train_on_batch(batch))
+    out["updated_kernel"] = _np(model.encoder.cells[1][0]["kernel"])
+    out["updated_embedding"] = _np(model.token_embedding.embeddings)
     return out
 
 
 CASES = {"losses": losses, "continuous_output": continuous_output,
          "softmax_layers": softmax_layers, "mixing_layers": mixing_layers, "bert": bert,
-         "elmo": elmo, "adaptive_softmax": adaptive_softmax}
+         "elmo": elmo, "adaptive_softmax": adaptive_softmax, "masked_bilstm": masked_bilstm,
+         "masked_elmo": masked_elmo}
 
 
 # The cases that compute in float64 (the vMF normalizer): also run with JAX's x64.
