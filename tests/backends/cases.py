@@ -334,10 +334,43 @@ def masked_elmo(data):
     return out
 
 
+def alone_embedding(data):
+    """AloneEmbedding: the filters of ids up to 2**31 (hashed in int64 on TensorFlow, in
+    uint32 on JAX), every lookup (binary and real filters), the table, `attend` and its
+    gradient; the static-shape unique ids of JAX against tf.unique."""
+    from tfeff.layers.alone_embedding import AloneEmbedding
+
+    rng = np.random.default_rng(SEED + 16)
+    ids = rng.integers(0, 60, size=(4, 9)).astype("int32")
+    ids[0, :4] = 7  # repeats
+    far = np.array([0, 1, 2**31 - 1, 123_456_789, 2**30 + 5], "int32")
+    out = {}
+    for filter_type in ("binary", "real"):
+        layers = {}
+        for lookup in ("unique", "token", "table"):
+            layer = AloneEmbedding(60, 6, 8, 12, num_codebooks=3, codebook_size=37,
+                                   filter_type=filter_type, seed=2**33 + 5, lookup=lookup,
+                                   table_chunk_size=25, name=f"alone_{lookup}")
+            layer.build()
+            _set_weights(layer, SEED + 17, scale=0.3)
+            layers[lookup] = layer
+            out[f"{filter_type}/{lookup}"] = _np(layer(ids))
+        layer = layers["table"]
+        out[f"{filter_type}/codebooks"] = _np(layer.codebooks)
+        out[f"{filter_type}/far_filters"] = _np(layer.filters(far))
+        out[f"{filter_type}/table"] = _np(layer.embedding_table())
+        value, grad = _value_and_grad(lambda h, layer=layer: layer.attend(h),
+                                      data["hidden"][..., :6])
+        out[f"{filter_type}/attend"], out[f"{filter_type}/attend_grad"] = value, grad
+        out[f"{filter_type}/compiled_unique"] = _np(
+            _compiled(lambda v, layer=layers["unique"]: layer(v))(ids))
+    return out
+
+
 CASES = {"losses": losses, "continuous_output": continuous_output,
          "softmax_layers": softmax_layers, "mixing_layers": mixing_layers, "bert": bert,
          "elmo": elmo, "adaptive_softmax": adaptive_softmax, "masked_bilstm": masked_bilstm,
-         "masked_elmo": masked_elmo}
+         "masked_elmo": masked_elmo, "alone_embedding": alone_embedding}
 
 
 # The cases that compute in float64 (the vMF normalizer): also run with JAX's x64.

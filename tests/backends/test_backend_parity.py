@@ -76,7 +76,8 @@ import sys
 import tfeff.config, tfeff.layers, tfeff.losses, tfeff.models
 from tfeff.models import Bert, ElmoLM, MaskedElmo
 MaskedElmo(30, num_layers=1, units=8, projection_dim=4, output_layer="adaptive",
-           adaptive_cutoffs=[10], tbptt_batch_size=2).build()
+           adaptive_cutoffs=[10], tbptt_batch_size=2, input_embedding="alone",
+           alone={"intermediate_dim": 8}).build()
 Bert(40, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=24,
      max_sequence_length=20, relaxed={"num_anchors": 3, "ffn_rank": 4}).build()
 ElmoLM(30, input_embedding="trainable", output_layer="adaptive", adaptive_cutoffs=[10],
@@ -91,12 +92,21 @@ for bad in (5, -1):
         layer(np.ones((2, 3), "float32"), np.array([0, bad]))
     except ValueError as e:
         print(" ".join(str(e).split()))
+alone = tfeff.layers.AloneEmbedding(5, 4, 4, 4, name="alone")
+for lookup in ("unique", "token", "table"):
+    alone.lookup = lookup
+    try:
+        alone(np.array([[0, 5]]))
+    except ValueError as e:
+        print(" ".join(str(e).split()))
 """
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.split("\n")
-    assert lines[0] == "['AloneEmbedding', 'FastTextEmbedding']"
+    assert lines[0] == "['FastTextEmbedding']"
     assert "FullSoftmax `head`: targets must be < vocabulary_size=5" in lines[1]
     assert "FullSoftmax `head`: targets must be >= 0" in lines[2]
+    for line in lines[3:6]:
+        assert "AloneEmbedding `alone`: ids must be < vocabulary_size=5" in line

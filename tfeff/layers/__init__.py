@@ -1,9 +1,10 @@
 """Keras layers: the efficiency ideas of tfeff, one public class per file.
 
-Most layers are `keras.ops` code and run on every Keras backend. Two are
-still TensorFlow code (`TENSORFLOW_ONLY`): on another backend they are
-imported on first use, so `import tfeff.layers` there imports no
-TensorFlow; on TensorFlow every layer is imported (and registered) at once.
+Every layer but one is `keras.ops` code and runs on every Keras backend.
+`FastTextEmbedding` is TensorFlow code by design (string ops: `TENSORFLOW_ONLY`):
+on another backend it is imported on first use, so `import tfeff.layers`
+there imports no TensorFlow; on TensorFlow every layer is imported (and
+registered) at once.
 """
 
 import importlib
@@ -11,6 +12,7 @@ import importlib
 import keras
 
 from tfeff.layers.adaptive_softmax import AdaptiveSoftmax
+from tfeff.layers.alone_embedding import AloneEmbedding
 from tfeff.layers.anchor_multi_head_attention import AnchorMultiHeadAttention
 from tfeff.layers.continuous_output import ContinuousOutput
 from tfeff.layers.factorized_dense import FactorizedDense
@@ -22,12 +24,9 @@ from tfeff.layers.rotary import RotaryMultiHeadAttention
 from tfeff.layers.sampled_softmax import SampledSoftmax
 from tfeff.layers.scalar_mix import ScalarMix
 
-# Layer -> module of the layers written with TensorFlow ops (string ops, tf.unique):
+# Layer -> module of the layers written with TensorFlow ops (string ops):
 # TensorFlow is needed to use them.
-TENSORFLOW_ONLY = {
-    "AloneEmbedding": "alone_embedding",
-    "FastTextEmbedding": "fasttext_embedding",
-}
+TENSORFLOW_ONLY = {"FastTextEmbedding": "fasttext_embedding"}
 
 
 def __getattr__(name):
@@ -38,7 +37,6 @@ def __getattr__(name):
 
 
 if keras.backend.backend() == "tensorflow":
-    from tfeff.layers.alone_embedding import AloneEmbedding  # noqa: E402
     from tfeff.layers.fasttext_embedding import FastTextEmbedding  # noqa: E402
 
 __all__ = [

@@ -1,10 +1,17 @@
-"""AloneEmbedding: every word embedding from one shared vector (TensorFlow-only).
+"""AloneEmbedding: every word embedding from one shared vector.
 
 The filters are rebuilt from the seed with the integer hash below. Being
 computed with exact integer arithmetic (and float32 sums in a fixed order),
-they are bit-identical in every process, on every machine and device. The
-filter of an id does not depend on the vocabulary size, so a vocabulary can
-grow without changing the embeddings of the existing ids.
+they are bit-identical in every process, on every machine, device and Keras
+backend. The filter of an id does not depend on the vocabulary size, so a
+vocabulary can grow without changing the embeddings of the existing ids.
+
+`keras.ops` code. The codebooks are built on the host in NumPy; the columns
+of the batch's ids are hashed on the device in int64 on TensorFlow and in
+uint32 elsewhere (JAX has no int64 without `jax_enable_x64`): the same bits.
+TensorFlow alone runs `lookup="unique"` on the batch's distinct ids only
+(`tf.unique`, a dynamic shape), reuses one table per traced step, and writes
+the filter fingerprint into `tf.train.Checkpoint`s.
 """
 
 import hashlib
@@ -13,10 +20,10 @@ import secrets
 
 import keras
 import numpy as np
-import tensorflow as tf
-from tensorflow.python.trackable import base as trackable_base
+from keras import ops
 
 from tfeff.layers.embedding_common import IdEmbeddingMixin
+from tfeff.layers.embedding_common import check_ids
 
 FILTER_TYPES = ("binary", "real")
 LOOKUPS = ("unique", "table", "token")
@@ -28,27 +35,48 @@ _MIX = 0x45D9F3B  # < 2**27, so every product below stays inside int64
 _HASH_START = 0x243F6A88
 _TAG_BINARY, _TAG_REAL, _TAG_ASSIGN = 1, 2, 3
 _FINGERPRINT_IDS = 4096  # ids whose assignment enters the fingerprint digest
+_ID_DTYPE = {True: "int64", False: "int32"}  # on TensorFlow?: JAX has no int64 by default
 
 
-def _mix32(x):
-    """A bijection of [0, 2**32) with good avalanche, on int64 tensors."""
+def _mix32(x, xp, dtype):
+    """A bijection of [0, 2**32) with good avalanche (int64 values, or uint32 wrapping)."""
+    mix, mask, shift = (xp.array(v, dtype) for v in (_MIX, _MASK32, 16))
     for _ in range(2):
-        x = tf.bitwise.bitwise_xor(tf.bitwise.right_shift(x, 16), x)
-        x = tf.bitwise.bitwise_and(x * _MIX, _MASK32)
-    return tf.bitwise.bitwise_xor(tf.bitwise.right_shift(x, 16), x)
+        x = xp.bitwise_xor(xp.right_shift(x, shift), x)
+        x = xp.bitwise_and(xp.multiply(x, mix), mask)
+    return xp.bitwise_xor(xp.right_shift(x, shift), x)
 
 
-def hash32(*words):
+def hash32(*words, xp=np, dtype="int64"):
     """`h(w_1, ..., w_n)`: fold `h <- mix32(h XOR (w_i mod 2**32))` from 0x243F6A88.
 
-    Args are int tensors (or ints) that broadcast together; returns int64
-    values in [0, 2**32).
+    Args are Python ints or arrays of `dtype` that broadcast together. `xp`
+    is `numpy` or `keras.ops`; `dtype` "int64" (every product stays below
+    2**59) or "uint32" (products wrap mod 2**32): both give the same values,
+    in [0, 2**32).
     """
-    h = tf.constant(_HASH_START, tf.int64)
+    mask = xp.array(_MASK32, dtype)
+    h = xp.array(_HASH_START, dtype)
     for w in words:
-        w = tf.bitwise.bitwise_and(tf.cast(w, tf.int64), _MASK32)
-        h = _mix32(tf.bitwise.bitwise_xor(h, w))
+        if isinstance(w, (int, np.integer)):
+            w = xp.array(int(w) & _MASK32, dtype)
+        h = _mix32(xp.bitwise_xor(h, xp.bitwise_and(w, mask)), xp, dtype)
     return h
+
+
+def _high_product(h, c, xp, dtype):
+    """`(h * c) >> 32` of h in [0, 2**32) and a Python int c in (0, 2**31)."""
+    if dtype == "int64":
+        return xp.right_shift(xp.multiply(h, xp.array(c, dtype)), xp.array(32, dtype))
+    # uint32: 16-bit limbs; every partial product and sum stays below 2**32.
+    low, shift = xp.array(0xFFFF, dtype), xp.array(16, dtype)
+    hh, hl = xp.right_shift(h, shift), xp.bitwise_and(h, low)
+    ch, cl = xp.array(c >> 16, dtype), xp.array(c & 0xFFFF, dtype)
+    lo, m1, m2 = xp.multiply(hl, cl), xp.multiply(hh, cl), xp.multiply(hl, ch)
+    carry = xp.right_shift(xp.add(xp.add(xp.bitwise_and(m1, low), xp.bitwise_and(m2, low)),
+                                  xp.right_shift(lo, shift)), shift)
+    return xp.add(xp.add(xp.multiply(hh, ch), xp.right_shift(m1, shift)),
+                  xp.add(xp.right_shift(m2, shift), carry))
 
 
 def _seed_words(seed):
@@ -66,36 +94,44 @@ def build_codebooks(seed, num_codebooks, codebook_size, base_dim, filter_type,
       an element of the OR of M columns is 0 with probability p_o;
     * real: Box-Muller in float64 of `u_t = (h(tag=2, ..., t) + 0.5) / 2**32`,
       t = 0, 1: `sqrt(-2 ln u_0) cos(2 pi u_1) / sqrt(M)`, rounded to float32.
+
+    Built on the host, in NumPy.
     """
-    with tf.init_scope(), tf.device("/CPU:0"):
-        k, j, i = np.meshgrid(
-            np.arange(num_codebooks), np.arange(codebook_size), np.arange(base_dim),
-            indexing="ij",
-        )
-        k, j, i = (tf.constant(a, tf.int64) for a in (k, j, i))
-        s = _seed_words(seed)
-        if filter_type == "binary":
-            threshold = round((1.0 - zero_probability ** (1.0 / num_codebooks)) * 2**32)
-            h = hash32(s[0], s[1], _TAG_BINARY, k, j, i)
-            return tf.cast(h < threshold, tf.float32).numpy()
-        u0, u1 = (
-            (tf.cast(hash32(s[0], s[1], _TAG_REAL, k, j, i, t), tf.float64) + 0.5) / 2**32
-            for t in (0, 1)
-        )
-        z = tf.sqrt(-2.0 * tf.math.log(u0)) * tf.cos(2.0 * math.pi * u1)
-        return tf.cast(z / math.sqrt(num_codebooks), tf.float32).numpy()
+    k, j, i = np.meshgrid(
+        np.arange(num_codebooks), np.arange(codebook_size), np.arange(base_dim),
+        indexing="ij",
+    )
+    s = _seed_words(seed)
+    if filter_type == "binary":
+        threshold = round((1.0 - zero_probability ** (1.0 / num_codebooks)) * 2**32)
+        h = hash32(s[0], s[1], _TAG_BINARY, k, j, i)
+        return (h < threshold).astype(np.float32)
+    u0, u1 = (
+        (hash32(s[0], s[1], _TAG_REAL, k, j, i, t).astype(np.float64) + 0.5) / 2**32
+        for t in (0, 1)
+    )
+    z = np.sqrt(-2.0 * np.log(u0)) * np.cos(2.0 * math.pi * u1)
+    return (z / math.sqrt(num_codebooks)).astype(np.float32)
 
 
-def assign_columns(ids, seed, num_codebooks, codebook_size):
-    """Column of each codebook assigned to each id: int64 `ids.shape + (M,)`.
+def assign_columns(ids, seed, num_codebooks, codebook_size, xp=np):
+    """Column of each codebook assigned to each id: int32 `ids.shape + (M,)`.
 
     `col_k(w) = (hash32(seed mod 2**32, seed // 2**32, 3, k, w) * c) >> 32`.
+    With `xp=keras.ops`, on the backend's device: in int64 on TensorFlow, in
+    uint32 elsewhere (the same values).
     """
+    if xp is np:
+        dtype = "int64"
+        ids = np.asarray(ids, dtype)[..., None]
+    else:
+        dtype = "int64" if keras.backend.backend() == "tensorflow" else "uint32"
+        ids = ops.expand_dims(ops.cast(ids, dtype), -1)
     s = _seed_words(seed)
-    ids = tf.cast(ids, tf.int64)[..., None]
-    k = tf.range(num_codebooks, dtype=tf.int64)
-    h = hash32(s[0], s[1], _TAG_ASSIGN, k, ids)
-    return tf.bitwise.right_shift(h * codebook_size, 32)
+    k = xp.arange(num_codebooks, dtype=dtype)
+    h = hash32(s[0], s[1], _TAG_ASSIGN, k, ids, xp=xp, dtype=dtype)
+    columns = _high_product(h, codebook_size, xp, dtype)
+    return columns.astype("int32") if xp is np else ops.cast(columns, "int32")
 
 
 class _Frozen:
@@ -106,10 +142,11 @@ class _Frozen:
 
 
 class _TableMemo:
-    """The embedding tables computed in one traced graph, by (replica, `training`).
+    """The embedding tables computed in one traced TensorFlow graph, by (replica, `training`).
 
     Under `tf.distribute`, every replica's step is traced into the same graph:
     each replica must use its own table (on its own device, on its own tape).
+    Other backends reuse nothing (under `jax.jit`, XLA merges equal work).
     """
 
     def __init__(self):
@@ -118,6 +155,10 @@ class _TableMemo:
     @staticmethod
     def key():
         """`(graph, replica)` of the current trace, or None when nothing may be reused."""
+        if keras.backend.backend() != "tensorflow":
+            return None
+        import tensorflow as tf
+
         if tf.executing_eagerly():
             return None
         ctx = tf.distribute.get_replica_context()
@@ -143,26 +184,28 @@ class _TableMemo:
         self.tables[(key[1], training)] = table
 
 
-class _FilterFingerprint(trackable_base.Trackable):
-    """Writes the filter description into checkpoints and checks it on restore.
+def _checkpoint_fingerprint(layer_name, fingerprint):
+    """A TensorFlow trackable that writes the filter description into checkpoints and
+    checks it on restore.
 
     A checkpoint holds only the base vector and the FFN; restoring it into a
     layer whose filters differ (another seed, sizes or construction) would
     silently give other embeddings, so the restore raises instead.
     """
+    import tensorflow as tf
+    from tensorflow.python.trackable import base as trackable_base
 
-    def __init__(self, layer_name, fingerprint):
-        self.layer_name = layer_name
-        self.fingerprint = fingerprint
+    class FilterFingerprint(trackable_base.Trackable):
+        def _serialize_to_tensors(self):
+            return {"fingerprint": tf.constant(fingerprint)}
 
-    def _serialize_to_tensors(self):
-        return {"fingerprint": tf.constant(self.fingerprint)}
+        def _restore_from_tensors(self, restored_tensors):
+            value = restored_tensors["fingerprint"]
+            if hasattr(value, "numpy"):
+                check_fingerprint(value.numpy().decode("utf-8"), fingerprint, layer_name)
+            return tf.no_op()
 
-    def _restore_from_tensors(self, restored_tensors):
-        value = restored_tensors["fingerprint"]
-        if hasattr(value, "numpy"):
-            check_fingerprint(value.numpy().decode("utf-8"), self.fingerprint, self.layer_name)
-        return tf.no_op()
+    return FilterFingerprint()
 
 
 def check_fingerprint(stored, expected, layer_name):
@@ -229,8 +272,10 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         codebook_size: c, columns per codebook, in (0, 2**31) (paper: 64).
         filter_type: `"binary"` or `"real"`.
         zero_probability: p_o in (0, 1), the binary filters' zero rate (paper: 0.5).
-        seed: non-negative int that determines the filters and the default
-            initializers; None draws one (stored in `get_config`).
+        seed: non-negative int below 2**63 that determines the filters and
+            the default initializers (seeded with `seed mod 2**31`, which every
+            backend's random ops take); None draws one below 2**31 (stored in
+            `get_config`).
         dropout_rate: dropout after the ReLU, in [0, 1). Applied per embedded
             word (each distinct id of a batch, or each row of the table), not
             per token, except with `lookup="token"`.
@@ -351,12 +396,13 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         self.supports_masking = self.mask_zero
         self.lookup = lookup
         # Every lookup compiles under XLA (`tf.unique` has an XLA kernel with a bounded
-        # dynamic size); the layer test checks equal outputs eagerly and under XLA.
+        # dynamic size) and under jax.jit (`_unique`'s static shape); the layer test
+        # and tests/backends check equal outputs eagerly and compiled.
         self.table_chunk_size = int(table_chunk_size)
         self._base_initializer_arg = base_initializer
         self._kernel_initializer_arg = kernel_initializer
         self.base_initializer = keras.initializers.get(
-            base_initializer or keras.initializers.RandomNormal(stddev=1.0, seed=self.seed)
+            base_initializer or keras.initializers.RandomNormal(stddev=1.0, seed=self._random_seed(0))
         )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self._default_kernel_seeds = kernel_initializer is None
@@ -365,22 +411,32 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
             self.seed, self.num_codebooks, self.codebook_size, self.base_dim,
             self.filter_type, self.zero_probability,
         )
-        with tf.init_scope(), tf.device("/CPU:0"):
-            self._frozen = _Frozen(codebooks=tf.constant(codebooks))
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            with tf.init_scope(), tf.device("/CPU:0"):
+                self._frozen = _Frozen(codebooks=tf.constant(codebooks))
+        else:
+            self._frozen = _Frozen(codebooks=ops.convert_to_tensor(codebooks))
         self.filter_fingerprint = self._fingerprint(codebooks)
-        self._fingerprint_checker = _FilterFingerprint(self.name, self.filter_fingerprint)
+        if keras.backend.backend() == "tensorflow":
+            self._fingerprint_checker = _checkpoint_fingerprint(self.name,
+                                                                self.filter_fingerprint)
         self._memo = _TableMemo()
         self.dropout = keras.layers.Dropout(
-            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy, name="ffn_dropout"
+            self.dropout_rate, seed=self._random_seed(0), dtype=self.dtype_policy, name="ffn_dropout"
         )
+
+    def _random_seed(self, offset):
+        """Seed of a random initializer or dropout: `(seed + offset) mod 2**31`."""
+        return (self.seed + offset) % 2**31
 
     def _fingerprint(self, codebooks):
         """One line `key=value ...` describing the filters, with a digest of their content."""
         digest = hashlib.sha256(codebooks.tobytes())
         ids = np.arange(_FINGERPRINT_IDS)  # the filter of an id does not depend on V
-        with tf.init_scope(), tf.device("/CPU:0"):
-            columns = assign_columns(ids, self.seed, self.num_codebooks, self.codebook_size)
-            digest.update(columns.numpy().astype("<i8").tobytes())
+        columns = assign_columns(ids, self.seed, self.num_codebooks, self.codebook_size)
+        digest.update(columns.astype("<i8").tobytes())
         fields = {
             "construction": CONSTRUCTION_VERSION,
             "base_dim": self.base_dim,
@@ -396,7 +452,8 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
     def build(self, input_shape=None):
         kernel_inits = [self.kernel_initializer] * 2
         if self._default_kernel_seeds:
-            kernel_inits = [keras.initializers.GlorotUniform(seed=self.seed + i) for i in (1, 2)]
+            kernel_inits = [keras.initializers.GlorotUniform(seed=self._random_seed(i))
+                            for i in (1, 2)]
         self.base = self.add_weight(
             name="base", shape=(self.base_dim,), initializer=self.base_initializer,
             trainable=self.train_base,
@@ -419,32 +476,23 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
 
     def filters(self, ids):
         """float32 filters `m_w` of `ids`: `ids.shape + (base_dim,)`."""
-        columns = assign_columns(ids, self.seed, self.num_codebooks, self.codebook_size)
+        columns = assign_columns(ids, self.seed, self.num_codebooks, self.codebook_size,
+                                 xp=ops)
         total = None
         for k in range(self.num_codebooks):  # a fixed order: bit-identical sums everywhere
-            part = tf.gather(self.codebooks[k], columns[..., k])
+            part = ops.take(self.codebooks[k], columns[..., k], axis=0)
             total = part if total is None else total + part
         if self.filter_type == "binary":
-            total = tf.minimum(total, 1.0)
+            total = ops.minimum(total, 1.0)
         return total
 
     def _embed(self, ids, training):
         """FFN(m_w * o) of 1-D `ids`: `(n, output_dim)`."""
-        x = self.filters(ids) * tf.cast(self.base, tf.float32)  # (n, D_o)
-        x = tf.cast(x, self.compute_dtype)
-        h = tf.nn.relu(tf.matmul(x, tf.cast(self.intermediate_kernel, x.dtype)))  # (n, D_inter)
+        x = self.filters(ids) * ops.cast(self.base, "float32")  # (n, D_o)
+        x = ops.cast(x, self.compute_dtype)
+        h = ops.relu(ops.matmul(x, ops.cast(self.intermediate_kernel, x.dtype)))  # (n, D_inter)
         h = self.dropout(h, training=training)
-        return tf.matmul(h, tf.cast(self.output_kernel, h.dtype))  # (n, D_e)
-
-    def _check_ids(self, ids):
-        return [
-            tf.debugging.assert_non_negative(
-                ids, message=f"AloneEmbedding `{self.name}`: ids must be >= 0"),
-            tf.debugging.assert_less(
-                ids, tf.constant(self.vocabulary_size, ids.dtype),
-                message=f"AloneEmbedding `{self.name}`: ids must be < vocabulary_size="
-                        f"{self.vocabulary_size}"),
-        ]
+        return ops.matmul(h, ops.cast(self.output_kernel, h.dtype))  # (n, D_e)
 
     def embedding_table(self, training=False):
         """All embeddings `(vocabulary_size, output_dim)`, computed in chunks.
@@ -462,8 +510,8 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         chunks = []
         for start in range(0, self.vocabulary_size, self.table_chunk_size):
             stop = min(start + self.table_chunk_size, self.vocabulary_size)
-            chunks.append(self._embed(tf.range(start, stop, dtype=tf.int64), training))
-        table = chunks[0] if len(chunks) == 1 else tf.concat(chunks, axis=0)
+            chunks.append(self._embed(ops.arange(start, stop, dtype="int32"), training))
+        table = chunks[0] if len(chunks) == 1 else ops.concatenate(chunks, axis=0)
         self._memo.put(key, training, table)
         return table
 
@@ -480,23 +528,20 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
     def attend(self, hidden, training=False):
         """Logits `hidden @ table^T`: `hidden.shape[:-1] + (vocabulary_size,)`."""
         table = self.embedding_table(training)
-        hidden = tf.convert_to_tensor(hidden)
-        return tf.einsum("...d,vd->...v", hidden, tf.cast(table, hidden.dtype))
+        hidden = ops.convert_to_tensor(hidden)
+        return ops.einsum("...d,vd->...v", hidden, ops.cast(table, hidden.dtype))
 
     def call(self, inputs, training=None):
-        ids = tf.cast(inputs, tf.int64)
-        flat = tf.reshape(ids, [-1])  # (tokens,)
+        ids = ops.cast(inputs, _ID_DTYPE[keras.backend.backend() == "tensorflow"])
+        flat = ops.reshape(ids, (-1,))  # (tokens,)
         if self.lookup == "table":
-            with tf.control_dependencies(self._check_ids(flat)):
-                rows = tf.gather(self.embedding_table(training), flat)
+            rows = ops.take(self.embedding_table(training), check_ids(self, flat, "ids"), axis=0)
         elif self.lookup == "token":
-            with tf.control_dependencies(self._check_ids(flat)):
-                rows = self._embed(flat, training)
+            rows = self._embed(check_ids(self, flat, "ids"), training)
         else:
-            unique, index = tf.unique(flat)  # (distinct,), (tokens,)
-            with tf.control_dependencies(self._check_ids(unique)):
-                rows = tf.gather(self._embed(unique, training), index)
-        return tf.reshape(rows, tf.concat([tf.shape(ids), [self.output_dim]], axis=0))
+            unique, index = _unique(flat)  # (distinct,), (tokens,)
+            rows = ops.take(self._embed(check_ids(self, unique, "ids"), training), index, axis=0)
+        return ops.reshape(rows, tuple(ops.shape(ids)) + (self.output_dim,))
 
     def save_own_variables(self, store):
         variables = self._trainable_variables + self._non_trainable_variables
@@ -549,3 +594,29 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
                 else keras.initializers.serialize(self.kernel_initializer)),
         })
         return config
+
+
+def _unique(flat):
+    """`(unique, index)` of 1-D int `flat`: `unique[index] == flat`.
+
+    TensorFlow: `tf.unique` (the distinct ids only, a dynamic size). Other
+    backends need static shapes: `unique` has one slot per token, the
+    distinct ids first (sorted), then zeros; the FFN runs on every slot, so
+    only TensorFlow saves the repeated ids' work, but every backend embeds (and
+    drops out) each distinct id once.
+    """
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.unique(flat)
+    n = ops.shape(flat)[0]
+    if n == 0:
+        return flat, flat
+    order = ops.argsort(flat)
+    ordered = ops.take(flat, order)
+    first = ops.concatenate([ops.ones((1,), "bool"), ordered[1:] != ordered[:-1]])
+    group = ops.cumsum(ops.cast(first, "int32")) - 1  # sorted position -> distinct slot
+    unique = ops.segment_max(ordered, group, num_segments=n, sorted=True)
+    unique = ops.where(ops.arange(n) <= group[-1], unique, 0)  # empty slots: id 0
+    index = ops.take(group, ops.argsort(order))  # token -> its id's slot
+    return unique, index

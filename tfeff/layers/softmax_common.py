@@ -36,30 +36,12 @@ layers work under `mixed_float16` / `mixed_bfloat16` policies.
 import keras
 from keras import ops
 
+from tfeff.layers.embedding_common import check_ids
+
 
 def _check_targets(layer, t):
     """Raises unless every id of `t` is in `[0, layer.vocabulary_size)` (see the module)."""
-    prefix = f"{type(layer).__name__} `{layer.name}`: targets"
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        checks = [
-            tf.debugging.assert_non_negative(t, message=f"{prefix} must be >= 0"),
-            tf.debugging.assert_less(
-                t, layer.vocabulary_size,
-                message=f"{prefix} must be < vocabulary_size={layer.vocabulary_size}"),
-        ]
-        with tf.control_dependencies(checks):
-            return tf.identity(t)
-    try:
-        values = ops.convert_to_numpy(t)
-    except Exception:  # traced (jax.jit, torch.compile): nothing concrete to check
-        return t
-    if values.size and values.min() < 0:
-        raise ValueError(f"{prefix} must be >= 0")
-    if values.size and values.max() >= layer.vocabulary_size:
-        raise ValueError(f"{prefix} must be < vocabulary_size={layer.vocabulary_size}")
-    return t
+    return check_ids(layer, t, "targets")
 
 
 def flatten_inputs(layer, inputs, targets, mask):

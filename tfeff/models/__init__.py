@@ -1,7 +1,7 @@
 """Keras models built from tfeff layers: `keras.ops` code, on every Keras backend.
 
-`MaskedElmo` with `input_embedding="alone"` needs `AloneEmbedding`, which is
-still TensorFlow code (`tfeff.layers.TENSORFLOW_ONLY`).
+What feeds and serves them stays TensorFlow: the `tf.data` pipelines, the
+training binaries, SavedModel export and `FastTextEmbedding` (string ops).
 """
 
 from tfeff.models.bert import Bert
