@@ -73,6 +73,7 @@ def test_the_cases_are_not_trivial(tensorflow_results):
 def test_the_neutral_core_imports_and_builds_without_tensorflow_on_jax():
     code = """
 import sys
+import keras
 import tfeff.config, tfeff.layers, tfeff.losses, tfeff.models
 from tfeff.models import Bert, ElmoLM, MaskedElmo
 MaskedElmo(30, num_layers=1, units=8, projection_dim=4, output_layer="adaptive",
@@ -92,6 +93,15 @@ for bad in (5, -1):
         layer(np.ones((2, 3), "float32"), np.array([0, bad]))
     except ValueError as e:
         print(" ".join(str(e).split()))
+# SampledSoftmax trains here: negatives with replacement from a SeedGenerator, log-uniform.
+from tfeff.layers.sampled_softmax import log_uniform_probability, log_uniform_sample
+sampled = tfeff.layers.SampledSoftmax(50, 10, seed=0, name="sampled")
+hidden, targets = np.ones((4, 8), "float32"), np.array([1, 2, 3, 40])
+losses = [float(sampled(hidden, targets, training=True, return_loss=True)[1]) for _ in "ab"]
+draws = np.asarray(log_uniform_sample(400_000, 50, keras.random.SeedGenerator(1)))
+gap = np.abs(np.bincount(draws, minlength=50) / draws.size
+             - np.asarray(log_uniform_probability(np.arange(50), 50))).max()
+print(losses[0] != losses[1], all(np.isfinite(losses)), 0 < gap < 3e-3)
 alone = tfeff.layers.AloneEmbedding(5, 4, 4, 4, name="alone")
 for lookup in ("unique", "token", "table"):
     alone.lookup = lookup
@@ -108,5 +118,6 @@ for lookup in ("unique", "token", "table"):
     assert lines[0] == "['FastTextEmbedding']"
     assert "FullSoftmax `head`: targets must be < vocabulary_size=5" in lines[1]
     assert "FullSoftmax `head`: targets must be >= 0" in lines[2]
-    for line in lines[3:6]:
+    assert lines[3] == "True True True"
+    for line in lines[4:7]:
         assert "AloneEmbedding `alone`: ids must be < vocabulary_size=5" in line

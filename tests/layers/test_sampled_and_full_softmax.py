@@ -137,3 +137,28 @@ def test_standard_layer_checks(tmp_path):
                    expected_num_weights=2)
     run_layer_test(FullSoftmax, dict(vocabulary_size=V, name="full_distribution"), h, tmp_path,
                    fit=False)
+
+
+def test_the_portable_sampler_follows_tensorflows_log_uniform_distribution():
+    """Off TensorFlow, negatives come from `log_uniform_sample` with expected counts
+    num_sampled * P(c): the counts of TensorFlow's sampler drawing with replacement, and
+    the frequencies of 400,000 draws."""
+    from tfeff.layers.sampled_softmax import log_uniform_probability
+    from tfeff.layers.sampled_softmax import log_uniform_sample
+
+    v, s = 800_000, 64
+    true = tf.constant([[0], [1], [7], [799_999], [123_456]], tf.int64)
+    sampled, true_expected, sampled_expected = tf.random.log_uniform_candidate_sampler(
+        true, num_true=1, num_sampled=s, unique=False, range_max=v, seed=3)
+    np.testing.assert_allclose(s * log_uniform_probability(sampled, v).numpy(),
+                               sampled_expected.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(s * log_uniform_probability(true[:, 0], v).numpy(),
+                               true_expected.numpy()[:, 0], rtol=1e-5)
+    draws = log_uniform_sample(400_000, 50, seed=keras.random.SeedGenerator(0)).numpy()
+    assert draws.min() == 0 and draws.max() == 49
+    frequencies = np.bincount(draws, minlength=50) / draws.size
+    p = log_uniform_probability(np.arange(50), 50).numpy()
+    np.testing.assert_allclose(p.sum(), 1.0, rtol=1e-5)
+    # Binomial standard error of the largest class (p ~ 0.18) is 6e-4.
+    np.testing.assert_allclose(frequencies, p, atol=3e-3)
+    assert np.abs(frequencies - p).max() > 0  # real draws, not the probabilities

@@ -1,10 +1,14 @@
 """SampledSoftmax: log-uniform candidate sampling, optionally against a fixed table.
 
-The exact path (inference, evaluation, `log_prob`) is `keras.ops` and runs on
-every backend; the training path draws its negatives with TensorFlow's
-`log_uniform_candidate_sampler` (unique, with expected counts), which no other
-backend has: training it on JAX or PyTorch raises `NotImplementedError`.
+`keras.ops` code. On TensorFlow, training draws its negatives with
+`tf.random.log_uniform_candidate_sampler(unique=True)` (distinct classes; no
+XLA kernel). Other backends have no such sampler: there `log_uniform_sample`
+draws them with replacement (TensorFlow's `unique=False`: a class drawn twice
+counts twice, its expected count is `num_sampled * P(c)`), in static shapes
+that `jax.jit` compiles, from a `keras.random.SeedGenerator`.
 """
+
+import math
 
 import keras
 from keras import ops
@@ -15,12 +19,31 @@ from tfeff.layers import softmax_common
 _HIT_PENALTY = -1e9
 
 
+def log_uniform_probability(ids, range_max):
+    """`P(c) = log((c + 2) / (c + 1)) / log(range_max + 1)`, float32, of int `ids`."""
+    ids = ops.cast(ids, "float32")
+    return ops.log1p(1.0 / (ids + 1.0)) / math.log(range_max + 1.0)
+
+
+def log_uniform_sample(num_sampled, range_max, seed=None):
+    """`num_sampled` int32 classes drawn with replacement from `log_uniform_probability`.
+
+    Inverse-CDF sampling, as TensorFlow's `LogUniformSampler`:
+    `c = floor(exp(u * log(range_max + 1))) - 1` for `u ~ U[0, 1)`. `seed` is
+    an int, None or a `keras.random.SeedGenerator` (needed under `jax.jit`).
+    """
+    u = keras.random.uniform((num_sampled,), dtype="float32", seed=seed)
+    c = ops.floor(ops.exp(u * math.log(range_max + 1.0))) - 1.0
+    return ops.clip(ops.cast(c, "int32"), 0, range_max - 1)
+
+
 @keras.saving.register_keras_serializable(package="tfeff")
 class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
     """Sampled softmax (Jean et al. 2015) with a log-uniform (Zipfian) sampler.
 
-    In training, each step draws `num_sampled` distinct negative classes
-    shared by the batch from the log-uniform distribution
+    In training, each step draws `num_sampled` negative classes (distinct on
+    TensorFlow, with replacement elsewhere: see the module) shared by the
+    batch from the log-uniform distribution
     `P(c) = log((c + 2) / (c + 1)) / log(vocabulary_size + 1)` (so ids must be
     ordered by decreasing frequency), and the loss is the softmax
     cross-entropy over `[true class, samples]` with the logits corrected by
@@ -78,7 +101,8 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
         super().__init__(**kwargs)
         softmax_common.validate_vocabulary_size(vocabulary_size)
         self.supports_masking = True  # `mask` marks the targets to ignore
-        self.supports_jit = False  # the candidate sampler has no XLA kernel
+        tensorflow = keras.backend.backend() == "tensorflow"
+        self.supports_jit = not tensorflow  # TensorFlow's sampler has no XLA kernel
         if not isinstance(num_sampled, int) or not 0 < num_sampled < vocabulary_size:
             raise ValueError(
                 "Received an invalid value for `num_sampled`, expected an integer in "
@@ -99,6 +123,8 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
         self.seed = seed
         self.output_embedding = output_embedding
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        # Off TensorFlow the sampler's state (not a weight: never saved).
+        self.seed_generator = None if tensorflow else keras.random.SeedGenerator(seed)
 
     def build(self, inputs_shape, targets_shape=None):
         input_dim = int(inputs_shape[-1])
@@ -143,36 +169,41 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
             log_probs = ops.log_softmax(self.logits(x), axis=-1)
             return softmax_common.finish(softmax_common.gather_rows(log_probs, t), keep,
                                          targets)
-        if keras.backend.backend() != "tensorflow":
-            raise NotImplementedError(
-                f"SampledSoftmax `{self.name}`: training draws negatives with TensorFlow's "
-                "log_uniform_candidate_sampler, which the "
-                f"{keras.backend.backend()!r} backend lacks; use the TensorFlow backend, or "
-                "FullSoftmax / AdaptiveSoftmax (the exact path, training=False, runs here).")
-        import tensorflow as tf  # the sampler is TensorFlow's
-
-        sampled, true_expected, sampled_expected = tf.random.log_uniform_candidate_sampler(
-            true_classes=tf.cast(t[:, None], tf.int64), num_true=1,
-            num_sampled=self.num_sampled, unique=True,
-            range_max=self.vocabulary_size, seed=self.seed,
-        )
-        sampled = tf.cast(tf.stop_gradient(sampled), tf.int32)  # (S,)
-        true_logits = tf.reduce_sum(x * self._rows(t, x.dtype), axis=-1)  # (n,)
-        sampled_logits = tf.matmul(x, self._rows(sampled, x.dtype), transpose_b=True)  # (n, S)
-        true_logits = tf.cast(true_logits, tf.float32)
-        sampled_logits = tf.cast(sampled_logits, tf.float32)
+        sampled, true_expected, sampled_expected = self._sample(t)
+        true_logits = ops.sum(x * self._rows(t, x.dtype), axis=-1)  # (n,)
+        sampled_logits = ops.matmul(x, ops.transpose(self._rows(sampled, x.dtype)))  # (n, S)
+        true_logits = ops.cast(true_logits, "float32")
+        sampled_logits = ops.cast(sampled_logits, "float32")
         if self.bias is not None:
-            bias = tf.cast(self.bias, tf.float32)
-            true_logits += tf.gather(bias, t)
-            sampled_logits += tf.gather(bias, sampled)
-        true_logits -= tf.math.log(tf.stop_gradient(true_expected[:, 0]))
-        sampled_logits -= tf.math.log(tf.stop_gradient(sampled_expected))[None, :]
+            bias = ops.cast(self.bias, "float32")
+            true_logits += ops.take(bias, t, axis=0)
+            sampled_logits += ops.take(bias, sampled, axis=0)[None, :]
+        true_logits -= ops.log(true_expected)
+        sampled_logits -= ops.log(sampled_expected)[None, :]
         if self.remove_accidental_hits:
-            hits = tf.equal(sampled[None, :], t[:, None])
-            sampled_logits = tf.where(hits, _HIT_PENALTY, sampled_logits)
-        logits = tf.concat([true_logits[:, None], sampled_logits], axis=1)
-        log_probs = tf.nn.log_softmax(logits, axis=-1)[:, 0]
+            hits = ops.equal(sampled[None, :], t[:, None])
+            sampled_logits = ops.where(hits, _HIT_PENALTY, sampled_logits)
+        logits = ops.concatenate([true_logits[:, None], sampled_logits], axis=1)
+        log_probs = ops.log_softmax(logits, axis=-1)[:, 0]
         return softmax_common.finish(log_probs, keep, targets)
+
+    def _sample(self, t):
+        """`(sampled (S,), true expected counts (n,), sampled expected counts (S,))`."""
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            sampled, true_expected, sampled_expected = tf.random.log_uniform_candidate_sampler(
+                true_classes=tf.cast(t[:, None], tf.int64), num_true=1,
+                num_sampled=self.num_sampled, unique=True,
+                range_max=self.vocabulary_size, seed=self.seed,
+            )
+            return (tf.cast(tf.stop_gradient(sampled), tf.int32),
+                    tf.stop_gradient(true_expected[:, 0]), tf.stop_gradient(sampled_expected))
+        sampled = log_uniform_sample(self.num_sampled, self.vocabulary_size,
+                                     self.seed_generator)
+        expected = lambda ids: self.num_sampled * log_uniform_probability(  # noqa: E731
+            ids, self.vocabulary_size)
+        return sampled, expected(t), expected(sampled)
 
     def get_config(self):
         config = super().get_config()
