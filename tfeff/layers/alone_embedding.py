@@ -35,7 +35,6 @@ _MIX = 0x45D9F3B  # < 2**27, so every product below stays inside int64
 _HASH_START = 0x243F6A88
 _TAG_BINARY, _TAG_REAL, _TAG_ASSIGN = 1, 2, 3
 _FINGERPRINT_IDS = 4096  # ids whose assignment enters the fingerprint digest
-_ID_DTYPE = {True: "int64", False: "int32"}  # on TensorFlow?: JAX has no int64 by default
 
 
 def _mix32(x, xp, dtype):
@@ -532,7 +531,8 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         return ops.einsum("...d,vd->...v", hidden, ops.cast(table, hidden.dtype))
 
     def call(self, inputs, training=None):
-        ids = ops.cast(inputs, _ID_DTYPE[keras.backend.backend() == "tensorflow"])
+        # int64 where the backend has it by default (JAX has not): ids are not wrapped.
+        ids = ops.cast(inputs, "int64" if keras.backend.backend() == "tensorflow" else "int32")
         flat = ops.reshape(ids, (-1,))  # (tokens,)
         if self.lookup == "table":
             rows = ops.take(self.embedding_table(training), check_ids(self, flat, "ids"), axis=0)

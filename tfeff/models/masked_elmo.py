@@ -59,7 +59,10 @@ class MaskedElmo(keras.Model):
     Call arguments:
         inputs: dict with int `token_ids` `(batch, time)` (right-padded),
             `padding_mask` `(batch, time)` and optionally `masked_positions`
-            `(batch, p)`.
+            `(batch, p)`; or a training batch (`masked_token_ids`
+            `(batch, K, time)`, `masked_positions`, `masked_ids`,
+            `masked_weights` `(batch, K, p)`, `padding_mask`, `reset`), whose
+            mask sets it runs (`mask_sets`).
         training: bool.
         initial_state: optional list of `4 * num_layers` LSTM states.
 
@@ -67,7 +70,9 @@ class MaskedElmo(keras.Model):
         dict with `sequence_output` `(batch, time, d)`, `states` (the final
         LSTM states) and, with `masked_positions`, `masked_output`: what the
         output layer consumes at those positions (hidden states `(batch, p, d)`,
-        or the predicted vectors of `"continuous"`).
+        or the predicted vectors of `"continuous"`). For a training batch,
+        `masked_output` `(batch, K, p, ...)` (K = 1 when not training) and
+        `states`.
     """
 
     def __init__(
