@@ -327,10 +327,16 @@ class MaskedBiLSTM(keras.layers.Layer):
         fwd = ops.transpose(h[:, 0], (1, 0, 2)) * keep  # (B, T, P)
         bwd = reverse_sequence(ops.transpose(h[:, 1], (1, 0, 2)) * keep, lengths)
         # Final states: step lengths - 1 of each row; the initial state if empty.
-        last = ops.maximum(lengths - 1, 0)[None, None, :, None]  # (1, 1, B, 1)
+        # Rows (time, direction, row) of h and c flattened to (T * 2 * B, ...): a row gather.
+        batch = ops.shape(lengths)[0]
+        rows = ops.arange(batch, dtype="int32")
+        last = ops.maximum(lengths - 1, 0) * (2 * batch)
+        index = ops.stack([last + rows, last + batch + rows])  # (2, B)
         empty = (lengths == 0)[None, :, None]  # (1, B, 1)
-        h_last = ops.where(empty, h0, ops.take_along_axis(h, last, axis=0)[0])  # (2, B, P)
-        c_last = ops.where(empty, c0, ops.take_along_axis(c, last, axis=0)[0])  # (2, B, U)
+        h_last = ops.where(empty, h0, ops.take(ops.reshape(h, (-1, self.state_dim)), index,
+                                               axis=0))  # (2, B, P)
+        c_last = ops.where(empty, c0, ops.take(ops.reshape(c, (-1, self.units)), index,
+                                               axis=0))  # (2, B, U)
         return fwd, bwd, [h_last[0], c_last[0], h_last[1], c_last[1]]
 
     def _cudnn_layer(self, i, x, lengths, state):
