@@ -535,12 +535,12 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         ids = ops.cast(inputs, "int64" if keras.backend.backend() == "tensorflow" else "int32")
         flat = ops.reshape(ids, (-1,))  # (tokens,)
         if self.lookup == "table":
-            rows = ops.take(self.embedding_table(training), check_ids(self, flat, "ids"), axis=0)
+            rows = ops.take(self.embedding_table(training), check_ids(self, flat), axis=0)
         elif self.lookup == "token":
-            rows = self._embed(check_ids(self, flat, "ids"), training)
+            rows = self._embed(check_ids(self, flat), training)
         else:
             unique, index = _unique(flat)  # (distinct,), (tokens,)
-            rows = ops.take(self._embed(check_ids(self, unique, "ids"), training), index, axis=0)
+            rows = ops.take(self._embed(check_ids(self, unique), training), index, axis=0)
         return ops.reshape(rows, tuple(ops.shape(ids)) + (self.output_dim,))
 
     def save_own_variables(self, store):

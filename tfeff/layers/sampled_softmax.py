@@ -201,8 +201,9 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
                     tf.stop_gradient(true_expected[:, 0]), tf.stop_gradient(sampled_expected))
         sampled = log_uniform_sample(self.num_sampled, self.vocabulary_size,
                                      self.seed_generator)
-        expected = lambda ids: self.num_sampled * log_uniform_probability(  # noqa: E731
-            ids, self.vocabulary_size)
+        def expected(ids):
+            return self.num_sampled * log_uniform_probability(ids, self.vocabulary_size)
+
         return sampled, expected(t), expected(sampled)
 
     def get_config(self):

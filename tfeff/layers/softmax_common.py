@@ -39,11 +39,6 @@ from keras import ops
 from tfeff.layers.embedding_common import check_ids
 
 
-def _check_targets(layer, t):
-    """Raises unless every id of `t` is in `[0, layer.vocabulary_size)` (see the module)."""
-    return check_ids(layer, t, "targets")
-
-
 def flatten_inputs(layer, inputs, targets, mask):
     """Flattens to `(n, dim)`, `(n,)` and a bool `(n,)` of kept targets.
 
@@ -59,7 +54,7 @@ def flatten_inputs(layer, inputs, targets, mask):
         keep = ops.logical_and(keep, ops.not_equal(t, layer.ignore_index))
     # Ignored targets may hold any value (e.g. -100): point them at class 0.
     t = ops.where(keep, t, ops.zeros_like(t))
-    return x, _check_targets(layer, t), keep
+    return x, check_ids(layer, t, "targets"), keep
 
 
 def finish(target_log_probs, keep, targets):

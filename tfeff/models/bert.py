@@ -4,7 +4,8 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
-from tfeff.models.distributed import all_reduce_sum
+from tfeff.models.distributed import global_mean
+from tfeff.models.distributed import layer_losses
 from tfeff.models.bert_layer import BertLayer
 from tfeff.models.bert_layer import get_activation
 
@@ -336,10 +337,8 @@ class Bert(keras.Model):
         del y, sample_weight
         total = 0.0
         for loss_sum, count in self.losses_and_counts(x, y_pred).values():
-            total += loss_sum / ops.maximum(all_reduce_sum(count), 1.0)
-        for loss in self.losses:
-            total += ops.cast(ops.sum(loss), "float32")
-        return total
+            total += global_mean(loss_sum, count)
+        return total + layer_losses(self)
 
     def get_config(self):
         config = super().get_config()

@@ -6,7 +6,8 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
-from tfeff.models.distributed import all_reduce_sum
+from tfeff.models.distributed import global_mean
+from tfeff.models.distributed import layer_losses
 
 OUTPUT_LAYERS = ("continuous", "full", "adaptive", "sampled", "fixed")
 INPUT_EMBEDDINGS = ("fixed", "trainable", "alone")
@@ -423,11 +424,8 @@ class ElmoLM(keras.Model):
         losses = self.direction_losses(x, y_pred, training=training)
         total = 0.0
         for loss_sum, count in losses.values():
-            global_count = all_reduce_sum(count)
-            total += loss_sum / ops.maximum(global_count, 1.0)
-        for loss in self.losses:
-            total += ops.cast(ops.sum(loss), total.dtype)
-        return total
+            total += global_mean(loss_sum, count)
+        return total + layer_losses(self)
 
     def get_config(self):
         config = super().get_config()

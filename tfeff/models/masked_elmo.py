@@ -10,7 +10,8 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
-from tfeff.models.distributed import all_reduce_sum
+from tfeff.models.distributed import global_mean
+from tfeff.models.distributed import layer_losses
 
 OUTPUT_LAYERS = ("softmax", "adaptive", "continuous")
 INPUT_EMBEDDINGS = ("trainable", "alone")
@@ -262,17 +263,10 @@ class MaskedElmo(keras.Model):
             raise ValueError("A continuous output has no distribution over the vocabulary.")
         return self.output_head.log_prob(masked_output)
 
-    def _set_mean(self, masked_losses, masked_weights):
-        """A mask set's loss sum over the global number of its predictions (under
-        `tf.distribute` each replica's share of the global mean)."""
-        count = all_reduce_sum(ops.sum(ops.cast(masked_weights, "float32")))
-        return ops.sum(masked_losses) / ops.maximum(count, 1.0)
-
-    def _extra_losses(self):
-        total = 0.0
-        for extra in self.losses:
-            total += ops.cast(ops.sum(extra), "float32")
-        return total
+    @staticmethod
+    def _set_mean(masked_losses, masked_weights):
+        """A mask set's loss sum over the global number of its predictions."""
+        return global_mean(ops.sum(masked_losses), ops.sum(ops.cast(masked_weights, "float32")))
 
     def set_loss(self, batch, k, initial_state, training):
         """Mask set k's loss: its loss sum over the global number of its predictions.
@@ -282,7 +276,7 @@ class MaskedElmo(keras.Model):
         """
         outputs = self.set_outputs(batch, k, initial_state, training)
         loss = self._set_mean(outputs["masked_losses"], batch["masked_weights"][:, k])
-        return loss + self._extra_losses(), outputs
+        return loss + layer_losses(self), outputs
 
     def set_outputs(self, batch, k, initial_state=None, training=False):
         """The model's outputs on mask set k of `batch`, plus its per-prediction
@@ -308,7 +302,7 @@ class MaskedElmo(keras.Model):
             losses = self.masked_losses(masked_output[:, k], x["masked_ids"][:, k],
                                         x["masked_weights"][:, k], training)
             total += self._set_mean(losses, x["masked_weights"][:, k])
-        return total / num_sets + self._extra_losses()
+        return total / num_sets + layer_losses(self)
 
     # ------------------------------------------------------------------ TBPTT states
 
