@@ -100,3 +100,21 @@ def test_a_keras_mask_on_the_inputs_ignores_padded_targets():
     model.compile(optimizer="sgd")
     loss = model.evaluate([ids, targets], verbose=0)
     np.testing.assert_allclose(loss, -out[ids != 0].mean(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_targets_and_mask_of_another_shape_name_the_layer_and_both_shapes(kind):
+    layer = FACTORIES[kind]()
+    x, t = _data(4)  # (3, 4, D), (3, 4)
+    for what, kwargs in (("targets", dict(targets=t[:, :3])), ("targets", dict(targets=t[:2])),
+                         ("targets", dict(targets=t[..., None])),
+                         ("mask", dict(targets=t, mask=np.ones((3, 3), bool)))):
+        message = (rf"{type(layer).__name__} `{kind}`: `{what}` must have the shape of `inputs` "
+                   rf"without its last axis, \(3, 4\). Received: inputs.shape=\(3, 4, {D}\), "
+                   rf"{what}.shape=\(\d, \d(, 1)?\)")
+        with pytest.raises(ValueError, match=message):
+            layer(x, **kwargs)
+    # Symbolic inputs: the model is refused when it is built.
+    hidden, targets = keras.Input((4, D)), keras.Input((3,), dtype="int32")
+    with pytest.raises(ValueError, match=r"`targets` must have the shape.*\(None, 3\)"):
+        FACTORIES[kind]()(hidden, targets)

@@ -20,6 +20,11 @@ Every softmax output layer of tfeff has the same contract
   probable class `(...)`. Both build the layer from `inputs` when it was
   never called.
 
+`targets` (and `mask`) must have the shape of `inputs` without its last
+axis: where the shapes are known (eager calls, tracing, symbolic
+`keras.Input`s), another shape raises `ValueError` naming the layer and
+both shapes.
+
 Targets that are not ignored must be in `[0, vocabulary_size)`. On the
 TensorFlow backend, eagerly and inside a `tf.function`, an out-of-range id
 raises `InvalidArgumentError` naming the layer and `vocabulary_size`; on
@@ -34,6 +39,7 @@ layers work under `mixed_float16` / `mixed_bfloat16` policies.
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from tfeff.layers.embedding_common import check_ids
@@ -64,6 +70,37 @@ def finish(target_log_probs, keep, targets):
     count = ops.sum(keep_f)
     loss = -ops.sum(target_log_probs) / ops.maximum(count, 1.0)
     return ops.reshape(target_log_probs, ops.shape(targets)), loss
+
+
+def _static_shape(x):
+    """The shape of `x` as a tuple (None for unknown sizes), or None if its rank is unknown."""
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        return tuple(np.shape(x))
+    if getattr(shape, "rank", 0) is None:  # a TensorShape of unknown rank
+        return None
+    return tuple(None if d is None else int(d) for d in shape)
+
+
+def check_targets_shape(layer, inputs, targets, mask=None):
+    """Raises ValueError unless `targets` and `mask` have the shape of `inputs[..., 0]`.
+
+    Sizes unknown on either side (None) are not compared.
+    """
+    inputs_shape = _static_shape(inputs)
+    if inputs_shape is None:
+        return
+    expected = inputs_shape[:-1]
+    for what, value in (("targets", targets), ("mask", mask)):
+        shape = None if value is None else _static_shape(value)
+        if shape is None:
+            continue
+        if len(shape) != len(expected) or any(
+                a is not None and b is not None and a != b for a, b in zip(shape, expected)):
+            raise ValueError(
+                f"{type(layer).__name__} `{layer.name}`: `{what}` must have the shape of "
+                f"`inputs` without its last axis, {expected}. Received: "
+                f"inputs.shape={inputs_shape}, {what}.shape={shape}")
 
 
 def gather_rows(values, ids):
@@ -115,6 +152,7 @@ class SoftmaxOutputMixin:
                     f"{type(self).__name__} `{self.name}`: `return_loss=True` needs "
                     "`targets`.")
             return self.log_prob(inputs)
+        check_targets_shape(self, inputs, targets, mask)
         log_probs, loss = self._target_log_probs(inputs, targets, mask, training)
         if return_loss:
             return log_probs, loss
@@ -138,6 +176,7 @@ class SoftmaxOutputMixin:
         if targets is None:
             return keras.KerasTensor(
                 tuple(inputs.shape[:-1]) + (self.vocabulary_size,), "float32")
+        check_targets_shape(self, inputs, targets, mask if mask is not None else inputs_mask)
         log_probs = keras.KerasTensor(tuple(targets.shape), "float32")
         if return_loss:
             return log_probs, keras.KerasTensor((), "float32")
