@@ -109,6 +109,14 @@ for lookup in ("unique", "token", "table"):
         alone(np.array([[0, 5]]))
     except ValueError as e:
         print(" ".join(str(e).split()))
+# Eager (concrete) left-padded masks and targets of another shape are refused here too.
+bi = tfeff.layers.MaskedBiLSTM(4, 2, num_layers=1, use_cudnn=False, name="bi")
+for bad_call in (lambda: bi(np.ones((2, 3, 4), "float32"), mask=np.array([[1, 1, 1], [0, 1, 1]])),
+                 lambda: layer(np.ones((2, 3), "float32"), np.zeros((3,), "int32"))):
+    try:
+        bad_call()
+    except ValueError as e:
+        print(" ".join(str(e).split()))
 """
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -121,3 +129,7 @@ for lookup in ("unique", "token", "table"):
     assert lines[3] == "True True True"
     for line in lines[4:7]:
         assert "AloneEmbedding `alone`: ids must be < vocabulary_size=5" in line
+    assert "MaskedBiLSTM `bi` needs a right-padded `mask`" in lines[7]
+    assert "Row 1 is True at position 1 after a False" in lines[7]
+    assert ("FullSoftmax `head`: `targets` must have the shape of `inputs` without its last "
+            "axis, (2,). Received: inputs.shape=(2, 3), targets.shape=(3,)") in lines[8]

@@ -307,3 +307,36 @@ def test_cudnn_path_builds_a_differentiable_graph_on_cpu():
     layer1 = {id(v) for v in layer.cells[1][0].values()} | {id(v) for v in layer.cells[1][1].values()}
     for var, grad in zip(layer.trainable_weights, grads[1:]):
         assert (grad is not None) == (id(var) in layer1), var.path
+
+
+def test_integer_inputs_are_refused_with_the_dtype():
+    layer = MaskedBiLSTM(4, 2, num_layers=1, use_cudnn=False, name="bi")
+    with pytest.raises(ValueError, match=r"MaskedBiLSTM `bi` takes float vectors.*int32"):
+        layer(np.ones((2, 3, 4), "int32"))
+
+
+def test_a_mask_that_is_not_right_padded_is_refused():
+    """A left-padded row (or a hole) would otherwise give outputs off by O(1), silently."""
+    x = np.random.default_rng(6).normal(size=(2, 4, 4)).astype("float32")
+    layer = MaskedBiLSTM(4, 2, num_layers=1, use_cudnn=False, name="bi")
+    for row in ([0, 0, 1, 1], [1, 0, 1, 0]):
+        mask = np.array([[1, 1, 1, 1], row], bool)
+        with pytest.raises(ValueError, match=r"MaskedBiLSTM `bi` needs a right-padded `mask`.*"
+                                             r"Row 1 is True at position 2 after a False"):
+            layer(x, mask=mask)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"(?s)MaskedBiLSTM `bi` needs a right-padded.*after a False:\] \[1\]"):
+        tf.function(lambda a, m: layer(a, mask=m))(x, mask)
+
+
+def test_right_padded_full_and_empty_rows_pass_and_equal_the_unpadded_prefix():
+    x = np.random.default_rng(7).normal(size=(3, 5, 6)).astype("float32")
+    mask = np.array([[1] * 5, [1, 1, 0, 0, 0], [0] * 5], bool)
+    layer = MaskedBiLSTM(5, 3, num_layers=1, use_cudnn=False)
+    out = keras.ops.convert_to_numpy(layer(x, mask=mask))
+    np.testing.assert_allclose(out[0], keras.ops.convert_to_numpy(layer(x[:1]))[0], atol=1e-6)
+    np.testing.assert_allclose(out[1, :2], keras.ops.convert_to_numpy(layer(x[1:2, :2]))[0],
+                               atol=1e-6)
+    assert np.all(out[1, 2:] == 0) and np.all(out[2] == 0)
+    graph = tf.function(lambda a, m: layer(a, mask=m))(x, mask)  # the runtime check passes
+    np.testing.assert_allclose(graph.numpy(), out, atol=1e-6)

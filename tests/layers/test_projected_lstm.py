@@ -1,5 +1,7 @@
 import keras
 import numpy as np
+import pytest
+import tensorflow as tf
 
 from tests.layers.layer_checks import run_layer_test
 from tests.layers.lstm_reference import lstmp
@@ -41,3 +43,29 @@ def test_padding_never_changes_real_positions():
     for backwards in (False, True):
         layer = ProjectedLSTM(5, 3, go_backwards=backwards)
         np.testing.assert_array_equal(layer(x, mask=mask).numpy(), layer(noisy, mask=mask).numpy())
+
+
+def test_integer_inputs_and_masks_that_are_not_right_padded_are_refused():
+    layer = ProjectedLSTM(5, 3, name="lstmp")
+    with pytest.raises(ValueError, match=r"ProjectedLSTM `lstmp` takes float vectors.*int32"):
+        layer(np.ones((2, 4, 3), "int32"))
+    x = np.random.default_rng(3).normal(size=(2, 4, 3)).astype("float32")
+    left = np.array([[1, 1, 1, 1], [0, 1, 1, 1]], bool)
+    for backwards in (False, True):
+        layer = ProjectedLSTM(5, 3, go_backwards=backwards, name="lstmp")
+        with pytest.raises(ValueError, match=r"ProjectedLSTM `lstmp` needs a right-padded "
+                                             r"`mask`.*Row 1 is True at position 1"):
+            layer(x, mask=left)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="needs a right-padded `mask`"):
+        tf.function(lambda a, m: layer(a, mask=m))(x, left)
+
+
+def test_right_padded_full_and_empty_rows_equal_the_unpadded_prefix():
+    x = np.random.default_rng(4).normal(size=(3, 5, 3)).astype("float32")
+    mask = np.array([[1] * 5, [1, 1, 1, 0, 0], [0] * 5], bool)
+    for backwards in (False, True):
+        layer = ProjectedLSTM(5, 3, go_backwards=backwards)
+        out = layer(x, mask=mask).numpy()
+        np.testing.assert_allclose(out[0], layer(x[:1]).numpy()[0], atol=1e-6)
+        np.testing.assert_allclose(out[1, :3], layer(x[1:2, :3]).numpy()[0], atol=1e-6)
+        assert np.all(out[1, 3:] == 0) and np.all(out[2] == 0)

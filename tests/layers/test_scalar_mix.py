@@ -70,3 +70,9 @@ def test_weights_train_and_errors(stack):
         ScalarMix(4)(stack[:, :3])
     with pytest.raises(ValueError, match="initial_weights"):
         ScalarMix(2, initial_weights=[1.0])
+
+
+def test_integer_layers_are_refused():
+    """Cast to int32, the softmax weights would be 0: the mix of int layers was all zeros."""
+    with pytest.raises(ValueError, match=r"ScalarMix `mix` takes float vectors.*int32"):
+        ScalarMix(2, name="mix")(np.ones((1, 2, 3, 4), "int32"))

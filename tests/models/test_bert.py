@@ -241,3 +241,12 @@ def test_every_dropout_draws_its_own_mask():
     seeds = [sub.seed for sub in bert._flatten_layers()
              if isinstance(sub, keras.layers.Dropout)]
     assert len(seeds) == 1 + 3 * 3 and len(set(seeds)) == len(seeds)
+
+
+def test_a_left_padded_padding_mask_is_refused():
+    """Positions count from the first token and [CLS] is position 0: padding comes last."""
+    bert = Bert(40, **{**SIZES, "num_layers": 1}, name="bert")
+    ids = np.array([[2, 5, 6, 0], [0, 0, 2, 5]], "int32")
+    with pytest.raises(ValueError, match=r"Bert `bert` needs a right-padded `padding_mask`.*"
+                                         r"Row 1 is True at position 2"):
+        bert({"token_ids": ids})

@@ -172,3 +172,11 @@ def test_constructor_takes_the_vocabulary_size_first_like_the_other_models(tmp_p
     for old_style in (path, table):
         with pytest.raises(TypeError, match="first argument is `vocabulary_size`.*embedding_table="):
             ElmoLM(old_style, num_layers=1, units=8, projection_dim=4)
+
+
+def test_left_padded_ids_are_refused():
+    model = ElmoLM(30, input_embedding="trainable", num_layers=1, units=8, projection_dim=4,
+                   output_layer="full", name="elmo")
+    with pytest.raises(ValueError, match=r"ElmoLM `elmo` needs a right-padded `mask`.*"
+                                         r"Row 0 is True at position 2"):
+        model(np.array([[0, 0, 5, 6], [5, 6, 7, 0]], "int32"))

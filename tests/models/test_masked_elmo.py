@@ -172,3 +172,11 @@ def test_argument_errors():
         MaskedElmo(VOCAB, output_layer="adaptive")
     with pytest.raises(ValueError, match="tbptt_batch_size"):
         MaskedElmo(VOCAB, tbptt_batch_size=0)
+
+
+def test_a_left_padded_padding_mask_is_refused():
+    model = MaskedElmo(VOCAB, **{**SMALL, "num_layers": 1}, name="melmo")
+    ids = np.array([[5, 6, 7], [0, 5, 6]], "int32")
+    with pytest.raises(ValueError, match=r"MaskedElmo `melmo` needs a right-padded "
+                                         r"`padding_mask`.*Row 1 is True at position 1"):
+        model({"token_ids": ids, "padding_mask": ids > 0})

@@ -9,6 +9,8 @@ only when it runs.
 import keras
 from keras import ops
 
+from tfeff.layers.input_checks import check_float_inputs
+from tfeff.layers.input_checks import check_right_padded
 from tfeff.layers.projected_lstm import forget_bias_initializer
 from tfeff.layers.projected_lstm import reverse_sequence
 from tfeff.layers.projected_lstm import scan_carries
@@ -54,7 +56,13 @@ class MaskedBiLSTM(keras.layers.Layer):
     direction starts at each sequence's own last token) and are zero in every
     output. Rows with no real token (fully padded) are valid: their outputs are
     zero and their final states equal the initial states (cuDNN alone fails on
-    zero-length sequences; the layer handles it).
+    zero-length sequences; the layer handles it). A mask with a True after a
+    False (left padding) is rejected, not handled: eagerly with a `ValueError`
+    naming the first such row, inside a TensorFlow `tf.function` with an
+    `InvalidArgumentError`. Compiled code cannot check (XLA compiles the
+    assertion out; under `jax.jit` the mask is abstract): there a left-padded
+    mask gives wrong outputs silently, so build masks right-padded in the
+    input pipeline.
 
     Args:
         units: positive int, LSTM cell size.
@@ -76,7 +84,8 @@ class MaskedBiLSTM(keras.layers.Layer):
 
     Call arguments:
         inputs: float `(batch, time, 2 * projection_dim)` (`2 * units` without
-            projection): the skip connection needs the layer's width.
+            projection): the skip connection needs the layer's width. Integer
+            inputs (token ids) raise a `ValueError`: embed them first.
         mask: optional bool `(batch, time)`, right-padded.
         initial_state: optional list of `4 * num_layers` tensors, the order
             of the returned states; None starts from zeros.
@@ -249,10 +258,13 @@ class MaskedBiLSTM(keras.layers.Layer):
         return available
 
     def call(self, inputs, mask=None, initial_state=None, training=None):
+        check_float_inputs(self, inputs)
         x = inputs
         batch_size, time = ops.shape(x)[0], ops.shape(x)[1]
         if mask is None:
             mask = ops.ones((batch_size, time), dtype="bool")
+        else:
+            mask = check_right_padded(self, mask)
         mask = ops.cast(mask, "bool")
         lengths = ops.sum(ops.cast(mask, "int32"), axis=1)  # (batch,)
         keep = ops.cast(mask, x.dtype)[:, :, None]

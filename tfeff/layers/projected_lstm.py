@@ -8,6 +8,9 @@ on JAX and PyTorch in `ops.scan` (`scan_carries`).
 import keras
 from keras import ops
 
+from tfeff.layers.input_checks import check_float_inputs
+from tfeff.layers.input_checks import check_right_padded
+
 
 @keras.saving.register_keras_serializable(package="tfeff")
 class ProjectedLSTM(keras.layers.Layer):
@@ -28,7 +31,14 @@ class ProjectedLSTM(keras.layers.Layer):
     Sequences must be right-padded (real tokens first). The mask is used to
     run `go_backwards=True` from each sequence's own last real token
     (`reverse_sequence` by length), so padding never reaches real positions;
-    padded output positions are zero.
+    padded output positions are zero. The recurrence itself is not masked
+    (in either direction padding comes after the real steps), so a mask with
+    a True after a False (left padding) is rejected: eagerly with a
+    `ValueError` naming the first such row, inside a TensorFlow `tf.function`
+    with an `InvalidArgumentError`. Compiled code cannot check (XLA compiles
+    the assertion out; under `jax.jit` the mask is abstract): there a
+    left-padded mask gives wrong outputs silently, so build masks
+    right-padded in the input pipeline.
 
     Args:
         units: positive int, LSTM cell size.
@@ -41,7 +51,8 @@ class ProjectedLSTM(keras.layers.Layer):
         **kwargs: base `Layer` arguments.
 
     Call arguments:
-        inputs: `(batch, time, features)`.
+        inputs: float `(batch, time, features)`; integer inputs (token ids)
+            raise a `ValueError`: embed them first.
         mask: optional boolean `(batch, time)`, right-padded.
 
     Returns:
@@ -113,9 +124,12 @@ class ProjectedLSTM(keras.layers.Layer):
         )
 
     def call(self, inputs, mask=None):
+        check_float_inputs(self, inputs)
         batch_size = ops.shape(inputs)[0]
         if mask is None:
             mask = ops.ones(ops.shape(inputs)[:2], dtype="bool")
+        else:
+            mask = check_right_padded(self, mask)
         mask = ops.cast(mask, "bool")
         lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
         if self.go_backwards:

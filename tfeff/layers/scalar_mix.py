@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from tfeff.layers.input_checks import check_float_inputs
+
 
 @keras.saving.register_keras_serializable(package="tfeff")
 class ScalarMix(keras.layers.Layer):
@@ -27,7 +29,8 @@ class ScalarMix(keras.layers.Layer):
     Call arguments:
         inputs: float `(batch, num_layers, time, dim)` (an embedder's
             `"layers"` output) or a list of `num_layers` `(batch, time, dim)`
-            tensors.
+            tensors. Other dtypes raise a `ValueError` (the softmax weights
+            cast to an integer dtype would be 0).
         mask: optional bool `(batch, time)`; needed for `layer_norm` with
             padding (padded positions are left out of the statistics and are
             zero in the normalized layers).
@@ -76,6 +79,7 @@ class ScalarMix(keras.layers.Layer):
     def call(self, inputs, mask=None):
         if isinstance(inputs, (list, tuple)):
             inputs = ops.stack(inputs, axis=1)  # (batch, layers, time, dim)
+        check_float_inputs(self, inputs)
         if inputs.shape[1] is not None and inputs.shape[1] != self.num_layers:
             raise ValueError(
                 f"ScalarMix(num_layers={self.num_layers}) received {inputs.shape[1]} layers "

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
+from tfeff.layers.input_checks import check_right_padded
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
 from tfeff.models.bert_layer import BertLayer
@@ -100,7 +101,12 @@ class Bert(keras.Model):
     Call arguments:
         inputs: dict with int `token_ids` `(batch, n)`; optional
             `segment_ids` (default 0), `padding_mask` (default
-            `token_ids != 0`) and `masked_positions` `(batch, p)`.
+            `token_ids != 0`) and `masked_positions` `(batch, p)`. Sequences
+            are right-padded: positions count from the first token and
+            `[CLS]` is position 0, so a `padding_mask` with a True after a
+            False raises (`tfeff.layers.input_checks.check_right_padded`:
+            `ValueError` eagerly, `InvalidArgumentError` in a `tf.function`;
+            not checked under XLA or `jax.jit`).
         training: bool.
         exact_attention: run anchor attention exactly (the converter's check).
 
@@ -277,7 +283,7 @@ class Bert(keras.Model):
         token_ids = ops.cast(token_ids, "int32")
         if padding_mask is None:
             padding_mask = ops.not_equal(token_ids, 0)
-        padding_mask = ops.cast(padding_mask, "bool")
+        padding_mask = check_right_padded(self, padding_mask, "padding_mask")
         x = self.embed(token_ids, segment_ids, training=training)
         layers = [x]
         for layer in self.transformer_layers:

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
+from tfeff.layers.input_checks import check_right_padded
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
 
@@ -95,7 +96,8 @@ class ElmoLM(keras.Model):
         **kwargs: base `Model` arguments.
 
     Call arguments:
-        inputs: int ids `(batch, time)`, right-padded with 0.
+        inputs: int ids `(batch, time)`, right-padded with 0 (a row with a
+            real id after a 0 raises, see `encode`).
         training: bool.
 
     Returns:
@@ -324,7 +326,10 @@ class ElmoLM(keras.Model):
 
         Args:
             vectors: float `(batch, time, embedding_dim)` token vectors.
-            mask: bool `(batch, time)`, right-padded.
+            mask: bool `(batch, time)`, right-padded: a True after a False
+                raises (`tfeff.layers.input_checks.check_right_padded`:
+                `ValueError` eagerly, `InvalidArgumentError` in a
+                `tf.function`; not checked under XLA or `jax.jit`).
             training: bool.
 
         Returns:
@@ -332,7 +337,7 @@ class ElmoLM(keras.Model):
             `(batch, num_layers + 1, time, 2 * projection_dim)` and the top
             layer of each direction `(batch, time, projection_dim)`.
         """
-        mask = ops.cast(mask, "bool")
+        mask = check_right_padded(self, mask)
         token = self.token_projection(vectors)  # (batch, time, proj)
         token = token * ops.cast(mask, token.dtype)[:, :, None]
         forward, backward = token, token

@@ -10,6 +10,7 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
+from tfeff.layers.input_checks import check_right_padded
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
 
@@ -59,7 +60,8 @@ class MaskedElmo(keras.Model):
 
     Call arguments:
         inputs: dict with int `token_ids` `(batch, time)` (right-padded),
-            `padding_mask` `(batch, time)` and optionally `masked_positions`
+            `padding_mask` `(batch, time)` (right-padded: a True after a
+            False raises, as in `MaskedBiLSTM`) and optionally `masked_positions`
             `(batch, p)`; or a training batch (`masked_token_ids`
             `(batch, K, time)`, `masked_positions`, `masked_ids`,
             `masked_weights` `(batch, K, p)`, `padding_mask`, `reset`), whose
@@ -197,7 +199,7 @@ class MaskedElmo(keras.Model):
 
     def encode(self, token_ids, padding_mask, initial_state=None, training=False):
         """`(stack, states)`: all layers `(batch, num_layers + 1, time, d)` and final states."""
-        mask = ops.cast(padding_mask, "bool")
+        mask = check_right_padded(self, padding_mask, "padding_mask")
         x = self.token_embedding(ops.cast(token_ids, "int32"))
         x = self.embedding_dropout(x, training=training)
         stack, *states = self.encoder(x, mask=mask, initial_state=initial_state,

@@ -1,0 +1,79 @@
+"""Input checks shared by the layers and models (not public layers).
+
+* `check_float_inputs`: layers that compute on float vectors reject integer
+  (token id) and other non-float inputs with a message naming the layer,
+  instead of a backend's op-level dtype error or a silent integer result.
+* `check_right_padded`: the recurrent layers and models run each sequence
+  from its first position and reverse it by its length, so their masks must
+  be right-padded (True at the real positions, then False). A mask in which
+  a True follows a False (left padding, holes) would give wrong numbers
+  without any error; the check makes it fail instead.
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+# Of a row that is not right-padded, at most this many entries are quoted.
+_QUOTED_STEPS = 32
+
+
+def check_float_inputs(layer, inputs, what="inputs"):
+    """Raises ValueError unless `inputs` has a floating-point dtype."""
+    dtype = keras.backend.standardize_dtype(inputs.dtype)
+    if "float" in dtype:
+        return
+    hint = ""
+    if "int" in dtype:
+        hint = (" Integer inputs look like token ids: embed them first (e.g. with "
+                "`keras.layers.Embedding`).")
+    raise ValueError(
+        f"{type(layer).__name__} `{layer.name}` takes float vectors (e.g. the output of an "
+        f"embedding layer), not {dtype} `{what}`.{hint} Received: {what}.dtype={dtype}")
+
+
+def check_right_padded(layer, mask, what="mask"):
+    """`mask` as bool, checked to be right-padded: no row has a True after a False.
+
+    Rows that are all True, all False, or True then False pass. Eagerly (on
+    every backend, where the values are concrete), a row with a True after a
+    False raises `ValueError` naming the layer and the first such row. Inside
+    a TensorFlow `tf.function` the check is a runtime assertion that raises
+    `InvalidArgumentError` with the same message and the row's index.
+    Compiled code cannot check: under XLA (`jit_compile=True`) TensorFlow
+    compiles assertions out, and under `jax.jit` the mask is abstract; such
+    a mask then gives wrong outputs without an error.
+    """
+    mask = ops.cast(mask, "bool")
+    message = (f"{type(layer).__name__} `{layer.name}` needs a right-padded `{what}` (True at "
+               "each sequence's real positions, then False at its padding); left padding "
+               "or holes would give wrong outputs.")
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        if not tf.executing_eagerly():
+            bad_rows = tf.reduce_any(tf.logical_and(mask[:, 1:], tf.logical_not(mask[:, :-1])),
+                                     axis=1)
+            check = tf.debugging.Assert(
+                tf.logical_not(tf.reduce_any(bad_rows)),
+                [message, "First row with a True after a False:",
+                 tf.argmax(tf.cast(bad_rows, tf.int32), output_type=tf.int32)])
+            with tf.control_dependencies([check]):
+                return tf.identity(mask)
+    try:
+        values = ops.convert_to_numpy(mask)
+    except Exception:  # traced (jax.jit, torch.compile): nothing concrete to check
+        return mask
+    if values.ndim < 2:
+        return mask
+    bad = values[:, 1:] & ~values[:, :-1]
+    rows = np.flatnonzero(bad.any(axis=1))
+    if rows.size:
+        row = int(rows[0])
+        step = int(np.argmax(bad[row])) + 1
+        quoted = ", ".join(str(v) for v in values[row, :_QUOTED_STEPS].tolist())
+        more = ", ..." if values.shape[1] > _QUOTED_STEPS else ""
+        raise ValueError(
+            f"{message} Row {row} is True at position {step} after a False. Received: "
+            f"{what}[{row}]=[{quoted}{more}]")
+    return mask
