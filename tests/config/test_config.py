@@ -128,3 +128,84 @@ def test_output_layer_is_checked_against_the_vocabulary():
     with pytest.raises(ValueError, match="not sorted by decreasing frequency"):
         check_output_layer(load_config(DEMO, ["model.output_layer=sampled",
                                               "model.num_sampled=3"]), unsorted)
+
+
+def _float_keys(cls, prefix=""):
+    """The dotted names of every float field of a config dataclass tree."""
+    import dataclasses
+    import typing
+
+    from tfeff.config.base import _is_dataclass_type, _unwrap_optional
+
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        tp, _ = _unwrap_optional(hints[field.name])
+        name = f"{prefix}{field.name}"
+        if tp is float:
+            yield name
+        elif _is_dataclass_type(tp):
+            yield from _float_keys(tp, name + ".")
+
+
+@pytest.mark.parametrize("family_config", ["demo_elmo_c.yaml", "demo_bert_core.yaml",
+                                           "demo_masked_elmo.yaml"])
+def test_every_float_key_refuses_nan_and_inf_by_name(family_config):
+    from tfeff.config import FAMILIES
+
+    path = os.path.join(REPO, "configs", family_config)
+    family = load_config(path).family
+    keys = list(_float_keys(FAMILIES[family]))
+    assert "train.learning_rate" in keys and len(keys) > 8
+    for key in keys:
+        for value in (".nan", ".inf", "-.inf", "nan"):
+            with pytest.raises(ConfigError, match=rf"`{re.escape(key)}` must be a "
+                               r"(finite )?number, got"):
+                load_config(path, [f"{key}={value}"])
+
+
+def test_numbers_are_what_a_user_means(tmp_path):
+    c = load_config(DEMO, ["train.learning_rate=1e-3", "train.steps=1e3",
+                           "train.clipnorm=5E-1"])
+    assert (c.train.learning_rate, c.train.steps, c.train.clipnorm) == (0.001, 1000, 0.5)
+    assert isinstance(c.train.steps, int)
+    text = open(DEMO, encoding="utf-8").read()
+    path = tmp_path / "c.yaml"
+    path.write_text(text.replace("train:\n", "train:\n  weight_decay: 1e-2\n", 1))
+    assert load_config(str(path)).train.weight_decay == 0.01
+    path.write_text(text.replace("train:\n", "train:\n  weight_decay: '2e-2'\n", 1))
+    assert load_config(str(path)).train.weight_decay == 0.02
+    with pytest.raises(ConfigError, match=r"`train.steps` must be an integer, got 2.5"):
+        load_config(DEMO, ["train.steps=2.5"])
+    with pytest.raises(ConfigError, match=r"`train.learning_rate` must be a number, got '1e'"):
+        load_config(DEMO, ["train.learning_rate=1e"])
+
+
+def test_duplicate_keys_are_refused_with_both_lines(tmp_path):
+    text = open(DEMO, encoding="utf-8").read()
+    lines = text.splitlines()
+    first = lines.index("train:") + 1
+    path = tmp_path / "twice.yaml"
+    path.write_text(text + "train:\n  steps: 3\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    second = len(lines) + 1
+    assert str(info.value) == (
+        f"{path}:{second}: not valid YAML: the key `train` is given twice (lines {first} and "
+        f"{second}); a second one would silently replace the first")
+    path.write_text(text.replace("train:\n", "train:\n  steps: 3\n  steps: 4\n", 1))
+    with pytest.raises(ConfigError, match=rf"the key `steps` is given twice \(lines "
+                                          rf"{first + 1} and {first + 2}\)"):
+        load_config(str(path))
+    with pytest.raises(ConfigError, match="the key `a` is given twice"):
+        load_config(DEMO, ["model.alone={a: 1, a: 2}"])
+
+
+def test_a_config_that_is_a_directory_or_not_utf8_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(tmp_path))} is a directory, not a "
+                                          "YAML config file$"):
+        load_config(str(tmp_path))
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"family: elmo\n# caf\xe9\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}:2: the config file is not "
+                                          r"UTF-8 text \(byte 0xe9 at offset 18\)$"):
+        load_config(str(path))

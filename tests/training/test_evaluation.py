@@ -36,3 +36,34 @@ def test_unigram_baseline_predicts_the_most_frequent_words():
     # Ranks by count: <s> 0, </s> 1, a 2, b 3, c 4 (ties by id).
     acc = evaluation.unigram_top_k_accuracy([2, 4, 5, 6], vocab, [1, 3, 5])
     assert acc == {1: 0.25, 3: 0.5, 5: 1.0}
+
+
+def test_non_finite_outputs_are_an_error_never_a_perfect_score():
+    import pytest
+
+    from tfeff.training.errors import NonFiniteOutputError
+
+    rng = np.random.default_rng(2)
+    table = rng.normal(size=(20, 4)).astype("float32")
+    preds = rng.normal(size=(6, 4)).astype("float32")
+    targets = rng.integers(2, 20, size=6)
+    preds[3, 1] = np.nan  # a NaN cosine compares false with everything: rank 0
+    with pytest.raises(NonFiniteOutputError, match=r"predicted vectors hold NaN/Inf \(1 of 24"):
+        evaluation.target_ranks(preds, targets, table)
+    preds[3, 1] = np.inf
+    with pytest.raises(NonFiniteOutputError, match="predicted vectors"):
+        evaluation.target_ranks(preds, targets, table)
+
+    log_probs = np.log(rng.dirichlet(np.ones(20), size=6))
+    log_probs[:, 5] = -np.inf  # a class of probability 0 is a log-probability
+    ranks, _ = evaluation.log_prob_ranks(lambda rows: log_probs[rows], np.arange(6), targets)
+    assert (ranks > 0).any()
+    log_probs[2] = np.nan
+    with pytest.raises(NonFiniteOutputError, match=r"log-probabilities hold NaN/Inf \(20 of"):
+        evaluation.log_prob_ranks(lambda rows: log_probs[rows], np.arange(6), targets)
+
+    evaluation.check_finite_results({"mlm_loss": 2.5, "top_k": {"1": 0.3}, "median_rank": None})
+    with pytest.raises(NonFiniteOutputError, match=r"mlm_loss = nan \(eval.mlm_loss\)"):
+        evaluation.check_finite_results({"masked_tokens": 4, "mlm_loss": float("nan")}, "eval")
+    with pytest.raises(NonFiniteOutputError, match=r"1 = inf \(eval.top_k.1\)"):
+        evaluation.check_finite_results({"top_k": {"1": float("inf")}}, "eval")

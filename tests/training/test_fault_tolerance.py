@@ -10,6 +10,7 @@ checked bit for bit.
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -24,6 +25,7 @@ import tensorflow as tf
 
 from tests.conftest import REPO
 from tfeff.config import ConfigError, load_config
+from tfeff.data import CorpusError
 from tfeff.training import checkpoints
 from tfeff.training import errors
 from tfeff.training import fault_tolerance
@@ -263,6 +265,110 @@ def test_nan_loss_stops_at_the_step_or_is_skipped(data_dir, tmp_path):
     skipped = weights["optimizer/adam..non_finite_steps/.ATTRIBUTES/VARIABLE_VALUE"]
     assert skipped >= 1
     assert all(np.isfinite(w).all() for w in weights.values())
+
+
+def _tiny_training(tmp_path, config):
+    """A real `ResumableTraining` of a one-layer model (what every family's run uses)."""
+    import keras
+
+    from tfeff.training.optimizers import make_optimizer
+
+    model = keras.Sequential([keras.layers.Dense(2, name="dense")], name="tiny")
+    model.build((None, 3))
+    optimizer = make_optimizer(config.train, 4)
+    optimizer.build(model.trainable_variables)
+    model.compile(optimizer=optimizer, loss="mse", jit_compile=False)
+    directory = str(tmp_path / "checkpoints")
+    return model, fault_tolerance.ResumableTraining(model, optimizer, directory, 5,
+                                                    tf.distribute.get_strategy())
+
+
+def test_on_nan_skip_never_calls_a_run_finished_that_could_not_train(tmp_path):
+    """Every batch NaN: `skip` skips them all and Keras runs out of batches at step 0; that
+    is an error naming the step and the skips, not a finished run, and nothing is saved."""
+    config = load_config(DEMO, BASE + ["train.on_nan=skip"])
+    model, training = _tiny_training(tmp_path, config)
+
+    def build(position, file_shard):
+        x = np.full((4, 3), np.nan, np.float32)
+        return tf.data.Dataset.from_tensors((x, np.zeros((4, 2), np.float32))).repeat()
+
+    with pytest.raises(errors.NonFiniteLossError,
+                       match=r"training reached only step 0 of 4: 8 update\(s\) were skipped "
+                             r"for NaN/Inf loss or gradients \(train.on_nan: skip\)"):
+        training.fit(build, 4, global_batch_size=4, every=2, on_nan="skip", verbose=0)
+    assert tf.train.latest_checkpoint(training.directory) is None
+
+
+def test_non_finite_weights_are_never_saved(tmp_path):
+    """A finite update can still overflow the weights (a huge learning rate): such
+    weights are refused by name, and the last good checkpoint stays the latest."""
+    model, training = _tiny_training(tmp_path, load_config(DEMO, BASE))
+    good = training.save()
+    model.get_layer("dense").kernel.assign(np.full((3, 2), np.inf, np.float32))
+    with pytest.raises(errors.NonFiniteLossError,
+                       match=rf"weights are NaN/Inf after step 0 \(1 of 2, e.g. "
+                             rf"tiny/dense/kernel\): not saved; the last checkpoint "
+                             rf"{re.escape(good)} is intact"):
+        training.save()
+    assert tf.train.latest_checkpoint(training.directory) == good
+    assert sorted(os.listdir(training.directory)) == [
+        "checkpoint", "ckpt-0.data-00000-of-00001", "ckpt-0.index"]
+
+
+def test_a_model_too_large_to_build_is_reported(data_dir, tmp_path):
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    huge = load_config(DEMO, BASE + [f"model.units={2 ** 40}"])
+    with pytest.raises(errors.TrainingError,
+                       match=r"^out of memory while building the ELMo model \(OOM when allocating "
+                             r"tensor with shape\[\d+,\d+\] .*\): its weights do not fit"):
+        pretrain(huge, model_dir, verbose=0)
+    assert not os.path.exists(os.path.join(model_dir, "checkpoints", "checkpoint"))
+
+
+def _fake_checkpoint(model_dir, step):
+    """The index file `resolve_config` counts as a written checkpoint."""
+    os.makedirs(os.path.join(model_dir, "checkpoints"), exist_ok=True)
+    open(_checkpoint(model_dir, step) + ".index", "wb").close()
+
+
+def test_resume_refuses_an_optimizer_change_before_writing_anything(tmp_path, caplog):
+    model_dir = str(tmp_path / "m")
+    resolve_config(load_config(DEMO, BASE), model_dir)
+    _fake_checkpoint(model_dir, 3)
+    written = open(os.path.join(model_dir, "config.yaml"), "rb").read()
+    with pytest.raises(ConfigError, match=r"holds checkpoints up to step 3; these keys differ "
+                       r".*train.weight_decay: 0.0 -> 0.01 \(switches the optimizer from Adam "
+                       r"to AdamW"):
+        resolve_config(load_config(DEMO, BASE + ["train.weight_decay=0.01"]), model_dir)
+    assert open(os.path.join(model_dir, "config.yaml"), "rb").read() == written
+    # What may change does: more warmup; fewer steps than reached is said, not silent.
+    with caplog.at_level("WARNING"):
+        resolve_config(load_config(DEMO, BASE + ["train.warmup_steps=7", "train.steps=2"]),
+                       model_dir)
+    assert "train.steps=2 is below step 3, which" in caplog.text
+    assert load_config(os.path.join(model_dir, "config.yaml")).train.warmup_steps == 7
+
+
+def test_a_run_without_a_checkpoint_restarts_with_a_corrected_config(data_dir, tmp_path):
+    """An empty corpus fails the first start; the corrected config is taken, and what
+    was prepared from the old data section is made anew (a user's own file is kept)."""
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    user_file = os.path.join(model_dir, "mine.txt")  # the user's corpus inside model_dir
+    shutil.copy(os.path.join(data_dir, "corpus", "train.txt"), user_file)
+    files = ["data.synthetic=null", f"data.heldout_files={model_dir}/corpus/heldout.txt"]
+    with pytest.raises(CorpusError, match=rf"The corpus is empty: no non-blank line in "
+                                          rf"{re.escape(str(empty))}$"):
+        pretrain(load_config(DEMO, BASE + files + [f"data.train_files={empty}"]), model_dir,
+                 verbose=0)
+    corrected = load_config(DEMO, BASE + files + [f"data.train_files={user_file}"])
+    resolve_config(corrected, model_dir)
+    assert load_config(os.path.join(model_dir, "config.yaml")).data.train_files == user_file
+    left = sorted(os.listdir(model_dir))
+    assert "vocabulary.txt" not in left and "fasttext.bin" not in left
+    assert "mine.txt" in left and "corpus" in left  # named by the config: not tfeff's to remove
 
 
 def _sharded(data_dir, tmp_path, num_shards):

@@ -14,6 +14,21 @@ USER_ERRORS = (ConfigError, CorpusError, FileNotFoundError, FileExistsError, Val
                TrainingError)
 
 
+def _environment_error(error):
+    """TensorFlow's own errors about files, devices and memory (`tf.errors.OpError`:
+    a directory given as a file, a permission, a device out of memory) and the
+    process running out of memory: the user's environment, not a bug of the binary."""
+    if isinstance(error, MemoryError):
+        return True
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(error, tf.errors.OpError)
+
+
+def _one_line(error):
+    text = getattr(error, "message", None) or str(error) or type(error).__name__
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
 def run_main(fn):
     """Runs `fn()`; reports user errors without a traceback and exits non-zero."""
     try:
@@ -21,4 +36,11 @@ def run_main(fn):
     except USER_ERRORS as e:
         logging.error("%s: %s", type(e).__name__, e)
         print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except Exception as e:  # noqa: BLE001  (re-raised unless it is the environment's)
+        if not _environment_error(e):
+            raise
+        logging.error("%s: %s", type(e).__name__, e)
+        what = "out of memory" if isinstance(e, MemoryError) else type(e).__name__
+        print(f"error: {what}: {_one_line(e)}", file=sys.stderr)
         sys.exit(1)

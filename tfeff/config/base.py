@@ -3,15 +3,66 @@
 Unknown keys are rejected with their full dotted name (and the closest valid
 key), values are type-checked, and each dataclass can `validate()` its own
 values. Overrides are `dotted.key=value` strings whose value is parsed as YAML.
+
+YAML is read with two changes to PyYAML's safe loader: a key given twice in one
+mapping is an error naming the key and both lines (PyYAML would silently keep
+the last, e.g. a whole second `train:` section), and numbers in exponent form
+without a decimal point (`1e-3`, `5E4`) are numbers, as in YAML 1.2 and as a
+user means them (PyYAML reads them as strings).
 """
 
 import dataclasses
 import difflib
+import math
 import os
+import re
 import types
 import typing
 
 import yaml
+
+# YAML 1.2's float, plus `.inf`/`.nan` (refused later, by key); PyYAML's 1.1
+# pattern needs a "." in the mantissa, so `1e-3` would be the string "1e-3".
+_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X)
+# What a number given as a string may look like (a quoted "1e-3" in a file).
+_NUMBER_TEXT = re.compile(r"^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*$")
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader; duplicate keys refused, `1e-3` read as a number."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                break
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None,
+                    f"the key `{key}` is given twice (lines {first} and "
+                    f"{key_node.start_mark.line + 1}); a second one would silently replace "
+                    "the first", key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+# Resolvers are per class: copy the base class's table before changing it.
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+
+def load_yaml(text):
+    """Parses YAML text with the strict loader (duplicate keys refused)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
 
 
 class ConfigError(ValueError):
@@ -52,12 +103,18 @@ def _convert(value, tp, key):
             raise ConfigError(f"`{key}` must be true or false, got {value!r}")
         return value
     if tp is int:
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            return int(value)  # 1e5 steps
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"`{key}` must be an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str) and _NUMBER_TEXT.match(value):
+            value = float(value)  # a quoted "1e-3"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"`{key}` must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"`{key}` must be a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -104,7 +161,7 @@ def apply_overrides(data, overrides):
         key, raw = override.split("=", 1)
         key = key.strip()
         try:
-            value = yaml.safe_load(raw)
+            value = load_yaml(raw)
         except yaml.YAMLError as e:
             raise ConfigError(f"Override `{override}`: the value is not valid YAML ({e}).") from e
         node = data
@@ -131,17 +188,45 @@ def _gfile():
     return tf.io.gfile
 
 
-def read_yaml(path):
+def _read_bytes(path):
+    """The bytes of `path` (TensorFlow's gfile where installed); ConfigError naming
+    the path when it is missing, a directory or unreadable."""
     gfile = _gfile()
-    exists, open_text = ((gfile.exists, gfile.GFile) if gfile is not None
-                         else (os.path.exists, lambda p: open(p, encoding="utf-8")))
+    exists, isdir = ((gfile.exists, gfile.isdir) if gfile is not None
+                     else (os.path.exists, os.path.isdir))
     if not exists(path):
         raise ConfigError(f"Config file not found: {path}")
-    with open_text(path) as f:
-        try:
-            data = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if isdir(path):
+        raise ConfigError(f"{path} is a directory, not a YAML config file")
+    try:
+        if gfile is None:
+            with open(path, "rb") as f:
+                return f.read()
+        with gfile.GFile(path, "rb") as f:
+            return f.read()
+    except Exception as e:  # OSError, or TensorFlow's OpError (no TensorFlow import here)
+        if not isinstance(e, OSError) and type(e).__module__.split(".")[0] != "tensorflow":
+            raise
+        message = getattr(e, "message", None) or str(e)
+        raise ConfigError(f"{path}: cannot read the config file ({message})") from e
+
+
+def read_yaml(path):
+    raw = _read_bytes(path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: the config file is not UTF-8 text (byte "
+                          f"0x{raw[e.start]:02x} at offset {e.start})") from e
+    try:
+        data = load_yaml(text)
+    except yaml.MarkedYAMLError as e:  # one line: the file, the line, the problem
+        where = f"{path}:{e.problem_mark.line + 1}" if e.problem_mark else path
+        context = f"{e.context}, " if e.context else ""
+        raise ConfigError(f"{where}: not valid YAML: {context}{e.problem}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -156,6 +241,8 @@ def write_yaml(obj, path):
 
 
 def positive(value, key, allow_zero=False):
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"`{key}` must be a finite number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(
             f"`{key}` must be {'non-negative' if allow_zero else 'positive'}, got {value!r}"

@@ -13,5 +13,9 @@ class NonFiniteLossError(TrainingError):
     """The loss or its gradients were NaN/Inf at a step (`train.on_nan: stop`)."""
 
 
+class NonFiniteOutputError(TrainingError):
+    """A model's outputs hold NaN/Inf where a score is computed from them (evaluation)."""
+
+
 def error_message(error):
     return getattr(error, "message", None) or str(error)

@@ -6,10 +6,39 @@ blocks of predictions x chunks of the table, so a 2M-word table never
 materializes a batch x V matrix and is never normalized as a whole copy.
 """
 
+import math
+
 import numpy as np
 
 from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.models import elmo_lm
+from tfeff.training.errors import NonFiniteOutputError
+
+
+def check_finite(values, what):
+    """`NonFiniteOutputError` if `values` (an array) holds NaN or Inf.
+
+    A NaN similarity or log-probability compares false with everything, so it
+    would rank first and score a broken model as perfect.
+    """
+    values = np.asarray(values)
+    bad = int(np.count_nonzero(~np.isfinite(values)))
+    if bad:
+        raise NonFiniteOutputError(
+            f"the model's {what} hold NaN/Inf ({bad} of {values.size} values): a broken "
+            "model, not a score; the weights or the input vectors are non-finite")
+
+
+def check_finite_results(results, prefix="results"):
+    """`NonFiniteOutputError` naming the first NaN/Inf number of a (nested) results dict."""
+    for key, value in results.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, dict):
+            check_finite_results(value, name)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise NonFiniteOutputError(
+                f"the held-out evaluation gave {key} = {value} ({name}): the model's outputs "
+                "are non-finite, a broken model, not a score")
 
 
 def _normalize(x):
@@ -33,6 +62,7 @@ def target_ranks(predictions, target_ids, table, chunk_size=8192, block_size=102
     Returns:
         int64 `(n,)`.
     """
+    check_finite(predictions, "predicted vectors")
     predictions = _normalize(predictions)
     target_ids = np.asarray(target_ids, dtype=np.int64)
     target_sims = np.einsum(
@@ -110,6 +140,8 @@ def log_prob_ranks(log_prob_fn, hidden, target_ids, block_size=512,
     excluded = np.asarray(sorted(excluded_ids), dtype=np.int64)
     for b in range(0, len(target_ids), block_size):
         lp = np.array(log_prob_fn(hidden[b:b + block_size]), dtype=np.float64)  # (block, V)
+        # -inf is a log-probability (a class of probability 0); NaN and +inf are not.
+        check_finite(np.where(lp == -np.inf, 0.0, lp), "log-probabilities")
         own = lp[np.arange(len(lp)), target_ids[b:b + block_size]]
         lp[:, excluded] = -np.inf
         ranks[b:b + block_size] = np.count_nonzero(lp > own[:, None], axis=1)

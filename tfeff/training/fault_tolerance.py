@@ -52,6 +52,7 @@ from tfeff.training import checkpoints
 from tfeff.training.checkpoints import checkpoint_step
 from tfeff.training.checkpoints import select_checkpoint
 from tfeff.training.errors import CheckpointError
+from tfeff.training.errors import NonFiniteLossError
 from tfeff.training.errors import TrainingError
 from tfeff.training.errors import error_message
 from tfeff.training.strategy import worker_info
@@ -183,9 +184,32 @@ class ResumableTraining:
     def latest_checkpoint(self):
         return tf.train.latest_checkpoint(self.directory) or self.restored
 
+    def non_finite_weights(self):
+        """The paths of the model's weights that hold NaN or Inf (empty when none)."""
+        bad = []
+        for v in self.model.weights:
+            floating = keras.backend.standardize_dtype(v.dtype).startswith(("float", "bfloat"))
+            if floating and not bool(tf.reduce_all(tf.math.is_finite(v))):
+                bad.append(v.path)
+        return bad
+
     def save(self):
-        """Saves at the current step (all workers); TrainingError if the disk refuses."""
+        """Saves at the current step (all workers); TrainingError if the disk refuses.
+
+        Weights that hold NaN or Inf are never saved (a `NonFiniteLossError`
+        naming them and the last good checkpoint): a finite update can still
+        overflow, and with `on_nan: skip` every later step would be skipped.
+        """
         step = self.step
+        bad = self.non_finite_weights()
+        if bad:
+            previous = self.latest_checkpoint()
+            kept = (f"the last checkpoint {previous} is intact" if previous
+                    else "no checkpoint was written")
+            raise NonFiniteLossError(
+                f"the weights are NaN/Inf after step {step} ({len(bad)} of "
+                f"{len(self.model.weights)}, e.g. {bad[0]}): not saved; {kept}. The learning "
+                "rate (train.learning_rate, train.warmup_steps) or the data may be to blame.")
         try:
             path = self.manager.save(checkpoint_number=step)
         except (OSError, tf.errors.OpError) as e:
@@ -334,6 +358,16 @@ class ResumableTraining:
                 callbacks=all_callbacks, verbose=verbose if self.info.is_chief else 0,
             )
         self.model.train_function = self.model.test_function = None  # Keras' own next time
+        if not stop.preempted and not self.model.stop_training and self.step < stop_step:
+            # Every batch Keras was given ran, and too many updates were skipped
+            # (on_nan: skip) to reach the stop: that is no finished run.
+            skipped = int(self.optimizer.non_finite_steps.numpy())
+            latest = self.latest_checkpoint()
+            raise NonFiniteLossError(
+                f"training reached only step {self.step} of {stop_step}: {skipped} update(s) "
+                "were skipped for NaN/Inf loss or gradients (train.on_nan: skip), too many to "
+                f"finish; {f'the last checkpoint is {latest}' if latest else 'no checkpoint'}"
+                ". Check the data and the learning rate.")
         return fit.history, stop.preempted
 
 

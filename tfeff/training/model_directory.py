@@ -25,8 +25,10 @@ Layout of `model_dir`:
     eval.json                 held-out top-k accuracy and the unigram baseline
 """
 
+import contextlib
 import logging
 import os
+import re
 
 import keras
 import tensorflow as tf
@@ -61,8 +63,15 @@ def file_path(model_dir, name):
 
 
 def corpus_files(data_cfg, model_dir):
-    """`(train_files, heldout_files)`: the configured globs, or the generated corpus."""
+    """`(train_files, heldout_files)`: the configured globs, or the generated corpus.
+
+    Raises:
+        CorpusError: configured training files that hold no text (blank lines
+            only): there would be nothing to learn from, and a repeated empty
+            input never yields a batch.
+    """
     if data_cfg.synthetic is None:
+        next(iter(data_lib.text_lines(data_cfg.train_files, "replace")))  # CorpusError if empty
         return data_cfg.train_files, data_cfg.heldout_files
     corpus_dir = file_path(model_dir, "corpus")
     train_files = file_path(corpus_dir, "train.txt")
@@ -90,34 +99,100 @@ def _differences(a, b, prefix=""):
     return out
 
 
+# What `prepare_data` derives from the `data` and `fasttext` sections; stale (and
+# made anew) when those change before the first checkpoint.
+DERIVED_DATA = ("corpus", VOCABULARY_FILE, FASTTEXT_FILE, VECTORS_FILE,
+                "vocabulary_vectors.mean.npy", "wordpiece_corpus.txt")
+
+
+def _checkpoint_steps(model_dir):
+    """The steps of every checkpoint written in `model_dir` (any phase's)."""
+    written = tf.io.gfile.glob(os.path.join(model_dir, CHECKPOINT_DIR, "ckpt-*.index")) + \
+        tf.io.gfile.glob(os.path.join(model_dir, "*", CHECKPOINT_DIR, "ckpt-*.index"))
+    return [int(os.path.basename(p)[len("ckpt-"):-len(".index")]) for p in written]
+
+
+def _optimizer_change(saved_train, new_train):
+    """A change of train.* that changes the optimizer a checkpoint holds, or None."""
+    before, after = bool(saved_train.get("weight_decay")), bool(new_train.get("weight_decay"))
+    if before == after:
+        return None
+    name = {False: "Adam", True: "AdamW"}
+    return (f"train.weight_decay: {saved_train.get('weight_decay')!r} -> "
+            f"{new_train.get('weight_decay')!r} (switches the optimizer from {name[before]} to "
+            f"{name[after]}, whose state the checkpoints hold; a non-zero value may change to "
+            "another non-zero value)")
+
+
+def _made_by_tfeff(name, model_dir, *configs):
+    """Whether `<model_dir>/<name>` is prepared data tfeff made, not a file a config
+    names (a corpus or word vectors the user keeps in the model directory)."""
+    target = os.path.abspath(file_path(model_dir, name))
+    for c in configs:
+        data, ft = c.get("data") or {}, c.get("fasttext") or {}
+        if name == "corpus" and c is configs[0] and data.get("synthetic") is None:
+            return False  # not generated: the saved run read its own files
+        given = ",".join(v for v in (data.get("train_files"), data.get("heldout_files"),
+                                     ft.get("pretrained")) if v)
+        for pattern in filter(None, (p.strip() for p in given.split(","))):
+            fixed = os.path.abspath(pattern.split("*")[0].split("?")[0].split("[")[0])
+            if fixed == target or fixed.startswith(target + os.sep):
+                return False
+    return True
+
+
 def resolve_config(config, model_dir):
     """Checks `config` against `<model_dir>/config.yaml` and writes it.
 
     Resuming may change `train` and `eval` (for example more steps) but not
-    the data, word vectors, model or CoRe phases: those would make the
-    checkpoint meaningless. Until the first checkpoint is written, the batch
-    shape (`data.batch_size`, `data.max_sequence_length`,
-    `data.shuffle_buffer`) may change too.
+    the data, word vectors, model or CoRe phases, nor the optimizer (Adam or,
+    with `train.weight_decay`, AdamW): those would make the checkpoint
+    meaningless. A directory with no checkpoint yet (a run that failed before
+    its first one) takes any corrected config; the prepared data derived from
+    a changed `data` or `fasttext` section (`DERIVED_DATA`) is then made anew.
+    Everything is checked before anything is written. `train.steps` below the
+    step already reached is allowed (nothing more is trained) and logged.
     """
     path = file_path(model_dir, CONFIG_FILE)
     if tf.io.gfile.exists(path):
         saved = config_lib.load_config(path)
         saved_dict, new_dict = config_lib.to_dict(saved), config_lib.to_dict(config)
+        steps = _checkpoint_steps(model_dir)
         frozen = [k for k in sorted(set(saved_dict) | set(new_dict))
                   if k not in _RESUMABLE_SECTIONS]
         diffs = _differences(
             {k: saved_dict.get(k) for k in frozen}, {k: new_dict.get(k) for k in frozen},
         )
-        # Any checkpoint counts, also a two-phase run's coarse/checkpoints.
-        written = tf.io.gfile.glob(os.path.join(model_dir, CHECKPOINT_DIR, "ckpt-*.index")) + \
-            tf.io.gfile.glob(os.path.join(model_dir, "*", CHECKPOINT_DIR, "ckpt-*.index"))
-        if not written:
-            diffs = [d for d in diffs if d.split(":")[0] not in _BEFORE_FIRST_CHECKPOINT]
-        if diffs:
-            raise config_lib.ConfigError(
-                f"{model_dir} was created with a different config; these keys differ "
-                "(only train.* and eval.* may change on resume): " + "; ".join(diffs)
-            )
+        if steps:
+            optimizer = _optimizer_change(saved_dict.get("train", {}),
+                                          new_dict.get("train", {}))
+            diffs += [optimizer] if optimizer else []
+            if diffs:
+                raise config_lib.ConfigError(
+                    f"{model_dir} was created with a different config and holds checkpoints "
+                    f"up to step {max(steps)}; these keys differ (only train.* and eval.* may "
+                    "change on resume): " + "; ".join(diffs))
+            if config.train.steps < max(steps):
+                logging.warning(
+                    "train.steps=%d is below step %d, which %s has already reached: nothing "
+                    "more is trained (config.yaml now says train.steps=%d)",
+                    config.train.steps, max(steps), model_dir, config.train.steps)
+        else:
+            stale = [d for d in diffs if d.split(":")[0] not in _BEFORE_FIRST_CHECKPOINT
+                     and d.split(".")[0].split(":")[0] in ("data", "fasttext", "family")]
+            derived = [name for name in DERIVED_DATA
+                       if tf.io.gfile.exists(file_path(model_dir, name))
+                       and _made_by_tfeff(name, model_dir, saved_dict, new_dict)]
+            if stale and derived:
+                logging.warning(
+                    "%s has no checkpoint yet and its config changed (%s): making %s anew",
+                    model_dir, "; ".join(stale), ", ".join(derived))
+                for name in derived:
+                    target = file_path(model_dir, name)
+                    if tf.io.gfile.isdir(target):
+                        tf.io.gfile.rmtree(target)
+                    else:
+                        tf.io.gfile.remove(target)
     config_lib.write_yaml(config, path)
 
 
@@ -127,6 +202,22 @@ def load_model_dir_config(model_dir):
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"{model_dir} is not a tfeff model directory (no {CONFIG_FILE})")
     return config_lib.load_config(path)
+
+
+@contextlib.contextmanager
+def building_model(label):
+    """Turns running out of memory while building a model (or its optimizer) into a
+    `TrainingError` that says so; nothing has been trained or saved at that point."""
+    try:
+        yield
+    except (tf.errors.ResourceExhaustedError, MemoryError) as e:
+        detail = (error_message(e).strip().splitlines() or [type(e).__name__])[0]
+        detail = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:.*$", "", detail)  # TensorFlow's op names
+        raise TrainingError(
+            f"out of memory while building the {label} model ({detail}): its weights do not "
+            "fit in this device's memory. Make it smaller (the model.* sizes, e.g. "
+            "model.units or model.hidden_dim) or use a device with more memory; nothing "
+            "was trained or saved.") from e
 
 
 def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False):
@@ -140,7 +231,7 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
     if latest is None:
         raise FileNotFoundError(f"{model_dir} has no checkpoint yet: run tfeff-pretrain first")
     strategy = strategy or tf.distribute.get_strategy()
-    with strategy.scope():
+    with strategy.scope(), building_model(config.family):
         model = build()
         model.build()
         optimizer = None

@@ -21,6 +21,7 @@ import tensorflow as tf
 from tfeff import data as data_lib
 from tfeff.data import files
 from tfeff.data.mlm_dataset import check_bert_vocabulary
+from tfeff.training import evaluation
 from tfeff.training import fault_tolerance
 from tfeff.training import model_directory
 from tfeff.training.model_directory import file_path
@@ -221,6 +222,7 @@ class Family:
         if not (artifacts.heldout_files and info.is_chief and not results["preempted"]):
             return
         results["eval"] = self.evaluate(model, config, artifacts)
+        evaluation.check_finite_results(results["eval"], "eval")
         results["eval"]["train_seconds"] = results["train_seconds"]
         files.write_text_atomic(file_path(model_dir, model_directory.EVAL_FILE),
                                 json.dumps(results["eval"], indent=2) + "\n")
@@ -249,11 +251,12 @@ def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=Non
     train_cfg = config.train
     stop_step = train_cfg.steps if stop_step is None else stop_step
     with strategy.scope():
-        model = family.build_model(config, artifacts.vocabulary_size, artifacts.vectors_path,
-                                   **(build_options or {}))
-        model.build()
-        optimizer = make_optimizer(train_cfg, config.data.batch_size)
-        optimizer.build(model.trainable_variables)
+        with model_directory.building_model(label or family.label):
+            model = family.build_model(config, artifacts.vocabulary_size,
+                                       artifacts.vectors_path, **(build_options or {}))
+            model.build()
+            optimizer = make_optimizer(train_cfg, config.data.batch_size)
+            optimizer.build(model.trainable_variables)
         model.compile(optimizer=optimizer, jit_compile=False,
                       steps_per_execution=train_cfg.steps_per_execution)
         training = fault_tolerance.ResumableTraining(
