@@ -113,3 +113,39 @@ def test_export_refuses_max_tokens_0(tmp_path, fasttext_model):
     assert r.returncode == 1
     assert "--max_tokens must be a positive integer" in r.stderr, r.stderr[-2000:]
     assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("error, line", [
+    ("op", "error: FailedPreconditionError: /some/dir; Is a directory"),
+    ("memory", "error: out of memory: Unable to allocate 8.0 EiB"),
+])
+def test_environment_errors_are_one_line_and_exit_1(error, line, capsys):
+    import tensorflow as tf
+
+    from tfeff.bin import common
+
+    def fail():
+        if error == "op":
+            raise tf.errors.FailedPreconditionError(None, None, "/some/dir; Is a directory\n"
+                                                    "\tdetails TensorFlow adds")
+        raise MemoryError("Unable to allocate 8.0 EiB")
+
+    with pytest.raises(SystemExit) as exit_:
+        common.run_main(fail)
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err.strip() == line
+
+    def bug():
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):  # a bug keeps its traceback
+        common.run_main(bug)
+
+
+def test_pretrain_refuses_a_nan_learning_rate_by_name(tmp_path):
+    r = _run(["tfeff.bin.pretrain", "--config", DEMO, "--model_dir", str(tmp_path / "m"),
+              "--on_nan", "skip", "--override", "train.learning_rate=.nan"], tmp_path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "error: " + DEMO + ": `train.learning_rate` must be a finite number, got nan" \
+        in r.stderr
+    assert not os.path.exists(tmp_path / "m")
