@@ -1,8 +1,8 @@
 """tf.data pipeline for bidirectional language modelling (TensorFlow; tensorflow-text for WordPiece).
 
-Each non-blank line is a sentence: it is whitespace-tokenized, mapped to
-vocabulary ids (unknown words to `<unk>`; or split into WordPiece ids with
-tensorflow-text), wrapped in `<s> ... </s>` and cut
+Each non-blank line is a sentence: it is split into words
+(`tfeff.data.words`), mapped to vocabulary ids (unknown words to `<unk>`; or
+split into WordPiece ids with tensorflow-text), wrapped in `<s> ... </s>` and cut
 into windows of at most `max_sequence_length` tokens, so a pathological
 1 MB line becomes many ordinary windows instead of one huge batch. Windows are
 shuffled, batched with right padding (id 0) to the longest window of the
@@ -15,12 +15,28 @@ import tensorflow as tf
 from tfeff.data import corpus
 from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.data import wordpiece as wordpiece_lib
+from tfeff.data import words as words_lib
 from tfeff.data.pipeline import line_dataset
 from tfeff.data.pipeline import lookup_table
 from tfeff.data.pipeline import shuffle_and_repeat
 from tfeff.data.pipeline import unknown_for_padding
 
 _LINES_PER_CHUNK = 256
+
+
+def line_token_ids(lines, table, tokenizer=None):
+    """The int32 token ids `(lines, tokens)` of a batch of lines, boundaries not added.
+
+    Lines are split into words by `tfeff.data.words.split_tf`; words are looked
+    up in `table` (or split into WordPiece ids by `tokenizer`); a literal
+    `<pad>` becomes `<unk>`.
+    """
+    words = words_lib.split_tf(lines)  # ragged (lines, words)
+    if tokenizer is None:
+        ids = tf.ragged.map_flat_values(table.lookup, words)
+    else:
+        ids = tokenizer.tokenize(words).merge_dims(1, 2)  # (lines, pieces)
+    return unknown_for_padding(tf.cast(ids, tf.int32))
 
 
 def lines_to_windows(lines, table, max_sequence_length, tokenizer=None):
@@ -31,18 +47,13 @@ def lines_to_windows(lines, table, max_sequence_length, tokenizer=None):
         table: a `tf.lookup` table from word to id (unused with `tokenizer`).
         max_sequence_length: the longest window, in tokens (boundaries included).
         tokenizer: optional subword tokenizer (a tensorflow-text
-            `WordpieceTokenizer`) applied to the whitespace-split words.
+            `WordpieceTokenizer`) applied to the words.
 
     Returns:
         int32 `RaggedTensor`; windows shorter than 2 tokens (nothing to
         predict) are dropped.
     """
-    words = tf.strings.split(lines)  # ragged (lines, words)
-    if tokenizer is None:
-        ids = tf.ragged.map_flat_values(table.lookup, words)
-    else:
-        ids = tokenizer.tokenize(words).merge_dims(1, 2)  # (lines, pieces)
-    ids = unknown_for_padding(tf.cast(ids, tf.int32))
+    ids = line_token_ids(lines, table, tokenizer)
     n = ids.nrows()
     bos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.BOS_ID))
     eos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.EOS_ID))

@@ -1,7 +1,8 @@
 """Masked-LM data for BERT: WordPiece vocabulary, packing, 80/10/10 masking (TensorFlow, tensorflow-text).
 
-* Vocabulary: text is split with BERT's basic tokenizer (whitespace,
-  punctuation, CJK characters; optional lower-casing), the words are counted
+* Vocabulary: text is split with BERT's basic tokenizer (whitespace as
+  `tfeff.data.words` defines it, punctuation, CJK characters; optional
+  lower-casing; `BasicTokenizer` here), the words are counted
   and `tensorflow_text`'s WordPiece learner builds the vocabulary (the tool
   behind BERT's). Reserved ids: `<pad>` 0 (BERT's [PAD]), `<unk>` 1 ([UNK]),
   `<s>` 2 ([CLS]), `</s>` 3 ([SEP]) and `[MASK]` 4.
@@ -26,11 +27,12 @@ import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as text
-from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
+from tensorflow_text.python.ops import bert_tokenizer as text_bert
 
 from tfeff.data import corpus
 from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.data import wordpiece as wordpiece_lib
+from tfeff.data import words as words_lib
 from tfeff.data.pipeline import line_dataset
 from tfeff.data.pipeline import lookup_table
 from tfeff.data.pipeline import shuffle_and_repeat
@@ -40,6 +42,19 @@ from tfeff.data.vocabulary import MASK_ID
 from tfeff.data.vocabulary import PAD_ID
 from tfeff.data.vocabulary import SEP_ID
 _LINES_PER_CHUNK = 256
+
+
+class BasicTokenizer(text_bert.BasicTokenizer):
+    """BERT's basic tokenizer, on text whose whitespace is normalized first.
+
+    tensorflow-text's tokenizer splits at ASCII whitespace only (a no-break
+    space stays inside a word); every masked-LM tokenizer of tfeff maps each
+    `tfeff.data.words.WHITESPACE` character to a space first, so words end
+    where they end for the word-level models. Offsets refer to the normalized text.
+    """
+
+    def tokenize_with_offsets(self, text_input):
+        return super().tokenize_with_offsets(words_lib.normalize_whitespace(text_input))
 
 
 def basic_words(lines, lower_case=False, batch_size=1024):
@@ -101,6 +116,7 @@ def bert_tokenizer(vocabulary_path, lower_case=False):
         table, suffix_indicator=wordpiece_lib.SUFFIX_INDICATOR,
         max_bytes_per_word=wordpiece_lib.MAX_BYTES_PER_WORD, token_out_type=tf.int64,
         unknown_token=vocabulary_lib.UNK, lower_case=lower_case,
+        basic_tokenizer_class=BasicTokenizer,
     )
 
 

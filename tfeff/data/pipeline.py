@@ -4,6 +4,7 @@ non-blank lines of text files, and block shuffling that replays exactly on resum
 import tensorflow as tf
 
 from tfeff.data import vocabulary as vocabulary_lib
+from tfeff.data import words as words_lib
 
 
 def lookup_table(vocabulary_path, default_value=vocabulary_lib.UNK_ID):
@@ -34,6 +35,8 @@ def unknown_for_padding(ids):
 def line_dataset(file_list, on_invalid_utf8="error"):
     """The non-blank lines of `file_list` (str paths), in order, as a `tf.data.Dataset`.
 
+    A line is blank when it holds no word (`tfeff.data.words`), as in `text_lines`.
+
     `on_invalid_utf8="skip"` drops lines that are not valid UTF-8 and
     `"replace"` substitutes U+FFFD; `"error"` leaves them to fail later.
     """
@@ -57,7 +60,7 @@ def line_dataset(file_list, on_invalid_utf8="error"):
                 line, "UTF-8", "UTF-8", errors="replace"
             )
         )
-    ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
+    ds = ds.filter(lambda line: tf.logical_not(words_lib.is_blank_tf(line)))
     return ds
 
 

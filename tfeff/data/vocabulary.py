@@ -6,6 +6,7 @@ import logging
 import tensorflow as tf
 
 from tfeff.data import files
+from tfeff.data import words as words_lib
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIALS = (PAD, UNK, BOS, EOS)
@@ -50,7 +51,7 @@ class Vocabulary:
 
     @classmethod
     def build(cls, lines, min_count=1, max_words_in_memory=10_000_000):
-        """Counts whitespace-separated words of `lines` in one streaming pass.
+        """Counts the words (`tfeff.data.words.split`) of `lines` in one streaming pass.
 
         Memory is bounded: when more than `max_words_in_memory` distinct words
         are held, the rarest are pruned with a rising threshold (as fastText
@@ -72,7 +73,7 @@ class Vocabulary:
         sentences = 0
         threshold = 1
         for line in lines:
-            counter.update(line.split())
+            counter.update(words_lib.split(line))
             sentences += 1
             if len(counter) > max_words_in_memory:
                 while len(counter) > 0.75 * max_words_in_memory:
@@ -100,7 +101,7 @@ class Vocabulary:
         Used for held-out text: with continuous outputs every word has a
         (subword) vector, so held-out words can be targets too.
         """
-        extra = sorted({w for line in lines for w in line.split()} - set(self.words))
+        extra = sorted({w for line in lines for w in words_lib.split(line)} - set(self.words))
         return Vocabulary(self.words + extra, self.counts + [0] * len(extra))
 
     @classmethod

@@ -5,7 +5,7 @@ The vocabulary is learned from the corpus' word counts with
 and stored as a `tfeff.data.Vocabulary` file: the reserved tokens first, then
 subwords by decreasing corpus frequency (what adaptive softmax and
 log-uniform sampling need). Continuation pieces carry BERT's `##` prefix.
-Words are split on whitespace exactly as the word-level pipeline does.
+Words are split as the word-level pipeline does (`tfeff.data.words`).
 """
 
 import collections

@@ -1,6 +1,8 @@
 """Task files of the feature evaluations: token tagging (CoNLL) and sentence
 classification (TSV). Bad lines are a `FormatError` naming the file and line."""
 
+from tfeff.data import words
+
 
 class FormatError(ValueError):
     """A task file line that cannot be read (the message names file and line)."""
@@ -19,7 +21,7 @@ def read_conll(path, tag_column=-1):
                     sentences.append((tokens, tags))
                 tokens, tags = [], []
                 continue
-            fields = line.split()
+            fields = words.split(line)
             try:
                 tag = fields[tag_column]
             except IndexError:

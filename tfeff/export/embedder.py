@@ -108,10 +108,13 @@ class Tokenization(tf.Module):
                                            name="vocabulary")
 
     def words(self, sentences):
-        """Ragged `[batch, words]` strings of a `[batch]` string tensor."""
+        """Ragged `[batch, words]` strings of a `[batch]` string tensor, split as in
+        pre-training (`tfeff.data.words`; the basic tokenizer sees the same whitespace)."""
+        from tfeff.data import words as words_lib
+
         if self.basic is not None:
-            return self.basic.tokenize(sentences)
-        return tf.strings.split(sentences)
+            return self.basic.tokenize(words_lib.normalize_whitespace(sentences))
+        return words_lib.split_tf(sentences)
 
     def pieces(self, words):
         """Ragged `[batch, words, pieces]` model tokens of ragged `[batch, words]` words."""
