@@ -5,6 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfeff.data import SPECIALS, Vocabulary, lm_dataset, text_lines
+from tfeff.data import train_fasttext
 from tfeff.data import words
 from tfeff.data.mlm_dataset import BasicTokenizer
 from tfeff.data.mlm_dataset import basic_words
@@ -56,3 +57,19 @@ def test_a_corpus_split_by_no_break_spaces_trains_on_its_words(tmp_path):
     expected = [w for s in sentences for w in ["<s>", *s.split(), "</s>"]]
     assert [vocab.words[i] for i in ids] == expected
 
+
+def test_fasttext_trains_on_the_words_of_the_vocabulary(small_corpus, tmp_path):
+    """fastText splits at ASCII whitespace only: it is given the words, space-joined."""
+    lines = open(small_corpus[0], encoding="utf-8").read().splitlines()
+    separators = ["\u00a0", "\u2009", "\u3000", "\x1f"]
+    path = tmp_path / "mixed.txt"
+    path.write_text("\n".join(line.replace(" ", separators[i % 4]) if i % 2 else line
+                              for i, line in enumerate(lines)) + "\n", encoding="utf-8")
+    model_path = str(tmp_path / "ft.bin")
+    train_fasttext(str(path), model_path, dim=16, minn=2, maxn=4, bucket=5000, epoch=1)
+    import fasttext
+
+    fasttext_words = set(fasttext.load_model(model_path).words) - {"</s>"}
+    vocabulary_words = set(Vocabulary.build(text_lines(str(path))).words) - set(SPECIALS)
+    assert fasttext_words == vocabulary_words
+    assert not [w for w in fasttext_words if any(c in w for c in separators)]

@@ -19,8 +19,11 @@ import tensorflow as tf
 from tfeff.data import corpus
 from tfeff.data import files
 from tfeff.data import vocabulary as vocabulary_lib
+from tfeff.data import words as words_lib
 
 _CHUNK = 65536
+# Longer words are left out of the text fastText trains on (`train_fasttext`).
+MAX_WORD_CHARS = 1000
 # fastText's .bin layout (fasttext.cc `saveModel`, args.cc, dictionary.cc, densematrix.cc).
 _FASTTEXT_MAGIC = 793712314
 _FASTTEXT_VERSIONS = (11, 12)
@@ -33,7 +36,14 @@ _CHECKED_MODELS = {}
 
 
 class WordVectorsError(ValueError):
-    """A word-vector file that is truncated, corrupt or degenerate (names the file)."""
+    """A word-vector file that is truncated, corrupt or degenerate (names the file).
+
+    `problem` is what was found, without the file name (None when not given).
+    """
+
+    def __init__(self, message, problem=None):
+        super().__init__(message)
+        self.problem = problem
 
 
 def check_fasttext_model(path, check_values=True):
@@ -82,7 +92,7 @@ def _validate_fasttext_model(path, size, check_values):
 
     def bad(message):
         return WordVectorsError(f"{path}: {message}; it is not a complete fastText .bin model "
-                                "(re-train or re-download it)")
+                                "(re-train or re-download it)", problem=message)
 
     with open(path, "rb") as f:
         def read(fmt):
@@ -293,13 +303,33 @@ def train_fasttext(
 ):
     """Trains skipgram vectors with subwords on the corpus; saves a `.bin` atomically.
 
-    fastText reads one local file: the corpus lines (validated and stripped)
-    are first written to a temporary file next to `output_path`. Training
-    runs in a child Python process that imports only fastText: in a process
-    where TensorFlow has already trained a model, fastText's training
+    fastText reads one local file: the corpus is first written to a temporary
+    file next to `output_path`, each non-blank line as its words
+    (`tfeff.data.words.split`) joined by single spaces. fastText splits at
+    ASCII whitespace and NUL only, so it then sees the words that the
+    vocabulary and the training pipeline see (a no-break space would
+    otherwise glue two words into one). Words longer than `MAX_WORD_CHARS`
+    characters, or holding a NUL character, are left out of that text with a
+    warning naming the first: such "words" are text without spaces, markup
+    or encoded data, and one of a million characters makes fastText's
+    training slow and its model huge. Like any word fastText did not see,
+    they still get vectors from their character n-grams.
+
+    Training runs in a child Python process that imports only fastText: in a
+    process where TensorFlow has already trained a model, fastText's training
     returns NaN every time (seen with TF 2.21 and fasttext-numpy2 0.10.4).
     With `threads=1` training is deterministic (fastText seeds each thread
     with its index; the Python wrapper exposes no seed).
+
+    The trained model is checked (`check_fasttext_model`) before it is
+    renamed to `output_path`: a model that fails (e.g. an all-zero output
+    matrix, when the corpus is too small for fastText to train on) raises
+    `WordVectorsError` and leaves nothing at `output_path`.
+
+    Raises:
+        CorpusError: the corpus is empty, not UTF-8, or holds no word fastText can take.
+        WordVectorsError: the trained model fails its check.
+        ValueError: fastText's training fails.
     """
     for arg, value in (("dim", dim), ("epoch", epoch), ("threads", threads)):
         if value <= 0:
@@ -307,9 +337,7 @@ def train_fasttext(
     text_path = files.temporary_sibling(output_path) + ".txt"
     os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
     try:
-        with open(text_path, "w", encoding="utf-8") as f:
-            for line in corpus.text_lines(corpus_patterns, on_invalid_utf8):
-                f.write(line + "\n")
+        _write_fasttext_text(corpus_patterns, on_invalid_utf8, text_path)
         with files.atomic_local_path(output_path) as tmp_model:
             _train_in_child_process(
                 text_path, tmp_model,
@@ -317,11 +345,63 @@ def train_fasttext(
                      epoch=epoch, lr=lr, minCount=min_count, thread=threads, verbose=0),
                 corpus_patterns,
             )
+            header = _check_trained_model(tmp_model, corpus_patterns)
+        _remember_checked(output_path, header)
     finally:
         if os.path.exists(text_path):
             os.remove(text_path)
     logging.info("Trained fastText (%d-d) into %s", dim, output_path)
     return output_path
+
+
+def _write_fasttext_text(corpus_patterns, on_invalid_utf8, path):
+    """Writes the text fastText trains on (see `train_fasttext`) to the local `path`."""
+    left_out, first, written = 0, None, 0
+    with open(path, "w", encoding="utf-8") as f:
+        for source, number, line in corpus.text_lines(corpus_patterns, on_invalid_utf8,
+                                                      with_location=True):
+            words = words_lib.split(line)
+            if len(line) > MAX_WORD_CHARS or "\0" in line:  # else no word can be too long
+                dropped = [w for w in words if len(w) > MAX_WORD_CHARS or "\0" in w]
+                if dropped:
+                    left_out += len(dropped)
+                    if first is None:
+                        first = f"{source}:{number} ({max(map(len, dropped)):,} characters)"
+                    words = [w for w in words if len(w) <= MAX_WORD_CHARS and "\0" not in w]
+            if words:
+                f.write(" ".join(words) + "\n")
+                written += 1
+    if left_out:
+        logging.warning(
+            "%d word(s) longer than %d characters or holding a NUL character are left out "
+            "of the text fastText trains on; the first is at %s. Such words are usually "
+            "text without spaces, markup or encoded data; they still get vectors from "
+            "their character n-grams.", left_out, MAX_WORD_CHARS, first)
+    if not written:
+        raise corpus.CorpusError(
+            f"{corpus_patterns}: no word to train fastText on (every word is longer than "
+            f"{MAX_WORD_CHARS} characters or holds a NUL character; the first at {first}). "
+            "Is the text split into words with spaces?")
+
+
+def _check_trained_model(path, corpus_patterns):
+    """`check_fasttext_model` of a model fastText has just trained, before it is put in place."""
+    try:
+        return check_fasttext_model(path)
+    except WordVectorsError as e:
+        raise WordVectorsError(
+            f"fastText training on {corpus_patterns} gave an unusable model: {e.problem}. "
+            "It was not kept. fastText updates nothing on a corpus too small or too "
+            "repetitive (it skips most occurrences of frequent words): use more text; "
+            "non-finite values mean that it diverged: lower fasttext.lr.",
+            problem=e.problem) from e
+
+
+def _remember_checked(path, header):
+    """Records that the model now at `path` passed `check_fasttext_model` (it was
+    checked under its temporary name; a rename keeps its size and time)."""
+    stat = os.stat(path)
+    _CHECKED_MODELS[(os.path.realpath(path), stat.st_size, stat.st_mtime_ns, True)] = header
 
 
 _TRAIN_SCRIPT = """
