@@ -4,7 +4,7 @@ fastText and the embedders split text at the same whitespace (`tfeff.data.words`
 import numpy as np
 import tensorflow as tf
 
-from tfeff.data import SPECIALS, Vocabulary, lm_dataset, text_lines
+from tfeff.data import SPECIALS, Vocabulary, check_unknown_rate, lm_dataset, text_lines
 from tfeff.data import train_fasttext
 from tfeff.data import words
 from tfeff.data.mlm_dataset import BasicTokenizer
@@ -56,6 +56,7 @@ def test_a_corpus_split_by_no_break_spaces_trains_on_its_words(tmp_path):
     ids = np.concatenate([row[row > 0] for b in batches for row in b.numpy()])
     expected = [w for s in sentences for w in ["<s>", *s.split(), "</s>"]]
     assert [vocab.words[i] for i in ids] == expected
+    check_unknown_rate(str(path), vocab_path, max_rate=0.0)
 
 
 def test_fasttext_trains_on_the_words_of_the_vocabulary(small_corpus, tmp_path):

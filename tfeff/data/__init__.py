@@ -22,6 +22,7 @@ from tfeff.data.mlm_dataset import token_counts
 from tfeff.data.synthetic import synthetic_corpus
 from tfeff.data.synthetic import synthetic_tasks
 from tfeff.data.synthetic import write_synthetic_corpus
+from tfeff.data.unknown_rate import check_unknown_rate
 from tfeff.data.vocabulary import SPECIALS
 from tfeff.data.vocabulary import Vocabulary
 from tfeff.data.wordpiece import learn_wordpiece_vocabulary
@@ -33,6 +34,7 @@ __all__ = [
     "WordVectors",
     "WordVectorsError",
     "check_fasttext_model",
+    "check_unknown_rate",
     "check_word_vectors_file",
     "compute_vocabulary_vectors",
     "learn_bert_vocabulary",

@@ -85,16 +85,20 @@ class Phase(NamedTuple):
 
 def masked_lm_artifacts(config, model_dir):
     """The corpus and BERT-style WordPiece vocabulary (learned if missing, then checked
-    for its reserved ids) of the masked-LM families: a `DataArtifacts`."""
+    for its reserved ids and against the training text's `<unk>` rate) of the
+    masked-LM families: a `DataArtifacts`."""
     d = config.data
     train_files, heldout_files = model_directory.corpus_files(d, model_dir)
     vocabulary_path = file_path(model_dir, model_directory.VOCABULARY_FILE)
-    if not tf.io.gfile.exists(vocabulary_path):
+    learned = not tf.io.gfile.exists(vocabulary_path)
+    if learned:
         data_lib.learn_bert_vocabulary(
             train_files, d.wordpiece_vocabulary_size, vocabulary_path, lower_case=d.lower_case,
             on_invalid_utf8=d.on_invalid_utf8, max_words_in_memory=d.max_words_in_memory)
     artifacts = DataArtifacts(train_files, heldout_files, vocabulary_path)
     check_bert_vocabulary(artifacts.vocabulary)
+    data_lib.check_unknown_rate(train_files, vocabulary_path, "bert", lower_case=d.lower_case,
+                                on_invalid_utf8=d.on_invalid_utf8, learned=learned)
     return artifacts
 
 

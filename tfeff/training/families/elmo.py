@@ -38,6 +38,13 @@ def _count_words(data_cfg, train_files):
     )
 
 
+def _check_unknown_words(data_cfg, train_files, vocabulary_path, learned):
+    """Stops the run before fastText and training when the training text is mostly
+    `<unk>` under the vocabulary (`tfeff.data.check_unknown_rate`)."""
+    data_lib.check_unknown_rate(train_files, vocabulary_path, data_cfg.tokenization,
+                                on_invalid_utf8=data_cfg.on_invalid_utf8, learned=learned)
+
+
 def check_output_layer(config, vocab):
     """Checks the output layer's settings against the vocabulary (ConfigError)."""
     m = config.model
@@ -75,24 +82,27 @@ class ElmoFamily(Family):
 
     def prepare_data(self, config, model_dir):
         """Corpus, vocabulary, fastText model and vocabulary vectors (WordPiece: the
-        vocabulary only); then the output layer is checked against the vocabulary."""
+        vocabulary only); the training text is checked against the vocabulary before
+        fastText trains (`<unk>` rate), the output layer after."""
         data_cfg, ft_cfg = config.data, config.fasttext
         train_files, heldout_files = corpus_files(data_cfg, model_dir)
 
         vocabulary_path = file_path(model_dir, VOCABULARY_FILE)
+        learned = not tf.io.gfile.exists(vocabulary_path)
         if not self.uses_vectors(config):
-            if not tf.io.gfile.exists(vocabulary_path):
+            if learned:
                 words = _count_words(data_cfg, train_files)
                 logging.info("Learning a WordPiece vocabulary of about %d tokens",
                              data_cfg.wordpiece_vocabulary_size)
                 data_lib.learn_wordpiece_vocabulary(
                     words, data_cfg.wordpiece_vocabulary_size, vocabulary_path
                 )
+            _check_unknown_words(data_cfg, train_files, vocabulary_path, learned)
             # Subword models have no fixed vectors: no fastText, no table.
             artifacts = DataArtifacts(train_files, heldout_files, vocabulary_path)
             check_output_layer(config, artifacts.vocabulary)
             return artifacts
-        if not tf.io.gfile.exists(vocabulary_path):
+        if learned:
             vocab = _count_words(data_cfg, train_files)
             if heldout_files:
                 # Open vocabulary: held-out words get rows (count 0) so that they
@@ -104,6 +114,7 @@ class ElmoFamily(Family):
             logging.info("Vocabulary: %d words -> %s", len(vocab), vocabulary_path)
         else:
             vocab = data_lib.Vocabulary.load(vocabulary_path)
+        _check_unknown_words(data_cfg, train_files, vocabulary_path, learned)
 
         if ft_cfg.pretrained:
             word_vectors_path = ft_cfg.pretrained

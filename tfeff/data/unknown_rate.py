@@ -1,0 +1,111 @@
+"""The `<unk>` rate of the training text under its vocabulary, checked before training.
+
+A vocabulary learned from the training files covers nearly all of their
+words (every one with `data.min_count: 1`). When most training tokens are
+`<unk>` all the same, the model would learn little more than to predict
+`<unk>`: text and vocabulary do not match (a vocabulary kept from another
+corpus or from other settings, text not split into words by spaces, words
+too long for WordPiece). `check_unknown_rate` measures the rate on the first
+lines of every training file, read and tokenized exactly as the training
+pipelines do, and stops the run before anything else is made.
+"""
+
+import tensorflow as tf
+
+from tfeff.data import corpus
+from tfeff.data import vocabulary as vocabulary_lib
+from tfeff.data import wordpiece as wordpiece_lib
+from tfeff.data.lm_dataset import line_token_ids
+from tfeff.data.mlm_dataset import bert_tokenizer
+from tfeff.data.pipeline import line_dataset
+from tfeff.data.pipeline import lookup_table
+
+MAX_UNKNOWN_RATE = 0.5
+SAMPLE_LINES = 2000
+# "word": word-level ELMo; "wordpiece": ELMo-Sub; "bert": BERT and Masked ELMo.
+TOKENIZATIONS = ("word", "wordpiece", "bert")
+# The data setting that shapes each kind of vocabulary most (named in the error).
+_SETTINGS = {"word": "data.min_count", "wordpiece": "data.wordpiece_vocabulary_size",
+             "bert": "data.lower_case"}
+
+
+def _token_ids(tokenization, vocabulary_path, lower_case):
+    """The training pipeline's `lines -> flat token ids` for `tokenization`."""
+    if tokenization not in TOKENIZATIONS:
+        raise ValueError(f"Received an invalid value for `tokenization`, expected one of "
+                         f"{TOKENIZATIONS}. Received: tokenization={tokenization!r}")
+    if tokenization == "bert":
+        tokenizer = bert_tokenizer(vocabulary_path, lower_case)
+        return lambda lines: tokenizer.tokenize(lines).flat_values
+    if tokenization == "wordpiece":
+        table = lookup_table(vocabulary_path, default_value=-1)
+        tokenizer = wordpiece_lib.wordpiece_tokenizer(table)
+        return lambda lines: line_token_ids(lines, table, tokenizer).flat_values
+    table = lookup_table(vocabulary_path)
+    return lambda lines: line_token_ids(lines, table).flat_values
+
+
+def unknown_rate(path, vocabulary_path, tokenization="word", lower_case=False,
+                 on_invalid_utf8="error", max_lines=SAMPLE_LINES):
+    """`(unknown tokens, tokens, lines)` of the first `max_lines` non-blank lines of `path`.
+
+    Lines are read as the training pipeline reads them and tokenized by its
+    tokenizer over the vocabulary file (`tokenization`: one of `TOKENIZATIONS`;
+    `lower_case`: BERT's basic tokenizer's).
+    """
+    token_ids = _token_ids(tokenization, vocabulary_path, lower_case)
+    return _counts(path, token_ids, on_invalid_utf8, max_lines)
+
+
+def _counts(path, token_ids, on_invalid_utf8, max_lines):
+    unknown = tokens = lines = 0
+    for batch in line_dataset([path], on_invalid_utf8).take(max_lines).batch(512):
+        ids = token_ids(batch)
+        unknown += int(tf.math.count_nonzero(tf.equal(ids, vocabulary_lib.UNK_ID)))
+        tokens += int(tf.size(ids))
+        lines += int(tf.size(batch))
+    return unknown, tokens, lines
+
+
+def check_unknown_rate(patterns, vocabulary_path, tokenization="word", lower_case=False,
+                       on_invalid_utf8="error", max_rate=MAX_UNKNOWN_RATE,
+                       max_lines=SAMPLE_LINES, learned=False):
+    """Stops a run whose training tokens would mostly be `<unk>`.
+
+    Args:
+        patterns: the training files (globs, as `resolve_files`).
+        vocabulary_path: the vocabulary the training pipeline reads.
+        tokenization: `"word"`, `"wordpiece"` (ELMo-Sub) or `"bert"` (BERT's
+            basic tokenizer and WordPiece: BERT, Masked ELMo).
+        lower_case: the BERT tokenizer's lower-casing.
+        on_invalid_utf8: as for the pipeline.
+        max_rate: the highest accepted rate of unknown tokens in a file.
+        max_lines: lines read from the start of each file.
+        learned: the vocabulary was learned from `patterns` by this run. It is
+            then removed when the check fails, so that the next run learns it
+            again instead of reusing it.
+
+    Raises:
+        CorpusError: a file's rate is above `max_rate`; the message names the
+            file, the rate and the vocabulary.
+    """
+    noun = "words" if tokenization == "word" else "WordPiece tokens"
+    token_ids = _token_ids(tokenization, vocabulary_path, lower_case)
+    for path in corpus.resolve_files(patterns):
+        unknown, tokens, lines = _counts(path, token_ids, on_invalid_utf8, max_lines)
+        if not tokens or unknown / tokens <= max_rate:
+            continue
+        if learned:
+            tf.io.gfile.remove(vocabulary_path)
+            fate = (f"The vocabulary was learned from this text just now and is removed again "
+                    f"({vocabulary_path}).")
+        else:
+            fate = (f"A vocabulary kept from another corpus or other settings has to be "
+                    f"removed ({vocabulary_path}), or use a new model directory.")
+        sample = "its only line" if lines == 1 else f"its first {lines} lines"
+        raise corpus.CorpusError(
+            f"{path}: {unknown / tokens:.0%} of the {noun} in {sample} are not in the "
+            f"vocabulary {vocabulary_path} (at most {max_rate:.0%} is accepted), so training "
+            "would mostly predict `<unk>`. Is the text split into words with spaces? Is the "
+            f"vocabulary the one of this corpus and of this `{_SETTINGS[tokenization]}`? "
+            f"{fate}")
