@@ -27,9 +27,13 @@ for i, path in enumerate(json.loads(paths)):
     e = m.signatures["embed"](sentences=tf.constant(sentences))
     t = m.signatures["embed_tokens"](tokens=tf.constant(token_rows))
     k = m.signatures["tokenize"](sentences=tf.constant(sentences))
+    z = m.signatures["embed"](sentences=tf.constant([], tf.string))
+    zt = m.signatures["embed_tokens"](tokens=tf.zeros([0, 3], tf.string))
     out = {"layers": e["layers"], "mask": e["mask"], "tokens": e["tokens"],
            "t_layers": t["layers"], "t_mask": t["mask"], "t_tokens": t["tokens"],
-           "k_tokens": k["tokens"], "k_mask": k["mask"]}
+           "k_tokens": k["tokens"], "k_mask": k["mask"],
+           "z_layers": z["layers"], "z_mask": z["mask"], "z_tokens": z["tokens"],
+           "zt_layers": zt["layers"], "zt_mask": zt["mask"]}
     np.savez(os.path.join(out_dir, f"{i}.npz"), **{k: v.numpy() for k, v in out.items()})
 assert "tfeff" not in sys.modules, sorted(m for m in sys.modules if m.startswith("tfeff"))
 """

@@ -84,9 +84,13 @@ def _in_process(module):
     e = module.embed(tf.constant(SENTENCES))
     t = module.embed_tokens(tf.constant(TOKEN_ROWS))
     k = module.tokenize(tf.constant(SENTENCES))
+    z = module.embed([])  # a Python list, as a Keras user would pass it
+    zt = module.embed_tokens(tf.zeros([0, 3], tf.string))
     out = {"layers": e["layers"], "mask": e["mask"], "tokens": e["tokens"],
            "t_layers": t["layers"], "t_mask": t["mask"], "t_tokens": t["tokens"],
-           "k_tokens": k["tokens"], "k_mask": k["mask"]}
+           "k_tokens": k["tokens"], "k_mask": k["mask"],
+           "z_layers": z["layers"], "z_mask": z["mask"], "z_tokens": z["tokens"],
+           "zt_layers": zt["layers"], "zt_mask": zt["mask"]}
     return {key: value.numpy() for key, value in out.items()}
 
 
@@ -144,6 +148,12 @@ def test_embed_equals_one_sentence_reference(exports, name):
     np.testing.assert_array_equal(out["k_tokens"], out["tokens"])
     np.testing.assert_array_equal(out["k_mask"], out["mask"])
     assert meta["num_layers"] == out["layers"].shape[1] and meta["dim"] == out["layers"].shape[3]
+    # An empty batch gives empty outputs of the same rank and dtypes, not an error.
+    for prefix in ("z_", "zt_"):
+        assert out[prefix + "layers"].shape == (0, meta["num_layers"], 0, meta["dim"])
+        assert out[prefix + "layers"].dtype == np.float32
+        assert out[prefix + "mask"].shape == (0, 0) and out[prefix + "mask"].dtype == bool
+    assert out["z_tokens"].shape == (0, 0) and out["z_tokens"].dtype == object
     assert meta["requires"] == ([] if name.startswith(("elmo_word", "fasttext"))
                                 else ["tensorflow_text"])
 

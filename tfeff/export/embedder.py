@@ -37,7 +37,9 @@ i.e. `[CLS] ... [SEP]`), which are removed from the outputs. Sentences are
 truncated to the leading whole words whose model tokens fit in `max_tokens`
 (words for word-level models, pieces for WordPiece models; at most
 `max_sequence_length - 2` for BERT). Empty or whitespace-only sentences give
-rows with an all-false mask and zeros, not an error.
+rows with an all-false mask and zeros, not an error. An empty batch (no
+sentences, `tf.constant([], tf.string)`) gives empty outputs of the same rank:
+`layers` `[0, num_layers + 1, 0, dim]`, `mask` and `tokens` `[0, 0]`.
 
 Loading: plain `tf.saved_model.load(path)`; no tfeff needed. WordPiece
 embedders use tensorflow-text ops, so `import tensorflow_text` must come
@@ -298,11 +300,21 @@ class EmbedderModule(tf.Module):
         layers, mask, tokens, _ = self._run(words, pieces)
         return {"layers": layers, "mask": mask, "tokens": tokens}
 
+    @staticmethod
+    def _some_rows(batch):
+        """`(rows, n)`: `batch` itself, or one row of `""` in place of an empty batch
+        (the model's scans cannot run over no rows); outputs are then cut to `n` rows."""
+        n = tf.shape(batch)[0]
+        filler = tf.fill(tf.concat([[1], tf.shape(batch)[1:]], 0), "")
+        return tf.cond(n > 0, lambda: batch, lambda: filler), n
+
     def _embed(self, sentences):
-        return self._outputs(*self._sentence_words(sentences))
+        rows, n = self._some_rows(sentences)
+        return {k: v[:n] for k, v in self._outputs(*self._sentence_words(rows)).items()}
 
     def _embed_tokens(self, tokens):
-        return self._outputs(*self._given_words(tokens))
+        rows, n = self._some_rows(tokens)
+        return {k: v[:n] for k, v in self._outputs(*self._given_words(rows)).items()}
 
     def _tokenize(self, sentences):
         words, pieces = self._sentence_words(sentences)
@@ -315,9 +327,10 @@ class EmbedderModule(tf.Module):
         return {"tokens": words.to_tensor(default_value=""), "mask": has.to_tensor(False)}
 
     def _predict(self, sentences):
-        words, pieces = self._sentence_words(sentences)
+        rows, n = self._some_rows(sentences)
+        words, pieces = self._sentence_words(rows)
         _, mask, tokens, extras = self._run(words, pieces)
-        return {**extras, "mask": mask, "tokens": tokens}
+        return {k: v[:n] for k, v in {**extras, "mask": mask, "tokens": tokens}.items()}
 
     # Helpers for subclasses --------------------------------------------------------------
 
@@ -577,6 +590,9 @@ def _check_reload(module, path):
             raise RuntimeError(f"The exported embedder failed its reload check ({key!r}).")
     if got["mask"].numpy()[1:3].any():
         raise RuntimeError("The exported embedder gives tokens for empty sentences.")
+    none = loaded.signatures["embed"](sentences=tf.constant([], tf.string))
+    if none["layers"].shape[:3] != (0, module.num_layers, 0) or none["mask"].shape != (0, 0):
+        raise RuntimeError("The exported embedder fails on an empty batch.")
 
 
 def read_metadata(path):
