@@ -27,7 +27,9 @@ _UTF8 = flags.DEFINE_enum(
     "number is logged and listed in embeddings.json), or replace the bad bytes.")
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "float16"], "Stored vector type.")
 _RESUME = flags.DEFINE_bool("resume", True, "Continue an interrupted run of the same job.")
-_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing output directory.")
+_OVERWRITE = flags.DEFINE_bool(
+    "overwrite", False, "Replace an earlier tfeff-embed output at --output (never the "
+    "embedder, the input or other data).")
 _PROGRESS = flags.DEFINE_bool(
     "progress", None, "Show a progress bar on stderr (default: when it is a terminal).")
 

@@ -19,7 +19,9 @@ _FASTTEXT = flags.DEFINE_string(
     "fasttext", None, "Instead of --model_dir: export fastText vectors alone (.bin or .vec), "
     "a one-layer context-free embedder.")
 _OUTPUT = flags.DEFINE_string("output", None, "SavedModel directory to write.", required=True)
-_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing export.")
+_OVERWRITE = flags.DEFINE_bool(
+    "overwrite", False, "Replace an earlier export at --output (never a model directory, an "
+    "input or other data).")
 _MAX_TOKENS = flags.DEFINE_integer(
     "max_tokens", None, "Longest input in model tokens (words, or WordPiece pieces); longer "
     "sentences keep the leading whole words that fit. Default 256; BERT: max_sequence_length-2.")

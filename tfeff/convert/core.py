@@ -11,6 +11,7 @@ import tempfile
 import tensorflow as tf
 
 from tfeff import config as config_lib
+from tfeff.data import files
 from tfeff.models.relaxed_merge import ConversionError
 from tfeff.models.relaxed_merge import merge_and_check
 from tfeff.models.relaxed_merge import merge_relaxed_bert
@@ -34,9 +35,13 @@ def convert_model_dir(model_dir, output_dir, rtol=1e-5):
         `(step, errors)`: the step and the check's relative errors.
 
     Raises:
-        FileNotFoundError, FileExistsError, ConversionError.
+        FileNotFoundError, FileExistsError, ConversionError; ValueError when
+        `output_dir` is, contains or lies inside `model_dir`.
     """
     config_path = os.path.join(model_dir, model_directory.CONFIG_FILE)
+    # A model directory inside the relaxed one would count as its checkpoints; one
+    # holding it would bury it: the output lies apart from the input.
+    files.check_not_an_input(output_dir, {"model directory (model_dir, --model_dir)": model_dir})
     if not tf.io.gfile.exists(config_path):
         raise FileNotFoundError(f"{model_dir} is not a tfeff model directory (no config.yaml)")
     config = config_lib.load_config(config_path)

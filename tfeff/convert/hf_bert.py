@@ -45,6 +45,7 @@ import tempfile
 import keras
 import numpy as np
 
+from tfeff.data import files
 from tfeff.data.vocabulary import BERT_RESERVED_NAMES
 from tfeff.models import Bert
 
@@ -137,6 +138,19 @@ def hf_config(bert):
     }
 
 
+def _not_hf_bert(path):
+    """None when `path` holds what `write_hf_bert` writes and nothing else."""
+    if not os.path.isdir(path):
+        return "a file, not a directory"
+    names = set(os.listdir(path))
+    other = sorted(names - {CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE})
+    if other:
+        return f"it holds {', '.join(other[:5])}, which write_hf_bert does not write"
+    if not {CONFIG_FILE, WEIGHTS_FILE} <= names:
+        return f"it lacks {CONFIG_FILE} or {WEIGHTS_FILE}"
+    return None
+
+
 def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
     """Writes a standard `Bert` as a Hugging Face BERT directory.
 
@@ -147,7 +161,14 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
             renamed).
         vocabulary_path: optional tfeff vocabulary file, written as
             `vocab.txt` with BERT's names for the reserved tokens.
-        overwrite: replace an existing directory.
+        overwrite: replace an existing directory that `write_hf_bert` wrote
+            (nothing else: see `tfeff.data.files.check_output`).
+
+    Raises:
+        ValueError: a relaxed or non-learned-position model; `directory` is,
+            contains or lies inside `vocabulary_path`.
+        FileExistsError: `directory` exists and `overwrite` is off, or it holds
+            other files than `write_hf_bert` writes.
     """
     if bert.is_relaxed:
         raise ValueError("write_hf_bert needs a standard Bert: convert the relaxed model with "
@@ -157,8 +178,9 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
             f"write_hf_bert needs learned position embeddings: Hugging Face's BERT has an "
             f"absolute position table (position_embedding_type 'absolute') and this model uses "
             f"{bert.position_embedding_type!r} positions (model.position_embedding).")
-    if os.path.exists(directory) and not overwrite:
-        raise FileExistsError(f"{directory} exists (pass overwrite=True to replace it)")
+    files.check_output(directory, {"vocabulary file (vocabulary_path)": vocabulary_path},
+                       overwrite=overwrite, kind="a Hugging Face BERT directory",
+                       foreign=_not_hf_bert)
     tensors = {}
     for name, variable, to_hf, _ in _pairs(bert):
         if variable is None:
@@ -184,9 +206,7 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
             words[:len(BERT_RESERVED_NAMES)] = BERT_RESERVED_NAMES
             with open(os.path.join(tmp, VOCAB_FILE), "w", encoding="utf-8") as f:
                 f.write("".join(w + "\n" for w in words))
-        if os.path.exists(directory):
-            shutil.rmtree(directory)
-        os.rename(tmp, directory)
+        files.move_directory_into_place(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

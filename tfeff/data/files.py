@@ -27,11 +27,94 @@ def write_text_atomic(path, text):
     tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
+def _comparable(path):
+    """`path` resolved for comparison: the real path locally (links and `..` resolved),
+    the normalized URL for remote file systems (`gs://...`)."""
+    path = os.fspath(path)
+    if "://" in path:
+        return path.rstrip("/")
+    return os.path.realpath(path)
+
+
+def _inside(inner, outer):
+    """Whether comparable path `inner` lies strictly inside comparable path `outer`."""
+    sep = "/" if "://" in outer else os.sep
+    return inner.startswith(outer.rstrip(sep) + sep)
+
+
+def check_output(output, inputs, *, overwrite, kind, foreign, containers=()):
+    """Refuses an output path whose writing would destroy an input, or data that tfeff
+    did not write as this kind of output. Every writer that replaces a directory calls
+    it before any work (`tfeff-export`, `tfeff-embed`, `write_hf_bert`;
+    `tfeff-convert-core`, which replaces nothing, checks its inputs alone).
+
+    * `output` must not be, contain or lie inside an input (real paths are compared,
+      so a link or `..` does not hide it). The inputs named in `containers` may hold
+      the output (a model directory holds its export: `runs/demo/export`).
+    * An existing `output` is replaced only with `overwrite`, and only when it is
+      recognisably `kind` written by tfeff (`foreign(output)` is None) or an empty
+      directory: never a model directory, an input, or anything else.
+
+    Args:
+        output: the path to write.
+        inputs: `{description: path}` of everything the job reads, e.g.
+            `{"model directory (model_dir)": "runs/demo"}`; `None` paths are skipped.
+        overwrite: whether an existing `output` may be replaced.
+        kind: what the job writes, for the messages (e.g. `"an export"`).
+        foreign: `foreign(path)` -> None when the existing `path` is `kind`
+            written by tfeff, else a few words saying what it is instead.
+        containers: descriptions (keys of `inputs`) of the inputs that may hold
+            `output`.
+
+    Raises:
+        ValueError: `output` is, contains or lies inside an input; the message
+            names both paths.
+        FileExistsError: `output` exists and `overwrite` is off, or it is not
+            `kind`.
+    """
+    check_not_an_input(output, inputs, containers)
+    if not tf.io.gfile.exists(output):
+        return
+    if not overwrite:
+        raise FileExistsError(f"{output} exists; pass overwrite=True (--overwrite) to replace it")
+    if tf.io.gfile.isdir(output) and not tf.io.gfile.listdir(output):
+        return
+    reason = foreign(output)
+    if reason is not None:
+        raise FileExistsError(
+            f"{output} exists and is not {kind} written by tfeff ({reason}); overwrite replaces "
+            f"only {kind}, so nothing was written. Choose another output path.")
+
+
+def check_not_an_input(output, inputs, containers=()):
+    """Refuses an `output` that is, contains or lies inside one of `inputs`
+    (`{description: path}`; `None` paths skipped), except that the inputs named in
+    `containers` may hold it. ValueError naming both paths; see `check_output`."""
+    target = _comparable(output)
+    for description, path in inputs.items():
+        if path is None:
+            continue
+        source = _comparable(path)
+        if target == source:
+            relation, harm = "is", "writing it would destroy that input"
+        elif _inside(source, target):
+            relation, harm = "contains", "writing it would destroy that input"
+        elif _inside(target, source) and description not in containers:
+            relation, harm = "lies inside", "it would be written into that input"
+        else:
+            continue
+        raise ValueError(
+            f"The output {output} {relation} the {description} {path}, which this job reads: "
+            f"{harm}. Choose an output path outside it.")
+
+
 def move_directory_into_place(source, path):
     """Renames the finished directory `source` to `path`, replacing what is there.
 
-    An existing `path` is first renamed aside and removed only after the new
-    directory is in place, so `path` is never a half-written directory.
+    Callers check `path` first (`check_output`): it is replaced only when it is an
+    earlier output of the same kind. An existing `path` is first renamed aside and
+    removed only after the new directory is in place, so `path` is never a
+    half-written directory.
     """
     if tf.io.gfile.exists(path):
         old = temporary_sibling(path) + ".old"

@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -157,6 +158,27 @@ class _Writer:
         self.arrays = {}
 
 
+_EMBED_FILE = re.compile(r"(layer_\d+\.npy|offsets\.npy|tokens\.txt|progress\.json|"
+                         + re.escape(METADATA_FILE) + "|" + re.escape(HDF5_FILE)
+                         + r")(\.tmp-[0-9a-f]{8})?")
+
+
+def _not_embed_output(path, finished=True):
+    """None when the directory `path` holds only files an embed job writes (and, when
+    `finished`, its `embeddings.json`); else what it is instead. `--overwrite` replaces
+    nothing else: not an embedder, a model directory, or a directory of other files."""
+    if not os.path.isdir(path):
+        return "a file, not a directory"
+    names = sorted(os.listdir(path))
+    other = [name for name in names if not _EMBED_FILE.fullmatch(name)]
+    if other:
+        more = ", ..." if len(other) > 5 else ""
+        return f"it holds {', '.join(other[:5])}{more}, which tfeff-embed does not write"
+    if finished and METADATA_FILE not in names:
+        return f"it has no {METADATA_FILE}"
+    return None
+
+
 def _write_json(path, value):
     files.write_text_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
@@ -191,8 +213,9 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
 
     Args:
         embedder_path: a `tfeff-export` SavedModel directory.
-        input_path: UTF-8 text, one sentence per line.
-        output: the output directory (see the module docstring for its layout).
+        input_path: UTF-8 text, one sentence per line (a regular file).
+        output: the output directory (see the module docstring for its layout);
+            not the embedder or the input, nor a directory holding or inside them.
         output_format: `"npy"` or `"hdf5"`.
         layers: indices of the layers to write (default all).
         batch_size: sentences per `embed` call (sorted by length within a chunk).
@@ -202,11 +225,20 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
         dtype: `"float32"` or `"float16"` for the stored vectors.
         resume: continue an interrupted run found in `<output>.partial`
             (only if the input, embedder and settings are unchanged).
-        overwrite: replace an existing `output`.
+        overwrite: replace an existing `output` that an earlier `embed_file`
+            wrote (only the files it writes: never an embedder, a model
+            directory or a directory holding other files).
         progress: show a progress bar (default: when stderr is a terminal).
 
     Returns:
         The metadata written to `embeddings.json`.
+
+    Raises:
+        ValueError: bad settings; `input_path` is not a regular file; `output`
+            (or `<output>.partial`) is, contains or lies inside the embedder or
+            the input.
+        FileExistsError: `output` exists and `overwrite` is off, or it (or
+            `<output>.partial`) holds what `embed_file` does not write.
     """
     if output_format not in FORMATS:
         raise ValueError(f"`output_format` must be one of {FORMATS}. Received: {output_format!r}")
@@ -220,8 +252,18 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
             raise ValueError(f"`{name}` must be a positive integer. Received: {value!r}")
     if not tf.io.gfile.exists(input_path):
         raise FileNotFoundError(f"Input file not found: {input_path}")
-    if os.path.exists(output) and not overwrite:
-        raise FileExistsError(f"{output} exists; pass overwrite=True (--overwrite) to replace it")
+    if tf.io.gfile.isdir(input_path) or ("://" not in input_path
+                                         and not os.path.isfile(input_path)):
+        raise ValueError(f"The input {input_path} is not a regular file (input_path, --input): "
+                         "pass a UTF-8 text file, one sentence per line.")
+    inputs = {"embedder (embedder_path, --embedder)": embedder_path,
+              "input file (input_path, --input)": input_path}
+    files.check_output(output, inputs, overwrite=overwrite, kind="a tfeff-embed output",
+                       foreign=_not_embed_output)
+    partial = output.rstrip("/") + ".partial"
+    files.check_output(partial, inputs, overwrite=True,
+                       kind="an unfinished tfeff-embed output (<output>.partial)",
+                       foreign=lambda path: _not_embed_output(path, finished=False))
     if output_format == "hdf5":
         try:
             import h5py  # noqa: F401
@@ -241,7 +283,6 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
                 "on_invalid_utf8": on_invalid_utf8}
     fingerprint = _fingerprint(input_path, embedder_path, settings)
 
-    partial = output.rstrip("/") + ".partial"
     progress_path = os.path.join(partial, PROGRESS_FILE)
     state = _read_json(progress_path) if os.path.exists(progress_path) else None
     if state is not None and not (resume and state["fingerprint"] == fingerprint):

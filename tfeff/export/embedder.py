@@ -57,6 +57,7 @@ import tensorflow as tf
 from tfeff.data import files
 from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.data.pipeline import unknown_for_padding
+from tfeff.training import model_directory
 
 EXTRA_DIR = "assets.extra"
 METADATA_FILE = "embedder.json"
@@ -67,6 +68,10 @@ DEFAULT_MAX_TOKENS = 256
 _BOUNDARY_IDS = (vocabulary_lib.BOS_ID, vocabulary_lib.EOS_ID)  # also [CLS], [SEP]
 _BOUNDARY_WORDS = (vocabulary_lib.BOS, vocabulary_lib.EOS)
 _PROBE = ["a b c", "", "  ", "Zürich 日本 ??"]
+# Files of a model directory's layout: an export never replaces a directory holding one.
+_MODEL_DIRECTORY_FILES = {model_directory.CONFIG_FILE, model_directory.CHECKPOINT_DIR,
+                          model_directory.VOCABULARY_FILE, model_directory.FASTTEXT_FILE,
+                          model_directory.VECTORS_FILE}
 
 
 class Tokenization(tf.Module):
@@ -545,13 +550,22 @@ def export_embedder(model, path, *, vocabulary=None, fasttext_layer=None, vector
             BERT's default and maximum is `max_sequence_length - 2`.
         subword_pooling: WordPiece models: `"first"`, `"mean"` or `"none"`.
         extra_files: `{name: source_path}` copied to `assets.extra/`.
-        overwrite: replace an existing export.
+        overwrite: replace an existing export (only an export: see
+            `check_export_path`).
 
     Returns:
         The embedder's metadata (also in `assets.extra/embedder.json`).
+
+    Raises:
+        ValueError: `path` is, contains or lies inside a file the export reads.
+        FileExistsError: `path` exists and `overwrite` is off, or it is not an
+            export (e.g. a model directory).
     """
-    if tf.io.gfile.exists(path) and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True (--overwrite) to replace it")
+    sources = dict(extra_files or {})
+    if isinstance(vocabulary, (str, os.PathLike)):
+        sources["vocabulary"] = vocabulary
+    check_export_path(path, {f"file {name!r}": source for name, source in sources.items()},
+                      overwrite)
     module = embedder_module(
         model, vocabulary=vocabulary, fasttext_layer=fasttext_layer, vector_mean=vector_mean,
         tokenization=tokenization, lower_case=lower_case, max_tokens=max_tokens,
@@ -572,6 +586,44 @@ def export_embedder(model, path, *, vocabulary=None, fasttext_layer=None, vector
         if tf.io.gfile.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     return metadata
+
+
+def _not_an_export(path):
+    """None when `path` is an embedder `export_embedder` wrote, else what it is instead."""
+    if not tf.io.gfile.isdir(path):
+        return "a file, not a directory"
+    names = {name.rstrip("/") for name in tf.io.gfile.listdir(path)}
+    found = sorted(names & _MODEL_DIRECTORY_FILES)
+    if found:
+        return f"it holds {', '.join(found)}: a model directory"
+    if "saved_model.pb" not in names:
+        return "it has no saved_model.pb"
+    if not tf.io.gfile.exists(os.path.join(path, EXTRA_DIR, METADATA_FILE)):
+        return f"it has no {EXTRA_DIR}/{METADATA_FILE}"
+    return None
+
+
+def check_export_path(path, inputs, overwrite):
+    """Refuses an export path that would destroy an input or what is not an export.
+
+    `path` must not be, contain or lie inside an input (a model directory may
+    hold its export: `runs/demo/export`); an existing `path` is replaced only
+    with `overwrite` and only when it is an export `export_embedder` wrote
+    (`saved_model.pb` and `assets.extra/embedder.json`, no model-directory
+    files), never a model directory or anything else.
+
+    Args:
+        path: the export directory.
+        inputs: `{description: path}` of what the export reads; descriptions
+            that start with "model directory" may hold `path`.
+        overwrite: whether an existing export may be replaced.
+
+    Raises:
+        ValueError, FileExistsError: as `tfeff.data.files.check_output`.
+    """
+    files.check_output(path, inputs, overwrite=overwrite, kind="an export",
+                       foreign=_not_an_export,
+                       containers=[d for d in inputs if d.startswith("model directory")])
 
 
 def _check_reload(module, path):

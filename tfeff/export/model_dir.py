@@ -3,6 +3,7 @@
 
 import tensorflow as tf
 
+from tfeff.export.embedder import check_export_path
 from tfeff.export.embedder import embedder_module
 from tfeff.export.embedder import export_embedder
 from tfeff.layers import FastTextEmbedding
@@ -43,7 +44,19 @@ def export_model_dir(model_dir, output, overwrite=False, max_tokens=None,
 
     Returns:
         The exported checkpoint's step.
+
+    Raises:
+        ValueError: `output` is or contains `model_dir` (which may hold its
+            export), or is, contains or lies inside a file the export reads.
+        FileExistsError: `output` exists and `overwrite` is off, or it is not
+            an export: `overwrite` never replaces a model directory or other data.
     """
+    # Before any work: the model directory (and a config's pre-trained fastText file)
+    # is never written over, whatever `overwrite` says.
+    config = model_directory.load_model_dir_config(model_dir)
+    pretrained = getattr(getattr(config, "fasttext", None), "pretrained", "") or None
+    check_export_path(output, {"model directory (model_dir)": model_dir,
+                               "fastText file (fasttext.pretrained)": pretrained}, overwrite)
     model, options, extra_files, step = _restore(model_dir, max_tokens, subword_pooling)
     export_embedder(model, output, extra_files=extra_files, overwrite=overwrite, **options)
     return step
@@ -54,5 +67,7 @@ def export_fasttext(fasttext_path, output, overwrite=False, max_tokens=None):
     embedder with the same signatures: the context-free baseline of feature evaluations."""
     if not tf.io.gfile.exists(fasttext_path):
         raise FileNotFoundError(f"fastText model not found: {fasttext_path}")
+    check_export_path(output, {"fastText file (fasttext_path, --fasttext)": fasttext_path},
+                      overwrite)
     return export_embedder(FastTextEmbedding.from_file(fasttext_path, name="fasttext"), output,
                            max_tokens=max_tokens, overwrite=overwrite)
