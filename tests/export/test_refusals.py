@@ -1,22 +1,30 @@
 """Writers never destroy what they read: export, embed and convert refuse an output that
 is, holds or lies in an input, and `overwrite` replaces only an earlier output of the
-same kind."""
+same kind. Reading a model directory that a run is still training in is safe: a
+checkpoint deleted between its choice and its restore makes the newest one chosen again."""
 
+import glob
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.conftest import REPO
 from tests.models.test_bert import make_bert
 from tfeff.convert import write_hf_bert
 from tfeff.convert.core import convert_model_dir
 from tfeff.export import export_fasttext, export_model_dir
+from tfeff.export import model_dir_embedder
 from tfeff.export.embed_file import embed_file
 from tfeff.export.embedder import check_export_path
+from tfeff.training import checkpoints
+from tfeff.training import restore_model
+from tfeff.training.errors import CheckpointError
 
 
 def _tree(path):
@@ -211,3 +219,107 @@ def test_convert_and_hugging_face_writers_refuse_their_inputs(model_copy, tmp_pa
     assert _tree(model_copy) == before and sorted(os.listdir(hf)) == [
         "config.json", "model.safetensors", "vocab.txt"]
     assert _leftovers(str(tmp_path)) == [] and _leftovers(os.path.dirname(model_copy)) == []
+
+
+# -- a model directory that a run is still training in -----------------------------------
+
+def _checkpoint_files(prefix):
+    return glob.glob(prefix + ".index") + glob.glob(prefix + ".data-*")
+
+
+def _record(directory, prefixes):
+    """What `tf.train.CheckpointManager` records after a save: the kept checkpoints."""
+    tf.compat.v1.train.update_checkpoint_state(
+        directory, os.path.basename(prefixes[-1]), [os.path.basename(p) for p in prefixes])
+
+
+def test_a_checkpoint_deleted_between_choice_and_restore_makes_the_newest_restored(
+        model_copy, monkeypatch):
+    directory = os.path.join(model_copy, "checkpoints")
+    prefixes = sorted(glob.glob(os.path.join(directory, "ckpt-*.index")),
+                      key=lambda p: checkpoints.checkpoint_step(p[:-len(".index")]))
+    assert len(prefixes) >= 2, prefixes
+    newest, chosen = prefixes[-1][:-len(".index")], prefixes[-2][:-len(".index")]
+    # The directory as it was before the run's last save: `chosen` is its newest.
+    held = os.path.join(model_copy, "held")
+    os.makedirs(held)
+    for f in _checkpoint_files(newest):
+        shutil.move(f, held)
+    _record(directory, [chosen])
+    select = checkpoints.select_checkpoint
+    choices = []
+
+    def select_then_save(path, fallback=False):
+        """The real choice; then the run saves `newest` and deletes the chosen one."""
+        prefix, names = select(path, fallback)
+        choices.append(prefix)
+        if len(choices) == 1:
+            for f in os.listdir(held):
+                shutil.move(os.path.join(held, f), directory)
+            _record(directory, [newest])
+            for f in _checkpoint_files(prefix):
+                os.remove(f)
+        return prefix, names
+
+    def key(variable):  # checkpoints.make_checkpoint's name, escaped as TensorFlow does
+        return f"model/{variable.path.replace('/', '.').replace('.', '..')}/.ATTRIBUTES/" \
+            "VARIABLE_VALUE"
+
+    reader = tf.train.load_checkpoint(chosen)
+    older = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+             if name.startswith("model/")}
+    monkeypatch.setattr(checkpoints, "select_checkpoint", select_then_save)
+    module, _, step = model_dir_embedder(model_copy)  # what export_model_dir restores
+    assert choices == [chosen, newest]
+    assert step == checkpoints.checkpoint_step(newest)
+    assert not _checkpoint_files(chosen)
+    newer = tf.train.load_checkpoint(newest)
+    weights = module.model.weights
+    for v in weights:
+        np.testing.assert_array_equal(v.numpy(), newer.get_tensor(key(v)))
+    assert any(not np.array_equal(v.numpy(), older[key(v)]) for v in weights)
+
+
+def test_checkpoints_that_stay_missing_or_keep_vanishing_give_an_error_naming_the_model_dir(
+        model_copy, monkeypatch):
+    directory = os.path.join(model_copy, "checkpoints")
+
+    def kept():
+        return sorted((p[:-len(".index")] for p in
+                       glob.glob(os.path.join(directory, "ckpt-*.index"))),
+                      key=checkpoints.checkpoint_step)
+
+    # The newest checkpoint lost its data file, and its index still lists it.
+    newest = kept()[-1]
+    for f in glob.glob(newest + ".data-*"):
+        os.remove(f)
+    with pytest.raises(CheckpointError, match=f"{model_copy}: files of its newest checkpoint "
+                       f"{os.path.basename(newest)} are missing"):
+        restore_model(model_copy)
+    os.remove(newest + ".index")
+    _record(directory, kept())
+    remaining = len(kept())
+    # Every checkpoint is deleted in turn right after it was chosen.
+    select = checkpoints.select_checkpoint
+    deleted = []
+
+    def select_then_delete(path, fallback=False):
+        """The real choice; then a run deletes it and records the rest."""
+        prefix, names = select(path, fallback)
+        if prefix is not None:
+            for f in _checkpoint_files(prefix):
+                os.remove(f)
+            deleted.append(os.path.basename(prefix))
+            if kept():
+                _record(directory, kept())
+            else:
+                os.remove(os.path.join(directory, "checkpoint"))
+        return prefix, names
+
+    monkeypatch.setattr(checkpoints, "select_checkpoint", select_then_delete)
+    with pytest.raises(CheckpointError) as info:
+        restore_model(model_copy)
+    assert len(deleted) == remaining and not glob.glob(os.path.join(directory, "ckpt-*"))
+    assert str(info.value) == (
+        f"every checkpoint of {model_copy} vanished while it was being read "
+        f"({', '.join(deleted)} were deleted): is a run still training there? Try again.")

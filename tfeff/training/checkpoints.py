@@ -10,6 +10,7 @@ model variable was found.
 
 import logging
 import os
+import time
 
 import tensorflow as tf
 
@@ -67,10 +68,20 @@ def verify_checkpoint(prefix):
             tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[name], shape_and_slices=[""],
                                  dtypes=[dtype])
     except (tf.errors.OpError, ValueError) as e:
-        raise CheckpointError(
+        error = CheckpointError(
             f"checkpoint {prefix} ({prefix}.index, {prefix}.data-*) is corrupted or "
-            f"truncated: {error_message(e)}") from e
+            f"truncated: {error_message(e)}")
+        error.prefix = prefix
+        raise error from e
     return set(dtypes)
+
+
+def files_missing(prefix):
+    """Whether a file of checkpoint `prefix` is gone: its index or a data shard."""
+    if not tf.io.gfile.exists(prefix + ".index"):
+        return True
+    shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
+    return not shards or len(shards) < int(shards[0].rsplit("-of-", 1)[1])
 
 
 def checkpoint_step(prefix):
@@ -103,9 +114,11 @@ def select_checkpoint(directory, fallback=False):
         except CheckpointError as e:
             if not fallback:
                 older = f" ({candidates[1]})" if len(candidates) > 1 else ""
-                raise CheckpointError(
+                error = CheckpointError(
                     f"{e}. Rerun with --restore_fallback to restore the previous "
-                    f"checkpoint{older} instead.") from e
+                    f"checkpoint{older} instead.")
+                error.prefix = prefix
+                raise error from e
             logging.warning("Skipping unreadable checkpoint: %s", e)
             errors.append(str(e))
             continue
@@ -113,6 +126,86 @@ def select_checkpoint(directory, fallback=False):
             logging.warning("Falling back to %s", prefix)
         return prefix, names
     raise CheckpointError(f"no readable checkpoint in {directory}: " + "; ".join(errors))
+
+
+# Checkpoints chosen in turn by `restore_newest` before it gives up.
+RESTORE_ATTEMPTS = 4
+
+
+def choose_checkpoint(directory):
+    """The newest checkpoint of `directory` (`select_checkpoint`), for `restore_newest`.
+
+    None when there is none. A checkpoint whose files vanish while it is verified
+    (a run training in the directory deleted it) is returned all the same:
+    `restore_newest` then chooses again.
+    """
+    try:
+        return select_checkpoint(directory)[0]
+    except CheckpointError as e:
+        if getattr(e, "prefix", None) and files_missing(e.prefix):
+            return e.prefix
+        raise
+
+
+def restore_newest(checkpoint, directory, prefix, owner, attempts=RESTORE_ATTEMPTS):
+    """Restores checkpoint `prefix` of `directory` into `checkpoint`, safely beside a
+    run that is still training there.
+
+    Such a run deletes its old checkpoints as it writes new ones, so the files of
+    the checkpoint chosen a moment ago may vanish before or while they are read.
+    Then the newest checkpoint is chosen again (`select_checkpoint`) and
+    restored instead, up to `attempts` checkpoints in all. A checkpoint whose
+    files are all still there but unreadable is reported as before, not retried.
+
+    Args:
+        checkpoint: the `tf.train.Checkpoint` to restore into (`make_checkpoint`).
+        directory: the checkpoint directory.
+        prefix: the chosen checkpoint (`select_checkpoint`), or None to choose now.
+        owner: the model directory, named in the errors.
+        attempts: the most checkpoints tried.
+
+    Returns:
+        The prefix of the checkpoint restored.
+
+    Raises:
+        CheckpointError: the chosen checkpoints vanished `attempts` times, or
+            every checkpoint is gone; the message names `owner`.
+    """
+    vanished = []
+    for attempt in range(attempts):
+        if attempt > 1:
+            time.sleep(0.25 * (attempt - 1))  # the run may be between delete and record
+        try:
+            if prefix is None:
+                prefix, _ = select_checkpoint(directory)
+                if prefix is None:
+                    raise CheckpointError(
+                        f"every checkpoint of {owner} vanished while it was being read "
+                        f"({', '.join(vanished)} were deleted): is a run still training "
+                        "there? Try again.")
+            restore(checkpoint, prefix)
+            return prefix
+        except (CheckpointError, tf.errors.OpError) as e:
+            failed = getattr(e, "prefix", None) or prefix
+            if failed is None or not files_missing(failed):
+                raise
+            vanished.append(os.path.basename(failed))
+            if attempt + 1 == attempts:
+                break
+            logging.warning("Checkpoint %s vanished while it was being read (a run training "
+                            "in %s deletes its old checkpoints); choosing the newest again",
+                            failed, owner)
+            prefix = None
+    if len(set(vanished)) == 1:
+        raise CheckpointError(
+            f"{owner}: files of its newest checkpoint {vanished[0]} are missing "
+            f"({os.path.join(directory, vanished[0])}.index, .data-*), though its checkpoint "
+            f"index still lists it after {attempts} tries: they were deleted. A run training "
+            "there replaces the index with its next checkpoint.")
+    raise CheckpointError(
+        f"{owner}: {attempts} checkpoints in turn vanished while they were being read "
+        f"({', '.join(vanished)}): a run training there deletes them faster than they are "
+        "read. Try again, or copy a checkpoint out of the model directory first.")
 
 
 def relative_checkpoint_state(directory):

@@ -223,11 +223,16 @@ def building_model(label):
 def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False):
     """Builds `build()` (and its optimizer) under `strategy` and restores the latest checkpoint.
 
+    The directory may be live: when a run training there deletes the chosen
+    checkpoint before it is read, the newest one is chosen again
+    (`checkpoints.restore_newest`), and the step returned is the one restored.
+
     Returns:
         `(model, optimizer_or_None, step)`.
     """
     # The same choice as training's restore: checksummed, names relative to model_dir.
-    latest, _ = checkpoints.select_checkpoint(file_path(model_dir, CHECKPOINT_DIR))
+    directory = file_path(model_dir, CHECKPOINT_DIR)
+    latest = checkpoints.choose_checkpoint(directory)
     if latest is None:
         raise FileNotFoundError(f"{model_dir} has no checkpoint yet: run tfeff-pretrain first")
     strategy = strategy or tf.distribute.get_strategy()
@@ -238,7 +243,8 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
         if with_optimizer:
             optimizer = make_optimizer(config.train, config.data.batch_size)
             optimizer.build(model.trainable_variables)
-        checkpoints.restore(checkpoints.make_checkpoint(model, optimizer), latest)
+        latest = checkpoints.restore_newest(checkpoints.make_checkpoint(model, optimizer),
+                                            directory, latest, model_dir)
     return model, optimizer, checkpoints.checkpoint_step(latest)
 
 
