@@ -138,8 +138,13 @@ def test_environment_errors_are_one_line_and_exit_1(error, line, capsys):
     def bug():
         raise KeyError("a bug")
 
+    def shape_bug():
+        raise tf.errors.InvalidArgumentError(None, None, "Incompatible shapes")
+
     with pytest.raises(KeyError):  # a bug keeps its traceback
         common.run_main(bug)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        common.run_main(shape_bug)
 
 
 def test_pretrain_refuses_a_nan_learning_rate_by_name(tmp_path):

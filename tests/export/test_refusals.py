@@ -152,6 +152,28 @@ def test_overwrite_may_replace_an_export_but_no_other_directory(embedder, fastte
 
 # -- embed -------------------------------------------------------------------------------
 
+def test_what_appears_at_the_output_while_a_writer_works_is_checked_again(tmp_path):
+    """The output is checked before the work and again when the finished directory is
+    moved into place: a directory that appeared there meanwhile is never replaced."""
+    from tfeff.data import files
+
+    output = str(tmp_path / "export")
+    recheck = check_export_path(output, {"model directory (model_dir)": str(tmp_path / "m")},
+                                overwrite=True)  # nothing there yet: passes
+    finished = tmp_path / "finished"
+    finished.mkdir()
+    (finished / "saved_model.pb").write_bytes(b"new")
+    os.makedirs(os.path.join(output, "checkpoints"))  # someone's model directory, meanwhile
+    (tmp_path / "export" / "config.yaml").write_text("family: elmo\n")
+    before = _tree(output)
+    with pytest.raises(FileExistsError, match=rf"{output} exists and is not an export"):
+        files.move_directory_into_place(str(finished), output, recheck)
+    assert _tree(output) == before and (finished / "saved_model.pb").exists()
+    shutil.rmtree(output)
+    files.move_directory_into_place(str(finished), output, recheck)
+    assert _tree(output) == {"saved_model.pb": hashlib.sha256(b"new").hexdigest()}
+
+
 def test_embed_refuses_inputs_and_foreign_outputs_and_replaces_its_own(embedder, tmp_path):
     source = embedder
     before = _tree(source)

@@ -340,3 +340,14 @@ def test_right_padded_full_and_empty_rows_pass_and_equal_the_unpadded_prefix():
     assert np.all(out[1, 2:] == 0) and np.all(out[2] == 0)
     graph = tf.function(lambda a, m: layer(a, mask=m))(x, mask)  # the runtime check passes
     np.testing.assert_allclose(graph.numpy(), out, atol=1e-6)
+
+
+def test_the_graph_padding_check_takes_an_empty_batch():
+    """A replica's share of a short last batch may have no rows: the check must pass."""
+    from tfeff.layers.input_checks import check_right_padded
+
+    layer = MaskedBiLSTM(4, 2, num_layers=1, use_cudnn=False, name="bi")
+    check = tf.function(lambda m: check_right_padded(layer, m))
+    assert check(np.zeros((0, 4), bool)).shape == (0, 4)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"after a False:\] \[2\]"):
+        check(np.array([[1, 0], [1, 1], [0, 1]], bool))

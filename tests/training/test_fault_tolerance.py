@@ -351,24 +351,37 @@ def test_resume_refuses_an_optimizer_change_before_writing_anything(tmp_path, ca
 
 
 def test_a_run_without_a_checkpoint_restarts_with_a_corrected_config(data_dir, tmp_path):
-    """An empty corpus fails the first start; the corrected config is taken, and what
-    was prepared from the old data section is made anew (a user's own file is kept)."""
-    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    """An empty corpus fails the first start; the corrected config is taken. Prepared data
+    made from a changed data section is never reused silently, and never deleted."""
+    model_dir = str(tmp_path / "m")
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n")
-    user_file = os.path.join(model_dir, "mine.txt")  # the user's corpus inside model_dir
-    shutil.copy(os.path.join(data_dir, "corpus", "train.txt"), user_file)
-    files = ["data.synthetic=null", f"data.heldout_files={model_dir}/corpus/heldout.txt"]
+    corpus = os.path.join(data_dir, "corpus")
+    files = ["data.synthetic=null", f"data.heldout_files={corpus}/heldout.txt"]
     with pytest.raises(CorpusError, match=rf"The corpus is empty: no non-blank line in "
                                           rf"{re.escape(str(empty))}$"):
         pretrain(load_config(DEMO, BASE + files + [f"data.train_files={empty}"]), model_dir,
                  verbose=0)
-    corrected = load_config(DEMO, BASE + files + [f"data.train_files={user_file}"])
+    assert os.listdir(model_dir) == ["config.yaml"]
+    corrected = load_config(DEMO, BASE + files + [f"data.train_files={corpus}/train.txt"])
     resolve_config(corrected, model_dir)
-    assert load_config(os.path.join(model_dir, "config.yaml")).data.train_files == user_file
-    left = sorted(os.listdir(model_dir))
-    assert "vocabulary.txt" not in left and "fasttext.bin" not in left
-    assert "mine.txt" in left and "corpus" in left  # named by the config: not tfeff's to remove
+    assert load_config(os.path.join(model_dir, "config.yaml")).data.train_files == \
+        f"{corpus}/train.txt"
+
+    prepared = _copy_data(data_dir, str(tmp_path / "prepared"))
+    resolve_config(load_config(DEMO, BASE), prepared)
+    before = {name: os.path.getmtime(os.path.join(prepared, name))
+              for name in os.listdir(prepared)}
+    written = open(os.path.join(prepared, "config.yaml"), "rb").read()
+    with pytest.raises(ConfigError, match=r"has no checkpoint yet, but it holds data prepared "
+                       r"with its old config \(corpus, vocabulary.txt, fasttext.bin, "
+                       r"vocabulary_vectors.npy, vocabulary_vectors.mean.npy\) .* these keys "
+                       r"differ: data.heldout_files: .*Remove those files"):
+        resolve_config(corrected, prepared)
+    assert {name: os.path.getmtime(os.path.join(prepared, name))
+            for name in os.listdir(prepared)} == before
+    assert open(os.path.join(prepared, "config.yaml"), "rb").read() == written
+    resolve_config(load_config(DEMO, BASE + ["model.units=16"]), prepared)  # data unchanged
 
 
 def _sharded(data_dir, tmp_path, num_shards):

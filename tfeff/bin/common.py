@@ -14,14 +14,21 @@ USER_ERRORS = (ConfigError, CorpusError, FileNotFoundError, FileExistsError, Val
                TrainingError)
 
 
+# TensorFlow's errors about files, devices and memory: the user's environment. The
+# others (InvalidArgument, Internal, ...) may be bugs and keep their traceback.
+_ENVIRONMENT_OP_ERRORS = ("NotFoundError", "PermissionDeniedError", "FailedPreconditionError",
+                          "ResourceExhaustedError", "DataLossError", "UnavailableError",
+                          "AlreadyExistsError")
+
+
 def _environment_error(error):
-    """TensorFlow's own errors about files, devices and memory (`tf.errors.OpError`:
-    a directory given as a file, a permission, a device out of memory) and the
-    process running out of memory: the user's environment, not a bug of the binary."""
+    """Whether `error` is the environment's (a directory given as a file, a permission,
+    a device or the process out of memory), not a bug of the binary."""
     if isinstance(error, MemoryError):
         return True
     tf = sys.modules.get("tensorflow")
-    return tf is not None and isinstance(error, tf.errors.OpError)
+    return tf is not None and isinstance(
+        error, tuple(getattr(tf.errors, name) for name in _ENVIRONMENT_OP_ERRORS))
 
 
 def _one_line(error):

@@ -38,6 +38,8 @@ class _Loader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor`: merged below, and overridden keys are legitimate
             key = self.construct_object(key_node, deep=deep)
             try:
                 first = seen.get(key)
@@ -58,6 +60,13 @@ _Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, quoting every string `_Loader` would read as a number."""
+
+
+_Dumper.yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
 
 
 def load_yaml(text):
@@ -237,7 +246,7 @@ def read_yaml(path):
 def write_yaml(obj, path):
     from tfeff.data import files  # TensorFlow's gfile: model directories may be remote
 
-    files.write_text_atomic(path, yaml.safe_dump(to_dict(obj), sort_keys=False))
+    files.write_text_atomic(path, yaml.dump(to_dict(obj), Dumper=_Dumper, sort_keys=False))
 
 
 def positive(value, key, allow_zero=False):

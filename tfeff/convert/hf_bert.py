@@ -178,9 +178,9 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
             f"write_hf_bert needs learned position embeddings: Hugging Face's BERT has an "
             f"absolute position table (position_embedding_type 'absolute') and this model uses "
             f"{bert.position_embedding_type!r} positions (model.position_embedding).")
-    files.check_output(directory, {"vocabulary file (vocabulary_path)": vocabulary_path},
-                       overwrite=overwrite, kind="a Hugging Face BERT directory",
-                       foreign=_not_hf_bert)
+    recheck = files.check_output(
+        directory, {"vocabulary file (vocabulary_path)": vocabulary_path},
+        overwrite=overwrite, kind="a Hugging Face BERT directory", foreign=_not_hf_bert)
     tensors = {}
     for name, variable, to_hf, _ in _pairs(bert):
         if variable is None:
@@ -206,7 +206,7 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
             words[:len(BERT_RESERVED_NAMES)] = BERT_RESERVED_NAMES
             with open(os.path.join(tmp, VOCAB_FILE), "w", encoding="utf-8") as f:
                 f.write("".join(w + "\n" for w in words))
-        files.move_directory_into_place(tmp, directory)
+        files.move_directory_into_place(tmp, directory, recheck)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

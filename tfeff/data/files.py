@@ -5,6 +5,7 @@ A reader never sees a half-written file, and a killed writer leaves at most a
 """
 
 import contextlib
+import functools
 import os
 import uuid
 
@@ -66,24 +67,32 @@ def check_output(output, inputs, *, overwrite, kind, foreign, containers=()):
         containers: descriptions (keys of `inputs`) of the inputs that may hold
             `output`.
 
+    Returns:
+        The same check as a function of no arguments, for the writer to run again
+        when it replaces `output` (`move_directory_into_place`): something may have
+        appeared there while it worked.
+
     Raises:
         ValueError: `output` is, contains or lies inside an input; the message
             names both paths.
         FileExistsError: `output` exists and `overwrite` is off, or it is not
             `kind`.
     """
+    again = functools.partial(check_output, output, inputs, overwrite=overwrite, kind=kind,
+                              foreign=foreign, containers=containers)
     check_not_an_input(output, inputs, containers)
     if not tf.io.gfile.exists(output):
-        return
+        return again
     if not overwrite:
         raise FileExistsError(f"{output} exists; pass overwrite=True (--overwrite) to replace it")
     if tf.io.gfile.isdir(output) and not tf.io.gfile.listdir(output):
-        return
+        return again
     reason = foreign(output)
     if reason is not None:
         raise FileExistsError(
             f"{output} exists and is not {kind} written by tfeff ({reason}); overwrite replaces "
             f"only {kind}, so nothing was written. Choose another output path.")
+    return again
 
 
 def check_not_an_input(output, inputs, containers=()):
@@ -108,15 +117,18 @@ def check_not_an_input(output, inputs, containers=()):
             f"{harm}. Choose an output path outside it.")
 
 
-def move_directory_into_place(source, path):
+def move_directory_into_place(source, path, check=None):
     """Renames the finished directory `source` to `path`, replacing what is there.
 
-    Callers check `path` first (`check_output`): it is replaced only when it is an
-    earlier output of the same kind. An existing `path` is first renamed aside and
-    removed only after the new directory is in place, so `path` is never a
-    half-written directory.
+    Callers check `path` first (`check_output`) and pass that check as `check`,
+    which runs again here when `path` exists now (it may have appeared while the
+    job ran): it is replaced only when it is an earlier output of the same kind.
+    An existing `path` is first renamed aside and removed only after the new
+    directory is in place, so `path` is never a half-written directory.
     """
     if tf.io.gfile.exists(path):
+        if check is not None:
+            check()
         old = temporary_sibling(path) + ".old"
         tf.io.gfile.rename(path, old)
         tf.io.gfile.rename(source, path)

@@ -258,8 +258,8 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
                          "pass a UTF-8 text file, one sentence per line.")
     inputs = {"embedder (embedder_path, --embedder)": embedder_path,
               "input file (input_path, --input)": input_path}
-    files.check_output(output, inputs, overwrite=overwrite, kind="a tfeff-embed output",
-                       foreign=_not_embed_output)
+    recheck = files.check_output(output, inputs, overwrite=overwrite,
+                                 kind="a tfeff-embed output", foreign=_not_embed_output)
     partial = output.rstrip("/") + ".partial"
     files.check_output(partial, inputs, overwrite=True,
                        kind="an unfinished tfeff-embed output (<output>.partial)",
@@ -356,7 +356,7 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
     }
     _write_json(os.path.join(partial, METADATA_FILE), result)
     os.remove(progress_path)
-    files.move_directory_into_place(partial, output)
+    files.move_directory_into_place(partial, output, recheck)
     if state["skipped_lines"] or state["replaced_lines"]:
         what = "skipped" if state["skipped_lines"] else "embedded with U+FFFD"
         lines_ = state["skipped_lines"] or state["replaced_lines"]

@@ -564,8 +564,8 @@ def export_embedder(model, path, *, vocabulary=None, fasttext_layer=None, vector
     sources = dict(extra_files or {})
     if isinstance(vocabulary, (str, os.PathLike)):
         sources["vocabulary"] = vocabulary
-    check_export_path(path, {f"file {name!r}": source for name, source in sources.items()},
-                      overwrite)
+    recheck = check_export_path(
+        path, {f"file {name!r}": source for name, source in sources.items()}, overwrite)
     module = embedder_module(
         model, vocabulary=vocabulary, fasttext_layer=fasttext_layer, vector_mean=vector_mean,
         tokenization=tokenization, lower_case=lower_case, max_tokens=max_tokens,
@@ -581,7 +581,7 @@ def export_embedder(model, path, *, vocabulary=None, fasttext_layer=None, vector
         with tf.io.gfile.GFile(os.path.join(extra, METADATA_FILE), "w") as f:
             f.write(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
         _check_reload(module, tmp)
-        files.move_directory_into_place(tmp, path)
+        files.move_directory_into_place(tmp, path, recheck)
     finally:
         if tf.io.gfile.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
@@ -618,10 +618,13 @@ def check_export_path(path, inputs, overwrite):
             that start with "model directory" may hold `path`.
         overwrite: whether an existing export may be replaced.
 
+    Returns:
+        The check again, as a function (see `tfeff.data.files.check_output`).
+
     Raises:
         ValueError, FileExistsError: as `tfeff.data.files.check_output`.
     """
-    files.check_output(path, inputs, overwrite=overwrite, kind="an export",
+    return files.check_output(path, inputs, overwrite=overwrite, kind="an export",
                        foreign=_not_an_export,
                        containers=[d for d in inputs if d.startswith("model directory")])
 

@@ -54,12 +54,15 @@ def check_right_padded(layer, mask, what="mask"):
         if not tf.executing_eagerly():
             bad_rows = tf.reduce_any(tf.logical_and(mask[:, 1:], tf.logical_not(mask[:, :-1])),
                                      axis=1)
-            check = tf.debugging.Assert(
-                tf.logical_not(tf.reduce_any(bad_rows)),
-                [message, "First row with a True after a False:",
-                 tf.argmax(tf.cast(bad_rows, tf.int32), output_type=tf.int32)])
-            with tf.control_dependencies([check]):
-                return tf.identity(mask)
+            # A trailing 1 keeps the argmax defined on an empty batch (a replica's
+            # share of a short last batch); the Assert computes its data either way.
+            first = tf.argmax(tf.concat([tf.cast(bad_rows, tf.int32), [1]], 0),
+                              output_type=tf.int32)
+            # No control dependency: tf.function runs this stateful op before it returns
+            # (and fails then), without holding back the layer's own computation.
+            tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad_rows)),
+                                [message, "First row with a True after a False:", first])
+            return mask
     try:
         values = ops.convert_to_numpy(mask)
     except Exception:  # traced (jax.jit, torch.compile): nothing concrete to check

@@ -22,10 +22,13 @@ def check_finite(values, what):
     would rank first and score a broken model as perfect.
     """
     values = np.asarray(values)
-    bad = int(np.count_nonzero(~np.isfinite(values)))
+    _raise_if_any(np.count_nonzero(~np.isfinite(values)), values.size, what)
+
+
+def _raise_if_any(bad, size, what):
     if bad:
         raise NonFiniteOutputError(
-            f"the model's {what} hold NaN/Inf ({bad} of {values.size} values): a broken "
+            f"the model's {what} hold NaN/Inf ({int(bad)} of {size} values): a broken "
             "model, not a score; the weights or the input vectors are non-finite")
 
 
@@ -141,7 +144,8 @@ def log_prob_ranks(log_prob_fn, hidden, target_ids, block_size=512,
     for b in range(0, len(target_ids), block_size):
         lp = np.array(log_prob_fn(hidden[b:b + block_size]), dtype=np.float64)  # (block, V)
         # -inf is a log-probability (a class of probability 0); NaN and +inf are not.
-        check_finite(np.where(lp == -np.inf, 0.0, lp), "log-probabilities")
+        _raise_if_any(np.count_nonzero(np.isnan(lp) | (lp == np.inf)), lp.size,
+                      "log-probabilities")
         own = lp[np.arange(len(lp)), target_ids[b:b + block_size]]
         lp[:, excluded] = -np.inf
         ranks[b:b + block_size] = np.count_nonzero(lp > own[:, None], axis=1)

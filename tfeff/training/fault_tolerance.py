@@ -185,13 +185,15 @@ class ResumableTraining:
         return tf.train.latest_checkpoint(self.directory) or self.restored
 
     def non_finite_weights(self):
-        """The paths of the model's weights that hold NaN or Inf (empty when none)."""
-        bad = []
-        for v in self.model.weights:
-            floating = keras.backend.standardize_dtype(v.dtype).startswith(("float", "bfloat"))
-            if floating and not bool(tf.reduce_all(tf.math.is_finite(v))):
-                bad.append(v.path)
-        return bad
+        """The paths of the trainable weights that hold NaN or Inf (empty when none).
+
+        One fused check, read back once; the weights are named only when it fails.
+        """
+        weights = self.model.trainable_weights
+        finite = [tf.reduce_all(tf.math.is_finite(v)) for v in weights]
+        if not finite or bool(tf.reduce_all(tf.stack(finite))):
+            return []
+        return [v.path for v, ok in zip(weights, finite) if not bool(ok)]
 
     def save(self):
         """Saves at the current step (all workers); TrainingError if the disk refuses.
@@ -208,8 +210,9 @@ class ResumableTraining:
                     else "no checkpoint was written")
             raise NonFiniteLossError(
                 f"the weights are NaN/Inf after step {step} ({len(bad)} of "
-                f"{len(self.model.weights)}, e.g. {bad[0]}): not saved; {kept}. The learning "
-                "rate (train.learning_rate, train.warmup_steps) or the data may be to blame.")
+                f"{len(self.model.trainable_weights)}, e.g. {bad[0]}): not saved; {kept}. The "
+                "learning rate (train.learning_rate, train.warmup_steps) or the data may be "
+                "to blame.")
         try:
             path = self.manager.save(checkpoint_number=step)
         except (OSError, tf.errors.OpError) as e:
@@ -359,15 +362,19 @@ class ResumableTraining:
             )
         self.model.train_function = self.model.test_function = None  # Keras' own next time
         if not stop.preempted and not self.model.stop_training and self.step < stop_step:
-            # Every batch Keras was given ran, and too many updates were skipped
-            # (on_nan: skip) to reach the stop: that is no finished run.
+            # Every batch Keras was given ran without reaching the stop: updates were
+            # skipped (on_nan: skip), or the input ended. Either way, no finished run.
             skipped = int(self.optimizer.non_finite_steps.numpy())
             latest = self.latest_checkpoint()
-            raise NonFiniteLossError(
-                f"training reached only step {self.step} of {stop_step}: {skipped} update(s) "
-                "were skipped for NaN/Inf loss or gradients (train.on_nan: skip), too many to "
-                f"finish; {f'the last checkpoint is {latest}' if latest else 'no checkpoint'}"
-                ". Check the data and the learning rate.")
+            where = f"the last checkpoint is {latest}" if latest else "no checkpoint was written"
+            if skipped:
+                raise NonFiniteLossError(
+                    f"training reached only step {self.step} of {stop_step}: {skipped} "
+                    "update(s) were skipped for NaN/Inf loss or gradients (train.on_nan: skip), "
+                    f"too many to finish; {where}. Check the data and the learning rate.")
+            raise TrainingError(
+                f"training reached only step {self.step} of {stop_step}: the input ended; "
+                f"{where}.")
         return fit.history, stop.preempted
 
 

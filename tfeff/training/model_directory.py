@@ -48,6 +48,7 @@ CONFIG_FILE = "config.yaml"
 VOCABULARY_FILE = "vocabulary.txt"
 FASTTEXT_FILE = "fasttext.bin"
 VECTORS_FILE = "vocabulary_vectors.npy"
+WORDPIECE_CORPUS_FILE = "wordpiece_corpus.txt"  # Masked ELMo's fastText text
 CHECKPOINT_DIR = "checkpoints"
 EVAL_FILE = "eval.json"
 # Sections that may change on resume; the others define the model and its data.
@@ -99,17 +100,19 @@ def _differences(a, b, prefix=""):
     return out
 
 
-# What `prepare_data` derives from the `data` and `fasttext` sections; stale (and
-# made anew) when those change before the first checkpoint.
+# What `prepare_data` derives from the `data` and `fasttext` sections (and reuses
+# whenever it is there).
 DERIVED_DATA = ("corpus", VOCABULARY_FILE, FASTTEXT_FILE, VECTORS_FILE,
-                "vocabulary_vectors.mean.npy", "wordpiece_corpus.txt")
+                data_lib.mean_path(VECTORS_FILE), WORDPIECE_CORPUS_FILE)
+_CHECKPOINT_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
 
 
 def _checkpoint_steps(model_dir):
     """The steps of every checkpoint written in `model_dir` (any phase's)."""
     written = tf.io.gfile.glob(os.path.join(model_dir, CHECKPOINT_DIR, "ckpt-*.index")) + \
         tf.io.gfile.glob(os.path.join(model_dir, "*", CHECKPOINT_DIR, "ckpt-*.index"))
-    return [int(os.path.basename(p)[len("ckpt-"):-len(".index")]) for p in written]
+    matches = (_CHECKPOINT_INDEX.match(os.path.basename(p)) for p in written)
+    return [int(m.group(1)) for m in matches if m]
 
 
 def _optimizer_change(saved_train, new_train):
@@ -124,23 +127,6 @@ def _optimizer_change(saved_train, new_train):
             "another non-zero value)")
 
 
-def _made_by_tfeff(name, model_dir, *configs):
-    """Whether `<model_dir>/<name>` is prepared data tfeff made, not a file a config
-    names (a corpus or word vectors the user keeps in the model directory)."""
-    target = os.path.abspath(file_path(model_dir, name))
-    for c in configs:
-        data, ft = c.get("data") or {}, c.get("fasttext") or {}
-        if name == "corpus" and c is configs[0] and data.get("synthetic") is None:
-            return False  # not generated: the saved run read its own files
-        given = ",".join(v for v in (data.get("train_files"), data.get("heldout_files"),
-                                     ft.get("pretrained")) if v)
-        for pattern in filter(None, (p.strip() for p in given.split(","))):
-            fixed = os.path.abspath(pattern.split("*")[0].split("?")[0].split("[")[0])
-            if fixed == target or fixed.startswith(target + os.sep):
-                return False
-    return True
-
-
 def resolve_config(config, model_dir):
     """Checks `config` against `<model_dir>/config.yaml` and writes it.
 
@@ -148,10 +134,12 @@ def resolve_config(config, model_dir):
     the data, word vectors, model or CoRe phases, nor the optimizer (Adam or,
     with `train.weight_decay`, AdamW): those would make the checkpoint
     meaningless. A directory with no checkpoint yet (a run that failed before
-    its first one) takes any corrected config; the prepared data derived from
-    a changed `data` or `fasttext` section (`DERIVED_DATA`) is then made anew.
-    Everything is checked before anything is written. `train.steps` below the
-    step already reached is allowed (nothing more is trained) and logged.
+    its first one) takes any corrected config, unless it holds prepared data
+    (`DERIVED_DATA`) made from a `data`, `fasttext` or `family` setting that
+    changed: the error names those files, which the user removes (tfeff
+    deletes nothing it cannot tell from a user's own file). Everything is
+    checked before anything is written. `train.steps` below the step already
+    reached is allowed (nothing more is trained) and logged.
     """
     path = file_path(model_dir, CONFIG_FILE)
     if tf.io.gfile.exists(path):
@@ -178,21 +166,23 @@ def resolve_config(config, model_dir):
                     "more is trained (config.yaml now says train.steps=%d)",
                     config.train.steps, max(steps), model_dir, config.train.steps)
         else:
+            # No checkpoint: any corrected config is taken, unless prepared data made
+            # from the old data/fasttext section would be reused for the new one.
             stale = [d for d in diffs if d.split(":")[0] not in _BEFORE_FIRST_CHECKPOINT
                      and d.split(".")[0].split(":")[0] in ("data", "fasttext", "family")]
+            given = {os.path.realpath(p) for c in (saved_dict, new_dict)
+                     for p in (c.get("fasttext") or {}).get("pretrained", "").split(",") if p}
             derived = [name for name in DERIVED_DATA
                        if tf.io.gfile.exists(file_path(model_dir, name))
-                       and _made_by_tfeff(name, model_dir, saved_dict, new_dict)]
+                       and os.path.realpath(file_path(model_dir, name)) not in given
+                       # corpus/ is tfeff's only when it was generated (synthetic data)
+                       and (name != "corpus" or saved_dict["data"].get("synthetic"))]
             if stale and derived:
-                logging.warning(
-                    "%s has no checkpoint yet and its config changed (%s): making %s anew",
-                    model_dir, "; ".join(stale), ", ".join(derived))
-                for name in derived:
-                    target = file_path(model_dir, name)
-                    if tf.io.gfile.isdir(target):
-                        tf.io.gfile.rmtree(target)
-                    else:
-                        tf.io.gfile.remove(target)
+                raise config_lib.ConfigError(
+                    f"{model_dir} has no checkpoint yet, but it holds data prepared with its "
+                    f"old config ({', '.join(derived)}) that the new one would reuse although "
+                    f"these keys differ: {'; '.join(stale)}. Remove those files to have them "
+                    "made anew (they are derived from the corpus), or use a new model_dir.")
     config_lib.write_yaml(config, path)
 
 
@@ -205,19 +195,20 @@ def load_model_dir_config(model_dir):
 
 
 @contextlib.contextmanager
-def building_model(label):
+def building_model(label, restoring=False):
     """Turns running out of memory while building a model (or its optimizer) into a
-    `TrainingError` that says so; nothing has been trained or saved at that point."""
+    `TrainingError` that says so; nothing has been trained or saved at that point.
+    `restoring`: the model is a trained one (export, conversion), not a config to shrink."""
     try:
         yield
     except (tf.errors.ResourceExhaustedError, MemoryError) as e:
         detail = (error_message(e).strip().splitlines() or [type(e).__name__])[0]
         detail = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:.*$", "", detail)  # TensorFlow's op names
-        raise TrainingError(
-            f"out of memory while building the {label} model ({detail}): its weights do not "
-            "fit in this device's memory. Make it smaller (the model.* sizes, e.g. "
-            "model.units or model.hidden_dim) or use a device with more memory; nothing "
-            "was trained or saved.") from e
+        fix = ("use a machine with more memory (or free some)" if restoring else
+               "make it smaller (the model.* sizes, e.g. model.units or model.hidden_dim) or "
+               "use a device with more memory; nothing was trained or saved")
+        raise TrainingError(f"out of memory while building the {label} model ({detail}): its "
+                            f"weights do not fit in this device's memory; {fix}.") from e
 
 
 def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False):
@@ -236,7 +227,7 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
     if latest is None:
         raise FileNotFoundError(f"{model_dir} has no checkpoint yet: run tfeff-pretrain first")
     strategy = strategy or tf.distribute.get_strategy()
-    with strategy.scope(), building_model(config.family):
+    with strategy.scope(), building_model(config.family, restoring=True):
         model = build()
         model.build()
         optimizer = None

@@ -29,8 +29,6 @@ from tfeff.training.families.base import Family
 from tfeff.training.families.base import masked_lm_artifacts
 from tfeff.training.model_directory import file_path
 
-WORDPIECE_CORPUS_FILE = "wordpiece_corpus.txt"
-
 
 def _wordpiece_vectors(config, model_dir, documents, vocabulary):
     """fastText vectors of every WordPiece, trained on the WordPiece-tokenized corpus."""
@@ -40,7 +38,7 @@ def _wordpiece_vectors(config, model_dir, documents, vocabulary):
         return vectors_path
     word_vectors_path = ft.pretrained or file_path(model_dir, model_directory.FASTTEXT_FILE)
     if not ft.pretrained and not tf.io.gfile.exists(word_vectors_path):
-        corpus_path = file_path(model_dir, WORDPIECE_CORPUS_FILE)
+        corpus_path = file_path(model_dir, model_directory.WORDPIECE_CORPUS_FILE)
         words = vocabulary.words
         lines = (" ".join(words[i] for i in doc if i >= len(data_lib.SPECIALS)) + "\n"
                  for doc in documents)
