@@ -30,13 +30,19 @@ def test_text_that_does_not_match_the_vocabulary_is_refused_naming_the_file(smal
     some_unknown = _write(tmp_path / "some.txt", [f"{known} zorp flib"] * 3)
     assert unknown_rate(some_unknown, vocab_path) == (6, 15, 3)
     check_unknown_rate([train, some_unknown], vocab_path)
-    # Another corpus: refused, naming the file, whether the vocabulary was kept or learned.
-    other = _write(tmp_path / "other.txt", ["zorp flib glimmer wug"] * 5
+    # A short shard of another corpus counts only in the total: a run with it goes on.
+    tiny = _write(tmp_path / "tiny.txt", ["zorp flib glimmer wug"] * 5 + [f"{vocab.words[4]} zorp"])
+    check_unknown_rate(f"{train},{tiny}", vocab_path)
+    # Another corpus: refused, naming the file, whether the vocabulary was kept or learned;
+    # on its own (at least MIN_FILE_TOKENS tokens) or in the total.
+    other = _write(tmp_path / "other.txt", ["zorp flib glimmer wug"] * 300
                    + [f"{vocab.words[4]} zorp"])
-    message = (rf"{other}: 95% of the words in its first 6 lines are not in the vocabulary "
+    message = (rf"{other}: 100% of the words in its first 301 lines are not in the vocabulary "
                rf"{vocab_path} .*split into words with spaces.*`data.min_count`")
     with pytest.raises(CorpusError, match=message + r".*has to be removed"):
         check_unknown_rate(f"{train},{other}", vocab_path)
+    with pytest.raises(CorpusError, match=rf"{tiny}: 95% of the words in its first 6 lines"):
+        check_unknown_rate(tiny, vocab_path)
     assert os.path.exists(vocab_path)
     with pytest.raises(CorpusError, match=message + r".*learned from this text just now"):
         check_unknown_rate(other, vocab_path, learned=True)

@@ -22,6 +22,11 @@ from tfeff.data.pipeline import lookup_table
 
 MAX_UNKNOWN_RATE = 0.5
 SAMPLE_LINES = 2000
+# A file is judged on its own from this many sampled tokens (fewer: only in the total,
+# so a short shard of rarer words does not stop a run), and at most this many files,
+# spread over the sorted list, are read (a corpus of thousands of shards starts fast).
+MIN_FILE_TOKENS = 1000
+MAX_FILES = 32
 # "word": word-level ELMo; "wordpiece": ELMo-Sub; "bert": BERT and Masked ELMo.
 TOKENIZATIONS = ("word", "wordpiece", "bert")
 # The data setting that shapes each kind of vocabulary most (named in the error).
@@ -86,26 +91,41 @@ def check_unknown_rate(patterns, vocabulary_path, tokenization="word", lower_cas
             again instead of reusing it.
 
     Raises:
-        CorpusError: a file's rate is above `max_rate`; the message names the
-            file, the rate and the vocabulary.
+        CorpusError: the rate of a file with at least `MIN_FILE_TOKENS` sampled
+            tokens, or of all sampled files together, is above `max_rate`; the
+            message names the file (the worst one), the rate and the vocabulary.
     """
-    noun = "words" if tokenization == "word" else "WordPiece tokens"
     token_ids = _token_ids(tokenization, vocabulary_path, lower_case)
-    for path in corpus.resolve_files(patterns):
+    paths = corpus.resolve_files(patterns)
+    if len(paths) > MAX_FILES:
+        paths = [paths[i * len(paths) // MAX_FILES] for i in range(MAX_FILES)]
+    counts = []
+    for path in paths:
         unknown, tokens, lines = _counts(path, token_ids, on_invalid_utf8, max_lines)
-        if not tokens or unknown / tokens <= max_rate:
-            continue
-        if learned:
-            tf.io.gfile.remove(vocabulary_path)
-            fate = (f"The vocabulary was learned from this text just now and is removed again "
-                    f"({vocabulary_path}).")
-        else:
-            fate = (f"A vocabulary kept from another corpus or other settings has to be "
-                    f"removed ({vocabulary_path}), or use a new model directory.")
-        sample = "its only line" if lines == 1 else f"its first {lines} lines"
-        raise corpus.CorpusError(
-            f"{path}: {unknown / tokens:.0%} of the {noun} in {sample} are not in the "
-            f"vocabulary {vocabulary_path} (at most {max_rate:.0%} is accepted), so training "
-            "would mostly predict `<unk>`. Is the text split into words with spaces? Is the "
-            f"vocabulary the one of this corpus and of this `{_SETTINGS[tokenization]}`? "
-            f"{fate}")
+        counts.append((path, unknown, tokens, lines))
+        if tokens >= MIN_FILE_TOKENS and unknown / tokens > max_rate:
+            _fail(path, unknown, tokens, lines, vocabulary_path, tokenization, max_rate,
+                  learned)
+    total, unknown = sum(c[2] for c in counts), sum(c[1] for c in counts)
+    if total and unknown / total > max_rate:
+        worst = max((c for c in counts if c[2]), key=lambda c: c[1] / c[2])
+        _fail(*worst, vocabulary_path, tokenization, max_rate, learned)
+
+
+def _fail(path, unknown, tokens, lines, vocabulary_path, tokenization, max_rate, learned):
+    """Raises the `CorpusError` of `path` (removing a vocabulary this run learned)."""
+    noun = "words" if tokenization == "word" else "WordPiece tokens"
+    if learned:
+        tf.io.gfile.remove(vocabulary_path)
+        fate = (f"The vocabulary was learned from this text just now and is removed again "
+                f"({vocabulary_path}).")
+    else:
+        fate = (f"A vocabulary kept from another corpus or other settings has to be "
+                f"removed ({vocabulary_path}), or use a new model directory.")
+    sample = "its only line" if lines == 1 else f"its first {lines} lines"
+    raise corpus.CorpusError(
+        f"{path}: {unknown / tokens:.0%} of the {noun} in {sample} are not in the "
+        f"vocabulary {vocabulary_path} (at most {max_rate:.0%} is accepted), so training "
+        "would mostly predict `<unk>`. Is the text split into words with spaces? Is the "
+        f"vocabulary the one of this corpus and of this `{_SETTINGS[tokenization]}`? "
+        f"{fate}")
