@@ -308,7 +308,7 @@ def test_non_finite_weights_are_never_saved(tmp_path):
     model.get_layer("dense").kernel.assign(np.full((3, 2), np.inf, np.float32))
     with pytest.raises(errors.NonFiniteLossError,
                        match=rf"weights are NaN/Inf after step 0 \(1 of 2, e.g. "
-                             rf"tiny/dense/kernel\): not saved; the last checkpoint "
+                             rf"tiny/dense/kernel\): not saved; the previous checkpoint "
                              rf"{re.escape(good)} is intact"):
         training.save()
     assert tf.train.latest_checkpoint(training.directory) == good

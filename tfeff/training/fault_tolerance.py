@@ -205,27 +205,27 @@ class ResumableTraining:
         step = self.step
         bad = self.non_finite_weights()
         if bad:
-            previous = self.latest_checkpoint()
-            kept = (f"the last checkpoint {previous} is intact" if previous
-                    else "no checkpoint was written")
             raise NonFiniteLossError(
                 f"the weights are NaN/Inf after step {step} ({len(bad)} of "
-                f"{len(self.model.trainable_weights)}, e.g. {bad[0]}): not saved; {kept}. The "
-                "learning rate (train.learning_rate, train.warmup_steps) or the data may be "
-                "to blame.")
+                f"{len(self.model.trainable_weights)}, e.g. {bad[0]}): not saved; "
+                f"{self.kept()}. The learning rate (train.learning_rate, train.warmup_steps) "
+                "or the data may be to blame.")
         try:
             path = self.manager.save(checkpoint_number=step)
         except (OSError, tf.errors.OpError) as e:
-            previous = self.latest_checkpoint()
-            kept = (f"The previous checkpoint {previous} is intact" if previous
-                    else "No checkpoint was written")
             raise TrainingError(
                 f"could not write the checkpoint of step {step} to {self.directory}: "
-                f"{_detail(e)}. {kept}; free space (or fix the directory) and rerun the same "
-                "command to resume.") from e
+                f"{_detail(e)}. {self.kept().capitalize()}; free space (or fix the directory) "
+                "and rerun the same command to resume.") from e
         if not self.info.is_chief:
             tf.io.gfile.rmtree(os.path.dirname(path))
         return path
+
+    def kept(self):
+        """What the directory holds now, for messages: its latest checkpoint, or none."""
+        previous = self.latest_checkpoint()
+        return (f"the previous checkpoint {previous} is intact" if previous
+                else "no checkpoint was written")
 
     def save_if_new(self):
         latest = self.manager.latest_checkpoint
@@ -365,8 +365,7 @@ class ResumableTraining:
             # Every batch Keras was given ran without reaching the stop: updates were
             # skipped (on_nan: skip), or the input ended. Either way, no finished run.
             skipped = int(self.optimizer.non_finite_steps.numpy())
-            latest = self.latest_checkpoint()
-            where = f"the last checkpoint is {latest}" if latest else "no checkpoint was written"
+            where = self.kept()
             if skipped:
                 raise NonFiniteLossError(
                     f"training reached only step {self.step} of {stop_step}: {skipped} "
