@@ -201,7 +201,9 @@ def test_exact_equals_keras_multi_head_attention():
     exact_layer = AnchorMultiHeadAttention.from_config({**layer.get_config(), "exact": True})
     exact_layer.build((None, None, DIM), (None, None, DIM))
     exact_layer.set_weights(layer.get_weights())
-    np.testing.assert_array_equal(exact_layer(x, x, value_mask=mask), expected)
+    # Without scores Keras may take its fused attention path: compare like with like.
+    np.testing.assert_array_equal(exact_layer(x, x, value_mask=mask),
+                                  mha(x, x, value_mask=mask))
 
 
 def test_no_n_by_n_tensor_unless_scores_are_asked_for():
