@@ -1,5 +1,7 @@
 """The training faults tfeff reports to the user (every one names the way back)."""
 
+import re
+
 
 class TrainingError(RuntimeError):
     """A training fault reported to the user; the model directory stays resumable."""
@@ -19,3 +21,16 @@ class NonFiniteOutputError(TrainingError):
 
 def error_message(error):
     return getattr(error, "message", None) or str(error)
+
+
+_DETAIL = re.compile(r"No such file|not found|NotFound|OOM|out of memory|No space|File too large",
+                     re.IGNORECASE)
+
+
+def error_detail(error):
+    """The line of a (graph execution) error that says what happened, without
+    TensorFlow's op-name decorations (`{{function_node ...}}`, `[Op:...]`)."""
+    lines = [line.strip() for line in error_message(error).splitlines() if line.strip()]
+    line = next((line for line in lines if _DETAIL.search(line)),
+                lines[-1] if lines else type(error).__name__)
+    return re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\]\s*(name:\s*\S*)?$", "", line)

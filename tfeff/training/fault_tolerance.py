@@ -40,7 +40,6 @@ shares once its model and optimizer are built:
 import errno
 import logging
 import os
-import re
 import signal
 import threading
 
@@ -54,6 +53,7 @@ from tfeff.training.checkpoints import select_checkpoint
 from tfeff.training.errors import CheckpointError
 from tfeff.training.errors import NonFiniteLossError
 from tfeff.training.errors import TrainingError
+from tfeff.training.errors import error_detail
 from tfeff.training.errors import error_message
 from tfeff.training.strategy import worker_info
 
@@ -62,19 +62,6 @@ from tfeff.training.strategy import worker_info
 PREEMPTED_EXIT_CODE = 42
 _ITERATOR_KEY = "iterator"
 _ITERATOR_STATE_PREFIX = f"{_ITERATOR_KEY}/.ATTRIBUTES/"
-
-
-_DETAIL = re.compile(r"No such file|not found|NotFound|OOM|out of memory|No space|File too large",
-                     re.IGNORECASE)
-
-
-def _detail(error):
-    """The line of a (graph execution) error that says what happened."""
-    lines = [line.strip() for line in error_message(error).splitlines() if line.strip()]
-    for line in lines:
-        if _DETAIL.search(line):
-            return line
-    return lines[-1] if lines else type(error).__name__
 
 
 def _slice_rows(batch, start, size):
@@ -215,7 +202,7 @@ class ResumableTraining:
         except (OSError, tf.errors.OpError) as e:
             raise TrainingError(
                 f"could not write the checkpoint of step {step} to {self.directory}: "
-                f"{_detail(e)}. {self.kept().capitalize()}; free space (or fix the directory) "
+                f"{error_detail(e)}. {self.kept().capitalize()}; free space (or fix the directory) "
                 "and rerun the same command to resume.") from e
         if not self.info.is_chief:
             tf.io.gfile.rmtree(os.path.dirname(path))
@@ -283,7 +270,7 @@ class ResumableTraining:
                         except tf.errors.OpError as e:
                             raise CheckpointError(
                                 f"the input iterator saved in {self.restored} does not fit "
-                                f"this input pipeline ({_detail(e)}): the input code changed "
+                                f"this input pipeline ({error_detail(e)}): the input code changed "
                                 "since it was saved; resume with the tfeff version that wrote "
                                 "it, or start a new model_dir.") from e
                         logging.info("Restored the input iterator of %s", self.restored)
@@ -411,7 +398,7 @@ class _resource_errors:
                   else "no checkpoint was written yet")
         if not isinstance(error, (tf.errors.OpError, OSError)):
             return False
-        message, detail = error_message(error), _detail(error)
+        message, detail = error_message(error), error_detail(error)
         if isinstance(error, tf.errors.ResourceExhaustedError):
             replicas = self.training.strategy.num_replicas_in_sync
             if latest:

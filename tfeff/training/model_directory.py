@@ -38,6 +38,7 @@ from tfeff import data as data_lib
 from tfeff.training import checkpoints
 from tfeff.training.callbacks import ScalarLogger
 from tfeff.training.errors import TrainingError
+from tfeff.training.errors import error_detail
 from tfeff.training.errors import error_message
 from tfeff.training.optimizers import make_optimizer
 from tfeff.training.strategy import chief_first
@@ -202,8 +203,7 @@ def building_model(label, restoring=False):
     try:
         yield
     except (tf.errors.ResourceExhaustedError, MemoryError) as e:
-        detail = (error_message(e).strip().splitlines() or [type(e).__name__])[0]
-        detail = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:.*$", "", detail)  # TensorFlow's op names
+        detail = error_detail(e)
         fix = ("use a machine with more memory (or free some)" if restoring else
                "make it smaller (the model.* sizes, e.g. model.units or model.hidden_dim) or "
                "use a device with more memory; nothing was trained or saved")
