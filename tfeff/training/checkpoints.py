@@ -68,11 +68,9 @@ def verify_checkpoint(prefix):
             tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[name], shape_and_slices=[""],
                                  dtypes=[dtype])
     except (tf.errors.OpError, ValueError) as e:
-        error = CheckpointError(
+        raise CheckpointError(
             f"checkpoint {prefix} ({prefix}.index, {prefix}.data-*) is corrupted or "
-            f"truncated: {error_message(e)}")
-        error.prefix = prefix
-        raise error from e
+            f"truncated: {error_message(e)}", prefix) from e
     return set(dtypes)
 
 
@@ -114,11 +112,9 @@ def select_checkpoint(directory, fallback=False):
         except CheckpointError as e:
             if not fallback:
                 older = f" ({candidates[1]})" if len(candidates) > 1 else ""
-                error = CheckpointError(
+                raise CheckpointError(
                     f"{e}. Rerun with --restore_fallback to restore the previous "
-                    f"checkpoint{older} instead.")
-                error.prefix = prefix
-                raise error from e
+                    f"checkpoint{older} instead.", prefix) from e
             logging.warning("Skipping unreadable checkpoint: %s", e)
             errors.append(str(e))
             continue
@@ -142,7 +138,7 @@ def choose_checkpoint(directory):
     try:
         return select_checkpoint(directory)[0]
     except CheckpointError as e:
-        if getattr(e, "prefix", None) and files_missing(e.prefix):
+        if e.prefix and files_missing(e.prefix):
             return e.prefix
         raise
 
