@@ -194,7 +194,9 @@ def log_vmf_normalizer(kappa, dim):
     kappa = _as_float(kappa)
     out_dtype = kappa.dtype
     order = dim / 2.0 - 1.0
-    k64 = ops.maximum(ops.cast(kappa, "float64"), _MIN_KAPPA)
+    k64 = ops.cast(kappa, "float64")
+    # Not `ops.maximum(k64, _MIN_KAPPA)`: on PyTorch that returns float32.
+    k64 = ops.where(k64 < _MIN_KAPPA, _MIN_KAPPA, k64)
     constant = ops.stop_gradient(k64)
     log_i, ratio = _log_bessel_iv_and_ratio(order, constant)
     value = order * ops.log(constant) - (dim / 2.0) * math.log(2.0 * math.pi) - log_i
