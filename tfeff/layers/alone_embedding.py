@@ -8,7 +8,9 @@ vocabulary can grow without changing the embeddings of the existing ids.
 
 `keras.ops` code. The codebooks are built on the host in NumPy; the columns
 of the batch's ids are hashed on the device in int64 on TensorFlow and in
-uint32 elsewhere (JAX has no int64 without `jax_enable_x64`): the same bits.
+uint32 elsewhere (JAX has no int64 without `jax_enable_x64`; Keras' uint32 is
+int64 on PyTorch): the same bits, since every product is masked to 32 bits
+and stays below 2**59.
 TensorFlow alone runs `lookup="unique"` on the batch's distinct ids only
 (`tf.unique`, a dynamic shape), reuses one table per traced step, and writes
 the filter fingerprint into `tf.train.Checkpoint`s.
@@ -118,7 +120,8 @@ def assign_columns(ids, seed, num_codebooks, codebook_size, xp=np):
 
     `col_k(w) = (hash32(seed mod 2**32, seed // 2**32, 3, k, w) * c) >> 32`.
     With `xp=keras.ops`, on the backend's device: in int64 on TensorFlow, in
-    uint32 elsewhere (the same values).
+    uint32 elsewhere (int64 on PyTorch, where Keras maps uint32 to it): the
+    same values.
     """
     if xp is np:
         dtype = "int64"

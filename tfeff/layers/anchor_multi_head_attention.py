@@ -21,12 +21,36 @@ _CHOSEN = 1.0
 _MASKED_LOGIT = -1e9
 
 
+_MASK32 = 0xFFFFFFFF
+
+
+def _u32(value):
+    return ops.convert_to_tensor(value, "uint32")
+
+
+def _wrap32(x):
+    """`x mod 2**32`: a no-op on uint32; on PyTorch, where Keras' uint32 is int64."""
+    return ops.bitwise_and(x, _u32(_MASK32))
+
+
+def _multiply32(x, constant):
+    """`x * constant mod 2**32` of x in [0, 2**32) and a Python int constant < 2**32.
+
+    Exact in uint32, whose products wrap, and in int64, whose products do not
+    (Keras' uint32 on PyTorch): the constant is split into 16-bit halves, so
+    no intermediate value reaches 2**49.
+    """
+    low = ops.multiply(x, _u32(constant & 0xFFFF))
+    high = ops.bitwise_and(ops.multiply(x, _u32(constant >> 16)), _u32(0xFFFF))
+    return _wrap32(ops.add(low, ops.left_shift(high, _u32(16))))
+
+
 def _mix32(x):
-    """A 32-bit integer hash ('lowbias32', C. Wellons) of uint32 `x`."""
+    """A 32-bit integer hash ('lowbias32', C. Wellons) of `x` in [0, 2**32)."""
     x = ops.bitwise_xor(x, ops.right_shift(x, 16))
-    x = ops.multiply(x, ops.convert_to_tensor(0x7FEB352D, "uint32"))
+    x = _multiply32(x, 0x7FEB352D)
     x = ops.bitwise_xor(x, ops.right_shift(x, 15))
-    x = ops.multiply(x, ops.convert_to_tensor(0x846CA68B, "uint32"))
+    x = _multiply32(x, 0x846CA68B)
     return ops.bitwise_xor(x, ops.right_shift(x, 16))
 
 
@@ -35,13 +59,15 @@ def hash_uniform(index, seed):
 
     A counter-based draw made of integer ops only, so eager execution,
     `tf.function`, XLA and an exported SavedModel give bit-identical numbers
-    for the same `(index, seed)`. TensorFlow's stateless random ops do not:
-    under XLA they draw other numbers, with the default algorithm for any
-    seed and with Philox for a seed computed at run time.
+    for the same `(index, seed)`, and so do TensorFlow, JAX (also under
+    `jax.jit`) and PyTorch: the arithmetic is modulo 2**32 in uint32 (int64
+    on PyTorch, masked). TensorFlow's stateless random ops do not: under XLA
+    they draw other numbers, with the default algorithm for any seed and with
+    Philox for a seed computed at run time.
 
     Args:
         index: non-negative int tensor; each entry gets its own value.
-        seed: two non-negative ints (or an int tensor of shape `(2,)`).
+        seed: two ints (or an int tensor of shape `(2,)`), taken modulo 2**32.
 
     Returns:
         float32 tensor shaped like `index`, multiples of 2**-24.
@@ -51,10 +77,10 @@ def hash_uniform(index, seed):
         seed = ops.convert_to_tensor(np.array([int(v) % 2**32 for v in seed], np.uint32))
     elif keras.backend.standardize_dtype(seed.dtype) not in ("uint32", "int32"):
         seed = ops.mod(ops.cast(seed, "int64"), 2**32)
-    seed = ops.cast(seed, "uint32")
+    seed = _wrap32(ops.cast(seed, "uint32"))
     key = _mix32(ops.bitwise_xor(_mix32(seed[0]), seed[1]))
-    x = _mix32(ops.bitwise_xor(ops.cast(index, "uint32"), key))
-    x = _mix32(ops.add(x, key))
+    x = _mix32(ops.bitwise_xor(_wrap32(ops.cast(index, "uint32")), key))
+    x = _mix32(_wrap32(ops.add(x, key)))
     return ops.cast(ops.right_shift(x, 8), "float32") / float(2**24)
 
 
