@@ -1,7 +1,7 @@
 """Configuration of the ELMo family (ELMo-C and, later, its output-layer baselines)."""
 
 import dataclasses
-from typing import List, Optional
+from typing import List, Optional, Union
 
 from tfeff.config.alone import AloneConfig
 from tfeff.config.base import ConfigError
@@ -11,6 +11,8 @@ from tfeff.config.base import positive
 
 OUTPUT_LAYERS = ("continuous", "full", "adaptive", "sampled", "fixed")
 TOKENIZATIONS = ("word", "wordpiece")
+# Keras dtype policies a run may train under (`train.precision`).
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 INPUT_EMBEDDINGS = ("fixed", "trainable", "alone")
 
 
@@ -179,6 +181,15 @@ class TrainConfig:
 
     `weight_decay` > 0 selects AdamW (decoupled decay, not applied to biases,
     layer norms or embeddings' bias-like vectors; BERT uses 0.01).
+
+    `precision` is the Keras dtype policy of the model: `float32`,
+    `mixed_bfloat16` or `mixed_float16` (with dynamic loss scaling). Weights
+    stay float32 either way; losses, softmax normalizers and layer norms are
+    computed in float32. It is part of the run: a directory with a checkpoint
+    refuses another precision. `jit_compile` compiles the training step with
+    XLA: `true` (an error at startup naming the layer when a layer of the
+    model cannot be compiled), `auto` (compile unless a layer cannot) or
+    `false`; it may change on resume.
     """
 
     steps: int = 10000
@@ -205,8 +216,19 @@ class TrainConfig:
     # tf.config.experimental.enable_op_determinism(): bit-identical reruns and
     # resumes on CPU (some GPU kernels are slower or refused when it is on).
     deterministic: bool = False
+    precision: str = "float32"
+    jit_compile: Union[bool, str] = False
 
     def validate(self, prefix):
+        one_of(self.precision, PRECISIONS, join(prefix, "precision"))
+        if not (isinstance(self.jit_compile, bool) or self.jit_compile == "auto"):
+            raise ConfigError(f"`{join(prefix, 'jit_compile')}` must be true, false or auto, "
+                              f"got {self.jit_compile!r}")
+        if self.jit_compile is True and self.deterministic:
+            raise ConfigError(
+                f"`{join(prefix, 'jit_compile')}: true` cannot be honoured with "
+                f"`{join(prefix, 'deterministic')}: true` (XLA kernels are not covered by "
+                "TensorFlow's op determinism); use jit_compile: auto or false")
         for name in ("steps", "learning_rate", "base_batch_size", "checkpoint_every",
                      "keep_checkpoints", "log_every", "steps_per_execution"):
             positive(getattr(self, name), join(prefix, name))

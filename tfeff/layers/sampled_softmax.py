@@ -95,6 +95,9 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
         Contextual Representation Learning With Continuous Outputs", TACL 2019.
     """
 
+    # Why `supports_jit` is False on TensorFlow (`tfeff.training.precision` names it).
+    jit_unsupported_reason = "TensorFlow's candidate sampler has no XLA kernel"
+
     def __init__(self, vocabulary_size, num_sampled, use_bias=True,
                  remove_accidental_hits=True, ignore_index=None, seed=None,
                  output_embedding=None, kernel_initializer="glorot_uniform", **kwargs):

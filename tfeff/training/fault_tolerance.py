@@ -339,8 +339,11 @@ class ResumableTraining:
             all_callbacks.append(callbacks_lib.ProgressLogger(log_every or every, stop_step))
         with preemption, _resource_errors(self):
             # Keras counts batches, the stop is by updates: skipped updates (on_nan:
-            # skip) need more batches, and StopAndSave ends the run at stop_step.
-            epochs = -(-stop_step // every) * (2 if on_nan == "skip" else 1)
+            # skip, or a float16 loss scale that overflowed) need more batches, and
+            # StopAndSave ends the run at stop_step.
+            skips = on_nan == "skip" or isinstance(self.optimizer,
+                                                   keras.optimizers.LossScaleOptimizer)
+            epochs = -(-stop_step // every) * (2 if skips else 1)
             fit = self.model.fit(
                 x, epochs=epochs, initial_epoch=start // every,
                 steps_per_epoch=every, validation_data=validation_data,

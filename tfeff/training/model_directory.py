@@ -128,13 +128,26 @@ def _optimizer_change(saved_train, new_train):
             "another non-zero value)")
 
 
+def _precision_change(saved_train, new_train):
+    """A change of train.precision, or None: a run keeps the precision it started with."""
+    before = saved_train.get("precision", "float32")
+    after = new_train.get("precision", "float32")
+    if before == after:
+        return None
+    return (f"train.precision: {before!r} -> {after!r} (a run keeps the precision it "
+            "started with: mixed_float16's loss scale is part of the optimizer the "
+            "checkpoints hold, and the trained weights are tuned to their precision's "
+            "rounding; start a new model_dir to train in another precision)")
+
+
 def resolve_config(config, model_dir):
     """Checks `config` against `<model_dir>/config.yaml` and writes it.
 
     Resuming may change `train` and `eval` (for example more steps) but not
     the data, word vectors, model or CoRe phases, nor the optimizer (Adam or,
-    with `train.weight_decay`, AdamW): those would make the checkpoint
-    meaningless. A directory with no checkpoint yet (a run that failed before
+    with `train.weight_decay`, AdamW), nor `train.precision`: those would make
+    the checkpoint meaningless (`train.jit_compile` may change: the
+    checkpoint is the same either way). A directory with no checkpoint yet (a run that failed before
     its first one) takes any corrected config, unless it holds prepared data
     (`DERIVED_DATA`) made from a `data`, `fasttext` or `family` setting that
     changed: the error names those files, which the user removes (tfeff
@@ -153,14 +166,15 @@ def resolve_config(config, model_dir):
             {k: saved_dict.get(k) for k in frozen}, {k: new_dict.get(k) for k in frozen},
         )
         if steps:
-            optimizer = _optimizer_change(saved_dict.get("train", {}),
-                                          new_dict.get("train", {}))
-            diffs += [optimizer] if optimizer else []
+            for change in (_optimizer_change, _precision_change):
+                refused = change(saved_dict.get("train", {}), new_dict.get("train", {}))
+                diffs += [refused] if refused else []
             if diffs:
                 raise config_lib.ConfigError(
                     f"{model_dir} was created with a different config and holds checkpoints "
                     f"up to step {max(steps)}; these keys differ (only train.* and eval.* may "
-                    "change on resume): " + "; ".join(diffs))
+                    "change on resume, and of train.* neither the optimizer nor the "
+                    "precision): " + "; ".join(diffs))
             if config.train.steps < max(steps):
                 logging.warning(
                     "train.steps=%d is below step %d, which %s has already reached: nothing "

@@ -172,11 +172,48 @@ class AdamW(SkipNonFiniteUpdates, keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` that skips non-finite updates (`SkipNonFiniteUpdates`)."""
 
 
+class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+    """Keras' dynamic loss scaling (`mixed_float16`) around a `SkipNonFiniteUpdates` optimizer.
+
+    A non-finite gradient first means the loss scale overflowed float16: the
+    update is skipped and the scale halved, as in Keras. The scale never goes
+    below 1, and at 1 a non-finite gradient is not an overflow: it is passed to
+    the inner optimizer, which skips and counts it (`non_finite_steps`,
+    `last_non_finite_step`, read by `train.on_nan`). A diverging run therefore
+    stops (or is reported) after the scale has come down, about 15 skipped
+    batches from the initial 2**15, instead of skipping forever.
+    """
+
+    def check_finite(self, grads):
+        finite = super().check_finite(grads)
+        return ops.logical_or(finite, ops.less_equal(self.dynamic_scale, 1.0))
+
+    def _stateful_handle_non_finite_grads(self):
+        self.step_counter.assign(0)
+        self.dynamic_scale.assign(ops.maximum(ops.multiply(self.dynamic_scale, 0.5), 1.0))
+
+    @property
+    def non_finite_steps(self):
+        return self.inner_optimizer.non_finite_steps
+
+    @property
+    def last_non_finite_step(self):
+        return self.inner_optimizer.last_non_finite_step
+
+
 def make_optimizer(train_config, global_batch_size):
     """Adam (AdamW with `train.weight_decay`) with warmup/decay, the rate scaled
     linearly with the batch size, and global-norm gradient clipping
     (`train.clipnorm`, 0 disables). Updates with NaN/Inf gradients are skipped
-    (`SkipNonFiniteUpdates`)."""
+    (`SkipNonFiniteUpdates`). With `train.precision: mixed_float16` it is
+    wrapped in `LossScaleOptimizer` (whose scale is checkpointed with it)."""
+    optimizer = _inner_optimizer(train_config, global_batch_size)
+    if getattr(train_config, "precision", "float32") == "mixed_float16":
+        return LossScaleOptimizer(optimizer, name="loss_scale_optimizer")
+    return optimizer
+
+
+def _inner_optimizer(train_config, global_batch_size):
     peak = train_config.learning_rate * global_batch_size / train_config.base_batch_size
     schedule = WarmupDecay(
         peak,

@@ -16,6 +16,7 @@ import logging
 import time
 from typing import Any, NamedTuple, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from tfeff import data as data_lib
@@ -24,6 +25,7 @@ from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.training import evaluation
 from tfeff.training import fault_tolerance
 from tfeff.training import model_directory
+from tfeff.training import precision as precision_lib
 from tfeff.training.model_directory import file_path
 from tfeff.training.optimizers import make_optimizer
 
@@ -145,6 +147,29 @@ class Family:
         """The (unbuilt) Keras model of `config`."""
         raise NotImplementedError
 
+    def probe_vocabulary_size(self, config):
+        """A vocabulary size that `build_model` accepts for `config` before the data
+        exists (the model's own constraints, e.g. more ids than sampled negatives)."""
+        return max(16, getattr(config.data, "wordpiece_vocabulary_size", 0))
+
+    def probe_models(self, config):
+        """Unbuilt models with the layers of every model a run of `config` trains, made
+        before any data exists (a placeholder vocabulary, zero vectors): what
+        `train.jit_compile: true` is checked against at startup. Their sizes are not
+        the run's; the built model is checked again before training."""
+        size = self.probe_vocabulary_size(config)
+        # One column: the probes are never built, their sizes do not matter.
+        vectors = np.zeros((size, 1), "float32") if self.uses_vectors(config) else None
+        return [self.build_model(config, size, vectors)]
+
+    def check_compilation(self, config):
+        """ConfigError naming the layer when `train.jit_compile: true` asks XLA to
+        compile a model one of whose layers it cannot (`probe_models`)."""
+        if config.train.jit_compile is not True:
+            return
+        for model in self.probe_models(config):
+            precision_lib.check_jit_compile(True, model, self.label)
+
     def model_inputs(self, config, model_dir):
         """`(vocabulary_size, vectors_path)` for `build_model`, read from a prepared
         `model_dir` (FileNotFoundError naming the missing file)."""
@@ -202,9 +227,14 @@ class Family:
 
     def start(self, config, model_dir, strategy, devices):
         """`model_directory.start_run` with this family's checks and data."""
+
+        def checks():
+            self.check_compilation(config)
+            self.check_inputs(config, model_dir)
+
         return model_directory.start_run(
             config, model_dir, strategy, devices, lambda: self.prepare_data(config, model_dir),
-            lambda: self.check_inputs(config, model_dir))
+            checks)
 
     def pretrain(self, config, model_dir, strategy="default", devices=None, verbose="auto",
                  restore_fallback=False, callbacks=()):
@@ -241,7 +271,9 @@ def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=Non
     The model and its optimizer are built under `strategy`, the latest
     checkpoint of `<model_dir>/checkpoints` restored, and `model.fit` run
     through `ResumableTraining` to `stop_step` (default `train.steps`);
-    a final checkpoint is written unless the run was preempted.
+    a final checkpoint is written unless the run was preempted. The model is
+    built under the dtype policy `train.precision` and its step compiled
+    with XLA per `train.jit_compile` (`tfeff.training.precision`).
 
     Args:
         build_options: more keyword arguments of `family.build_model`.
@@ -254,21 +286,25 @@ def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=Non
     """
     train_cfg = config.train
     stop_step = train_cfg.steps if stop_step is None else stop_step
+    label = label or family.label
     with strategy.scope():
-        with model_directory.building_model(label or family.label):
+        with model_directory.building_model(label), \
+                precision_lib.dtype_policy(train_cfg.precision):
             model = family.build_model(config, artifacts.vocabulary_size,
                                        artifacts.vectors_path, **(build_options or {}))
             model.build()
             optimizer = make_optimizer(train_cfg, config.data.batch_size)
             optimizer.build(model.trainable_variables)
-        model.compile(optimizer=optimizer, jit_compile=False,
+        jit_compile = precision_lib.resolve_jit_compile(
+            train_cfg.jit_compile, model, label, deterministic=train_cfg.deterministic)
+        model.compile(optimizer=optimizer, jit_compile=jit_compile,
                       steps_per_execution=train_cfg.steps_per_execution)
         training = fault_tolerance.ResumableTraining(
             model, optimizer, file_path(model_dir, model_directory.CHECKPOINT_DIR),
             train_cfg.keep_checkpoints, strategy)
         start = training.restore(restore_fallback)
-    logging.info("%s: %s trainable parameters; step %d, training to step %d",
-                 label or family.label, f"{model.count_params():,}", start, stop_step)
+    logging.info("%s: %s trainable parameters (%s); step %d, training to step %d",
+                 label, f"{model.count_params():,}", train_cfg.precision, start, stop_step)
 
     def build(position, file_shard):
         return family.train_dataset(config, artifacts, position, file_shard)

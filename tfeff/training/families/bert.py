@@ -218,6 +218,14 @@ class BertFamily(Family):
             relaxed = checkpoint_is_relaxed(config)
         return experiment.bert(config, vocabulary_size, relaxed)
 
+    def probe_models(self, config):
+        """A CoRe run trains the relaxed model, then the standard one: both are checked."""
+        size = self.probe_vocabulary_size(config)
+        if config.two_phase:
+            return [self.build_model(config, size, relaxed=True),
+                    self.build_model(config, size, relaxed=False)]
+        return [self.build_model(config, size)]
+
     def train_dataset(self, config, artifacts, position=0, file_shard=None):
         files_, batch_size = shard_files(artifacts.train_file_list, config.data.batch_size,
                                          file_shard)

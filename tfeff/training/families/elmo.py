@@ -149,6 +149,11 @@ class ElmoFamily(Family):
         check_output_layer(config, vocab)
         return artifacts
 
+    def probe_vocabulary_size(self, config):
+        m = config.model
+        return max(super().probe_vocabulary_size(config), m.num_sampled + 1,
+                   *(c + 1 for c in m.adaptive_cutoffs))
+
     def build_model(self, config, vocabulary_size, vectors_path=None):
         """The `ElmoLM` of `config` (`vectors_path`: the fixed vectors of word models)."""
         return experiment.elmo_lm(config, vocabulary_size, vectors_path)

@@ -1,0 +1,300 @@
+"""`train.precision` and `train.jit_compile`: XLA equals TensorFlow's graph step, mixed
+precision keeps its sensitive parts in float32, and the layers XLA cannot compile are named.
+
+The models are tiny (one layer, a few units, short sequences) and built from the demo
+configs through their family, so each test checks the model a run would train.
+"""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.conftest import REPO
+from tfeff import layers as tfeff_layers
+from tfeff import losses as tfeff_losses
+from tfeff.config import ConfigError
+from tfeff.config import load_config
+from tfeff.training import get_family
+from tfeff.training import precision
+
+VOCABULARY = 60
+# Tiny sizes shared by the demo configs of every family (dropout off: the same step twice).
+TINY = {
+    "elmo": ["model.num_layers=1", "model.units=8", "model.projection_dim=16",
+             "model.dropout_rate=0.0", "fasttext.dim=8", "data.max_sequence_length=6",
+             "data.batch_size=4", "model.adaptive_cutoffs=[20, 40]", "model.num_sampled=20"],
+    "bert": ["model.num_layers=1", "model.hidden_dim=16", "model.num_heads=2",
+             "model.intermediate_dim=32", "model.dropout_rate=0.0", "data.batch_size=4",
+             "data.max_sequence_length=8", "data.max_predictions_per_seq=2"],
+    "masked_elmo": ["model.num_layers=1", "model.units=8", "model.projection_dim=8",
+                    "model.dropout_rate=0.0", "model.use_cudnn=false", "data.batch_size=4",
+                    "data.max_sequence_length=8", "data.max_predictions_per_seq=2",
+                    "model.mask_accumulation=2"],
+}
+
+
+def tiny_config(demo, *overrides):
+    config = load_config(os.path.join(REPO, "configs", f"demo_{demo}.yaml"))
+    return load_config(os.path.join(REPO, "configs", f"demo_{demo}.yaml"),
+                       TINY[config.family] + list(overrides))
+
+
+def tiny_model(config):
+    """The family's model of `config` at `VOCABULARY` ids (random fixed vectors), built."""
+    family = get_family(config)
+    vectors = None
+    if family.uses_vectors(config):
+        vectors = np.random.default_rng(1).normal(
+            size=(VOCABULARY, config.fasttext.dim)).astype("float32")
+        vectors[0] = 0.0
+    keras.utils.set_random_seed(0)
+    with precision.dtype_policy(config.train.precision):
+        model = family.build_model(config, VOCABULARY, vectors)
+        model.build()
+    return model
+
+
+def tiny_batch(config, seed=0):
+    """A fixed batch of `config`'s family (ids >= 5: no special tokens)."""
+    rng = np.random.default_rng(seed)
+    d = config.data
+    b, n = d.batch_size, d.max_sequence_length
+
+    def ids(*shape):
+        return rng.integers(5, VOCABULARY, size=shape).astype("int32")
+
+    if config.family == "elmo":
+        return ids(b, n)
+    p = d.max_predictions_per_seq
+    if config.family == "bert":
+        batch = {"token_ids": ids(b, n), "padding_mask": np.ones((b, n), "int32"),
+                 "segment_ids": (np.arange(n)[None] >= n // 2).repeat(b, 0).astype("int32"),
+                 "masked_positions": np.sort(np.stack(
+                     [rng.choice(n, p, replace=False) for _ in range(b)]), -1).astype("int32"),
+                 "masked_ids": ids(b, p), "masked_weights": np.ones((b, p), "float32")}
+        if config.model.use_nsp:
+            batch["nsp_labels"] = rng.integers(0, 2, size=(b,)).astype("int32")
+        return batch
+    k = config.model.mask_accumulation
+    tokens = ids(b, n)
+    positions = np.stack([rng.choice(n, p * k, replace=False).reshape(k, p)
+                          for _ in range(b)]).astype("int32")  # (b, k, p), disjoint sets
+    masked = np.repeat(tokens[:, None], k, axis=1)
+    np.put_along_axis(masked, positions, 4, axis=2)  # [MASK]
+    return {"masked_token_ids": masked, "masked_positions": positions,
+            "masked_ids": np.take_along_axis(tokens[:, None].repeat(k, 1), positions, 2),
+            "masked_weights": np.ones((b, k, p), "float32"),
+            "padding_mask": np.ones((b, n), "int32"), "reset": np.ones((b,), "int32")}
+
+
+def loss_and_gradients(model, batch):
+    """The training loss of `batch` and its dense gradients, as Keras' step computes them."""
+    with tf.GradientTape() as tape:
+        y_pred = model(batch, training=True)
+        loss = model.compute_loss(x=batch, y_pred=y_pred, training=True)
+    grads = tape.gradient(loss, model.trainable_variables)
+    return loss, [tf.convert_to_tensor(g) for g in grads]
+
+
+# One model per family (CoRe's relaxed BERT: anchor attention, factorized feed-forward),
+# about 5 s each; the other compilable ELMo output layers and the standard BERT run with
+# `make test-slow`.
+_SLOW = pytest.mark.slow
+XLA_MODELS = [
+    pytest.param("elmo_c", (), id="elmo_c"),
+    pytest.param("bert_core", ("core.coarse_steps=0", "core.plateau_patience=0"),
+                 id="bert_relaxed"),
+    pytest.param("masked_elmo", (), id="masked_elmo"),
+    pytest.param("elmo_a", (), id="elmo_a", marks=_SLOW),
+    pytest.param("elmo_sub", (), id="elmo_sub", marks=_SLOW),
+    pytest.param("bert", (), id="bert", marks=_SLOW),
+]
+
+
+@pytest.mark.parametrize("demo, overrides", XLA_MODELS)
+def test_xla_loss_and_gradients_equal_eager(demo, overrides):
+    config = tiny_config(demo, *overrides)
+    model = tiny_model(config)
+    assert not precision.jit_blockers(model), demo
+    batch = tiny_batch(config)
+    # The same random draws (e.g. the relaxed attention's anchors) in both runs.
+    state = [(v, v.numpy()) for v in model.non_trainable_variables]
+    eager_loss, eager_grads = loss_and_gradients(model, batch)
+    for v, value in state:
+        v.assign(value)
+    xla_loss, xla_grads = tf.function(loss_and_gradients, jit_compile=True)(model, batch)
+    assert np.isfinite(float(eager_loss)) and float(eager_loss) > 0
+    np.testing.assert_allclose(float(xla_loss), float(eager_loss), rtol=1e-5, atol=1e-5)
+    assert len(xla_grads) == len(eager_grads) == len(model.trainable_variables)
+    for v, a, b in zip(model.trainable_variables, xla_grads, eager_grads):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5, err_msg=v.path)
+    assert any(float(tf.reduce_max(tf.abs(g))) > 1e-4 for g in eager_grads)  # not all zero
+
+
+@pytest.mark.parametrize("demo", ["elmo_sampled", "elmo_fixed"])
+def test_layers_xla_cannot_compile_are_named_before_any_data(demo, tmp_path):
+    config = tiny_config(demo, "train.jit_compile=true")
+    family = get_family(config)
+    with pytest.raises(ConfigError, match=r"`train.jit_compile: true`, but the ELMo model has "
+                       r"layers that XLA cannot compile: SampledSoftmax `(fixed_)?sampled_softmax"
+                       r"`: TensorFlow's candidate sampler has no XLA kernel\. Use "
+                       r"train.jit_compile: auto"):
+        family.check_compilation(config)
+    # The built model says the same; `auto` falls back to a tf.function, `false` is false.
+    model = tiny_model(config)
+    assert [what for what, _ in precision.jit_blockers(model)] == [
+        f"SampledSoftmax `{model.output_head.name}`"]
+    assert precision.resolve_jit_compile("auto", model, "ELMo") is False
+    assert precision.resolve_jit_compile(False, model, "ELMo") is False
+    # The binary's path: nothing is written before the check.
+    from tfeff.training import pretrain
+
+    model_dir = tmp_path / "m"
+    with pytest.raises(ConfigError, match="SampledSoftmax"):
+        pretrain(config, str(model_dir), verbose=0)
+    assert not model_dir.exists() or not os.listdir(model_dir)
+
+
+def test_auto_compiles_a_model_that_can_and_determinism_turns_it_off():
+    model = tiny_model(tiny_config("elmo_sub"))
+    assert precision.resolve_jit_compile("auto", model, "ELMo") is True
+    assert precision.resolve_jit_compile(True, model, "ELMo") is True
+    assert precision.resolve_jit_compile("auto", model, "ELMo", deterministic=True) is False
+    # CoRe's two phases are both checked (relaxed, then standard).
+    core = tiny_config("bert_core", "train.jit_compile=true")
+    assert core.two_phase
+    probes = get_family(core).probe_models(core)
+    assert [m.is_relaxed for m in probes] == [True, False]
+    get_family(core).check_compilation(core)
+
+
+def test_dtype_policy_scope_builds_mixed_models_and_restores_the_global_policy():
+    before = keras.config.dtype_policy().name
+    with pytest.raises(RuntimeError, match="inside"):
+        with precision.dtype_policy("mixed_bfloat16"):
+            assert keras.config.dtype_policy().name == "mixed_bfloat16"
+            raise RuntimeError("inside")
+    assert keras.config.dtype_policy().name == before == "float32"
+    model = tiny_model(tiny_config("elmo_c", "train.precision=mixed_bfloat16"))
+    assert keras.config.dtype_policy().name == "float32"
+    layers = list(model._flatten_layers(include_self=True, recursive=True))
+    trained = [layer for layer in layers if layer.weights]
+    assert trained and all(layer.dtype_policy.name == "mixed_bfloat16" for layer in trained)
+    assert all(w.dtype == "float32" for w in model.weights)  # weights stay float32
+    with pytest.raises(ValueError, match="precision='float64'"):
+        with precision.dtype_policy("float64"):
+            pass
+
+
+# -- the numerically sensitive parts stay float32 under mixed_bfloat16
+
+def _bf16(x):
+    return tf.cast(tf.constant(x, tf.float32), tf.bfloat16)
+
+
+@pytest.mark.parametrize("loss", ["cosine", "l2", "vmf"])
+def test_continuous_losses_and_the_vmf_normalizer_compute_in_float32(loss):
+    """The continuous output's per-position loss of bfloat16 predictions is float32 and
+    equals the float32 loss of the same (bfloat16-rounded) values to float32 rounding;
+    the vMF normalizer of a bfloat16 kappa is computed in float64 and equals it too."""
+    rng = np.random.default_rng(0)
+    with precision.dtype_policy("mixed_bfloat16"):
+        head = tfeff_layers.ContinuousOutput(16, loss=loss)
+        head.build((None, 16))
+    y_true, y_pred = _bf16(rng.normal(size=(8, 16))), _bf16(3 * rng.normal(size=(8, 16)))
+    out = head.position_loss(y_true, y_pred)
+    assert out.dtype == tf.float32
+    reference = {"cosine": tfeff_losses.cosine_distance, "l2": tfeff_losses.l2_distance,
+                 "vmf": tfeff_losses.vmf_nll}[loss](tf.cast(y_true, tf.float32),
+                                                    tf.cast(y_pred, tf.float32))
+    np.testing.assert_allclose(out.numpy(), reference.numpy(), rtol=1e-6, atol=1e-6)
+    kappa = _bf16([0.5, 40.0, 300.0])
+    log_c = tfeff_losses.log_vmf_normalizer(tf.cast(kappa, tf.float32), 16)
+    assert log_c.dtype == tf.float32
+    exact = tfeff_losses.log_vmf_normalizer(tf.cast(kappa, tf.float64), 16).numpy()
+    np.testing.assert_allclose(log_c.numpy(), exact, rtol=1e-6)
+
+
+@pytest.mark.parametrize("layer", ["full", "adaptive", "sampled"])
+def test_softmax_log_sum_exp_is_float32_under_mixed_bfloat16(layer):
+    """Target log-probabilities and the full log-distribution come out float32, and equal
+    a float64 log-softmax of the layer's own (bfloat16) logits: a bfloat16 log-sum-exp
+    over 300 classes would be off by about 1e-2."""
+    vocabulary, dim = 300, 32
+    with precision.dtype_policy("mixed_bfloat16"):
+        head = {"full": lambda: tfeff_layers.FullSoftmax(vocabulary),
+                "adaptive": lambda: tfeff_layers.AdaptiveSoftmax(vocabulary, [100, 200]),
+                "sampled": lambda: tfeff_layers.SampledSoftmax(vocabulary, 20, seed=0)}[layer]()
+        head.build((None, dim), (None,))
+    rng = np.random.default_rng(0)
+    x = _bf16(4 * rng.normal(size=(6, dim)))
+    targets = tf.constant(rng.integers(0, vocabulary, size=(6,)), tf.int32)
+    log_probs = head.log_prob(x)
+    assert log_probs.dtype == tf.float32
+    target_log_probs = head(x, targets, training=False)
+    assert target_log_probs.dtype == tf.float32
+    np.testing.assert_allclose(
+        target_log_probs.numpy(), np.take_along_axis(log_probs.numpy(),
+                                                     targets.numpy()[:, None], 1)[:, 0],
+        rtol=1e-5, atol=1e-5)
+    sampled, _ = head(x, targets, training=True, return_loss=True)
+    assert sampled.dtype == tf.float32
+    # The full distribution normalizes in float32: probabilities sum to 1 (to float32).
+    np.testing.assert_allclose(np.exp(log_probs.numpy().astype("float64")).sum(-1), 1.0,
+                               rtol=1e-5)
+    if layer == "full":
+        logits = tf.cast(tf.matmul(x, tf.cast(head.embeddings, tf.bfloat16),
+                                   transpose_b=True), tf.float64)
+        logits += tf.cast(head.bias, tf.float64)
+        exact = (logits - tf.reduce_logsumexp(logits, -1, keepdims=True)).numpy()
+        np.testing.assert_allclose(log_probs.numpy(), exact, atol=1e-5)
+
+
+def test_layer_norms_normalize_in_float32_under_mixed_bfloat16():
+    """Each model's layer norms run under the mixed policy and normalize in float32:
+    inputs with a large common offset (1000 + noise of 0.5) keep their variance, which
+    bfloat16 arithmetic (8 bits of mantissa: steps of 4 at 1000) would lose."""
+    norms = []
+    for demo in ("elmo_c", "bert", "masked_elmo"):
+        model = tiny_model(tiny_config(demo, "train.precision=mixed_bfloat16"))
+        found = [layer for layer in model._flatten_layers(include_self=False, recursive=True)
+                 if isinstance(layer, keras.layers.LayerNormalization)]
+        assert found, demo
+        norms += found
+    assert all(n.dtype_policy.name == "mixed_bfloat16" for n in norms)
+    norm = norms[0]
+    rng = np.random.default_rng(0)
+    x32 = 1000.0 + 0.5 * rng.normal(size=(4, norm.gamma.shape[0]))
+    x = tf.cast(tf.cast(x32, tf.float32), tf.bfloat16)
+    out = norm(x)
+    assert out.dtype == tf.bfloat16
+    xf = tf.cast(x, tf.float64).numpy()
+    expected = (xf - xf.mean(-1, keepdims=True)) / np.sqrt(xf.var(-1, keepdims=True)
+                                                          + norm.epsilon)
+    expected = expected * norm.gamma.numpy() + norm.beta.numpy()
+    np.testing.assert_allclose(tf.cast(out, tf.float32).numpy(), expected, rtol=2**-7,
+                               atol=2**-7)
+
+
+def test_mixed_bfloat16_training_tracks_float32():
+    """Twenty Adam steps of a tiny ELMo-C on a fixed set of batches: the bfloat16 loss
+    curve stays within 0.03 (absolute; the loss starts near 1) of float32's at every
+    step. bfloat16 keeps 8 bits of mantissa (relative rounding 2**-9 = 0.002 per
+    operation); the weights and the loss are float32, so the curves differ by the
+    rounding of the activations, a few 0.001 per step that does not compound here. A
+    broken mixed model (a bfloat16 loss or weights, a lost update) moves it by more
+    than 0.03, and both curves must fall."""
+    curves = {}
+    for policy in ("float32", "mixed_bfloat16"):
+        config = tiny_config("elmo_c", f"train.precision={policy}")
+        model = tiny_model(config)
+        model.compile(optimizer=keras.optimizers.Adam(0.01), jit_compile=False)
+        curves[policy] = [float(model.train_on_batch(tiny_batch(config, seed=step % 4)))
+                          for step in range(20)]
+    f32, bf16 = np.array(curves["float32"]), np.array(curves["mixed_bfloat16"])
+    assert f32[-4:].mean() < 0.9 * f32[:4].mean() and bf16[-4:].mean() < 0.9 * bf16[:4].mean()
+    np.testing.assert_allclose(bf16, f32, atol=0.03)
+    assert not np.array_equal(bf16, f32)  # the policy did change the arithmetic
