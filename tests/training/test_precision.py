@@ -298,3 +298,104 @@ def test_mixed_bfloat16_training_tracks_float32():
     assert f32[-4:].mean() < 0.9 * f32[:4].mean() and bf16[-4:].mean() < 0.9 * bf16[:4].mean()
     np.testing.assert_allclose(bf16, f32, atol=0.03)
     assert not np.array_equal(bf16, f32)  # the policy did change the arithmetic
+
+
+# -- through the pretraining entry point (a few steps of tiny models on a tiny corpus)
+
+CORPUS = ["data.synthetic.num_train_sentences=400", "data.synthetic.num_heldout_sentences=40",
+          "data.synthetic.lexicon_size=100", "data.wordpiece_vocabulary_size=200",
+          "train.warmup_steps=1", "train.log_every=2", "train.checkpoint_every=2",
+          "train.validation_steps=0"]
+EVAL = {"elmo": ["eval.max_targets=50", "data.shuffle_buffer=100"],
+        "bert": ["eval.max_batches=1", "data.shuffle_buffer=100"],
+        "masked_elmo": ["eval.max_batches=1"]}
+
+
+def run_config(demo, *overrides):
+    config = tiny_config(demo)
+    return tiny_config(demo, *CORPUS, *EVAL[config.family], *overrides)
+
+
+# Each family once per mixed precision, CoRe with its two phases and the merge between
+# them. XLA compilation costs 5-30 s per model here: the default suite trains without it
+# (the XLA step is checked against eager above, and by the float16 resume below), the
+# compiled runs are `make test-slow`'s.
+_CORE = ("core.coarse_steps=2", "core.plateau_patience=0")
+RUNS = [  # ELMo: the float16 resume below
+    pytest.param("bert_core", "mixed_float16", False, _CORE, id="core-fp16"),
+    pytest.param("masked_elmo", "mixed_bfloat16", False, (), id="masked_elmo-bf16"),
+    pytest.param("elmo_sub", "mixed_float16", True, (), id="elmo-fp16-xla", marks=_SLOW),
+    pytest.param("bert_core", "mixed_bfloat16", "auto", _CORE, id="core-bf16-auto",
+                 marks=_SLOW),
+    pytest.param("masked_elmo", "mixed_float16", True, (), id="masked_elmo-fp16-xla",
+                 marks=_SLOW),
+]
+
+
+@pytest.mark.parametrize("demo, policy, jit, overrides", RUNS)
+def test_every_family_pretrains_with_precision_and_jit_compile(demo, policy, jit, overrides,
+                                                               tmp_path, caplog):
+    from tfeff.training import pretrain
+    from tfeff.training import restore_model
+
+    config = run_config(demo, "train.steps=4", f"train.precision={policy}",
+                        f"train.jit_compile={str(jit).lower()}", *overrides)
+    model_dir = str(tmp_path / "m")
+    with caplog.at_level("INFO"):
+        results = pretrain(config, model_dir, verbose=0)
+    assert results["step"] == 4 and not results["preempted"]
+    histories = results["history"].values() if config.family == "bert" else [results["history"]]
+    assert all(np.isfinite(h["loss"]).all() for h in histories), results["history"]
+    assert f"({policy}); step" in caplog.text
+    if jit:
+        assert "compiled with XLA" in caplog.text
+        assert "runs as a tf.function" not in caplog.text
+    else:
+        assert "runs as a tf.function (train.jit_compile: false)" in caplog.text
+        assert "compiled with XLA" not in caplog.text
+    assert load_config(os.path.join(model_dir, "config.yaml")).train.precision == policy
+    assert keras.config.dtype_policy().name == "float32"  # nothing leaked
+    # The checkpoint restores with its optimizer (float16: the loss scale too).
+    restored = restore_model(model_dir, with_optimizer=True)
+    assert restored.step == 4
+    if policy == "mixed_float16":
+        assert isinstance(restored.optimizer, keras.optimizers.LossScaleOptimizer)
+        assert any("dynamic_scale" in v.path for v in restored.optimizer.variables)
+
+
+@pytest.mark.parametrize("jit", [False, pytest.param(True, marks=_SLOW)])
+def test_float16_resumes_jit_may_change_and_precision_may_not(jit, tmp_path, caplog):
+    """A mixed_float16 ELMo run resumes, loss scale and all (with XLA switched on in the
+    `slow` variant); the config may change `train.jit_compile` (the checkpoint is the
+    same either way), but another precision is refused once a checkpoint exists, naming
+    the key, before anything is written."""
+    from tfeff.training import pretrain
+    from tfeff.training.model_directory import resolve_config
+
+    model_dir = str(tmp_path / "m")
+    first = run_config("elmo_sub", "train.steps=2", "train.precision=mixed_float16")
+    pretrain(first, model_dir, verbose=0)
+    reader = tf.train.load_checkpoint(os.path.join(model_dir, "checkpoints", "ckpt-2"))
+    names = set(reader.get_variable_to_dtype_map())
+    scale = [n for n in names if "dynamic_scale" in n]
+    assert len(scale) == 1 and reader.get_tensor(scale[0]) >= 1.0, sorted(names)
+    with caplog.at_level("INFO"):
+        results = pretrain(run_config("elmo_sub", "train.steps=4",
+                                      "train.precision=mixed_float16",
+                                      f"train.jit_compile={str(jit).lower()}"),
+                           model_dir, verbose=0)
+    assert results["step"] == 4 and "Restored" in caplog.text
+    assert np.isfinite(results["history"]["loss"]).all()
+    assert ("compiled with XLA" in caplog.text) == jit
+    after = tf.train.load_checkpoint(os.path.join(model_dir, "checkpoints", "ckpt-4"))
+    assert set(after.get_variable_to_dtype_map()) == names  # XLA or not: the same checkpoint
+    resolve_config(run_config("elmo_sub", "train.steps=4", "train.precision=mixed_float16",
+                              f"train.jit_compile={'auto' if jit else 'true'}"), model_dir)
+    written = open(os.path.join(model_dir, "config.yaml"), "rb").read()
+    for other in ("float32", "mixed_bfloat16"):
+        with pytest.raises(ConfigError, match=r"holds checkpoints up to step 4; these keys "
+                           rf"differ .*train.precision: 'mixed_float16' -> '{other}' \(a run "
+                           "keeps the precision it started with"):
+            pretrain(run_config("elmo_sub", "train.steps=6", f"train.precision={other}"),
+                     model_dir, verbose=0)
+    assert open(os.path.join(model_dir, "config.yaml"), "rb").read() == written
