@@ -27,6 +27,10 @@ def test_yaml_round_trip_and_overrides(tmp_path):
     ("model.dropout_rate=1.5", r"`model.dropout_rate` must be in"),
     ("model.units=abc", r"`model.units` must be an integer"),
     ("model.output_loss=mse", r"`model.output_loss` must be one of"),
+    ("train.precision=float16", r"`train.precision` must be one of \('float32', "
+     r"'mixed_bfloat16', 'mixed_float16'\), got 'float16'"),
+    ("train.jit_compile=xla", r"`train.jit_compile` must be true, false or auto, got 'xla'"),
+    ("train.jit_compile=1", r"`train.jit_compile` must be true, false or auto, got 1"),
 ])
 def test_bad_values_name_file_and_key(override, message):
     with pytest.raises(ConfigError, match=message) as info:
@@ -228,3 +232,16 @@ def test_anchors_merge_keys_and_number_like_strings_round_trip(tmp_path):
     c = load_config(DEMO, ["data.synthetic=null", "data.train_files='1e5'"])
     write_yaml(c, str(tmp_path / "c.yaml"))
     assert load_config(str(tmp_path / "c.yaml")).data.train_files == "1e5"
+
+
+def test_jit_compile_true_is_refused_with_op_determinism_and_values_round_trip(tmp_path):
+    with pytest.raises(ConfigError, match=r"`train.jit_compile: true` cannot be honoured with "
+                       r"`train.deterministic: true`"):
+        load_config(DEMO, ["train.jit_compile=true", "train.deterministic=true"])
+    c = load_config(DEMO, ["train.jit_compile=auto", "train.deterministic=true",
+                           "train.precision=mixed_bfloat16"])
+    assert (c.train.jit_compile, c.train.precision) == ("auto", "mixed_bfloat16")
+    assert load_config(DEMO).train.jit_compile is False
+    write_yaml(c, str(tmp_path / "c.yaml"))
+    assert to_dict(load_config(str(tmp_path / "c.yaml"))) == to_dict(c)
+    assert load_config(DEMO, ["train.jit_compile=true"]).train.jit_compile is True
