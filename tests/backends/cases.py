@@ -62,9 +62,10 @@ def _value_and_grad(fn, x):
     elif backend == "torch":
         import torch
 
-        x = torch.tensor(x, requires_grad=True)
-        value = fn(x)
-        value.sum().backward()
+        with torch.enable_grad():
+            x = torch.tensor(x, requires_grad=True)
+            value = fn(x)
+            value.sum().backward()
         grad = x.grad
     else:
         raise ValueError(f"No gradient helper for backend {backend!r}")
@@ -72,14 +73,21 @@ def _value_and_grad(fn, x):
 
 
 def _run(fn):
-    """`fn()`: eager on TensorFlow, one jax.jit on JAX (eager JAX compiles op by op,
-    seconds per model; both paths trace the same keras.ops code)."""
+    """`fn()`, a forward pass: eager on TensorFlow, one jax.jit on JAX (eager JAX
+    compiles op by op, seconds per model; both paths trace the same keras.ops code),
+    under `torch.no_grad` on PyTorch (no autograd graph is recorded)."""
     import keras
 
-    if keras.backend.backend() == "jax":
+    backend = keras.backend.backend()
+    if backend == "jax":
         import jax
 
         return jax.jit(fn)()
+    if backend == "torch":
+        import torch
+
+        with torch.no_grad():
+            return fn()
     return fn()
 
 
@@ -97,6 +105,15 @@ def _compiled(fn):
 
         return tf.function(fn, jit_compile=True)
     return fn
+
+
+def _jit_compile():
+    """`compile(jit_compile=...)` of the compiled train steps: XLA on TensorFlow and JAX.
+    On PyTorch True means `torch.compile`, whose tracing of a recurrent model costs
+    minutes on a CPU; Keras' default there ("auto") is eager, the path compared."""
+    import keras
+
+    return keras.backend.backend() != "torch"
 
 
 def losses(data):
@@ -327,10 +344,37 @@ def masked_elmo(data):
     out = {"masked_output": _np(outputs["masked_output"]),
            "loss": _np(model.compute_loss(x=batch, y_pred=outputs, training=True)),
            "stored_state": _np(model.carried_states[1])}
-    model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=True)
+    model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=_jit_compile())
     out["train_loss"] = np.asarray(model.train_on_batch(batch))
     out["updated_kernel"] = _np(model.encoder.cells[1][0]["kernel"])
     out["updated_embedding"] = _np(model.token_embedding.embeddings)
+    return out
+
+
+def anchor_draws(data):
+    """`hash_uniform`'s draws (uint32 arithmetic, masked int64 on PyTorch) with a
+    Python seed, a negative int32 seed tensor and compiled, and the anchors that
+    AnchorMultiHeadAttention chooses at inference and in training (a key from its
+    seed generator). Compared bit for bit: the keys say "exact"."""
+    from tfeff.layers.anchor_multi_head_attention import AnchorMultiHeadAttention
+    from tfeff.layers.anchor_multi_head_attention import hash_uniform
+
+    index = np.arange(600, dtype="int32").reshape(20, 30)
+    seed = (7, 2**33 + 3)
+    draws = _run(lambda: (hash_uniform(index, seed),
+                          hash_uniform(index, np.array([-5, 2**31 - 1], "int32"))))
+    out = {"exact/python_seed": _np(draws[0]), "exact/int32_seed": _np(draws[1]),
+           "exact/compiled": _np(_compiled(lambda i: hash_uniform(i, seed))(index))}
+    mask = np.arange(12)[None, :] < np.array([12, 7, 2])[:, None]
+    layer = AnchorMultiHeadAttention(num_heads=2, key_dim=4, num_anchors=4, seed=11,
+                                     name="anchors")
+    for mode, training in (("inference", False), ("training", True)):
+        indices, valid = _run(lambda training=training: layer.select_anchors(
+            mask, training=training))
+        valid = _np(valid)
+        # Slots beyond a short row's positions are masked; their index is arbitrary.
+        out[f"exact/{mode}_anchors"] = np.where(valid, _np(indices), -1)
+        out[f"exact/{mode}_valid"] = valid.astype("int32")
     return out
 
 
@@ -370,7 +414,8 @@ def alone_embedding(data):
 CASES = {"losses": losses, "continuous_output": continuous_output,
          "softmax_layers": softmax_layers, "mixing_layers": mixing_layers, "bert": bert,
          "elmo": elmo, "adaptive_softmax": adaptive_softmax, "masked_bilstm": masked_bilstm,
-         "masked_elmo": masked_elmo, "alone_embedding": alone_embedding}
+         "masked_elmo": masked_elmo, "anchor_draws": anchor_draws,
+         "alone_embedding": alone_embedding}
 
 
 # The cases that compute in float64 (the vMF normalizer): also run with JAX's x64.

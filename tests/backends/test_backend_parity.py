@@ -1,11 +1,14 @@
-"""The backend-neutral core computes the same on JAX as on TensorFlow (same inputs, weights).
+"""The backend-neutral core computes the same on JAX and PyTorch as on TensorFlow.
 
-The JAX side runs in a subprocess (`KERAS_BACKEND` is read when Keras is
-first imported); its outputs must equal this process's TensorFlow outputs to
-1e-5 (relative, with a 1e-5 absolute floor). The vMF normalizer is float64 on
-TensorFlow; JAX computes float64 only with `jax_enable_x64`, so its cases are
-compared both ways: with x64 to 1e-5, and in JAX's default float32 to 1e-4.
-(One JAX process: eager JAX compiles op by op, about 25 s for the cases.)
+Same inputs, same weights. Each other backend runs in its own subprocess
+(`KERAS_BACKEND` is read when Keras is first imported); its outputs must equal
+this process's TensorFlow outputs to 1e-5 (relative, with a 1e-5 absolute
+floor), and the keys that say "exact" (integer-hash draws, chosen anchors) bit
+for bit. The vMF normalizer is float64 on TensorFlow and PyTorch; JAX computes
+float64 only with `jax_enable_x64`, so its cases are compared both ways: with
+x64 to 1e-5, and in JAX's default float32 to 1e-4.
+(The two subprocesses run while this process computes the TensorFlow side:
+eager JAX would compile op by op, so it runs each model in one jax.jit.)
 """
 
 import os
@@ -19,48 +22,67 @@ from tests.backends import cases
 from tests.conftest import REPO
 
 SCRIPT = os.path.join(REPO, "tests", "backends", "cases.py")
+OTHER_BACKENDS = ("jax", "torch")
+# Small tensors: one thread each, so that the three processes share two cores well.
+_ENV = {"jax": {"JAX_PLATFORMS": "cpu"}, "torch": {"OMP_NUM_THREADS": "1"}}
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """`(tensorflow_results, jax_results)`: the JAX subprocess runs while this process
-    computes the TensorFlow side (two cores, half the wall time)."""
-    out = str(tmp_path_factory.mktemp("jax") / "jax.npz")
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
-    process = subprocess.Popen([sys.executable, SCRIPT, out], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, cwd=REPO)
+    """`{"tensorflow": ..., "jax": ..., "torch": ...}`: the JAX and PyTorch
+    subprocesses run while this process computes the TensorFlow side."""
+    folder = tmp_path_factory.mktemp("backends")
+    processes = {}
+    for backend in OTHER_BACKENDS:
+        env = {**os.environ, "KERAS_BACKEND": backend, **_ENV[backend]}
+        processes[backend] = subprocess.Popen(
+            [sys.executable, SCRIPT, str(folder / f"{backend}.npz")], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
-        tensorflow_results = cases.run_all()
+        out = {"tensorflow": cases.run_all()}
     finally:
-        _, stderr = process.communicate()
-    assert process.returncode == 0, stderr[-4000:]
-    jax_results = dict(np.load(out))
-    assert str(jax_results.pop("backend")) == "jax"
-    return tensorflow_results, jax_results
+        errors = {backend: process.communicate()[1] for backend, process in processes.items()}
+    for backend, process in processes.items():
+        assert process.returncode == 0, f"{backend}:\n{errors[backend][-4000:]}"
+        other = dict(np.load(folder / f"{backend}.npz"))
+        assert str(other.pop("backend")) == backend
+        out[backend] = other
+    return out
 
 
 @pytest.fixture(scope="module")
 def tensorflow_results(results):
-    return results[0]
+    return results["tensorflow"]
 
 
-@pytest.fixture(scope="module")
-def jax_results(results):
-    return results[1]
+def _assert_equal_to_tensorflow(run, tensorflow_results, cases_run, vmf_tolerance=1e-5):
+    expected = {k: v for k, v in tensorflow_results.items() if k.split("/")[0] in cases_run}
+    assert run.keys() == expected.keys()
+    for key, value in expected.items():
+        if "/exact/" in key:
+            np.testing.assert_array_equal(run[key], value, err_msg=key)
+            continue
+        tol = vmf_tolerance if ("vmf" in key or "log_c" in key) else 1e-5
+        np.testing.assert_allclose(run[key], value, rtol=tol, atol=tol, err_msg=key)
+
+
+def _precision(results, precision):
+    return {k.split("/", 1)[1]: v for k, v in results.items() if k.startswith(precision + "/")}
 
 
 @pytest.mark.parametrize("precision", ["x64", "float32"])
-def test_jax_equals_tensorflow(tensorflow_results, jax_results, precision):
-    jax_run = {k.split("/", 1)[1]: v for k, v in jax_results.items()
-               if k.startswith(precision + "/")}
+def test_jax_equals_tensorflow(results, precision):
     expected_cases = cases.FLOAT64_CASES if precision == "x64" else tuple(cases.CASES)
-    tensorflow_results = {k: v for k, v in tensorflow_results.items()
-                          if k.split("/")[0] in expected_cases}
-    assert jax_run.keys() == tensorflow_results.keys()
-    for key, expected in tensorflow_results.items():
-        vmf = "vmf" in key or "log_c" in key
-        tol = 1e-4 if (precision == "float32" and vmf) else 1e-5
-        np.testing.assert_allclose(jax_run[key], expected, rtol=tol, atol=tol, err_msg=key)
+    _assert_equal_to_tensorflow(_precision(results["jax"], precision), results["tensorflow"],
+                                expected_cases,
+                                vmf_tolerance=1e-4 if precision == "float32" else 1e-5)
+
+
+def test_torch_equals_tensorflow(results):
+    """Every case, float64 vMF normalizer included, to 1e-5; the anchors bit for bit."""
+    torch_run = _precision(results["torch"], "float32")
+    assert not _precision(results["torch"], "x64")
+    _assert_equal_to_tensorflow(torch_run, results["tensorflow"], tuple(cases.CASES))
 
 
 def test_the_cases_are_not_trivial(tensorflow_results):
@@ -70,7 +92,8 @@ def test_the_cases_are_not_trivial(tensorflow_results):
         assert np.abs(value).max() > 1e-3, key
 
 
-def test_the_neutral_core_imports_and_builds_without_tensorflow_on_jax():
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_the_neutral_core_imports_and_builds_without_tensorflow(backend):
     code = """
 import sys
 import keras
@@ -84,7 +107,7 @@ Bert(40, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=24,
 ElmoLM(30, input_embedding="trainable", output_layer="adaptive", adaptive_cutoffs=[10],
        num_layers=1, units=8, projection_dim=4).build()
 assert "tensorflow" not in sys.modules, "TensorFlow was imported"
-print(sorted(tfeff.layers.TENSORFLOW_ONLY))
+print(keras.backend.backend(), sorted(tfeff.layers.TENSORFLOW_ONLY))
 # Off TensorFlow, eager targets are range-checked in Python, with the same message.
 import numpy as np
 layer = tfeff.layers.FullSoftmax(5, name="head")
@@ -118,12 +141,12 @@ for bad_call in (lambda: bi(np.ones((2, 3, 4), "float32"), mask=np.array([[1, 1,
     except ValueError as e:
         print(" ".join(str(e).split()))
 """
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "KERAS_BACKEND": backend, **_ENV[backend]}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.split("\n")
-    assert lines[0] == "['FastTextEmbedding']"
+    assert lines[0] == f"{backend} ['FastTextEmbedding']"
     assert "FullSoftmax `head`: targets must be < vocabulary_size=5" in lines[1]
     assert "FullSoftmax `head`: targets must be >= 0" in lines[2]
     assert lines[3] == "True True True"
