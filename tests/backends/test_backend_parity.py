@@ -156,3 +156,40 @@ for bad_call in (lambda: bi(np.ones((2, 3, 4), "float32"), mask=np.array([[1, 1,
     assert "Row 1 is True at position 1 after a False" in lines[7]
     assert ("FullSoftmax `head`: `targets` must have the shape of `inputs` without its last "
             "axis, (2,). Received: inputs.shape=(2, 3), targets.shape=(3,)") in lines[8]
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_without_tensorflow_star_import_works_and_fasttext_says_it_needs_tensorflow(backend):
+    """TensorFlow made unimportable (a None entry in sys.modules fails its import):
+    `import *` gives every other layer, and the TensorFlow-only layer raises an
+    ImportError naming TensorFlow and the backend, by attribute and by from-import."""
+    code = """
+import sys
+sys.modules["tensorflow"] = None
+from tfeff.layers import *
+import tfeff.layers, tfeff.losses, tfeff.models
+print(sorted(name for name in dir() if name[0].isupper()))
+print(sorted(tfeff.layers.__all__))
+for get in (lambda: tfeff.layers.FastTextEmbedding,
+            lambda: __import__("tfeff.layers", fromlist=["FastTextEmbedding"])):
+    try:
+        get()
+    except ImportError as e:
+        print(type(e).__name__, " ".join(str(e).split()))
+"""
+    env = {**os.environ, "KERAS_BACKEND": backend, **_ENV[backend]}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.split("\n")
+    expected = ["AdaptiveSoftmax", "AloneEmbedding", "AnchorMultiHeadAttention",
+                "ContinuousOutput", "FactorizedDense", "FixedEmbedding", "FullSoftmax",
+                "MaskedBiLSTM", "ProjectedLSTM", "RotaryMultiHeadAttention",
+                "SampledSoftmax", "ScalarMix"]
+    assert lines[0] == str(expected)
+    assert lines[1] == str(expected)
+    for line in lines[2:4]:
+        assert line.startswith("ImportError `tfeff.layers.FastTextEmbedding` is "
+                               "TensorFlow-only (it uses TensorFlow string ops) and needs "
+                               "TensorFlow"), line
+        assert f"The Keras backend is '{backend}'" in line, line

@@ -3,8 +3,9 @@
 Every layer but one is `keras.ops` code and runs on every Keras backend.
 `FastTextEmbedding` is TensorFlow code by design (string ops: `TENSORFLOW_ONLY`):
 on another backend it is imported on first use, so `import tfeff.layers`
-there imports no TensorFlow; on TensorFlow every layer is imported (and
-registered) at once.
+there imports no TensorFlow, and `from tfeff.layers import *` leaves it out;
+without TensorFlow installed, asking for it raises an ImportError that says
+so. On TensorFlow every layer is imported (and registered) at once.
 """
 
 import importlib
@@ -31,13 +32,20 @@ TENSORFLOW_ONLY = {"FastTextEmbedding": "fasttext_embedding"}
 
 def __getattr__(name):
     if name in TENSORFLOW_ONLY:
-        module = importlib.import_module(f"tfeff.layers.{TENSORFLOW_ONLY[name]}")
+        try:
+            module = importlib.import_module(f"tfeff.layers.{TENSORFLOW_ONLY[name]}")
+        except ImportError as e:
+            if (e.name or "").split(".")[0] != "tensorflow":
+                raise
+            raise ImportError(
+                f"`tfeff.layers.{name}` is TensorFlow-only (it uses TensorFlow string ops) "
+                f"and needs TensorFlow, which cannot be imported here: {e}. The Keras "
+                f"backend is {keras.backend.backend()!r}; install TensorFlow to use "
+                f"`{name}` (the other layers run without it)."
+            ) from e
         return getattr(module, name)
     raise AttributeError(f"module 'tfeff.layers' has no attribute {name!r}")
 
-
-if keras.backend.backend() == "tensorflow":
-    from tfeff.layers.fasttext_embedding import FastTextEmbedding  # noqa: E402
 
 __all__ = [
     "AdaptiveSoftmax",
@@ -45,7 +53,6 @@ __all__ = [
     "AnchorMultiHeadAttention",
     "ContinuousOutput",
     "FactorizedDense",
-    "FastTextEmbedding",
     "FixedEmbedding",
     "FullSoftmax",
     "MaskedBiLSTM",
@@ -54,3 +61,8 @@ __all__ = [
     "SampledSoftmax",
     "ScalarMix",
 ]
+# Imported (and `import *`-ed) at once only where TensorFlow is the backend.
+if keras.backend.backend() == "tensorflow":
+    from tfeff.layers.fasttext_embedding import FastTextEmbedding  # noqa: E402
+
+    __all__ = sorted(__all__ + list(TENSORFLOW_ONLY))
