@@ -6,49 +6,9 @@ import tensorflow as tf
 from tests.layers.layer_checks import run_layer_test
 from tests.layers.lstm_reference import lstmp as _lstmp
 from tests.layers.lstm_reference import sigmoid as _sigmoid
+from tests.layers.masked_bi_lstm_reference import layer_norm as _layer_norm
+from tests.layers.masked_bi_lstm_reference import numpy_masked_bilstm as _numpy_masked_bilstm
 from tfeff.layers import MaskedBiLSTM
-
-
-def _layer_norm(x, gamma, beta, eps):
-    mean = x.mean(-1, keepdims=True)
-    var = x.var(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * gamma + beta
-
-
-def _numpy_params(layer):
-    """Per layer: ((fw cell), (bw cell), (fw norm), (bw norm)) in float64."""
-    f64 = lambda v: keras.ops.convert_to_numpy(v).astype("float64")  # noqa: E731
-    names = ("kernel", "recurrent_kernel", "bias", "projection_kernel")
-    out = []
-    for i in range(layer.num_layers):
-        cells = [tuple(f64(cell[n]) for n in names) for cell in layer.cells[i]]
-        norms = [(f64(n.gamma), f64(n.beta)) for n in layer.norms[i]]
-        out.append((cells, norms))
-    return out
-
-
-def _numpy_masked_bilstm(layer, x, mask, initial_state=None):
-    """The whole layer, row by row, in float64: (outputs, states per row)."""
-    params = _numpy_params(layer)
-    eps = layer.layer_norm_epsilon
-    outputs = np.zeros(x.shape)
-    states = []
-    for b in range(x.shape[0]):
-        n = int(mask[b].sum())
-        seq = x[b, :n].astype("float64")
-        row_states = []
-        for i, ((fw, bw), (nf, nb)) in enumerate(params):
-            s = [None] * 4
-            if initial_state is not None:
-                s = [np.asarray(t[b], "float64") for t in initial_state[4 * i: 4 * i + 4]]
-            f, hf, cf = _lstmp(seq, *fw, h=s[0], c=s[1])
-            r, hb, cb = _lstmp(seq[::-1], *bw, h=s[2], c=s[3])
-            row_states += [hf, cf, hb, cb]
-            seq = seq + np.concatenate(
-                [_layer_norm(f, *nf, eps), _layer_norm(r[::-1], *nb, eps)], axis=-1)
-        outputs[b, :n] = seq
-        states.append(row_states)
-    return outputs, states
 
 
 def _randomize(layer, seed):
@@ -235,7 +195,8 @@ def test_argument_errors():
 @pytest.mark.skipif(bool(tf.config.list_logical_devices("GPU")), reason="has a GPU")
 def test_use_cudnn_true_raises_without_gpu():
     layer = MaskedBiLSTM(4, 2, use_cudnn=True)
-    with pytest.raises(ValueError, match="use_cudnn=True"):
+    with pytest.raises(ValueError, match="use_cudnn=True.*no cuDNN path can run: TensorFlow "
+                                         "sees no GPU"):
         layer(np.zeros((1, 3, 4), "float32"))
     # "auto" falls back silently.
     auto = MaskedBiLSTM(4, 2, use_cudnn="auto")
