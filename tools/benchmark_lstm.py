@@ -1,24 +1,51 @@
-"""MaskedBiLSTM speed: portable path vs a straightforward RNN cell vs plain LSTM (and cuDNN on GPU).
+"""MaskedBiLSTM speed: portable path vs a straightforward RNN cell vs plain LSTM vs cuDNN.
 
 Every variant is the same Masked ELMo stack (num_layers bidirectional layers,
 layer norms outside the cell, skip connections) and is timed side by side in
 one process: one training step (forward + backward, gradients of every
 weight) on the same random batch. Reported: median milliseconds over
-`--repeats` steps after warm-up, and the ratio to the portable path.
+`--repeats` steps after warm-up, and the ratio to the portable path (on
+torch also to `torch_peer`).
+
+Runs on the Keras backend that `KERAS_BACKEND` names: TensorFlow (the
+default; steps in `tf.function`) or torch (eager, `torch.autograd`; CUDA when
+torch sees it). Variants:
 
 * `portable`: `MaskedBiLSTM(use_cudnn=False)`: input products hoisted out of
-  the loop, both directions in one `tf.scan` step.
+  the loop, both directions in one scan step (`tf.scan`; on torch
+  `keras.ops.scan`, a Python loop).
 * `rnn_cell`: `keras.layers.RNN` over a custom ELMo LSTMP cell (with ELMo's
   in-cell clipping of c_t and of the projection), one RNN per direction: what
   one writes without care for speed.
 * `keras_lstm`: `MaskedBiLSTM(projection_dim=None)`, i.e. `keras.layers.LSTM`
-  of the same cell size without projection (Keras picks cuDNN on GPU).
-* `cudnn` (GPU only): `MaskedBiLSTM(use_cudnn=True)`, one `CudnnRNNV3` call per layer.
+  of the same cell size without projection (Keras picks cuDNN on a
+  TensorFlow GPU).
+* `cudnn` (TensorFlow, GPU only): `MaskedBiLSTM(use_cudnn=True)`, one
+  `CudnnRNNV3` call per layer.
+* `torch_lstm` (torch only): MaskedBiLSTM's torch path, one
+  `torch.nn.LSTM(proj_size=...)` call per layer on packed sequences: cuDNN on
+  CUDA (what `use_cudnn="auto"` runs there), torch's native loop on the CPU
+  (taken for every call here; `"auto"` there leaves training steps on padded
+  rows to the portable path, the faster one).
+* `torch_peer` (torch only): the same stack written directly in PyTorch
+  (`torch.nn.LSTM(proj_size=...)` modules with their own contiguous weights,
+  `torch.nn.LayerNorm`), no Keras: what `torch_lstm` costs over plain torch.
 
 Targets (issue 6): portable >= 1.3x faster than rnn_cell on CPU; cudnn >= 3x
 faster than portable on GPU.
 
     python tools/benchmark_lstm.py [--preset small|paper] [--results runs/bench/lstm.md]
+    KERAS_BACKEND=torch python tools/benchmark_lstm.py [--preset small|paper] [--threads 1]
+        [--step train|forward] [--lengths random|full]
+
+`--step forward` times the forward pass alone (no gradients recorded);
+`--lengths full` gives every row the full length (random lengths from
+time / 2 to time by default).
+
+`--threads N` sets the CPU threads of TensorFlow's or torch's ops (default:
+the library's choice, one per core). On a CPU that other processes share,
+torch's thread pool waits for busy cores at every small op, and a step can
+take ten times as long with two threads as with one: there, pass 1.
 """
 
 import argparse
@@ -28,7 +55,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+from keras import ops  # noqa: E402
 
 import bench_results  # noqa: E402
 from tfeff.layers import MaskedBiLSTM  # noqa: E402
@@ -61,12 +88,12 @@ class ElmoLSTMPCell(keras.layers.Layer):
 
     def call(self, inputs, states):
         h, c = states
-        z = inputs @ self.kernel + h @ self.recurrent_kernel + self.bias
-        i, f, g, o = tf.split(z, 4, axis=-1)
-        c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
-        c = tf.clip_by_value(c, -self.cell_clip, self.cell_clip)
-        h = (tf.sigmoid(o) * tf.tanh(c)) @ self.projection_kernel
-        h = tf.clip_by_value(h, -self.proj_clip, self.proj_clip)
+        z = ops.matmul(inputs, self.kernel) + ops.matmul(h, self.recurrent_kernel) + self.bias
+        i, f, g, o = ops.split(z, 4, axis=-1)
+        c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
+        c = ops.clip(c, -self.cell_clip, self.cell_clip)
+        h = ops.matmul(ops.sigmoid(o) * ops.tanh(c), self.projection_kernel)
+        h = ops.clip(h, -self.proj_clip, self.proj_clip)
         return h, [h, c]
 
 
@@ -85,18 +112,59 @@ class RnnCellStack(keras.layers.Layer):
     def call(self, x, mask=None):
         for (fw, bw), (nf, nb) in zip(self.rnns, self.norms):
             f = nf(fw(x, mask=mask))
-            b = nb(tf.reverse(bw(x, mask=mask), axis=[1]))
-            x = x + tf.concat([f, b], axis=-1)
+            b = nb(ops.flip(bw(x, mask=mask), axis=1))
+            x = x + ops.concatenate([f, b], axis=-1)
         return x
 
 
-def _step_fn(layer, x, mask, warmup=2):
-    """A compiled training step of `layer` (built and warmed up)."""
+class TorchLSTMPath(MaskedBiLSTM):
+    """MaskedBiLSTM on its torch LSTM path for every call."""
+
+    def _choose_path(self, x, lengths=None):
+        from tfeff.layers.masked_bi_lstm import TORCH_LSTM
+
+        return TORCH_LSTM
+
+
+def _torch_peer(units, projection_dim, num_layers, device):
+    """The stack in plain PyTorch: a forward function of `(x, lengths)` and its parameters."""
+    import torch
+
+    lstms = [torch.nn.LSTM(2 * projection_dim, units, batch_first=True, bidirectional=True,
+                           proj_size=projection_dim, device=device) for _ in range(num_layers)]
+    norms = [[torch.nn.LayerNorm(projection_dim, device=device) for _ in range(2)]
+             for _ in range(num_layers)]
+    pack = torch.nn.utils.rnn.pack_padded_sequence
+    unpack = torch.nn.utils.rnn.pad_packed_sequence
+
+    def forward(x, lengths):
+        time = x.shape[1]
+        keep = (torch.arange(time, device=x.device)[None, :]
+                < lengths.to(x.device)[:, None])[..., None].to(x.dtype)
+        for lstm, (nf, nb) in zip(lstms, norms):
+            packed = pack(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            out, _ = unpack(lstm(packed)[0], batch_first=True, total_length=time)
+            y = torch.cat([nf(out[..., :projection_dim]), nb(out[..., projection_dim:])], -1)
+            x = (x + y) * keep
+        return x
+
+    params = [p for module in lstms + [n for pair in norms for n in pair]
+              for p in module.parameters()]
+    return forward, params
+
+
+def _tf_step_fn(layer, x, mask, train, warmup=2):
+    """A compiled TensorFlow step of `layer` (built and warmed up): a training step, or
+    the forward pass alone."""
+    import tensorflow as tf
+
     layer(x, mask=mask)  # build
     weights = layer.trainable_weights
 
     @tf.function
     def step():
+        if not train:
+            return [layer(x, mask=mask)]
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(tf.square(layer(x, mask=mask)))
         return tape.gradient(loss, weights)
@@ -109,22 +177,30 @@ def _step_fn(layer, x, mask, warmup=2):
     return run
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
-    parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--results", default="")
-    args = parser.parse_args()
-    cfg = PRESETS[args.preset]
-    b, t, u, p, n = (cfg[k] for k in ("batch", "time", "units", "projection_dim", "num_layers"))
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(t // 2, t + 1, size=b)
-    mask = tf.constant(np.arange(t)[None, :] < lengths[:, None])
-    gpu = bool(tf.config.list_logical_devices("GPU"))
-    device = "GPU" if gpu else "CPU"
-    x = tf.constant(rng.normal(size=(b, t, 2 * p)).astype("float32"))
-    x_plain = tf.constant(rng.normal(size=(b, t, 2 * u)).astype("float32"))
+def _torch_step_fn(forward, params, sync, train, warmup=2):
+    """An eager torch step: gradients of `forward()`'s squared sum with respect to
+    `params`, or `forward()` alone without gradients."""
+    import torch
 
+    def run():
+        if train:
+            loss = torch.sum(torch.square(forward()))
+            torch.autograd.grad(loss, params, allow_unused=True)
+        else:
+            with torch.no_grad():
+                forward()
+        sync()
+
+    for _ in range(warmup):
+        run()
+    return run
+
+
+def _tensorflow_runs(cfg, x, x_plain, mask, train):
+    import tensorflow as tf
+
+    u, p, n = (cfg[k] for k in ("units", "projection_dim", "num_layers"))
+    gpu = bool(tf.config.list_logical_devices("GPU"))
     variants = [
         ("portable", lambda: MaskedBiLSTM(u, p, num_layers=n, use_cudnn=False), x),
         ("rnn_cell", lambda: RnnCellStack(u, p, n), x),
@@ -132,26 +208,111 @@ def main():
     ]
     if gpu:
         variants.append(("cudnn", lambda: MaskedBiLSTM(u, p, num_layers=n, use_cudnn=True), x))
+    mask = tf.constant(mask)
     runs = {}
     for name, make, inputs in variants:
         keras.utils.set_random_seed(0)
-        runs[name] = _step_fn(make(), inputs, mask)
-    times = bench_results.interleaved_times(runs, args.repeats, warmup=0)  # warmed in _step_fn
+        runs[name] = _tf_step_fn(make(), tf.constant(inputs), mask, train)
+    return runs, "GPU" if gpu else "CPU"
+
+
+def _torch_runs(cfg, x, x_plain, mask, train):
+    import torch
+
+    u, p, n = (cfg[k] for k in ("units", "projection_dim", "num_layers"))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    mask = torch.as_tensor(mask, device=device)
+    lengths = mask.sum(1)
+    variants = [
+        ("portable", lambda: MaskedBiLSTM(u, p, num_layers=n, use_cudnn=False), x),
+        ("rnn_cell", lambda: RnnCellStack(u, p, n), x),
+        ("keras_lstm", lambda: MaskedBiLSTM(u, None, num_layers=n), x_plain),
+        ("torch_lstm", lambda: TorchLSTMPath(u, p, num_layers=n), x),
+    ]
+    runs = {}
+    for name, make, inputs in variants:
+        keras.utils.set_random_seed(0)
+        layer = make()
+        inputs = torch.as_tensor(inputs, device=device)
+        layer(inputs, mask=mask)  # build
+        params = [w.value for w in layer.trainable_weights]
+        runs[name] = _torch_step_fn(lambda layer=layer, inputs=inputs: layer(inputs, mask=mask),
+                                    params, sync, train)
+    torch.manual_seed(0)
+    forward, params = _torch_peer(u, p, n, device)
+    inputs = torch.as_tensor(x, device=device)
+    runs["torch_peer"] = _torch_step_fn(lambda: forward(inputs, lengths), params, sync, train)
+    name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    return runs, f"{name} (torch {torch.__version__})"
+
+
+def _set_threads(backend, threads):
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+    elif backend == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--results", default="")
+    parser.add_argument("--step", choices=("train", "forward"), default="train")
+    parser.add_argument("--lengths", choices=("random", "full"), default="random")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="CPU threads per op (0: the library's default)")
+    args = parser.parse_args()
+    cfg = PRESETS[args.preset]
+    b, t, u, p, n = (cfg[k] for k in ("batch", "time", "units", "projection_dim", "num_layers"))
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(t // 2, t + 1, size=b)
+    if args.lengths == "full":
+        lengths[:] = t
+    mask = np.arange(t)[None, :] < lengths[:, None]
+    x = rng.normal(size=(b, t, 2 * p)).astype("float32")
+    x_plain = rng.normal(size=(b, t, 2 * u)).astype("float32")
+    backend = keras.backend.backend()
+    if args.threads:
+        _set_threads(backend, args.threads)
+    if backend == "tensorflow":
+        runs, device = _tensorflow_runs(cfg, x, x_plain, mask, args.step == "train")
+    elif backend == "torch":
+        runs, device = _torch_runs(cfg, x, x_plain, mask, args.step == "train")
+    else:
+        raise SystemExit(f"tools/benchmark_lstm.py runs on KERAS_BACKEND=tensorflow or torch, "
+                         f"not {backend!r}")
+    step = ("training step (forward + backward)" if args.step == "train"
+            else "forward pass (no gradients)")
+    times = bench_results.interleaved_times(runs, args.repeats, warmup=0)  # warmed up above
     ratios = bench_results.median_ratios(times, "portable")
+    peer = bench_results.median_ratios(times, "torch_peer") if "torch_peer" in runs else None
     lines = [
-        f"MaskedBiLSTM training step (forward + backward) on {device}: batch {b}, time {t}, "
-        f"units {u}, projection {p}, {n} layers; {args.repeats} rounds, variants timed "
-        "round-robin; medians.",
+        f"MaskedBiLSTM {step} on {device}, Keras backend {backend}: batch {b}, time {t} "
+        f"({'every row full' if args.lengths == 'full' else 'lengths from time / 2'}), "
+        f"units {u}, projection {p}, {n} layers; "
+        f"{args.repeats} rounds, variants timed round-robin; medians"
+        + (f"; {args.threads} CPU thread(s) per op." if args.threads else "."),
         "",
-        "| variant | ms/step | time / portable (median of per-round ratios) |",
-        "|---|---|---|",
+        "| variant | ms/step | time / portable (median of per-round ratios) |"
+        + (" time / torch_peer |" if peer else ""),
+        "|---|---|---|" + ("---|" if peer else ""),
     ]
     for name, seconds in bench_results.medians(times).items():
-        lines.append(f"| {name} | {seconds * 1000:.1f} | {ratios[name]:.2f} |")
+        lines.append(f"| {name} | {seconds * 1000:.1f} | {ratios[name]:.2f} |"
+                     + (f" {peer[name]:.2f} |" if peer else ""))
     lines.append("")
     lines.append(f"portable vs rnn_cell: {ratios['rnn_cell']:.2f}x faster (target >= 1.3x on CPU)")
-    if gpu:
+    if "cudnn" in runs:
         lines.append(f"cudnn vs portable: {1 / ratios['cudnn']:.2f}x faster (target >= 3x on GPU)")
+    if "torch_lstm" in runs:
+        lines.append(f"torch_lstm vs portable: {1 / ratios['torch_lstm']:.2f}x faster; "
+                     f"torch_lstm / torch_peer: {peer['torch_lstm']:.2f}")
     table = "\n".join(lines)
     print(table)
     if args.results:

@@ -44,12 +44,13 @@ def padded(lengths, time):
 def native_is_faster(lengths, time):
     """On the CPU, whether torch's native LSTM beats the portable path for this call.
 
-    Measured (`tools/benchmark_lstm.py`, 2-core CPU, one thread per op; two
-    layers, batch 32, time 64, 512 cells, projection 64): without gradients
-    the native LSTM takes 0.47x the portable path's time, and a training step
-    on full-length rows 0.78x; a training step on padded rows runs packed
-    sequences, whose native backward pass takes 1.13x (1.58x at batch 8,
-    time 128, 1024 cells): there the portable path is faster.
+    Measured with `tools/benchmark_lstm.py --threads 1` under
+    `KERAS_BACKEND=torch` (2-core CPU; two layers, batch 32, time 64, 512
+    cells, projection 64), the native LSTM's time over the portable path's:
+    0.60 for the forward pass alone (`--step forward`), 0.66 for a training
+    step on full-length rows (`--lengths full`; no packing), but 1.14 for a
+    training step on padded rows: torch's backward pass over packed
+    sequences is the slower one there.
     """
     return not torch.is_grad_enabled() or not padded(lengths, time)
 
