@@ -72,11 +72,11 @@ def _parameters(cell, suffix):
     """
     bias = cell["bias"]
     return {
-        f"weight_ih_l0{suffix}": cell["kernel"].T,
-        f"weight_hh_l0{suffix}": cell["recurrent_kernel"].T,
+        f"weight_ih_l0{suffix}": cell["kernel"].T.contiguous(),
+        f"weight_hh_l0{suffix}": cell["recurrent_kernel"].T.contiguous(),
         f"bias_ih_l0{suffix}": bias,
         f"bias_hh_l0{suffix}": torch.zeros_like(bias),
-        f"weight_hr_l0{suffix}": cell["projection_kernel"].T,
+        f"weight_hr_l0{suffix}": cell["projection_kernel"].T.contiguous(),
     }
 
 
