@@ -10,6 +10,10 @@ prints one row per layer or loss, and exits non-zero if any check fails.
 
     python examples/keras_user.py [--epochs 8] [--output_dir DIR] [--only NAME ...]
 
+It runs on every Keras backend (`KERAS_BACKEND=tensorflow|jax|torch`).
+`FastTextEmbedding` is TensorFlow-only (string ops): its case runs only
+where TensorFlow is the backend, and the script says so elsewhere.
+
 The task is next-token prediction on a small synthetic language (token t+1
 is a fixed function of token t, with noise), so every model has something
 to learn in a few epochs on a CPU.
@@ -33,7 +37,6 @@ from tfeff.layers import AloneEmbedding  # noqa: E402
 from tfeff.layers import AnchorMultiHeadAttention  # noqa: E402
 from tfeff.layers import ContinuousOutput  # noqa: E402
 from tfeff.layers import FactorizedDense  # noqa: E402
-from tfeff.layers import FastTextEmbedding  # noqa: E402
 from tfeff.layers import FixedEmbedding  # noqa: E402
 from tfeff.layers import FullSoftmax  # noqa: E402
 from tfeff.layers import MaskedBiLSTM  # noqa: E402
@@ -138,7 +141,7 @@ def _fasttext_model(workdir, x):
 
 def fasttext_encoder(workdir):
     def build(x, y):
-        layer = FastTextEmbedding.from_fasttext(_fasttext_model(workdir, x))
+        layer = tfeff.layers.FastTextEmbedding.from_fasttext(_fasttext_model(workdir, x))
         words = keras.Input((TIME,), dtype="string")
         hidden = keras.layers.Dense(DIM, activation="tanh")(layer(words))
         model = keras.Model(words, _classifier(hidden))
@@ -170,8 +173,9 @@ def _attention(layer_cls, **kwargs):
 
 
 def cases(workdir):
-    """(name, what it covers, builder) for every public layer and loss."""
-    return [
+    """(name, what it covers, builder) for every public layer and loss of the backend
+    (`tfeff.layers.__all__` lists the TensorFlow-only layers where TensorFlow is it)."""
+    all_cases = [
         ("AdaptiveSoftmax", "layer", softmax_output(AdaptiveSoftmax(VOCAB, [8, 24]))),
         ("FullSoftmax", "layer", softmax_output(FullSoftmax(VOCAB))),
         ("SampledSoftmax", "layer", softmax_output(SampledSoftmax(VOCAB, 16, seed=0))),
@@ -203,6 +207,8 @@ def cases(workdir):
         ("VonMisesFisherLoss", "loss", continuous_output(
             "vmf", loss_from_layer=True, vmf_regularization1=0.02)),
     ]
+    return [case for case in all_cases
+            if case[0] not in tfeff.layers.TENSORFLOW_ONLY or case[0] in tfeff.layers.__all__]
 
 
 def run_case(name, build, workdir, epochs):
@@ -237,6 +243,16 @@ def main(argv=None):
     if missing:
         print(f"error: no example for public layers {sorted(missing)}", file=sys.stderr)
         return 2
+    if args.only:
+        unknown = set(args.only) - {name for name, _, _ in all_cases}
+        if unknown:
+            print(f"error: no case named {sorted(unknown)} on the "
+                  f"{keras.backend.backend()} backend", file=sys.stderr)
+            return 2
+    skipped = sorted(set(tfeff.layers.TENSORFLOW_ONLY) - covered)
+    if skipped and not args.only:
+        print(f"note: {', '.join(skipped)} is TensorFlow-only (string ops): not run on the "
+              f"{keras.backend.backend()} backend")
     failures = []
     print(f"{'case':<26} {'kind':<6} {'loss first':>11} {'loss last':>10} "
           f"{'reload diff':>12} {'s':>5}")
