@@ -193,3 +193,29 @@ for get in (lambda: tfeff.layers.FastTextEmbedding,
                                "TensorFlow-only (it uses TensorFlow string ops) and needs "
                                "TensorFlow"), line
         assert f"The Keras backend is '{backend}'" in line, line
+
+
+def test_fasttext_embedding_refuses_to_run_as_a_layer_off_tensorflow():
+    """On PyTorch (TensorFlow installed): calling the layer raises a ValueError naming the
+    backend; its `word_vectors` (tf.string in, as a tf.data pipeline calls it) still run."""
+    code = """
+import numpy as np
+from tfeff.layers import FastTextEmbedding
+layer = FastTextEmbedding(words=["a", "bb"], input_matrix=np.ones((12, 4), "float32"),
+                          minn=1, maxn=2, bucket=10)
+import tensorflow as tf
+print(tuple(layer.word_vectors(tf.constant(["a", "zz"])).shape))
+try:
+    layer(np.array([["a", "zz"]]))
+except ValueError as e:
+    print(" ".join(str(e).split()))
+"""
+    env = {**os.environ, "KERAS_BACKEND": "torch", **_ENV["torch"]}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.split("\n")
+    assert lines[0] == "(2, 4)"
+    assert lines[1].startswith("`FastTextEmbedding` runs as a layer only where TensorFlow is "
+                               "the Keras backend"), lines[1]
+    assert "Received: backend='torch'" in lines[1]

@@ -40,7 +40,9 @@ class FastTextEmbedding(keras.layers.Layer):
     `.keras` file carries it; the dictionary is stored as an asset.
     This layer is for serving and feature extraction, not for replicated
     training: training reads precomputed vocabulary vectors with
-    `FixedEmbedding`.
+    `FixedEmbedding`. It runs as a layer only where TensorFlow is the Keras
+    backend (elsewhere calling it raises a ValueError naming the backend);
+    `word_vectors` and `subword_ids` take `tf.string` tensors on any backend.
 
     Args:
         words: the fastText dictionary, a list of strings in id order.
@@ -125,6 +127,17 @@ class FastTextEmbedding(keras.layers.Layer):
         self._words = words
         self._initial_matrix = input_matrix
         self._table = None
+
+    def __call__(self, *args, **kwargs):
+        backend = keras.backend.backend()
+        if backend != "tensorflow":
+            raise ValueError(
+                "`FastTextEmbedding` runs as a layer only where TensorFlow is the Keras "
+                "backend: its inputs are strings and its ops TensorFlow string ops. "
+                f"Received: backend={backend!r}. (`word_vectors` and `subword_ids` take "
+                "`tf.string` tensors on any backend, e.g. in a `tf.data` pipeline.)"
+            )
+        return super().__call__(*args, **kwargs)
 
     @classmethod
     def from_fasttext(cls, model, **kwargs):
