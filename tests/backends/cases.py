@@ -1,10 +1,10 @@
 """Backend-neutral computations whose outputs must agree across Keras backends.
 
 Imported by `tests/backends/test_backend_parity.py` under TensorFlow (in the
-pytest process) and run as a script under another backend
-(`KERAS_BACKEND=jax python tests/backends/cases.py OUT.npz`), on the same
-NumPy inputs and weights; the test compares the two. This module imports
-no TensorFlow of its own.
+pytest process) and run as a script under each other backend
+(`KERAS_BACKEND=jax|torch python tests/backends/cases.py OUT.npz`), on the
+same NumPy inputs and weights; the test compares each with TensorFlow. This
+module imports no TensorFlow of its own.
 """
 
 import os
