@@ -94,10 +94,25 @@ def test_the_cases_are_not_trivial(tensorflow_results):
 
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
 def test_the_neutral_core_imports_and_builds_without_tensorflow(backend):
+    """TensorFlow made unimportable (a None entry in sys.modules fails its import): the
+    neutral core imports and builds all three models; `import *` gives every other layer;
+    the TensorFlow-only layer raises an ImportError naming TensorFlow and the backend, by
+    attribute and by from-import; eager checks refuse bad inputs with tfeff's messages.
+    (One process per backend: each costs seconds of imports.)"""
     code = """
 import sys
+sys.modules["tensorflow"] = None
+from tfeff.layers import *
 import keras
 import tfeff.config, tfeff.layers, tfeff.losses, tfeff.models
+print(sorted(name for name in dir() if name[0].isupper()))
+print(sorted(tfeff.layers.__all__))
+for get in (lambda: tfeff.layers.FastTextEmbedding,
+            lambda: __import__("tfeff.layers", fromlist=["FastTextEmbedding"])):
+    try:
+        get()
+    except ImportError as e:
+        print(type(e).__name__, " ".join(str(e).split()))
 from tfeff.models import Bert, ElmoLM, MaskedElmo
 MaskedElmo(30, num_layers=1, units=8, projection_dim=4, output_layer="adaptive",
            adaptive_cutoffs=[10], tbptt_batch_size=2, input_embedding="alone",
@@ -106,7 +121,7 @@ Bert(40, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=24,
      max_sequence_length=20, relaxed={"num_anchors": 3, "ffn_rank": 4}).build()
 ElmoLM(30, input_embedding="trainable", output_layer="adaptive", adaptive_cutoffs=[10],
        num_layers=1, units=8, projection_dim=4).build()
-assert "tensorflow" not in sys.modules, "TensorFlow was imported"
+assert sys.modules["tensorflow"] is None, "TensorFlow was imported"
 print(keras.backend.backend(), sorted(tfeff.layers.TENSORFLOW_ONLY))
 # Off TensorFlow, eager targets are range-checked in Python, with the same message.
 import numpy as np
@@ -146,42 +161,6 @@ for bad_call in (lambda: bi(np.ones((2, 3, 4), "float32"), mask=np.array([[1, 1,
                           text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.split("\n")
-    assert lines[0] == f"{backend} ['FastTextEmbedding']"
-    assert "FullSoftmax `head`: targets must be < vocabulary_size=5" in lines[1]
-    assert "FullSoftmax `head`: targets must be >= 0" in lines[2]
-    assert lines[3] == "True True True"
-    for line in lines[4:7]:
-        assert "AloneEmbedding `alone`: ids must be < vocabulary_size=5" in line
-    assert "MaskedBiLSTM `bi` needs a right-padded `mask`" in lines[7]
-    assert "Row 1 is True at position 1 after a False" in lines[7]
-    assert ("FullSoftmax `head`: `targets` must have the shape of `inputs` without its last "
-            "axis, (2,). Received: inputs.shape=(2, 3), targets.shape=(3,)") in lines[8]
-
-
-@pytest.mark.parametrize("backend", OTHER_BACKENDS)
-def test_without_tensorflow_star_import_works_and_fasttext_says_it_needs_tensorflow(backend):
-    """TensorFlow made unimportable (a None entry in sys.modules fails its import):
-    `import *` gives every other layer, and the TensorFlow-only layer raises an
-    ImportError naming TensorFlow and the backend, by attribute and by from-import."""
-    code = """
-import sys
-sys.modules["tensorflow"] = None
-from tfeff.layers import *
-import tfeff.layers, tfeff.losses, tfeff.models
-print(sorted(name for name in dir() if name[0].isupper()))
-print(sorted(tfeff.layers.__all__))
-for get in (lambda: tfeff.layers.FastTextEmbedding,
-            lambda: __import__("tfeff.layers", fromlist=["FastTextEmbedding"])):
-    try:
-        get()
-    except ImportError as e:
-        print(type(e).__name__, " ".join(str(e).split()))
-"""
-    env = {**os.environ, "KERAS_BACKEND": backend, **_ENV[backend]}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, cwd=REPO)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.split("\n")
     expected = ["AdaptiveSoftmax", "AloneEmbedding", "AnchorMultiHeadAttention",
                 "ContinuousOutput", "FactorizedDense", "FixedEmbedding", "FullSoftmax",
                 "MaskedBiLSTM", "ProjectedLSTM", "RotaryMultiHeadAttention",
@@ -193,8 +172,19 @@ for get in (lambda: tfeff.layers.FastTextEmbedding,
                                "TensorFlow-only (it uses TensorFlow string ops) and needs "
                                "TensorFlow"), line
         assert f"The Keras backend is '{backend}'" in line, line
+    assert lines[4] == f"{backend} ['FastTextEmbedding']"
+    assert "FullSoftmax `head`: targets must be < vocabulary_size=5" in lines[5]
+    assert "FullSoftmax `head`: targets must be >= 0" in lines[6]
+    assert lines[7] == "True True True"
+    for line in lines[8:11]:
+        assert "AloneEmbedding `alone`: ids must be < vocabulary_size=5" in line
+    assert "MaskedBiLSTM `bi` needs a right-padded `mask`" in lines[11]
+    assert "Row 1 is True at position 1 after a False" in lines[11]
+    assert ("FullSoftmax `head`: `targets` must have the shape of `inputs` without its last "
+            "axis, (2,). Received: inputs.shape=(2, 3), targets.shape=(3,)") in lines[12]
 
 
+@pytest.mark.slow
 def test_fasttext_embedding_refuses_to_run_as_a_layer_off_tensorflow():
     """On PyTorch (TensorFlow installed): calling the layer raises a ValueError naming the
     backend; its `word_vectors` (tf.string in, as a tf.data pipeline calls it) still run."""
