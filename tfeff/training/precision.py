@@ -23,9 +23,8 @@ import logging
 import keras
 
 from tfeff import config as config_lib
-
 # What a run trains under, per `train.precision` (the names are Keras' policies).
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+from tfeff.config.elmo import PRECISIONS
 
 
 @contextlib.contextmanager
