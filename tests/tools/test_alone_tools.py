@@ -1,5 +1,3 @@
-import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,18 +8,11 @@ import pytest
 import scipy.stats
 
 from tests.conftest import REPO
-
-
-@functools.lru_cache(maxsize=None)  # once: the tools define absl flags at import
-def _tool(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "tools", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.tools import load_tool
 
 
 def test_spearman_equals_scipy_with_ties():
-    reconstruct = _tool("alone_reconstruct")
+    reconstruct = load_tool("alone_reconstruct")
     rng = np.random.default_rng(0)
     for _ in range(5):
         a = rng.integers(0, 6, size=50).astype(float)  # many ties
@@ -32,7 +23,7 @@ def test_spearman_equals_scipy_with_ties():
 
 
 def test_similarity_files_parse_with_header_and_report_bad_lines(tmp_path):
-    reconstruct = _tool("alone_reconstruct")
+    reconstruct = load_tool("alone_reconstruct")
     good = tmp_path / "ws.csv"
     good.write_text("Word 1,Word 2,Human (mean)\nlove,sex,6.77\ntiger\tcat\t7.35\n")
     assert reconstruct.read_similarity(str(good)) == [("love", "sex", 6.77), ("tiger", "cat", 7.35)]
@@ -101,7 +92,7 @@ def test_reconstruction_of_real_fasttext_vectors_at_ci_size(fasttext_model, tmp_
 
 
 def test_readme_shows_the_computed_parameter_table():
-    parameters = _tool("alone_parameters")
+    parameters = load_tool("alone_parameters")
     table = parameters.markdown()
     assert "| WMT En-De, Takase & Kobayashi (2020) | 37,000 | 512 | 512 | 4096 | 4,194,816 | " \
            "18,944,000 | 0.22 |" in table

@@ -1,21 +1,10 @@
 """The benchmarks' shared timing helper: round-robin order, warm-up, medians and ratios."""
 
-import importlib.util
-import os
-
-from tests.conftest import REPO
-
-
-def _bench_results():
-    path = os.path.join(REPO, "tools", "bench_results.py")
-    spec = importlib.util.spec_from_file_location("bench_results", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.tools import load_tool
 
 
 def test_runs_are_warmed_then_timed_round_robin():
-    bench = _bench_results()
+    bench = load_tool("bench_results")
     calls = []
     runs = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
     times = bench.interleaved_times(runs, rounds=3, warmup=2)
@@ -26,7 +15,7 @@ def test_runs_are_warmed_then_timed_round_robin():
 
 
 def test_medians_and_per_round_ratios():
-    bench = _bench_results()
+    bench = load_tool("bench_results")
     # Round 2 was slow for both: the per-round ratio ignores it, a ratio of medians not.
     times = {"ref": [1.0, 10.0, 1.0, 1.0], "x": [2.0, 20.0, 2.0, 30.0]}
     assert bench.medians(times) == {"ref": 1.0, "x": 11.0}

@@ -1,25 +1,15 @@
 """tools/benchmark_precision.py's tiny preset: it times the variants side by side and names
 the layer that keeps a model off XLA instead of timing it."""
 
-import importlib.util
 import json
-import os
 
-from tests.conftest import REPO
-
-
-def _load():
-    path = os.path.join(REPO, "tools", "benchmark_precision.py")
-    spec = importlib.util.spec_from_file_location("benchmark_precision", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.tools import load_tool
 
 
 def test_tiny_preset_times_float32_and_bfloat16_and_names_what_blocks_xla(tmp_path):
     import keras
 
-    tool = _load()
+    tool = load_tool("benchmark_precision")
     results = tmp_path / "precision.md"
     tool.main(["--preset", "tiny", "--models", "elmo_sampled", "--variants",
                "fp32,xla,bf16", "--rounds", "2", "--work_dir", str(tmp_path),

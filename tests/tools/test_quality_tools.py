@@ -1,12 +1,9 @@
 """tools/english_corpus.py (WordNet glosses -> corpus and tasks) and tools/quality_study.py's
 table."""
 
-import importlib.util
-import os
-
 import pytest
 
-from tests.conftest import REPO
+from tests.tools import load_tool
 
 # Three synsets in WordNet's data-file format (invented glosses; the header line of the
 # real files starts with two spaces).
@@ -17,16 +14,9 @@ DATA_NOUN = """  1 This software and database is being provided to you, the LICE
 """
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "tools", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def corpus_tool():
-    return _load("english_corpus")
+    return load_tool("english_corpus")
 
 
 def test_tokenize_golden(corpus_tool):
@@ -108,7 +98,7 @@ def test_replaced_task_replaces_one_word_by_a_word_of_similar_frequency(corpus_t
 
 
 def test_quality_study_table_reports_mean_and_sd_over_seeds(tmp_path):
-    study = _load("quality_study")
+    study = load_tool("quality_study")
 
     def record(name, family, seed, steps, seconds, ev, probes, tuned=None):
         r = {"name": name, "family": family, "corpus": "synthetic", "seed": seed,
