@@ -14,6 +14,17 @@ tf.config.set_logical_device_configuration(
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# What a subprocess on another Keras backend needs beside KERAS_BACKEND: JAX on the CPU
+# (no accelerator probing), PyTorch with one thread per op (its default pool spins on
+# cores busy with the suite's own processes: seconds per small op).
+_BACKEND_ENV = {"tensorflow": {}, "jax": {"JAX_PLATFORMS": "cpu"},
+                "torch": {"OMP_NUM_THREADS": "1"}}
+
+
+def backend_env(backend, **extra):
+    """The environment of a subprocess that runs Keras on `backend`."""
+    return {**os.environ, "KERAS_BACKEND": backend, **_BACKEND_ENV[backend], **extra}
+
 
 @pytest.fixture(scope="session")
 def small_corpus(tmp_path_factory):

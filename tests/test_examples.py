@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from tests.conftest import backend_env
 import tfeff.layers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -19,16 +20,13 @@ EXAMPLE = os.path.join(ROOT, "examples", "keras_user.py")
 LOSSES = ["cosine_distance", "l2_distance", "vmf_nll", "CosineDistance", "L2Distance",
           "VonMisesFisherLoss"]
 OTHER_BACKENDS = ("jax", "torch")
-# Small models: one thread for PyTorch's CPU kernels. Its default (one per core) spins
-# at every op when the cores are busy: a case then takes 30-70 s instead of 1-5 s.
-_ENV = {"tensorflow": {}, "jax": {"JAX_PLATFORMS": "cpu"}, "torch": {"OMP_NUM_THREADS": "1"}}
 SUBSET = ["FullSoftmax", "AnchorMultiHeadAttention", "MaskedBiLSTM"]
 
 
 def _start(backend, output_dir, only=None):
     """The example in a subprocess; its output goes to files (a pipe could fill up and
     stall it while the test waits on something else)."""
-    env = {**os.environ, "KERAS_BACKEND": backend, **_ENV[backend]}
+    env = backend_env(backend)
     command = [sys.executable, EXAMPLE, "--output_dir", str(output_dir)]
     if only:
         command += ["--only", *only]

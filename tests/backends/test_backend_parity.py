@@ -20,11 +20,10 @@ import pytest
 
 from tests.backends import cases
 from tests.conftest import REPO
+from tests.conftest import backend_env
 
 SCRIPT = os.path.join(REPO, "tests", "backends", "cases.py")
 OTHER_BACKENDS = ("jax", "torch")
-# Small tensors: one thread each, so that the three processes share two cores well.
-_ENV = {"jax": {"JAX_PLATFORMS": "cpu"}, "torch": {"OMP_NUM_THREADS": "1"}}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +33,7 @@ def results(tmp_path_factory):
     folder = tmp_path_factory.mktemp("backends")
     processes = {}
     for backend in OTHER_BACKENDS:
-        env = {**os.environ, "KERAS_BACKEND": backend, **_ENV[backend]}
+        env = backend_env(backend)
         processes[backend] = subprocess.Popen(
             [sys.executable, SCRIPT, str(folder / f"{backend}.npz")], env=env,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
@@ -156,7 +155,7 @@ for bad_call in (lambda: bi(np.ones((2, 3, 4), "float32"), mask=np.array([[1, 1,
     except ValueError as e:
         print(" ".join(str(e).split()))
 """
-    env = {**os.environ, "KERAS_BACKEND": backend, **_ENV[backend]}
+    env = backend_env(backend)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -200,7 +199,7 @@ try:
 except ValueError as e:
     print(" ".join(str(e).split()))
 """
-    env = {**os.environ, "KERAS_BACKEND": "torch", **_ENV["torch"]}
+    env = backend_env("torch")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -8,7 +8,6 @@ TensorFlow runs the same check as `python -m tests.layers.torch_lstm_parity
 --device cuda`.
 """
 
-import os
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO
+from tests.conftest import backend_env
 from tfeff.layers import MaskedBiLSTM
 
 
@@ -38,11 +38,8 @@ print("ok")
 
 
 def _start(args, backend, **env):
-    # One thread per op: on a CPU shared with the suite's own process, torch's
-    # thread pool would wait for busy cores at every small op.
-    env = {**os.environ, "KERAS_BACKEND": backend, "OMP_NUM_THREADS": "1", **env}
-    return subprocess.Popen([sys.executable] + args, env=env, cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen([sys.executable] + args, env=backend_env(backend, **env), cwd=REPO,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def _finish(process):
