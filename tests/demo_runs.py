@@ -33,17 +33,13 @@ STEPS = 4
 LOG_EVERY = 2
 _COMMON = [f"train.steps={STEPS}", "train.warmup_steps=1", f"train.checkpoint_every={STEPS}",
            f"train.log_every={LOG_EVERY}", "data.synthetic.num_heldout_sentences=60"]
-# Small corpora, still big enough for the shipped model settings: ELMo-A's adaptive
-# cutoffs (2,000) and the sampled softmaxes' 512 negatives need > 2,000 words.
-_FAMILY = {
-    "elmo": ["data.synthetic.num_train_sentences=2000", "data.shuffle_buffer=500",
-             "train.validation_steps=1", "eval.max_targets=400"],
-    "bert": ["data.synthetic.num_train_sentences=600", "data.shuffle_buffer=200",
-             "eval.max_batches=2"],
-    "masked_elmo": ["data.synthetic.num_train_sentences=600", "train.validation_steps=1",
-                    "eval.max_batches=2"],
-}
-_WORD_VECTORS = ["fasttext.epoch=1", "fasttext.bucket=5000"]
+# Small corpora, by what each config holds (no family names: a new family's demo runs
+# too). A causal LM's run ranks held-out targets (`eval.max_targets`) and needs more
+# than 2,000 words for ELMo-A's adaptive cutoffs and the sampled softmaxes' 512
+# negatives; a masked LM's (`eval.max_batches`) runs on fewer sentences.
+_LM_SENTENCES, _MASKED_LM_SENTENCES = 2000, 600
+_SMALL = {"data.shuffle_buffer": 500, "train.validation_steps": 1, "eval.max_targets": 400,
+          "eval.max_batches": 2, "fasttext.epoch": 1, "fasttext.bucket": 5000}
 _CORE = ["core.coarse_steps=2", "core.plateau_window=2"]
 
 
@@ -57,14 +53,32 @@ def steps(name):
     return config(name)["train"]["steps"] if name == FULL else STEPS
 
 
+def _value(loaded, key):
+    """The value of a dotted `key` in a loaded config, or `_MISSING`."""
+    for part in key.split("."):
+        loaded = getattr(loaded, part, _MISSING)
+    return loaded
+
+
+_MISSING = object()
+
+
 def overrides(name):
+    """The `--override` arguments of a demo's short run: each of `_SMALL` where the
+    config has the key (lowering a value, never raising it)."""
     if name == FULL:
         return []
-    cfg = config(name)
-    extra = list(_FAMILY[cfg["family"]])
-    if cfg["family"] == "elmo" and cfg["data"].get("tokenization", "word") == "word":
-        extra += _WORD_VECTORS
-    if cfg.get("core", {}).get("coarse_steps"):
+    from tfeff.config import load_config
+
+    path = os.path.join(REPO, "configs", f"{name}.yaml")
+    loaded = load_config(path)
+    lm = _value(loaded, "eval.max_targets") is not _MISSING
+    extra = [f"data.synthetic.num_train_sentences={_LM_SENTENCES if lm else _MASKED_LM_SENTENCES}"]
+    for key, value in _SMALL.items():
+        current = _value(loaded, key)
+        if current is not _MISSING and (current is None or current > value):
+            extra.append(f"{key}={value}")
+    if _value(loaded, "core.coarse_steps") not in (_MISSING, None, 0):
         extra += _CORE
     return [arg for o in _COMMON + extra for arg in ("--override", o)]
 

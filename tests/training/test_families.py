@@ -1,48 +1,67 @@
 """The family registry: one object per family, the same methods, one lookup everywhere."""
 
+import glob
 import os
 
+import keras
+import numpy as np
 import pytest
 
 from tests.conftest import REPO
 from tfeff import config as config_lib
 from tfeff.config import load_config
 from tfeff.config import write_yaml
-from tfeff.models import Bert
-from tfeff.models import ElmoLM
-from tfeff.models import MaskedElmo
+from tfeff.export import EMBEDDERS
 from tfeff.training import FAMILIES
-from tfeff.training import build_model
 from tfeff.training import get_family
 from tfeff.training import restore_model
 from tfeff.training.families import Family
 
-DEMOS = {"elmo": "demo_elmo_sub.yaml", "bert": "demo_bert.yaml",
-         "masked_elmo": "demo_masked_elmo.yaml"}
-MODELS = {"elmo": ElmoLM, "bert": Bert, "masked_elmo": MaskedElmo}
 # What a family must implement itself; the rest has shared defaults.
 REQUIRED = ("prepare_data", "build_model", "train_dataset", "evaluate")
 
 
+def _demo_configs():
+    """`{family name: [demo config paths]}` of the shipped `configs/demo_*.yaml`."""
+    demos = {}
+    for path in sorted(glob.glob(os.path.join(REPO, "configs", "demo_*.yaml"))):
+        demos.setdefault(load_config(path).family, []).append(path)
+    return demos
+
+
+DEMOS = _demo_configs()
+
+
 def test_the_registry_names_every_configured_family_and_nothing_else():
-    assert set(FAMILIES) == set(config_lib.FAMILIES) == set(DEMOS)
+    assert set(FAMILIES) == set(config_lib.FAMILIES) == set(DEMOS)  # each with a demo
     for name, family in FAMILIES.items():
         assert family.name == name and isinstance(family, Family) and family.label
         for method in REQUIRED:
             assert getattr(type(family), method) is not getattr(Family, method), (name, method)
-    with pytest.raises(ValueError, match=r"Unknown model family 'gpt'; one of \("):
-        get_family("gpt")
+        assert family.embedder in EMBEDDERS, name
+    with pytest.raises(ValueError, match=r"Unknown model family 'nope'; one of \("):
+        get_family("nope")
 
 
-@pytest.mark.parametrize("name", sorted(DEMOS))
-def test_a_config_finds_its_family_and_builds_that_model(name):
-    config = load_config(os.path.join(REPO, "configs", DEMOS[name]))
-    assert get_family(config) is FAMILIES[name] is get_family(name)
-    assert not get_family(config).uses_vectors(config)  # these demos read no fixed table
-    size = config.data.wordpiece_vocabulary_size
-    model = build_model(config, size)
-    assert type(model) is MODELS[name]
-    assert model.vocabulary_size == size
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_a_family_keeps_the_contract_with_its_demo_config(name):
+    """The demo config finds its family; `build_model` gives an unbuilt model whose
+    `build()`, without arguments, creates every variable; the export module the
+    family names can embed it."""
+    config = load_config(DEMOS[name][0])
+    family = get_family(config)
+    assert family is FAMILIES[name] is get_family(name)
+    size = family.probe_vocabulary_size(config)
+    vectors = (np.zeros((size, config.fasttext.dim), "float32") if family.uses_vectors(config)
+               else None)
+    model = family.build_model(config, size, vectors)
+    assert isinstance(model, keras.Model) and not model.built and not model.trainable_variables
+    model.build()
+    assert model.built and model.vocabulary_size == size and model.trainable_variables
+    if family.embedder == "token_ids":
+        ids = np.array([[2, 5, 6, 3], [2, 7, 3, 0]], "int32")
+        layers = model.embedding_layers(ids, ids > 0)
+        assert tuple(layers.shape) == (2, model.embedding_num_layers, 4, model.embedding_dim)
 
 
 def test_restore_names_a_missing_vocabulary_and_a_family_mismatch(tmp_path):

@@ -36,44 +36,11 @@ _DETERMINISTIC = flags.DEFINE_bool(
     "Enable TensorFlow op determinism (sets train.deterministic): bit-identical resumes on CPU.")
 
 
-def summary_lines(results):
-    """The lines printed after a finished run, whatever the family reported.
-
-    ELMo reports top-k accuracy against the unigram baseline (and, with a
-    softmax output, perplexity and the median rank); BERT and Masked ELMo the
-    held-out masked-LM loss (and, with a softmax output, perplexity and
-    accuracy); a CoRe run its switch step.
-    """
-    lines = [f"finished at step {results['step']}"]
-    ev = results.get("eval") or {}
-    for k, acc in ev.get("top_k", {}).items():
-        lines.append(f"held-out top-{k} accuracy: {acc:.4f} "
-                     f"(unigram baseline {ev['unigram_top_k'][k]:.4f})")
-    if "mlm_loss" in ev:
-        line = f"held-out masked-LM loss {ev['mlm_loss']:.4f}"
-        if ev.get("perplexity") is not None:
-            line += f", perplexity {ev['perplexity']:.2f}"
-            if ev.get("unigram_perplexity") is not None:
-                line += f" (unigram {ev['unigram_perplexity']:.2f})"
-        if "accuracy" in ev:
-            line += f", accuracy {ev['accuracy']:.4f}"
-        lines.append(f"{line} ({ev['masked_tokens']} masked tokens)")
-    elif ev.get("perplexity") is not None:
-        unit = "WordPiece tokens" if ev.get("tokenization") == "wordpiece" else "words"
-        lines.append(f"held-out perplexity {ev['perplexity']:.2f} ({unit}; "
-                     f"{ev['targets']} targets, median rank {ev['median_rank']:g})")
-    elif "median_rank" in ev and ev["median_rank"] is not None:
-        lines.append(f"held-out median rank {ev['median_rank']:g} ({ev['targets']} targets)")
-    if results.get("switch"):
-        lines.append(f"CoRe switch at step {results['switch']['switch_step']} "
-                     f"({results['switch']['reason']})")
-    return lines
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from tfeff.config import load_config
+    from tfeff.training import get_family
     from tfeff.training import pretrain
     from tfeff.training.fault_tolerance import PREEMPTED_EXIT_CODE
 
@@ -90,7 +57,8 @@ def main(argv):
             print(f"preempted: saved the checkpoint of step {results['step']}; rerun the same "
                   "command to resume", file=sys.stderr)
             sys.exit(PREEMPTED_EXIT_CODE)
-        for line in summary_lines(results):
+        # The family says what its results mean (`Family.summary_lines`).
+        for line in get_family(config).summary_lines(results):
             print(line)
 
     common.run_main(body)

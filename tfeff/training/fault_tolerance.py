@@ -282,16 +282,14 @@ class ResumableTraining:
 
     def fit(self, build, stop_step, *, global_batch_size, num_files=None, every, on_nan="stop",
             callbacks=(), validation_data=None, validation_steps=None, verbose="auto",
-            log_every=None):
+            log_every=None, checkpoint_iterator=True):
         """Trains to `stop_step` (saving every `every` steps); returns `(history, preempted)`.
 
         Args:
             build: `build(position, file_shard)` -> dataset of the batches from
                 input position `position` on: global batches with `file_shard`
                 None, else (num_workers, index) and this worker's files with
-                its share of the batch. `build.checkpointable = False` marks a
-                pipeline whose iterator TensorFlow cannot save (then the
-                position is what resumes it).
+                its share of the batch.
             global_batch_size: rows of a global batch.
             num_files: input files (file-level sharding needs >= workers); None
                 when the pipeline cannot be sharded by file.
@@ -303,12 +301,16 @@ class ResumableTraining:
                 `log_every` steps (default `every`) instead of a progress bar
                 when stdout is not a terminal (`callbacks.resolve_verbose`).
             log_every: steps between those lines.
+            checkpoint_iterator: save the tf.data iterator in the checkpoints;
+                False for a pipeline whose batches are a function of the
+                position (or whose iterator TensorFlow cannot save): then the
+                position alone resumes it.
         """
         start = self.step
         if start >= stop_step:
             return {}, False
         self._restore_iterator, self._iterator = False, None
-        self._save_iterator = getattr(build, "checkpointable", True)
+        self._save_iterator = checkpoint_iterator
         x = self._input(build, num_files, global_batch_size)
         if validation_data is not None and self.info.num_workers > 1:
             options = tf.data.Options()

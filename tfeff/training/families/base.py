@@ -21,7 +21,6 @@ import tensorflow as tf
 
 from tfeff import data as data_lib
 from tfeff.data import files
-from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.training import evaluation
 from tfeff.training import fault_tolerance
 from tfeff.training import model_directory
@@ -85,36 +84,38 @@ class Phase(NamedTuple):
     position: int
 
 
-def masked_lm_artifacts(config, model_dir):
-    """The corpus and BERT-style WordPiece vocabulary (learned if missing, then checked
-    for its reserved ids and against the training text's `<unk>` rate) of the
-    masked-LM families: a `DataArtifacts`."""
-    d = config.data
-    train_files, heldout_files = model_directory.corpus_files(d, model_dir)
-    vocabulary_path = file_path(model_dir, model_directory.VOCABULARY_FILE)
-    learned = not tf.io.gfile.exists(vocabulary_path)
-    if learned:
-        data_lib.learn_bert_vocabulary(
-            train_files, d.wordpiece_vocabulary_size, vocabulary_path, lower_case=d.lower_case,
-            on_invalid_utf8=d.on_invalid_utf8, max_words_in_memory=d.max_words_in_memory)
-    artifacts = DataArtifacts(train_files, heldout_files, vocabulary_path)
-    check_bert_vocabulary(artifacts.vocabulary)
-    data_lib.check_unknown_rate(train_files, vocabulary_path, "bert", lower_case=d.lower_case,
-                                on_invalid_utf8=d.on_invalid_utf8, learned=learned)
-    return artifacts
-
-
 class Family:
     """One model family: its data, batches, model, restore, evaluation and embedder.
 
-    Subclasses set `name` (the config's `family`) and `label`, and implement
-    `prepare_data`, `build_model`, `train_dataset` and `evaluate`; the rest
-    has defaults every family shares (`embedder_options`: the vocabulary
-    only; a family adds what its embedder needs).
+    The contract (checked for every registered family by
+    `tests/training/test_families.py` and, end to end, by the demo-config runs):
+
+    * `name` is the config's `family`, `label` what logs call the model; the
+      family's config dataclass is registered in `tfeff.config.FAMILIES` under
+      the same name, and at least one `configs/demo_*.yaml` uses it.
+    * `prepare_data` returns a `DataArtifacts` (the shared helpers of
+      `tfeff.training.families.shared` do a language model's or a masked
+      language model's); `train_dataset` yields the batches `fit` consumes, from
+      input `position` on (`position_addressed`: the position alone resumes
+      them, no tf.data iterator is checkpointed).
+    * `build_model` returns an unbuilt Keras model whose `build()`, without
+      arguments, creates every variable (its shapes come from its config): the
+      optimizer and the checkpoint are made before any batch is seen.
+    * `evaluate` returns JSON-able held-out results; `eval_summary` turns them
+      into the lines `tfeff-pretrain` prints (`summary_lines`) and logs.
+    * `embedder` names the export module of the family's models (one of
+      `tfeff.export.EMBEDDERS`; `"token_ids"` embeds any model with
+      `embedding_layers`), and `embedder_options` gives its other arguments.
+
+    Subclasses implement `prepare_data`, `build_model`, `train_dataset` and
+    `evaluate`; the rest has defaults every family shares.
     """
 
     name = None
     label = None
+    # The export module that embeds this family's models (`tfeff.export.EMBEDDERS`):
+    # "token_ids" for any model with `embedding_layers`.
+    embedder = "token_ids"
     # True when the batches are a function of the step (`train_dataset` starts at
     # `position` itself, no tf.data iterator to save) and not sharded by file.
     position_addressed = False
@@ -144,7 +145,7 @@ class Family:
     # -- model
 
     def build_model(self, config, vocabulary_size, vectors_path=None):
-        """The (unbuilt) Keras model of `config`."""
+        """The unbuilt Keras model of `config`, whose `build()` takes no arguments."""
         raise NotImplementedError
 
     def probe_vocabulary_size(self, config):
@@ -212,15 +213,26 @@ class Family:
         raise NotImplementedError
 
     def eval_summary(self, results):
-        """One log line of `evaluate`'s results."""
-        return json.dumps(results)
+        """The held-out results of `evaluate` as the lines `tfeff-pretrain` prints and
+        logs after a finished run (a list of strings, each starting "held-out")."""
+        return [f"held-out results: {json.dumps(results, sort_keys=True)}"]
+
+    def summary_lines(self, results):
+        """Every line `tfeff-pretrain` prints after a finished run of `pretrain`'s
+        `results`: the step, then `eval_summary` of the held-out results (if any)."""
+        lines = [f"finished at step {results['step']}"]
+        if results.get("eval"):
+            lines += self.eval_summary(results["eval"])
+        return lines
 
     def embedder_options(self, config, model_dir):
-        """`(options, extra_files)`: the family's arguments of
-        `tfeff.export.embedder.embedder_module` beyond the model, and the files an
-        export copies beside the SavedModel (`{name: path}`)."""
+        """`(options, extra_files)`: the keyword arguments of
+        `tfeff.export.embedder_module` beside the model (at least `embedder`, the
+        export module that embeds this family's model, `family` and `vocabulary`),
+        and the files an export copies beside the SavedModel (`{name: path}`)."""
         vocabulary_path = file_path(model_dir, model_directory.VOCABULARY_FILE)
-        return ({"vocabulary": vocabulary_path},
+        return ({"embedder": self.embedder, "family": self.name,
+                 "vocabulary": vocabulary_path},
                 {model_directory.VOCABULARY_FILE: vocabulary_path})
 
     # -- the run
@@ -260,7 +272,8 @@ class Family:
         results["eval"]["train_seconds"] = results["train_seconds"]
         files.write_text_atomic(file_path(model_dir, model_directory.EVAL_FILE),
                                 json.dumps(results["eval"], indent=2) + "\n")
-        logging.info("held-out results: %s", self.eval_summary(results["eval"]))
+        for line in self.eval_summary(results["eval"]):
+            logging.info("%s", line)
 
 
 def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=None,
@@ -309,7 +322,6 @@ def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=Non
     def build(position, file_shard):
         return family.train_dataset(config, artifacts, position, file_shard)
 
-    build.checkpointable = not family.position_addressed
     history, preempted = training.fit(
         build, stop_step, global_batch_size=config.data.batch_size,
         num_files=None if family.position_addressed else len(artifacts.train_file_list),
@@ -319,7 +331,7 @@ def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=Non
                    *callbacks],
         validation_data=validation,
         validation_steps=train_cfg.validation_steps if validation is not None else None,
-        verbose=verbose)
+        verbose=verbose, checkpoint_iterator=not family.position_addressed)
     if not preempted:
         training.save_if_new()
     return Phase(model, training.step, history, preempted, int(training.position.numpy()))

@@ -45,7 +45,8 @@ from tfeff.training import checkpoints
 from tfeff.training import model_directory
 from tfeff.training.callbacks import write_scalar
 from tfeff.training.families.base import Family
-from tfeff.training.families.base import masked_lm_artifacts
+from tfeff.training.families.shared import masked_lm_artifacts
+from tfeff.training.families.shared import masked_lm_summary
 from tfeff.training.families.base import train_phase
 from tfeff.training.optimizers import make_optimizer
 from tfeff.training.strategy import barrier
@@ -239,13 +240,19 @@ class BertFamily(Family):
             unigram=unigram_log_probs(config, artifacts.train_files, artifacts.vocabulary_path))
 
     def eval_summary(self, results):
-        return (f"masked-LM loss {results['mlm_loss']:.4f}, perplexity "
-                f"{results['perplexity']:.2f} (unigram {results['unigram_perplexity']:.2f}), "
-                f"accuracy {results['accuracy']:.4f}")
+        return masked_lm_summary(results)
+
+    def summary_lines(self, results):
+        """A two-phase run also reports where CoRe switched and why."""
+        lines = super().summary_lines(results)
+        if results.get("switch"):
+            lines.append(f"CoRe switch at step {results['switch']['switch_step']} "
+                         f"({results['switch']['reason']})")
+        return lines
 
     def embedder_options(self, config, model_dir):
         options, extra_files = super().embedder_options(config, model_dir)
-        options["lower_case"] = config.data.lower_case
+        options.update(tokenization="bert", lower_case=config.data.lower_case)
         return options, extra_files
 
     def pretrain(self, config, model_dir, strategy="default", devices=None, verbose="auto",

@@ -26,7 +26,8 @@ from tfeff.data import files
 from tfeff.models import experiment
 from tfeff.training import model_directory
 from tfeff.training.families.base import Family
-from tfeff.training.families.base import masked_lm_artifacts
+from tfeff.training.families.shared import masked_lm_artifacts
+from tfeff.training.families.shared import masked_lm_summary
 from tfeff.training.model_directory import file_path
 
 
@@ -150,15 +151,11 @@ class MaskedElmoFamily(Family):
                                     artifacts.vocabulary_size)
 
     def eval_summary(self, results):
-        line = f"masked-LM loss {results['mlm_loss']:.4f}"
-        if "perplexity" in results:
-            line += (f", perplexity {results['perplexity']:.2f}, "
-                     f"accuracy {results['accuracy']:.4f}")
-        return line + f" ({results['masked_tokens']} masked tokens)"
+        return masked_lm_summary(results)
 
     def embedder_options(self, config, model_dir):
         options, extra_files = super().embedder_options(config, model_dir)
-        options["lower_case"] = config.data.lower_case
+        options.update(tokenization="bert", lower_case=config.data.lower_case)
         return options, extra_files
 
 

@@ -1,0 +1,221 @@
+"""Data preparation, batches, evaluation and summaries that any family may share.
+
+Causal language models (predict the next and previous token: ELMo, and any
+family trained on the same text) share `lm_artifacts`, `lm_dataset`,
+`evaluate_lm` and `lm_summary`; masked language models share
+`masked_lm_artifacts` and `masked_lm_summary`. The data helpers read no
+`config.model`: a family checks its own model's settings against the data
+after calling them.
+"""
+
+import logging
+
+import numpy as np
+import tensorflow as tf
+
+from tfeff import data as data_lib
+from tfeff.data.mlm_dataset import check_bert_vocabulary
+from tfeff.training import evaluation
+from tfeff.training import model_directory
+from tfeff.training.families.base import DataArtifacts
+from tfeff.training.model_directory import FASTTEXT_FILE
+from tfeff.training.model_directory import VECTORS_FILE
+from tfeff.training.model_directory import VOCABULARY_FILE
+from tfeff.training.model_directory import corpus_files
+from tfeff.training.model_directory import file_path
+from tfeff.training.strategy import shard_files
+
+
+# -- causal language models
+
+
+def _count_words(data_cfg, train_files):
+    logging.info("Counting words of %s", train_files)
+    return data_lib.Vocabulary.build(
+        data_lib.text_lines(train_files, data_cfg.on_invalid_utf8),
+        min_count=data_cfg.min_count,
+        max_words_in_memory=data_cfg.max_words_in_memory,
+    )
+
+
+def _check_unknown_words(data_cfg, train_files, vocabulary_path, learned):
+    """Stops the run before fastText and training when the training text is mostly
+    `<unk>` under the vocabulary (`tfeff.data.check_unknown_rate`)."""
+    data_lib.check_unknown_rate(train_files, vocabulary_path, data_cfg.tokenization,
+                                on_invalid_utf8=data_cfg.on_invalid_utf8, learned=learned)
+
+
+def lm_artifacts(config, model_dir, uses_vectors):
+    """Corpus, vocabulary, and (`uses_vectors`) fastText model and vocabulary vectors of
+    a language model on `config.data` (`data.tokenization`: words, or a learned
+    WordPiece vocabulary with no vectors), made if missing: a `DataArtifacts`.
+
+    The training text is checked against the vocabulary before fastText trains
+    (`<unk>` rate). With held-out text, held-out words get vocabulary rows
+    (count 0) so that they can be ranked as targets through their subword vectors.
+
+    Raises:
+        ValueError: a vectors table whose dimension is not `fasttext.dim`.
+    """
+    data_cfg, ft_cfg = config.data, config.fasttext
+    train_files, heldout_files = corpus_files(data_cfg, model_dir)
+    vocabulary_path = file_path(model_dir, VOCABULARY_FILE)
+    learned = not tf.io.gfile.exists(vocabulary_path)
+    if data_cfg.tokenization == "wordpiece":
+        if learned:
+            words = _count_words(data_cfg, train_files)
+            logging.info("Learning a WordPiece vocabulary of about %d tokens",
+                         data_cfg.wordpiece_vocabulary_size)
+            data_lib.learn_wordpiece_vocabulary(
+                words, data_cfg.wordpiece_vocabulary_size, vocabulary_path
+            )
+        _check_unknown_words(data_cfg, train_files, vocabulary_path, learned)
+        return DataArtifacts(train_files, heldout_files, vocabulary_path)
+    if learned:
+        vocab = _count_words(data_cfg, train_files)
+        if heldout_files:
+            vocab = vocab.with_extra_words(
+                data_lib.text_lines(heldout_files, data_cfg.on_invalid_utf8)
+            )
+        vocab.save(vocabulary_path)
+        logging.info("Vocabulary: %d words -> %s", len(vocab), vocabulary_path)
+    else:
+        vocab = data_lib.Vocabulary.load(vocabulary_path)
+    _check_unknown_words(data_cfg, train_files, vocabulary_path, learned)
+    artifacts = DataArtifacts(train_files, heldout_files, vocabulary_path)
+    artifacts.vocabulary = vocab
+    if not uses_vectors:
+        return artifacts
+
+    if ft_cfg.pretrained:
+        word_vectors_path = ft_cfg.pretrained
+    else:
+        word_vectors_path = file_path(model_dir, FASTTEXT_FILE)
+        if not tf.io.gfile.exists(word_vectors_path):
+            logging.info("Training %d-d fastText vectors on %s", ft_cfg.dim, train_files)
+            data_lib.train_fasttext(
+                train_files, word_vectors_path, dim=ft_cfg.dim, minn=ft_cfg.minn,
+                maxn=ft_cfg.maxn, bucket=ft_cfg.bucket, epoch=ft_cfg.epoch,
+                min_count=ft_cfg.min_count, threads=ft_cfg.threads, lr=ft_cfg.lr,
+                on_invalid_utf8=data_cfg.on_invalid_utf8,
+            )
+    vectors_path = file_path(model_dir, VECTORS_FILE)
+    if not tf.io.gfile.exists(vectors_path):
+        word_vectors = data_lib.WordVectors(word_vectors_path)
+        data_lib.compute_vocabulary_vectors(
+            word_vectors, vocab, vectors_path, expected_dim=ft_cfg.dim, center=ft_cfg.center,
+        )
+    else:
+        table = data_lib.load_vocabulary_vectors(vectors_path, len(vocab))
+        if table.shape[1] != ft_cfg.dim:
+            raise ValueError(
+                f"{vectors_path} has dimension {table.shape[1]}, the config asks for "
+                f"fasttext.dim={ft_cfg.dim}"
+            )
+    artifacts.vectors_path, artifacts.word_vectors_path = vectors_path, word_vectors_path
+    return artifacts
+
+
+def lm_dataset(config, artifacts, position=0, file_shard=None, heldout=False):
+    """A language model's batches of `tfeff.data.lm_dataset`: the training batches
+    (repeated, shuffled, from input `position` on; `file_shard`: see `shard_files`),
+    or with `heldout` the held-out batches once, in file order."""
+    d = config.data
+    common = dict(max_sequence_length=d.max_sequence_length, on_invalid_utf8=d.on_invalid_utf8,
+                  wordpiece=d.tokenization == "wordpiece")
+    if heldout:
+        return data_lib.lm_dataset(artifacts.heldout_files, artifacts.vocabulary_path,
+                                   batch_size=d.batch_size, **common)
+    files_, batch_size = shard_files(artifacts.train_file_list, d.batch_size, file_shard)
+    return data_lib.lm_dataset(
+        files_, artifacts.vocabulary_path, batch_size=batch_size,
+        shuffle_buffer=d.shuffle_buffer, seed=config.train.seed, repeat=True,
+        drop_remainder=True, **common,
+    ).skip(position)
+
+
+def evaluate_lm(model, config, artifacts):
+    """Held-out top-k accuracy (both directions) of a language model against the
+    unigram baseline.
+
+    Continuous outputs (`model.is_continuous`) rank the vocabulary by cosine
+    with the prediction; softmax outputs rank it by `model.log_prob` and also
+    report perplexity (of words, or of WordPiece tokens for subword models:
+    not comparable).
+    """
+    vocab = artifacts.vocabulary
+    predictions, target_ids = evaluation.collect_predictions(
+        model, lm_dataset(config, artifacts, heldout=True), config.eval.max_targets
+    )
+    results = {"targets": int(len(target_ids)), "output_layer": config.model.output_layer,
+               "tokenization": config.data.tokenization}
+    if model.is_continuous:
+        table = data_lib.load_vocabulary_vectors(artifacts.vectors_path, len(vocab))
+        ranks = evaluation.target_ranks(
+            predictions, target_ids, table, chunk_size=config.eval.chunk_size
+        )
+    else:
+        ranks, log_probs = evaluation.log_prob_ranks(model.log_prob, predictions, target_ids)
+        results["perplexity"] = (float(np.exp(-np.mean(log_probs))) if len(log_probs)
+                                 else None)
+    ks = config.eval.top_k
+    results.update({
+        "top_k": {str(k): v for k, v in evaluation.top_k_accuracy(ranks, ks).items()},
+        "unigram_top_k": {
+            str(k): v
+            for k, v in evaluation.unigram_top_k_accuracy(target_ids, vocab, ks).items()
+        },
+        "median_rank": float(np.median(ranks)) if len(ranks) else None,
+    })
+    return results
+
+
+def lm_summary(results):
+    """The held-out lines of `evaluate_lm`'s results: top-k accuracy against the
+    unigram baseline, then perplexity (softmax outputs) or the median rank."""
+    lines = [f"held-out top-{k} accuracy: {acc:.4f} (unigram baseline "
+             f"{results['unigram_top_k'][k]:.4f})" for k, acc in results["top_k"].items()]
+    if results.get("perplexity") is not None:
+        unit = "WordPiece tokens" if results["tokenization"] == "wordpiece" else "words"
+        lines.append(f"held-out perplexity {results['perplexity']:.2f} ({unit}; "
+                     f"{results['targets']} targets, median rank {results['median_rank']:g})")
+    elif results.get("median_rank") is not None:
+        lines.append(f"held-out median rank {results['median_rank']:g} "
+                     f"({results['targets']} targets)")
+    return lines
+
+
+# -- masked language models
+
+
+def masked_lm_artifacts(config, model_dir):
+    """The corpus and BERT-style WordPiece vocabulary (learned if missing, then checked
+    for its reserved ids and against the training text's `<unk>` rate) of the
+    masked-LM families: a `DataArtifacts`."""
+    d = config.data
+    train_files, heldout_files = model_directory.corpus_files(d, model_dir)
+    vocabulary_path = file_path(model_dir, VOCABULARY_FILE)
+    learned = not tf.io.gfile.exists(vocabulary_path)
+    if learned:
+        data_lib.learn_bert_vocabulary(
+            train_files, d.wordpiece_vocabulary_size, vocabulary_path, lower_case=d.lower_case,
+            on_invalid_utf8=d.on_invalid_utf8, max_words_in_memory=d.max_words_in_memory)
+    artifacts = DataArtifacts(train_files, heldout_files, vocabulary_path)
+    check_bert_vocabulary(artifacts.vocabulary)
+    data_lib.check_unknown_rate(train_files, vocabulary_path, "bert", lower_case=d.lower_case,
+                                on_invalid_utf8=d.on_invalid_utf8, learned=learned)
+    return artifacts
+
+
+
+def masked_lm_summary(results):
+    """The held-out line of a masked-LM family's results (`mlm_loss`, `masked_tokens`;
+    `perplexity`, `unigram_perplexity` and `accuracy` when reported)."""
+    line = f"held-out masked-LM loss {results['mlm_loss']:.4f}"
+    if results.get("perplexity") is not None:
+        line += f", perplexity {results['perplexity']:.2f}"
+        if results.get("unigram_perplexity") is not None:
+            line += f" (unigram {results['unigram_perplexity']:.2f})"
+    if results.get("accuracy") is not None:
+        line += f", accuracy {results['accuracy']:.4f}"
+    return [f"{line} ({results['masked_tokens']} masked tokens)"]
