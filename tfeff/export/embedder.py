@@ -49,6 +49,7 @@ is needed).
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -63,7 +64,9 @@ EXTRA_DIR = "assets.extra"
 METADATA_FILE = "embedder.json"
 FORMAT_VERSION = 2
 SUBWORD_POOLING = ("first", "mean", "none")
-TOKENIZATIONS = ("word", "wordpiece")
+# How text becomes model tokens: whitespace-split words (`"word"`), whitespace then
+# WordPiece (`"wordpiece"`, ELMo-Sub), or BERT's basic tokenizer then WordPiece (`"bert"`).
+TOKENIZATIONS = ("word", "wordpiece", "bert")
 DEFAULT_MAX_TOKENS = 256
 _BOUNDARY_IDS = (vocabulary_lib.BOS_ID, vocabulary_lib.EOS_ID)  # also [CLS], [SEP]
 _BOUNDARY_WORDS = (vocabulary_lib.BOS, vocabulary_lib.EOS)
@@ -399,48 +402,36 @@ class ElmoEmbedderModule(EmbedderModule):
         return stack, extras
 
 
-class MaskedElmoEmbedderModule(EmbedderModule):
-    """`MaskedElmo`: every layer of the masked biLSTM, from zero states."""
+class TokenIdsEmbedderModule(EmbedderModule):
+    """Any model that embeds token ids layer by layer: `MaskedElmo`, `Bert` (standard,
+    relaxed or converted), and a new family's model, with no code here.
 
-    family = "masked_elmo"
+    The model's side of the contract (the "embeddable model"):
 
-    def __init__(self, model, tokenization, max_tokens=DEFAULT_MAX_TOKENS,
-                 subword_pooling="first"):
+    * `embedding_layers(token_ids, padding_mask, training=False)`: every layer
+      for int32 `[batch, time]` ids, boundary tokens included, as
+      `[batch, embedding_num_layers, time, embedding_dim]`;
+    * `embedding_num_layers`, `embedding_dim` and `vocabulary_size`;
+    * optionally `max_embedding_tokens`: the most tokens it embeds between the
+      boundary tokens (default and maximum of `max_tokens`), or None.
+    """
+
+    def __init__(self, model, tokenization, family, max_tokens=None, subword_pooling="first"):
         self.model = model
-        d = 2 * (model.projection_dim or model.units)
-        super().__init__(tokenization, model.num_layers + 1, d, max_tokens, subword_pooling,
-                         name="masked_elmo_embedder")
-
-    def _stack(self, flat):
-        ids, mask = self._with_boundaries(flat)
-        stack, _ = self.model.encode(ids, mask, training=False)
-        return stack, {}
-
-
-class BertEmbedderModule(EmbedderModule):
-    """`Bert` (standard, relaxed or converted): the embedding output and every layer."""
-
-    family = "bert"
-
-    def __init__(self, model, tokenization, max_tokens=None, subword_pooling="first"):
-        self.model = model
-        limit = model.max_sequence_length - 2
+        self.family = family
+        limit = getattr(model, "max_embedding_tokens", None)
         if max_tokens is None:
-            max_tokens = limit
-        if max_tokens > limit:
-            held = ("its position embedding holds" if model.position_embedding_type == "learned"
-                    else "it was trained on sequences of at most")
+            max_tokens = limit or DEFAULT_MAX_TOKENS
+        if limit is not None and max_tokens > limit:
             raise ValueError(
-                f"`max_tokens`={max_tokens} does not fit this BERT: {held} "
-                f"{model.max_sequence_length} tokens, so at most {limit} pieces plus "
-                "[CLS] and [SEP].")
-        super().__init__(tokenization, model.num_layers + 1, model.hidden_dim, max_tokens,
-                         subword_pooling, name="bert_embedder")
+                f"`max_tokens`={max_tokens} does not fit this {type(model).__name__}: it "
+                f"embeds at most {limit} tokens between its boundary tokens.")
+        super().__init__(tokenization, model.embedding_num_layers, model.embedding_dim,
+                         max_tokens, subword_pooling, name=f"{family}_embedder")
 
     def _stack(self, flat):
         ids, mask = self._with_boundaries(flat)
-        return self.model.encode(ids, padding_mask=mask, training=False,
-                                 return_all_layers=True), {}
+        return self.model.embedding_layers(ids, mask, training=False), {}
 
 
 class FastTextEmbedderModule(EmbedderModule):
@@ -470,21 +461,54 @@ def _vocabulary_words(vocabulary):
     return list(vocabulary)
 
 
-def embedder_module(model, *, vocabulary=None, fasttext_layer=None, vector_mean=None,
-                    tokenization="word", lower_case=False, max_tokens=None,
-                    subword_pooling="first"):
-    """The `EmbedderModule` of a model (see `export_embedder` for the arguments)."""
-    from tfeff.layers import FastTextEmbedding
-    from tfeff.models import Bert, ElmoLM, MaskedElmo
+EMBEDDERS = ("elmo", "token_ids", "fasttext")
 
-    words = _vocabulary_words(vocabulary)
-    if isinstance(model, FastTextEmbedding):
+
+def _snake_case(name):
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+def embedder_module(model, *, embedder=None, family=None, vocabulary=None,
+                    fasttext_layer=None, vector_mean=None, tokenization=None, lower_case=False,
+                    max_tokens=None, subword_pooling="first"):
+    """The `EmbedderModule` of a model (see `export_embedder` for the arguments).
+
+    `embedder` names the module (one of `EMBEDDERS`): `"elmo"` for an `ElmoLM`
+    (any input embedding, the predictions of a continuous output),
+    `"fasttext"` for a `FastTextEmbedding`, `"token_ids"` for any model with
+    `embedding_layers` (`TokenIdsEmbedderModule`). A training family names its
+    own (`Family.embedder_options`); None picks by the model.
+    """
+    from tfeff.layers import FastTextEmbedding
+    from tfeff.models import ElmoLM
+
+    if embedder is None:
+        if isinstance(model, FastTextEmbedding):
+            embedder = "fasttext"
+        elif isinstance(model, ElmoLM):
+            embedder = "elmo"
+        elif hasattr(model, "embedding_layers"):
+            embedder = "token_ids"
+        else:
+            raise TypeError(
+                "export_embedder takes an ElmoLM, a FastTextEmbedding or a model with "
+                "`embedding_layers` (MaskedElmo, Bert, ...; see TokenIdsEmbedderModule). "
+                f"Received: {type(model).__name__}")
+    if embedder not in EMBEDDERS:
+        raise ValueError(f"Received an invalid value for `embedder`, expected one of "
+                         f"{EMBEDDERS}. Received: embedder={embedder!r}")
+    if embedder == "fasttext":
         return FastTextEmbedderModule(model, _default_max_tokens(max_tokens))
-    if isinstance(model, ElmoLM):
-        if tokenization not in TOKENIZATIONS:
-            raise ValueError(
-                f"Received an invalid value for `tokenization`, expected one of "
-                f"{TOKENIZATIONS}. Received: tokenization={tokenization!r}")
+    if tokenization is None:
+        tokenization = getattr(model, "embedding_tokenization", "word")
+    if tokenization not in TOKENIZATIONS:
+        raise ValueError(
+            f"Received an invalid value for `tokenization`, expected one of "
+            f"{TOKENIZATIONS}. Received: tokenization={tokenization!r}")
+    words = _vocabulary_words(vocabulary)
+    if embedder == "elmo":
+        if tokenization == "bert":
+            raise ValueError("An ElmoLM reads `word` or `wordpiece` tokens, not `bert`.")
         if model.input_embedding == "fixed":
             kind = "strings"
         else:
@@ -496,18 +520,13 @@ def embedder_module(model, *, vocabulary=None, fasttext_layer=None, vector_mean=
             _check_size(words, model.vocabulary_size)
         return ElmoEmbedderModule(model, Tokenization(kind, words), fasttext_layer, vector_mean,
                                   _default_max_tokens(max_tokens), subword_pooling)
-    if isinstance(model, (MaskedElmo, Bert)):
-        if words is None:
-            raise ValueError(f"A {type(model).__name__} embedder needs its `vocabulary`.")
-        _check_size(words, model.vocabulary_size)
-        tok = Tokenization("wordpiece", words, basic=True, lower_case=lower_case)
-        if isinstance(model, Bert):
-            return BertEmbedderModule(model, tok, max_tokens, subword_pooling)
-        return MaskedElmoEmbedderModule(model, tok, _default_max_tokens(max_tokens),
-                                        subword_pooling)
-    raise TypeError(
-        "export_embedder takes an ElmoLM, MaskedElmo, Bert or FastTextEmbedding. "
-        f"Received: {type(model).__name__}")
+    if words is None:
+        raise ValueError(f"A {type(model).__name__} embedder needs its `vocabulary`.")
+    _check_size(words, model.vocabulary_size)
+    tok = Tokenization("ids" if tokenization == "word" else "wordpiece", words,
+                       basic=tokenization == "bert", lower_case=lower_case)
+    return TokenIdsEmbedderModule(model, tok, family or _snake_case(type(model).__name__),
+                                  max_tokens, subword_pooling)
 
 
 def _default_max_tokens(max_tokens):
@@ -522,9 +541,10 @@ def _check_size(words, vocabulary_size):
             "vocabulary the model was trained with.")
 
 
-def export_embedder(model, path, *, vocabulary=None, fasttext_layer=None, vector_mean=None,
-                    tokenization="word", lower_case=False, max_tokens=None,
-                    subword_pooling="first", extra_files=None, overwrite=False):
+def export_embedder(model, path, *, embedder=None, family=None, vocabulary=None,
+                    fasttext_layer=None, vector_mean=None, tokenization=None, lower_case=False,
+                    max_tokens=None, subword_pooling="first", extra_files=None,
+                    overwrite=False):
     """Writes a SavedModel embedder of `model` to `path`, atomically.
 
     The SavedModel is written to a temporary sibling, reloaded, and its
@@ -534,17 +554,23 @@ def export_embedder(model, path, *, vocabulary=None, fasttext_layer=None, vector
     `overwrite` is set and the new export succeeded.
 
     Args:
-        model: an `ElmoLM`, `MaskedElmo` or `Bert` (standard or relaxed), or a
+        model: an `ElmoLM`, any model with `embedding_layers` (`MaskedElmo`,
+            `Bert` standard or relaxed, ...: see `TokenIdsEmbedderModule`), or a
             `FastTextEmbedding` (fastText vectors alone, one layer).
         path: output directory.
+        embedder: which module embeds (one of `EMBEDDERS`); None picks by the model.
+        family: the `family` of the metadata (`"token_ids"` modules; default:
+            the model's class name in snake case).
         vocabulary: the model's vocabulary (a `Vocabulary`, its file, or a list
             of tokens in id order); needed by every model except ELMo with the
             fixed fastText input.
         fasttext_layer: `FastTextEmbedding` of an ELMo's fixed input vectors.
         vector_mean: the mean subtracted from the fixed vectors (`fasttext.center`).
-        tokenization: ElmoLM only: `"word"` or `"wordpiece"` (ELMo-Sub), as in
-            `data.tokenization`.
-        lower_case: Masked ELMo / BERT: as `data.lower_case` in pre-training.
+        tokenization: one of `TOKENIZATIONS`, as in pre-training: ElmoLM
+            `"word"` or `"wordpiece"` (ELMo-Sub, `data.tokenization`); Masked
+            ELMo and BERT `"bert"`. Default: the model's `embedding_tokenization`,
+            else `"word"`.
+        lower_case: `"bert"` tokenization: as `data.lower_case` in pre-training.
         max_tokens: longest input in model tokens (boundaries excluded); longer
             sentences keep their leading whole words that fit. Default 256;
             BERT's default and maximum is `max_sequence_length - 2`.
@@ -567,7 +593,8 @@ def export_embedder(model, path, *, vocabulary=None, fasttext_layer=None, vector
     recheck = check_export_path(
         path, {f"file {name!r}": source for name, source in sources.items()}, overwrite)
     module = embedder_module(
-        model, vocabulary=vocabulary, fasttext_layer=fasttext_layer, vector_mean=vector_mean,
+        model, embedder=embedder, family=family, vocabulary=vocabulary,
+        fasttext_layer=fasttext_layer, vector_mean=vector_mean,
         tokenization=tokenization, lower_case=lower_case, max_tokens=max_tokens,
         subword_pooling=subword_pooling)
     metadata = module.metadata()

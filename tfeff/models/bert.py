@@ -292,6 +292,30 @@ class Bert(keras.Model):
             layers.append(x)
         return ops.stack(layers, axis=1) if return_all_layers else x
 
+    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
+    embedding_tokenization = "bert"
+
+    @property
+    def embedding_num_layers(self):
+        """Layers of `embedding_layers`: the embedding output and each transformer layer."""
+        return self.num_layers + 1
+
+    @property
+    def embedding_dim(self):
+        return self.hidden_dim
+
+    @property
+    def max_embedding_tokens(self):
+        """The most tokens embedded between [CLS] and [SEP]: what the position
+        embedding holds (learned), or the longest training sequence (rotary)."""
+        return self.max_sequence_length - 2
+
+    def embedding_layers(self, token_ids, padding_mask, training=False):
+        """Every layer for `token_ids` (with [CLS] and [SEP]): `(batch, num_layers + 1,
+        n, hidden_dim)`, the embedding output first."""
+        return self.encode(token_ids, padding_mask=padding_mask, training=training,
+                           return_all_layers=True)
+
     def mlm_logits(self, sequence_output, masked_positions, training=False):
         """Logits `(batch, p, vocabulary_size)` at `masked_positions` `(batch, p)` only."""
         positions = ops.cast(masked_positions, "int32")
