@@ -1,6 +1,6 @@
 """Input-pipeline throughput of every model family vs what training consumes.
 
-For each family the training input of `tfeff-pretrain` (the same functions
+For each shipped demo config (every registered family's) the training input of `tfeff-pretrain` (the same functions
 and config values: read, tokenize, vocabulary lookup, fixed-vector gather,
 masking, batching, prefetch) runs alone on this machine and is timed in
 tokens per second (non-padding tokens of the batches). It is compared with
@@ -15,10 +15,12 @@ tokens per second (non-padding tokens of the batches). It is compared with
   bf16 at ~20% of its dense peak; LSTMs reach less, which only lowers what
   they consume).
 
-    python tools/benchmark_pipeline.py [--work_dir runs/bench/pipeline] [--results F.md]
+    python tools/benchmark_pipeline.py [--work_dir runs/bench/pipeline] [--results F.md] \
+        [--configs demo_elmo_c.yaml,demo_bert.yaml]
 """
 
 import argparse
+import glob
 import os
 import statistics
 import tempfile
@@ -38,13 +40,22 @@ from tfeff.training import get_family  # noqa: E402
 from tfeff.training.optimizers import make_optimizer  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# family -> (label, demo config, paper config)
-FAMILIES = {
-    "elmo_c": ("ELMo-C (fixed fastText in/out)", "demo_elmo_c.yaml", "elmo_c.yaml"),
-    "elmo_sub": ("ELMo-Sub (WordPiece, adaptive)", "demo_elmo_sub.yaml", "elmo_sub.yaml"),
-    "bert": ("BERT (MLM)", "demo_bert.yaml", "bert_base.yaml"),
-    "masked_elmo": ("Masked ELMo (MLM, TBPTT)", "demo_masked_elmo.yaml", "masked_elmo.yaml"),
-}
+
+
+def demo_configs():
+    """`{demo config: paper config}` of every registered family's shipped demos: the
+    paper config `X.yaml` of `demo_X.yaml`, else the family's first paper-size config."""
+    configs = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "configs",
+                                                                         "*.yaml")))
+    family = {name: _config(name).family for name in configs}
+    pairs = {}
+    for demo in (n for n in configs if n.startswith("demo_")):
+        paper = demo[len("demo_"):]
+        if paper not in family:
+            paper = next(n for n in configs
+                         if not n.startswith("demo_") and family[n] == family[demo])
+        pairs[demo] = paper
+    return pairs
 
 
 def _config(name, overrides=()):
@@ -65,7 +76,7 @@ def _family_setup(config, model_dir):
     artifacts = family.prepare_data(config, model_dir)
     ds = family.train_dataset(config, artifacts)
     timed = ds
-    if family.name == "elmo" and artifacts.vectors_path:
+    if artifacts.vectors_path:
         # The model gathers the batch's fixed vectors from the host table: time it too.
         table = tf.constant(data_lib.load_vocabulary_vectors(artifacts.vectors_path))
         timed = ds.map(lambda ids: (ids, tf.gather(table, ids)),
@@ -130,7 +141,7 @@ def paper_flops_per_token(config, work_dir):
                 if "embedding" not in v.path and "embeddings" not in v.path
                 and v.shape and np.prod(v.shape) and max(v.shape) != vocabulary)
     flops = 6.0 * dense
-    if config.family in ("bert", "masked_elmo"):
+    if hasattr(d, "mask_rate"):  # a masked LM
         width = getattr(m, "hidden_dim", None) or 2 * m.projection_dim
         flops += 6.0 * width * vocabulary * d.mask_rate
     elif m.output_layer not in ("continuous",):
@@ -148,14 +159,17 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--accelerator_tflops", type=float, default=200.0)
-    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--configs", default=None,
+                        help="comma-separated demo configs (default: every demo_*.yaml)")
     args = parser.parse_args()
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="tfeff-pipeline-")
     keras.utils.set_random_seed(0)
     rows = []
-    for family in args.families.split(","):
-        label, demo_name, paper_name = FAMILIES[family]
+    pairs = demo_configs()
+    for demo_name in (args.configs.split(",") if args.configs else pairs):
+        paper_name = pairs[demo_name]
         config = _config(demo_name)
+        label = f"{get_family(config).label} ({demo_name[:-len('.yaml')]})"
         model_dir = os.path.join(work_dir, demo_name.replace(".yaml", ""))
         os.makedirs(model_dir, exist_ok=True)
         timed, ds, build = _family_setup(config, model_dir)
