@@ -117,21 +117,21 @@ def test_coarse_phase_must_leave_refined_steps():
 
 def test_output_layer_is_checked_against_the_vocabulary():
     from tfeff.data import Vocabulary
-    from tfeff.training.families.elmo import check_output_layer
+    from tfeff.training.families.shared import check_output_layer
 
     vocab = Vocabulary(["<pad>", "<unk>", "<s>", "</s>", "a", "b", "c"], [0, 0, 5, 5, 9, 4, 1])
     check_output_layer(load_config(DEMO, ["model.output_layer=adaptive",
-                                          "model.adaptive_cutoffs=[5]"]), vocab)
+                                          "model.adaptive_cutoffs=[5]"]).model, vocab)
     with pytest.raises(ConfigError, match=r"adaptive_cutoffs` \[7\] must lie inside \(0, 7\)"):
         check_output_layer(load_config(DEMO, ["model.output_layer=adaptive",
-                                              "model.adaptive_cutoffs=[7]"]), vocab)
+                                              "model.adaptive_cutoffs=[7]"]).model, vocab)
     with pytest.raises(ConfigError, match="num_sampled`=7 must be smaller"):
         check_output_layer(load_config(DEMO, ["model.output_layer=sampled",
-                                              "model.num_sampled=7"]), vocab)
+                                              "model.num_sampled=7"]).model, vocab)
     unsorted = Vocabulary(vocab.words, [0, 0, 5, 5, 1, 4, 9])
     with pytest.raises(ValueError, match="not sorted by decreasing frequency"):
         check_output_layer(load_config(DEMO, ["model.output_layer=sampled",
-                                              "model.num_sampled=3"]), unsorted)
+                                              "model.num_sampled=3"]).model, unsorted)
 
 
 def _float_keys(cls, prefix=""):

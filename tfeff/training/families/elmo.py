@@ -10,11 +10,8 @@ against the unigram baseline; perplexity for softmax outputs).
 import numpy as np
 import tensorflow as tf
 
-from tfeff import config as config_lib
-from tfeff import data as data_lib
 from tfeff.data import fasttext_tables
 from tfeff.layers import FastTextEmbedding
-from tfeff.layers.softmax_common import check_frequency_sorted
 from tfeff.models import experiment
 from tfeff.training.families import shared
 from tfeff.training.families.base import Family
@@ -23,38 +20,13 @@ from tfeff.training.model_directory import VECTORS_FILE
 from tfeff.training.model_directory import file_path
 
 
-def check_output_layer(config, vocab):
-    """Checks the output layer's settings against the vocabulary (ConfigError)."""
-    m = config.model
-    size = len(vocab)
-    if m.output_layer == "adaptive" and m.adaptive_cutoffs[-1] >= size:
-        raise config_lib.ConfigError(
-            f"`model.adaptive_cutoffs` {m.adaptive_cutoffs} must lie inside (0, {size}): "
-            f"the vocabulary has {size} entries"
-        )
-    if m.output_layer in ("sampled", "fixed") and m.num_sampled >= size:
-        raise config_lib.ConfigError(
-            f"`model.num_sampled`={m.num_sampled} must be smaller than the vocabulary "
-            f"({size} entries)"
-        )
-    if m.output_layer in ("adaptive", "sampled", "fixed"):
-        # Clusters and the log-uniform sampler assume frequency-ordered ids.
-        check_frequency_sorted(vocab.counts, first_id=len(data_lib.SPECIALS))
-
-
 class ElmoFamily(Family):
     name = "elmo"
     label = "ELMo"
     embedder = "elmo"
 
     def check_inputs(self, config, model_dir):
-        """Validates `fasttext.pretrained` before any work, unless its vocabulary table
-        is made already (a resume): a truncated or corrupt file is a `WordVectorsError`
-        naming it, not NaN losses later."""
-        path = config.fasttext.pretrained
-        if (path and config.data.tokenization == "word"
-                and not tf.io.gfile.exists(file_path(model_dir, VECTORS_FILE))):
-            data_lib.check_word_vectors_file(path)
+        shared.check_pretrained_vectors(config, model_dir, self.uses_vectors(config))
 
     def uses_vectors(self, config):
         return config.data.tokenization == "word"
@@ -64,7 +36,7 @@ class ElmoFamily(Family):
         WordPiece models: the vocabulary only), then the output layer's settings are
         checked against the vocabulary."""
         artifacts = shared.lm_artifacts(config, model_dir, self.uses_vectors(config))
-        check_output_layer(config, artifacts.vocabulary)
+        shared.check_output_layer(config.model, artifacts.vocabulary)
         return artifacts
 
     def probe_vocabulary_size(self, config):

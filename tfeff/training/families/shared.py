@@ -13,8 +13,10 @@ import logging
 import numpy as np
 import tensorflow as tf
 
+from tfeff import config as config_lib
 from tfeff import data as data_lib
 from tfeff.data.mlm_dataset import check_bert_vocabulary
+from tfeff.layers.softmax_common import check_frequency_sorted
 from tfeff.training import evaluation
 from tfeff.training import model_directory
 from tfeff.training.families.base import DataArtifacts
@@ -114,6 +116,35 @@ def lm_artifacts(config, model_dir, uses_vectors):
             )
     artifacts.vectors_path, artifacts.word_vectors_path = vectors_path, word_vectors_path
     return artifacts
+
+
+def check_pretrained_vectors(config, model_dir, uses_vectors):
+    """Validates `fasttext.pretrained` before any work, unless the vocabulary vectors
+    are made already (a resume): a truncated or corrupt file is a `WordVectorsError`
+    naming it, not NaN losses later."""
+    path = config.fasttext.pretrained
+    if path and uses_vectors and not tf.io.gfile.exists(file_path(model_dir, VECTORS_FILE)):
+        data_lib.check_word_vectors_file(path)
+
+
+def check_output_layer(model_cfg, vocab):
+    """Checks an output layer's settings (`output_layer`, `adaptive_cutoffs`,
+    `num_sampled` of a model config) against the vocabulary (ConfigError)."""
+    m = model_cfg
+    size = len(vocab)
+    if m.output_layer == "adaptive" and m.adaptive_cutoffs[-1] >= size:
+        raise config_lib.ConfigError(
+            f"`model.adaptive_cutoffs` {m.adaptive_cutoffs} must lie inside (0, {size}): "
+            f"the vocabulary has {size} entries"
+        )
+    if m.output_layer in ("sampled", "fixed") and m.num_sampled >= size:
+        raise config_lib.ConfigError(
+            f"`model.num_sampled`={m.num_sampled} must be smaller than the vocabulary "
+            f"({size} entries)"
+        )
+    if m.output_layer in ("adaptive", "sampled", "fixed"):
+        # Clusters and the log-uniform sampler assume frequency-ordered ids.
+        check_frequency_sorted(vocab.counts, first_id=len(data_lib.SPECIALS))
 
 
 def lm_dataset(config, artifacts, position=0, file_shard=None, heldout=False):
