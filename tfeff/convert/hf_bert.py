@@ -87,8 +87,8 @@ def _pairs(bert):
     for i, layer in enumerate(bert.transformer_layers):
         p = f"bert.encoder.layer.{i}"
         att = layer.self_attention
-        for name, sub in (("query", att._query_dense), ("key", att._key_dense),
-                          ("value", att._value_dense)):
+        for name, sub in (("query", att.query_dense), ("key", att.key_dense),
+                          ("value", att.value_dense)):
             shape = tuple(sub.kernel.shape)
             out.append((f"{p}.attention.self.{name}.weight", sub.kernel,
                         lambda w: w.reshape(d, -1).T,
@@ -96,7 +96,7 @@ def _pairs(bert):
             bshape = tuple(sub.bias.shape)
             out.append((f"{p}.attention.self.{name}.bias", sub.bias,
                         lambda w: w.reshape(-1), lambda w, s=bshape: w.reshape(s)))
-        o = att._output_dense
+        o = att.output_dense
         oshape = tuple(o.kernel.shape)
         out.append((f"{p}.attention.output.dense.weight", o.kernel,
                     lambda w: w.reshape(-1, w.shape[-1]).T,
