@@ -206,6 +206,23 @@ class MaskedElmo(keras.Model):
                                       training=training)
         return stack, states
 
+    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
+    embedding_tokenization = "bert"
+
+    @property
+    def embedding_num_layers(self):
+        """Layers of `embedding_layers`: the token embedding and each biLSTM layer."""
+        return self.num_layers + 1
+
+    @property
+    def embedding_dim(self):
+        return 2 * (self.projection_dim or self.units)
+
+    def embedding_layers(self, token_ids, padding_mask, training=False):
+        """Every layer for `token_ids` from zero states: `(batch, num_layers + 1, n,
+        embedding_dim)`, the token-embedding layer first."""
+        return self.encode(token_ids, padding_mask, training=training)[0]
+
     def call(self, inputs, training=False, initial_state=None):
         if "masked_token_ids" in inputs:
             return self.mask_sets(inputs, training=training)
