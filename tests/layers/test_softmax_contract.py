@@ -1,4 +1,5 @@
-"""The call contract shared by the softmax output layers (`softmax_common`)."""
+"""The call contract shared by the softmax output layers (`softmax_common`), and the
+output-head contract (`tfeff.layers.output_head`) that `ContinuousOutput` answers too."""
 
 import keras
 import numpy as np
@@ -6,6 +7,8 @@ import pytest
 import tensorflow as tf
 
 from tfeff.layers import AdaptiveSoftmax
+from tfeff.layers import ContinuousOutput
+from tfeff.layers import FixedEmbedding
 from tfeff.layers import FullSoftmax
 from tfeff.layers import SampledSoftmax
 
@@ -118,3 +121,49 @@ def test_targets_and_mask_of_another_shape_name_the_layer_and_both_shapes(kind):
     hidden, targets = keras.Input((4, D)), keras.Input((3,), dtype="int32")
     with pytest.raises(ValueError, match=r"`targets` must have the shape.*\(None, 3\)"):
         FACTORIES[kind]()(hidden, targets)
+
+
+TABLE = np.random.default_rng(9).normal(size=(V, 3))
+TABLE[0] = 0.0  # a padding row
+HEADS = {**FACTORIES, "continuous": lambda: ContinuousOutput(
+    3, loss="cosine", target_embedding=FixedEmbedding(TABLE.astype("float32")),
+    name="continuous")}
+
+
+def _unit(x):
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+@pytest.mark.parametrize("kind", sorted(HEADS))
+def test_every_head_answers_the_output_head_contract(kind):
+    """features -> per_position_loss / ranking_scores / log_prob, the same calls for every
+    head, against float64 NumPy: the target NLL of the full distribution (softmax heads;
+    SampledSoftmax outside training) or 1 - cos with the target's fixed vector, 0 where
+    masked; scores are the log-probabilities or the cosines with every vector."""
+    head = HEADS[kind]()
+    hidden, t = _data(5)
+    mask = np.random.default_rng(6).random(t.shape) > 0.3
+    t[~mask] = V + 7  # masked targets may hold anything
+    features = head.features(hidden)
+    scores = keras.ops.convert_to_numpy(head.ranking_scores(features)).astype(np.float64)
+    assert scores.shape == (3, 4, V)
+    loss = keras.ops.convert_to_numpy(head.per_position_loss(features, t, mask=mask))
+    assert loss.dtype == np.float32 and loss.shape == t.shape
+    safe_t = np.where(mask, t, 0)
+    if kind == "continuous":
+        kernel, bias = (keras.ops.convert_to_numpy(w).astype(np.float64)
+                        for w in head.projection.weights)
+        predicted = hidden.astype(np.float64) @ kernel + bias
+        np.testing.assert_allclose(features, predicted, rtol=1e-5, atol=1e-6)
+        cosines = _unit(predicted) @ _unit(TABLE).T
+        expected = 1.0 - np.take_along_axis(cosines, safe_t[..., None], -1)[..., 0]
+        np.testing.assert_allclose(scores, cosines, atol=1e-5)
+        with pytest.raises(ValueError, match="no distribution over the vocabulary"):
+            head.log_prob(features)
+    else:
+        np.testing.assert_array_equal(features, hidden)  # a softmax scores the hidden states
+        log_probs = keras.ops.convert_to_numpy(head.log_prob(features)).astype(np.float64)
+        np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, atol=1e-5)
+        np.testing.assert_array_equal(scores, log_probs)
+        expected = -np.take_along_axis(log_probs, safe_t[..., None], -1)[..., 0]
+    np.testing.assert_allclose(loss, np.where(mask, expected, 0.0), rtol=1e-5, atol=1e-5)

@@ -1,8 +1,9 @@
 """AdaptiveSoftmax: Grave et al.'s efficient softmax approximation.
 
 Two implementations of one function: on TensorFlow the tails gather the rows
-whose target they hold (dynamic shapes; XLA bounds them); on JAX and PyTorch
-every shape is static (`tail_capacity`), so the layer runs under `jax.jit`.
+whose target they hold (dynamic shapes, `tfeff.layers.tf_dynamic_rows`; XLA
+bounds them); on JAX and PyTorch every shape is static (`tail_capacity`), so
+the layer runs under `jax.jit`.
 """
 
 import math
@@ -11,6 +12,7 @@ import keras
 from keras import ops
 
 from tfeff.layers import softmax_common
+from tfeff.layers import tf_dynamic_rows
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -207,33 +209,10 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     # -- public API ---------------------------------------------------------
 
     def _target_log_probs(self, inputs, targets, mask, training):
-        if keras.backend.backend() != "tensorflow":
+        if not tf_dynamic_rows.dynamic_shapes():
             return self._static_target_log_probs(inputs, targets, mask)
-        import tensorflow as tf
-
         x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
-        n = tf.shape(t)[0]
-        head = self._head_log_probs(x)  # (n, head_size)
-        # 0 for the shortlist, i + 1 for tail i.
-        cluster = tf.searchsorted(
-            tf.constant(self.cutoffs, tf.int32), t, side="right"
-        )
-        head_column = tf.where(
-            cluster == 0, t, self.shortlist_size + cluster - 1
-        )
-        log_probs = tf.gather(head, head_column, batch_dims=1)  # (n,)
-        for i in range(self.num_clusters):
-            rows = tf.where(tf.logical_and(keep, cluster == i + 1))[:, 0]  # (k,)
-
-            def tail_part(i=i, rows=rows):
-                lp = self._tail_log_probs(i, tf.gather(x, rows))  # (k, size_i)
-                relative = tf.gather(t, rows) - self._bounds[i]
-                return tf.gather(lp, relative, batch_dims=1)  # (k,)
-
-            part = tf.cond(
-                tf.size(rows) > 0, tail_part, lambda: tf.zeros([0], tf.float32)
-            )
-            log_probs += tf.scatter_nd(rows[:, None], part, [n])
+        log_probs = tf_dynamic_rows.adaptive_target_log_probs(self, x, t, keep)
         return softmax_common.finish(log_probs, keep, targets)
 
     def _static_target_log_probs(self, inputs, targets, mask):
@@ -300,27 +279,17 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     def predict(self, inputs):
         """Most probable class `(...)`, int32.
 
-        When the head's best entry is a shortlist class it is the global argmax
-        (a tail class has probability at most its cluster's); only the other
-        rows get their tails computed.
+        On TensorFlow, when the head's best entry is a shortlist class it is
+        the global argmax (a tail class has probability at most its
+        cluster's): only the other rows get their tails computed
+        (`tf_dynamic_rows.adaptive_predict`). Elsewhere every row's tails run.
         """
         inputs, x = self._flat_rows(inputs)
-        if keras.backend.backend() != "tensorflow":  # static shapes: every row's tails
-            best = ops.cast(ops.argmax(self._full_log_prob(x), axis=-1), "int32")
-            return ops.reshape(best, ops.shape(inputs)[:-1])
-        import tensorflow as tf
-
-        best = tf.argmax(self._head_log_probs(x), axis=-1, output_type=tf.int32)
-        rows = tf.where(best >= self.shortlist_size)[:, 0]
-        rest = tf.cond(
-            tf.size(rows) > 0,
-            lambda: tf.argmax(
-                self._full_log_prob(tf.gather(x, rows)), axis=-1, output_type=tf.int32
-            ),
-            lambda: tf.zeros([0], tf.int32),
-        )
-        best = tf.tensor_scatter_nd_update(best, rows[:, None], rest)
-        return tf.reshape(best, tf.shape(inputs)[:-1])
+        if tf_dynamic_rows.dynamic_shapes():
+            return tf_dynamic_rows.adaptive_predict(self, inputs, x)
+        # Static shapes: every row's tails.
+        best = ops.cast(ops.argmax(self._full_log_prob(x), axis=-1), "int32")
+        return ops.reshape(best, ops.shape(inputs)[:-1])
 
     def get_config(self):
         config = super().get_config()

@@ -1,14 +1,16 @@
 """ContinuousOutput: predict the pre-trained embedding of the target word."""
 
 import keras
+from keras import ops
 
+from tfeff.layers.output_head import OutputHead
 from tfeff.losses import continuous as continuous_losses
 
 LOSSES = tuple(continuous_losses.LOSSES)
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
-class ContinuousOutput(keras.layers.Layer):
+class ContinuousOutput(OutputHead, keras.layers.Layer):
     """Continuous output layer of ELMo-C (Li et al., TACL 2019).
 
     Instead of a softmax over the vocabulary, the language model predicts the
@@ -26,6 +28,14 @@ class ContinuousOutput(keras.layers.Layer):
     or `VonMisesFisherLoss` with this layer's regularizers). Keras masks
     (e.g. from `Embedding(mask_zero=True)`) pass through to the loss.
 
+    As an output head of a language model (`tfeff.layers.output_head`), the
+    layer takes target *ids*: given `target_embedding` (the fixed vectors, a
+    `tfeff.layers.FixedEmbedding`), `features(hidden)` is the prediction,
+    `per_position_loss(features, target_ids, mask)` the distance to each
+    target's vector and `ranking_scores(features)` the cosine similarity with
+    every vector. It has no distribution over the vocabulary: `log_prob`
+    raises `ValueError`.
+
     Args:
         embedding_dim: positive int, the size of the target embeddings.
         loss: `"cosine"` (1 - cos), `"l2"` (squared Euclidean distance) or
@@ -36,6 +46,10 @@ class ContinuousOutput(keras.layers.Layer):
         vmf_regularization1: lambda_1 of the vMF loss (penalty on ||e_hat||).
         vmf_regularization2: lambda_2 of the vMF loss (scale of the dot product).
         kernel_initializer: initializer of the projection kernel.
+        target_embedding: optional `FixedEmbedding` `(vocabulary_size,
+            embedding_dim)` of the target vectors, needed by
+            `per_position_loss` and `ranking_scores` (not a weight; gathered
+            per batch on the host).
         **kwargs: base `Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -54,6 +68,13 @@ class ContinuousOutput(keras.layers.Layer):
     (2, 3)
     >>> layer.make_loss().name
     'cosine_distance'
+    >>> from tfeff.layers import FixedEmbedding
+    >>> head = ContinuousOutput(4, target_embedding=FixedEmbedding(np.eye(10, 4, dtype="float32")))
+    >>> features = head.features(keras.ops.ones((2, 3, 8)))
+    >>> tuple(head.per_position_loss(features, keras.ops.ones((2, 3), "int32")).shape)
+    (2, 3)
+    >>> tuple(head.ranking_scores(features).shape)
+    (2, 3, 10)
 
     Reference:
         Li, Chen, Hsieh & Chang, "Efficient Contextual Representation
@@ -70,6 +91,7 @@ class ContinuousOutput(keras.layers.Layer):
         vmf_regularization1=0.0,
         vmf_regularization2=1.0,
         kernel_initializer="glorot_uniform",
+        target_embedding=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -98,6 +120,13 @@ class ContinuousOutput(keras.layers.Layer):
                 "Received an invalid value for `vmf_regularization2`, expected a value "
                 f"in (0, 1]. Received: vmf_regularization2={vmf_regularization2}"
             )
+        if isinstance(target_embedding, dict):
+            target_embedding = keras.saving.deserialize_keras_object(target_embedding)
+        if target_embedding is not None and target_embedding.output_dim != embedding_dim:
+            raise ValueError(
+                f"`target_embedding` has dimension {target_embedding.output_dim}, expected "
+                f"embedding_dim={embedding_dim}.")
+        self.target_embedding = target_embedding
         self.embedding_dim = embedding_dim
         self.loss = loss
         self.use_projection = bool(use_projection)
@@ -166,6 +195,52 @@ class ContinuousOutput(keras.layers.Layer):
         return self.make_loss(reduction=None).call(keras.ops.cast(y_true, "float32"),
                                                    keras.ops.cast(y_pred, "float32"))
 
+    # -- the output-head contract (`tfeff.layers.output_head`) ------------------
+
+    def features(self, hidden):
+        """The predicted target vectors `(..., embedding_dim)` (`call`)."""
+        return self(hidden)
+
+    def _targets(self):
+        if self.target_embedding is None:
+            raise ValueError(
+                f"ContinuousOutput `{self.name}` scores target ids against fixed vectors: "
+                "construct it with `target_embedding` (a FixedEmbedding).")
+        return self.target_embedding
+
+    def per_position_loss(self, features, targets, mask=None, training=False):
+        """The loss between each prediction and its target id's fixed vector.
+
+        Args:
+            features: `(..., embedding_dim)` predictions (`features`).
+            targets: int `(...)` target ids.
+            mask: optional bool `(...)`; False entries get loss 0 (their ids
+                are not looked up).
+            training: unused.
+
+        Returns:
+            float32 tensor `(...)`.
+        """
+        del training
+        ids = ops.cast(targets, "int32")
+        if mask is not None:
+            mask = ops.cast(mask, "bool")
+            ids = ops.where(mask, ids, ops.zeros_like(ids))
+        losses = self.position_loss(self._targets()(ids), features)
+        if mask is None:
+            return losses
+        return ops.where(mask, losses, ops.zeros_like(losses))
+
+    def ranking_scores(self, features):
+        """Cosine similarity `(..., vocabulary_size)` of each prediction with every vector."""
+        table = ops.cast(self._targets().table, "float32")  # (vocabulary_size, embedding_dim)
+        features = ops.cast(features, "float32")
+        return ops.matmul(_unit(features), ops.transpose(_unit(table)))
+
+    def log_prob(self, features):
+        """A continuous output has no distribution over the vocabulary: raises ValueError."""
+        raise ValueError("A continuous output has no distribution over the vocabulary.")
+
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.embedding_dim,)
 
@@ -184,6 +259,16 @@ class ContinuousOutput(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
+                "target_embedding": (
+                    None if self.target_embedding is None
+                    else keras.saving.serialize_keras_object(self.target_embedding)
+                ),
             }
         )
         return config
+
+
+def _unit(x):
+    """`x` scaled to unit L2 norm along its last axis (zero rows stay zero)."""
+    norm = ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True))
+    return x / ops.maximum(norm, 1e-12)

@@ -19,6 +19,10 @@ Every softmax output layer of tfeff has the same contract
 * `log_prob(inputs)` -> the full distribution; `predict(inputs)` -> the most
   probable class `(...)`. Both build the layer from `inputs` when it was
   never called.
+* The output-head contract (`tfeff.layers.output_head`), which
+  `ContinuousOutput` answers too: `features(hidden)` is `hidden`,
+  `per_position_loss(features, targets, mask, training)` is
+  `-target_log_probs`, `ranking_scores(features)` is `log_prob(features)`.
 
 `targets` (and `mask`) must have the shape of `inputs` without its last
 axis: where the shapes are known (eager calls, tracing, symbolic
@@ -43,6 +47,7 @@ import numpy as np
 from keras import ops
 
 from tfeff.layers.embedding_common import check_ids
+from tfeff.layers.output_head import OutputHead
 
 
 def flatten_inputs(layer, inputs, targets, mask):
@@ -133,12 +138,26 @@ def check_frequency_sorted(counts, first_id=0, name="vocabulary"):
         previous = counts[i]
 
 
-class SoftmaxOutputMixin:
+class SoftmaxOutputMixin(OutputHead):
     """The call contract of the softmax output layers (mix in before `Layer`).
 
     A layer provides `_target_log_probs(inputs, targets, mask, training)`
-    -> `(target_log_probs, loss)` and `log_prob(inputs)`.
+    -> `(target_log_probs, loss)` and `log_prob(inputs)`; the output-head
+    contract (`tfeff.layers.output_head`) follows from them.
     """
+
+    def features(self, hidden):
+        """A softmax scores the hidden states themselves: `hidden`, unchanged."""
+        return hidden
+
+    def per_position_loss(self, features, targets, mask=None, training=False):
+        """Negative log-likelihood of each target, float32 `targets.shape` (0 where ignored)."""
+        log_probs, _ = self(features, targets, mask=mask, training=training, return_loss=True)
+        return -log_probs
+
+    def ranking_scores(self, features):
+        """The log-probabilities `(..., vocabulary_size)` (`log_prob`)."""
+        return self.log_prob(features)
 
     def call(self, inputs, targets=None, mask=None, training=None, return_loss=False,
              inputs_mask=None):

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
+from tfeff.layers import tf_dynamic_rows
 from tfeff.layers.input_checks import check_right_padded
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
@@ -266,6 +267,7 @@ class ElmoLM(keras.Model):
                 loss=output_loss,
                 vmf_regularization1=vmf_regularization1,
                 vmf_regularization2=vmf_regularization2,
+                target_embedding=self.fixed_table,
                 name="continuous_output",
             )
         elif output_layer == "full":
@@ -315,10 +317,7 @@ class ElmoLM(keras.Model):
         if self.pre_output is not None:
             self.pre_output.build(hidden_shape)
             hidden_shape = shape + (self.pre_output.units,)
-        if self.is_continuous:
-            self.output_head.build(hidden_shape)
-        else:
-            self.output_head.build(hidden_shape, shape)
+        self.output_head.build(hidden_shape)
         self.built = True
 
     def encode(self, vectors, mask, training=False):
@@ -362,57 +361,42 @@ class ElmoLM(keras.Model):
         return {"forward": self.head_inputs(forward), "backward": self.head_inputs(backward)}
 
     def head_inputs(self, hidden):
-        """What the output layer consumes: predictions (continuous) or hidden states."""
-        if self.is_continuous:
-            return self.output_head(hidden)
+        """What the output layer scores (`output_head.features`): predictions (continuous)
+        or hidden states (after `pre_output`, when there is one)."""
         if self.pre_output is not None:
-            return self.pre_output(hidden)
-        return hidden
+            hidden = self.pre_output(hidden)
+        return self.output_head.features(hidden)
 
     def log_prob(self, head_inputs):
-        """Log-distribution over the vocabulary of softmax outputs `(..., vocabulary_size)`."""
-        if self.is_continuous:
-            raise ValueError("A continuous output has no distribution over the vocabulary.")
+        """Log-distribution over the vocabulary `(..., vocabulary_size)` (softmax outputs;
+        a continuous output raises ValueError)."""
         return self.output_head.log_prob(head_inputs)
+
+    def prediction_pairs(self, outputs, ids):
+        """`(direction, outputs, target_ids, valid)` of each direction (`direction_pairs`),
+        `valid` True where the target counts (not padding, not `<unk>`): what the loss
+        and the held-out evaluation score (the language-model contract
+        `tfeff.training.evaluation.collect_predictions` reads). Tensors or arrays."""
+        return tuple((name, features, targets, targets >= FIRST_PREDICTABLE_ID)
+                     for name, features, targets in direction_pairs(outputs, ids))
 
     def direction_losses(self, ids, predictions, training=False):
         """Per-direction (sum of losses, number of targets) over this batch.
 
         Forward position t predicts token t+1, backward position t predicts
-        token t-1. Targets that are padding or `<unk>` are skipped; on
-        TensorFlow, softmax outputs only ever see the predictable positions
-        (gathered first); other backends need static shapes and mask them.
+        token t-1. Targets that are padding or `<unk>` are skipped: on
+        TensorFlow the output layer only ever sees the predictable positions
+        (gathered first, `tf_dynamic_rows.compact_rows`); other backends need
+        static shapes and mask them. Either way the sum is the output head's
+        `per_position_loss` over the predictable targets.
         """
         ids = ops.cast(ids, "int32")
-        if not self.is_continuous:
-            return self._softmax_losses(ids, predictions, training)
-        targets = self.fixed_table(ids)  # host gather of the same rows, once
         out = {}
-        for (name, pred, tgt_ids), (_, _, tgt) in zip(
-            direction_pairs(predictions, ids), direction_pairs(predictions, targets)
-        ):
-            valid = ops.cast(tgt_ids >= FIRST_PREDICTABLE_ID, "float32")
-            per_token = self.output_head.position_loss(tgt, pred)  # (batch, time-1)
-            out[name] = (ops.sum(per_token * valid), ops.sum(valid))
-        return out
-
-    def _softmax_losses(self, ids, hidden, training):
-        out = {}
-        tf = None
-        if keras.backend.backend() == "tensorflow":
-            import tensorflow as tf
-        for name, h, tgt_ids in direction_pairs(hidden, ids):
-            valid = tgt_ids >= FIRST_PREDICTABLE_ID
-            if tf is not None:
-                # Only the predictable rows reach the output layer (dynamic shape).
-                log_probs, _ = self.output_head(
-                    tf.boolean_mask(h, valid), tf.boolean_mask(tgt_ids, valid),
-                    training=training, return_loss=True)
-            else:
-                # Static shapes: every position, the unpredictable ones masked (zero).
-                log_probs, _ = self.output_head(h, tgt_ids, mask=valid, training=training,
-                                                return_loss=True)
-            out[name] = (-ops.sum(log_probs), ops.sum(ops.cast(valid, "float32")))
+        for name, features, tgt_ids, valid in self.prediction_pairs(predictions, ids):
+            kept, kept_ids, mask = tf_dynamic_rows.compact_rows(valid, features, tgt_ids)
+            losses = self.output_head.per_position_loss(kept, kept_ids, mask=mask,
+                                                        training=training)
+            out[name] = (ops.sum(losses), ops.sum(ops.cast(valid, "float32")))
         return out
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):

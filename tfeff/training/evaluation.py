@@ -11,7 +11,6 @@ import math
 import numpy as np
 
 from tfeff.data import vocabulary as vocabulary_lib
-from tfeff.models import elmo_lm
 from tfeff.training.errors import NonFiniteOutputError
 
 
@@ -106,12 +105,17 @@ def unigram_top_k_accuracy(target_ids, vocabulary, ks):
 
 
 def collect_predictions(model, dataset, max_targets):
-    """Runs the model on batches; returns (predictions, target_ids) of both directions."""
+    """Runs a language model on batches of ids; returns `(predictions, target_ids)` of
+    every direction's targets that count.
+
+    The model's contract: `model(ids)` is a dict of each direction's outputs,
+    and `model.prediction_pairs(outputs, ids)` aligns them with their targets
+    as `(direction, outputs, target_ids, valid)` (`ElmoLM.prediction_pairs`).
+    """
     preds, targets, total = [], [], 0
     for ids in dataset:
         out = {name: value.numpy() for name, value in model(ids, training=False).items()}
-        for _, pred, tgt in elmo_lm.direction_pairs(out, ids.numpy()):
-            valid = tgt >= elmo_lm.FIRST_PREDICTABLE_ID
+        for _, pred, tgt, valid in model.prediction_pairs(out, ids.numpy()):
             preds.append(pred[valid])
             targets.append(tgt[valid])
             total += int(valid.sum())
