@@ -7,5 +7,6 @@ training binaries, SavedModel export and `FastTextEmbedding` (string ops).
 from tfeff.models.bert import Bert
 from tfeff.models.elmo_lm import ElmoLM
 from tfeff.models.masked_elmo import MaskedElmo
+from tfeff.models.masked_elmo_backbone import MaskedElmoBackbone
 
-__all__ = ["Bert", "ElmoLM", "MaskedElmo"]
+__all__ = ["Bert", "ElmoLM", "MaskedElmo", "MaskedElmoBackbone"]

@@ -1,43 +1,53 @@
-"""MaskedElmo: a fully bidirectional biLSTM trained as a masked LM.
+"""MaskedElmo: the masked-LM task model of Masked ELMo (backbone + output head + loss).
 
-`keras.ops` code: it runs and trains on every Keras backend. On TensorFlow its
-own `train_step` takes the mask sets' gradients one set at a time (and keeps
-sparse embedding gradients sparse); elsewhere Keras' step differentiates
-`compute_loss`, which gives the same update.
+`keras.ops` code: it runs and trains on every Keras backend with one loss,
+`compute_loss`. On TensorFlow `train_step` takes that loss's gradient one
+mask set at a time (`tfeff.models.tf_mask_accumulation`: the memory of one
+set instead of K); elsewhere Keras' step differentiates `compute_loss` on
+all sets at once: the same update.
 """
 
 import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
-from tfeff.layers.input_checks import check_right_padded
+from tfeff.models import distributed
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
+from tfeff.models.masked_elmo_backbone import INPUT_EMBEDDINGS
+from tfeff.models.masked_elmo_backbone import MaskedElmoBackbone
 
 OUTPUT_LAYERS = ("softmax", "adaptive", "continuous")
-INPUT_EMBEDDINGS = ("trainable", "alone")
+# The batch entries that hold one slice per mask set (axis 1).
+SET_KEYS = ("masked_token_ids", "masked_positions", "masked_ids", "masked_weights")
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
 class MaskedElmo(keras.Model):
     """Masked ELMo (Senay & Salin, 2020): `MaskedBiLSTM` over WordPiece embeddings, MLM-trained.
 
-    * Input: WordPiece ids embedded to d = `2 * projection_dim` (a trainable
-      `Embedding`, or with `input_embedding="alone"` an `AloneEmbedding`),
-      then dropout.
-    * Encoder: `MaskedBiLSTM(units, projection_dim, num_layers)`: each layer
-      after the first sees both directions of the layer below.
+    The task model, as keras-hub splits them: a `MaskedElmoBackbone`
+    (`backbone`: the embedding, then the biLSTM) and an output head
+    (`output_head`) with the loss.
+
+    * Backbone: WordPiece ids embedded to d = `2 * projection_dim` (a
+      trainable `Embedding`, or with `input_embedding="alone"` an
+      `AloneEmbedding`), then dropout and `MaskedBiLSTM(units,
+      projection_dim, num_layers)`: each layer after the first sees both
+      directions of the layer below.
     * Output at the masked positions only: `"softmax"`, a full softmax tied to
       the input embedding (plus a bias); `"adaptive"`, an `AdaptiveSoftmax`;
       `"continuous"`, a `ContinuousOutput` predicting the target's fixed
-      vector (`embedding_table`).
-    * Training (`train_step`): **mask accumulation**, K = the second axis of
-      the batch's `masked_token_ids`: the K mask sets run one after another
-      from the same initial LSTM states, each set's gradient is taken
-      separately and their mean is applied in one update. **Truncated BPTT**:
-      with `tbptt_batch_size` (the global batch size) the final LSTM states of
-      the first mask set are kept in non-trainable variables and initialize
-      the next batch, except in rows whose `reset` is set (a new document).
+      vector (`embedding_table`). Every head answers the same contract
+      (`tfeff.layers.output_head`): the model never asks which it holds.
+    * Training: **mask accumulation**, K = the second axis of the batch's
+      `masked_token_ids`: the K mask sets run from the same initial LSTM
+      states and the loss is the mean of each set's masked-LM loss
+      (`compute_loss`; on TensorFlow its gradient is taken one set at a time).
+      **Truncated BPTT**: with `tbptt_batch_size` (the global batch size) the
+      final LSTM states of the first mask set are kept in non-trainable
+      variables and initialize the next batch, except in rows whose `reset`
+      is set (a new document).
 
     At paper size (2 layers, 4096 units, projection 384, 28,745 WordPieces)
     the model has 103,962,441 parameters (paper: ~104M).
@@ -72,10 +82,10 @@ class MaskedElmo(keras.Model):
     Returns:
         dict with `sequence_output` `(batch, time, d)`, `states` (the final
         LSTM states) and, with `masked_positions`, `masked_output`: what the
-        output layer consumes at those positions (hidden states `(batch, p, d)`,
-        or the predicted vectors of `"continuous"`). For a training batch,
-        `masked_output` `(batch, K, p, ...)` (K = 1 when not training) and
-        `states`.
+        output head scores at those positions (`output_head.features`: hidden
+        states `(batch, p, d)`, or the predicted vectors of `"continuous"`).
+        For a training batch, `masked_output` `(batch, K, p, ...)` (K = 1
+        when not training) and `states`.
     """
 
     def __init__(
@@ -97,10 +107,6 @@ class MaskedElmo(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(vocabulary_size, int) or vocabulary_size < 2:
-            raise ValueError(
-                "Received an invalid value for `vocabulary_size`, expected an integer "
-                f">= 2. Received: vocabulary_size={vocabulary_size}")
         if output_layer not in OUTPUT_LAYERS:
             raise ValueError(
                 f"Received an invalid value for `output_layer`, expected one of "
@@ -119,6 +125,8 @@ class MaskedElmo(keras.Model):
             raise ValueError(
                 "Received an invalid value for `tbptt_batch_size`, expected a positive "
                 f"integer or None. Received: tbptt_batch_size={tbptt_batch_size}")
+        if output_layer == "adaptive" and not adaptive_cutoffs:
+            raise ValueError("output_layer='adaptive' needs `adaptive_cutoffs`.")
         self.vocabulary_size = vocabulary_size
         self.num_layers = num_layers
         self.units = units
@@ -134,29 +142,22 @@ class MaskedElmo(keras.Model):
         self.tbptt_batch_size = tbptt_batch_size
         self.alone = dict(alone or {}) if input_embedding == "alone" else None
         tied = output_layer == "softmax"
-        if input_embedding == "alone":
-            options = {"base_dim": self.hidden_dim, **self.alone}
-            self.token_embedding = tfeff_layers.AloneEmbedding(
-                vocabulary_size, self.hidden_dim, lookup="table" if tied else "unique",
-                name="alone_token_embedding", **options)
-            self.alone["seed"] = self.token_embedding.seed
-        else:
-            self.token_embedding = keras.layers.Embedding(
-                vocabulary_size, self.hidden_dim,
-                embeddings_initializer=keras.initializers.RandomNormal(stddev=0.02),
-                name="token_embedding")
-        self.embedding_dropout = keras.layers.Dropout(self.dropout_rate,
-                                                      name="embedding_dropout")
-        self.encoder = tfeff_layers.MaskedBiLSTM(
-            units, projection_dim, num_layers=num_layers, dropout_rate=dropout_rate,
-            use_cudnn=use_cudnn, return_state=True, return_all_layers=True, name="encoder")
+        backbone_alone = None
+        if self.alone is not None:
+            # Tied: the softmax computes the whole table each step; gather from it.
+            backbone_alone = {**self.alone, "lookup": "table" if tied else "unique"}
+        self.backbone = MaskedElmoBackbone(
+            vocabulary_size, num_layers=num_layers, units=units,
+            projection_dim=projection_dim, dropout_rate=dropout_rate,
+            input_embedding=input_embedding, alone=backbone_alone, use_cudnn=use_cudnn,
+            name=f"{self.name}_backbone")
+        if self.alone is not None:
+            self.alone["seed"] = self.backbone.alone["seed"]
         self.target_table = None
         if output_layer == "softmax":
             self.output_head = tfeff_layers.FullSoftmax(vocabulary_size, name="mlm_softmax")
-            self.output_head.tie_to(self.token_embedding)
+            self.output_head.tie_to(self.backbone.token_embedding)
         elif output_layer == "adaptive":
-            if not self.adaptive_cutoffs:
-                raise ValueError("output_layer='adaptive' needs `adaptive_cutoffs`.")
             self.output_head = tfeff_layers.AdaptiveSoftmax(
                 vocabulary_size, self.adaptive_cutoffs, div_value=adaptive_div_value,
                 name="mlm_adaptive_softmax")
@@ -167,20 +168,29 @@ class MaskedElmo(keras.Model):
                     f"`embedding_table` has {self.target_table.vocabulary_size} rows, "
                     f"expected vocabulary_size={vocabulary_size}.")
             self.output_head = tfeff_layers.ContinuousOutput(
-                self.target_table.output_dim, loss=output_loss, name="mlm_continuous_output")
+                self.target_table.output_dim, loss=output_loss,
+                target_embedding=self.target_table, name="mlm_continuous_output")
 
     @property
     def is_continuous(self):
         return self.output_layer_type == "continuous"
 
+    # The backbone's parts, by the names other code reads on the model.
+    @property
+    def token_embedding(self):
+        return self.backbone.token_embedding
+
+    @property
+    def embedding_dropout(self):
+        return self.backbone.embedding_dropout
+
+    @property
+    def encoder(self):
+        return self.backbone.encoder
+
     def build(self, input_shape=None):
-        seq = (None, None)
-        self.token_embedding.build(seq)
-        self.encoder.build(seq + (self.hidden_dim,))
-        if self.is_continuous:
-            self.output_head.build((None, self.hidden_dim))
-        else:
-            self.output_head.build((None, self.hidden_dim), (None,))
+        self.backbone.build()
+        self.output_head.build((None, self.hidden_dim))
         self.carried_states = []
         if self.tbptt_batch_size:
             for i in range(self.num_layers):
@@ -198,13 +208,9 @@ class MaskedElmo(keras.Model):
     # ------------------------------------------------------------------ forward
 
     def encode(self, token_ids, padding_mask, initial_state=None, training=False):
-        """`(stack, states)`: all layers `(batch, num_layers + 1, time, d)` and final states."""
-        mask = check_right_padded(self, padding_mask, "padding_mask")
-        x = self.token_embedding(ops.cast(token_ids, "int32"))
-        x = self.embedding_dropout(x, training=training)
-        stack, *states = self.encoder(x, mask=mask, initial_state=initial_state,
-                                      training=training)
-        return stack, states
+        """`(stack, states)`: all layers `(batch, num_layers + 1, time, d)` and final states
+        (`MaskedElmoBackbone.encode`)."""
+        return self.backbone.encode(token_ids, padding_mask, initial_state, training)
 
     # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
     embedding_tokenization = "bert"
@@ -233,23 +239,31 @@ class MaskedElmo(keras.Model):
         if "masked_positions" in inputs:
             positions = ops.cast(inputs["masked_positions"], "int32")[..., None]
             hidden = ops.take_along_axis(top, positions, axis=1)  # (batch, p, d)
-            out["masked_output"] = self.output_head(hidden) if self.is_continuous else hidden
+            out["masked_output"] = self.output_head.features(hidden)
         return out
 
     def mask_sets(self, batch, training=False):
-        """The outputs of a training batch's mask sets (what `fit` calls off TensorFlow).
+        """The outputs of a training batch's mask sets (what Keras' step differentiates).
 
         Training: every set from the same initial states (the carried ones with
         TBPTT, which then take set 0's final states); `masked_output` stacks the
         sets `(batch, K, p, ...)`. Not training: set 0 from zero states, like
         `test_step`.
         """
-        sets = range(batch["masked_token_ids"].shape[1]) if training else range(1)
-        initial = self.initial_states(batch) if training else None
-        outputs = [self(self.set_inputs(batch, k), training=training, initial_state=initial)
+        if not training:
+            return self.forward_sets(batch, [0])
+        initial = self.initial_states(batch)
+        outputs = self.forward_sets(batch, range(batch["masked_token_ids"].shape[1]), initial,
+                                    training=True)
+        if self.carried_states:
+            self.store_states(outputs["states"])
+        return outputs
+
+    def forward_sets(self, batch, sets, initial_state=None, training=False):
+        """The mask sets `sets` of `batch`, each from `initial_state`: `masked_output`
+        `(batch, len(sets), p, ...)` and `states`, the first set's final states."""
+        outputs = [self(self.set_inputs(batch, k), training=training, initial_state=initial_state)
                    for k in sets]
-        if training and self.carried_states:
-            self.store_states(outputs[0]["states"])
         return {"masked_output": ops.stack([o["masked_output"] for o in outputs], axis=1),
                 "states": outputs[0]["states"]}
 
@@ -260,42 +274,50 @@ class MaskedElmo(keras.Model):
                 "padding_mask": batch["padding_mask"],
                 "masked_positions": batch["masked_positions"][:, k]}
 
-    def masked_losses(self, masked_output, masked_ids, masked_weights, training=False):
-        """Per-prediction loss `(batch, p)` (0 where `masked_weights` is 0).
+    @staticmethod
+    def select_sets(batch, sets):
+        """`batch` with only the mask sets `sets` (in that order) on the per-set entries."""
+        sets = list(sets)
+        return {key: (ops.stack([value[:, k] for k in sets], axis=1) if key in SET_KEYS
+                      else value)
+                for key, value in batch.items()}
 
-        Negative log-likelihood for the softmax outputs, the distance to the
-        target's fixed vector for `"continuous"`.
-        """
-        ids = ops.cast(masked_ids, "int32")
+    # ------------------------------------------------------------------ loss
+
+    def masked_losses(self, masked_output, masked_ids, masked_weights, training=False):
+        """Per-prediction loss `(batch, p)` (0 where `masked_weights` is 0): the output
+        head's `per_position_loss` (negative log-likelihood for the softmax outputs, the
+        distance to the target's fixed vector for `"continuous"`), weighted."""
         weights = ops.cast(masked_weights, "float32")
-        if self.is_continuous:
-            per_token = self.output_head.position_loss(self.target_table(ids), masked_output)
-        else:
-            log_probs, _ = self.output_head(masked_output, ids, mask=weights > 0,
-                                            training=training, return_loss=True)
-            per_token = -log_probs
+        per_token = self.output_head.per_position_loss(
+            masked_output, ops.cast(masked_ids, "int32"), mask=weights > 0, training=training)
         return ops.cast(per_token, "float32") * weights
 
     def log_prob(self, masked_output):
-        """Log-distribution over the vocabulary `(..., vocabulary_size)` (softmax outputs)."""
-        if self.is_continuous:
-            raise ValueError("A continuous output has no distribution over the vocabulary.")
+        """Log-distribution over the vocabulary `(..., vocabulary_size)` (softmax outputs;
+        a continuous output raises ValueError)."""
         return self.output_head.log_prob(masked_output)
 
-    @staticmethod
-    def _set_mean(masked_losses, masked_weights):
-        """A mask set's loss sum over the global number of its predictions."""
-        return global_mean(ops.sum(masked_losses), ops.sum(ops.cast(masked_weights, "float32")))
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The model's one loss: the mean over the sets of `y_pred["masked_output"]`
+        `(batch, K, p, ...)` of each set's masked-LM loss (+ layer losses).
 
-    def set_loss(self, batch, k, initial_state, training):
-        """Mask set k's loss: its loss sum over the global number of its predictions.
-
-        Returns `(loss, outputs)` (`set_outputs`); under `tf.distribute` each replica returns its
-        share of the global mean (so replica gradients add up exactly).
+        A set's loss is its `masked_losses` sum over the global number of its
+        predictions (under `tf.distribute` each replica returns its share of
+        the global mean, so replica gradients add up exactly). The gradient is
+        the mean of the sets' gradients, which TensorFlow's `train_step` takes
+        one set at a time, each with this function on that set alone.
         """
-        outputs = self.set_outputs(batch, k, initial_state, training)
-        loss = self._set_mean(outputs["masked_losses"], batch["masked_weights"][:, k])
-        return loss + layer_losses(self), outputs
+        del y, sample_weight
+        masked_output = y_pred["masked_output"]
+        num_sets = masked_output.shape[1]
+        total = 0.0
+        for k in range(num_sets):
+            weights = x["masked_weights"][:, k]
+            losses = self.masked_losses(masked_output[:, k], x["masked_ids"][:, k], weights,
+                                        training)
+            total += global_mean(ops.sum(losses), ops.sum(ops.cast(weights, "float32")))
+        return total / num_sets + layer_losses(self)
 
     def set_outputs(self, batch, k, initial_state=None, training=False):
         """The model's outputs on mask set k of `batch`, plus its per-prediction
@@ -306,42 +328,26 @@ class MaskedElmo(keras.Model):
             training)
         return outputs
 
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        """The mean over `mask_sets`' sets of each set's masked-LM loss (+ layer losses).
+    def set_loss(self, batch, k, initial_state, training):
+        """Mask set k's loss (`compute_loss` on that set alone) and its outputs.
 
-        Its gradient is the mean of the sets' gradients: the update of the
-        TensorFlow `train_step`, which takes them one set at a time to hold one
-        set's activations instead of K.
+        Returns `(loss, outputs)`, `outputs` the model's on that set (`call`:
+        `masked_output` `(batch, p, ...)`, `states`, `sequence_output`).
         """
-        del y, sample_weight
-        masked_output = y_pred["masked_output"]
-        num_sets = masked_output.shape[1]
-        total = 0.0
-        for k in range(num_sets):
-            losses = self.masked_losses(masked_output[:, k], x["masked_ids"][:, k],
-                                        x["masked_weights"][:, k], training)
-            total += self._set_mean(losses, x["masked_weights"][:, k])
-        return total / num_sets + layer_losses(self)
+        outputs = self(self.set_inputs(batch, k), training=training, initial_state=initial_state)
+        y_pred = {"masked_output": outputs["masked_output"][:, None]}
+        loss = self.compute_loss(x=self.select_sets(batch, [k]), y_pred=y_pred,
+                                 training=training)
+        return loss, outputs
 
     # ------------------------------------------------------------------ TBPTT states
-
-    def _replica_rows(self, batch_rows):
-        if keras.backend.backend() != "tensorflow":
-            return 0
-        import tensorflow as tf
-
-        ctx = tf.distribute.get_replica_context()
-        replica = 0 if ctx is None else ctx.replica_id_in_sync_group
-        if not isinstance(replica, int):
-            replica = ops.cast(replica, "int32")
-        return replica * batch_rows
 
     def initial_states(self, batch):
         """The carried states for this replica's rows, zeroed where `reset` is set."""
         if not self.carried_states:
             return None
         rows = ops.shape(batch["padding_mask"])[0]
-        start = self._replica_rows(rows)
+        start = distributed.replica_index() * rows
         keep = 1.0 - ops.cast(batch["reset"], "float32")[:, None]
         states = []
         for var in self.carried_states:
@@ -351,55 +357,26 @@ class MaskedElmo(keras.Model):
 
     def store_states(self, states):
         """Writes this step's final states (all replicas' rows) for the next batch."""
-        ctx = None
-        if keras.backend.backend() == "tensorflow":
-            import tensorflow as tf
-
-            ctx = tf.distribute.get_replica_context()
         for var, value in zip(self.carried_states, states):
-            value = ops.cast(ops.stop_gradient(value), var.dtype)
-            if ctx is not None and ctx.num_replicas_in_sync > 1:
-                value = ctx.all_gather(value, axis=0)
-            var.assign(value)
+            var.assign(distributed.all_gather(ops.cast(ops.stop_gradient(value), var.dtype)))
 
     # ------------------------------------------------------------------ training
 
     def train_step(self, *args):
         """One update from K mask sets of one batch (mask accumulation), carrying states.
 
-        On TensorFlow the sets' gradients are taken one set after another (one
-        set's activations alive at a time) and their mean applied; on other
-        backends Keras' own step differentiates `compute_loss`, the same mean.
+        On TensorFlow the sets' gradients of `compute_loss` are taken one set
+        after another (one set's activations alive at a time,
+        `tf_mask_accumulation`) and their mean applied; on other backends
+        Keras' own step differentiates `compute_loss` on all sets: the same
+        update.
         """
         if keras.backend.backend() != "tensorflow":
             return super().train_step(*args)
-        import tensorflow as tf
+        from tfeff.models import tf_mask_accumulation
 
         (data,) = args
-        batch, _, _ = keras.utils.unpack_x_y_sample_weight(data)  # fit: a dict; train_on_batch: (x,)
-        num_sets = batch["masked_token_ids"].shape[1]
-        initial = self.initial_states(batch)
-        variables = self.trainable_variables
-        total = None
-        mean_loss = 0.0
-        next_states = None
-        for k in range(num_sets):
-            with tf.GradientTape() as tape:
-                loss, outputs = self.set_loss(batch, k, initial, training=True)
-                scaled = self.optimizer.scale_loss(loss)
-            grads = tape.gradient(scaled, variables)
-            total = grads if total is None else [_add(a, b) for a, b in zip(total, grads)]
-            mean_loss += loss / num_sets
-            if k == 0:
-                next_states = outputs["states"]
-        grads = [_scale(g, 1.0 / num_sets) for g in total]
-        self.optimizer.apply_gradients(zip(grads, variables))
-        if self.carried_states:
-            self.store_states(next_states)
-        self._loss_tracker.update_state(
-            _unscale(mean_loss),
-            sample_weight=tf.shape(batch["padding_mask"])[0])
-        return self.get_metrics_result()
+        return tf_mask_accumulation.train_step(self, data)
 
     def get_config(self):
         config = super().get_config()
@@ -421,36 +398,3 @@ class MaskedElmo(keras.Model):
             "tbptt_batch_size": self.tbptt_batch_size,
         })
         return config
-
-
-def _unscale(loss):
-    """A replica's loss share, as the global loss (Keras' loss tracker averages replicas)."""
-    import tensorflow as tf
-
-    ctx = tf.distribute.get_replica_context()
-    if ctx is None or ctx.num_replicas_in_sync == 1:
-        return loss
-    return loss * ctx.num_replicas_in_sync
-
-
-def _add(a, b):
-    """Sum of two gradients; sparse ones (embedding rows) stay sparse (TensorFlow)."""
-    import tensorflow as tf
-
-    if a is None or b is None:
-        return a if b is None else b
-    if isinstance(a, tf.IndexedSlices) and isinstance(b, tf.IndexedSlices):
-        return tf.IndexedSlices(tf.concat([a.values, b.values], 0),
-                                tf.concat([a.indices, b.indices], 0), a.dense_shape)
-    return tf.convert_to_tensor(a) + tf.convert_to_tensor(b)
-
-
-def _scale(g, factor):
-    import tensorflow as tf
-
-    if g is None:
-        return None
-    if isinstance(g, tf.IndexedSlices):
-        return tf.IndexedSlices(g.values * tf.cast(factor, g.values.dtype), g.indices,
-                                g.dense_shape)
-    return g * tf.cast(factor, g.dtype)

@@ -1,0 +1,128 @@
+"""MaskedElmoBackbone: the embedding and the fully bidirectional biLSTM of Masked ELMo."""
+
+import keras
+from keras import ops
+
+from tfeff import layers as tfeff_layers
+from tfeff.layers.input_checks import check_right_padded
+
+INPUT_EMBEDDINGS = ("trainable", "alone")
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class MaskedElmoBackbone(keras.Model):
+    """Masked ELMo's backbone: WordPiece embeddings and a `MaskedBiLSTM`, no head, no loss.
+
+    * Input: WordPiece ids embedded to d = `2 * projection_dim` (a trainable
+      `Embedding`, or with `input_embedding="alone"` an `AloneEmbedding`),
+      then dropout.
+    * Encoder: `MaskedBiLSTM(units, projection_dim, num_layers)`: each layer
+      after the first sees both directions of the layer below.
+
+    It knows nothing of masked positions, output layers or losses: the
+    masked-LM task model `tfeff.models.MaskedElmo` owns one, with the head.
+
+    Args:
+        vocabulary_size: int >= 2 (WordPiece ids, `[MASK]` included).
+        num_layers, units, projection_dim: the `MaskedBiLSTM`.
+        dropout_rate: dropout on the embeddings and each LSTM output.
+        input_embedding: `"trainable"` or `"alone"`.
+        alone: dict of `AloneEmbedding` arguments for `input_embedding="alone"`
+            (`lookup` included); the drawn `seed` is written back into it.
+        use_cudnn: the `MaskedBiLSTM` switch (`"auto"`, True, False).
+        **kwargs: base `Model` arguments.
+
+    Call arguments:
+        inputs: dict with int `token_ids` `(batch, time)` and `padding_mask`
+            `(batch, time)` (right-padded: a True after a False raises, as in
+            `MaskedBiLSTM`).
+        training: bool.
+        initial_state: optional list of `4 * num_layers` LSTM states.
+
+    Returns:
+        dict with `sequence_output` `(batch, time, d)` (the top layer), `stack`
+        `(batch, num_layers + 1, time, d)` (every layer, for feature mixing)
+        and `states` (the final LSTM states, as `initial_state`).
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers=2,
+        units=4096,
+        projection_dim=384,
+        dropout_rate=0.1,
+        input_embedding="trainable",
+        alone=None,
+        use_cudnn="auto",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(vocabulary_size, int) or vocabulary_size < 2:
+            raise ValueError(
+                "Received an invalid value for `vocabulary_size`, expected an integer "
+                f">= 2. Received: vocabulary_size={vocabulary_size}")
+        if input_embedding not in INPUT_EMBEDDINGS:
+            raise ValueError(
+                f"Received an invalid value for `input_embedding`, expected one of "
+                f"{INPUT_EMBEDDINGS}. Received: input_embedding={input_embedding!r}")
+        if alone is not None and input_embedding != "alone":
+            raise ValueError("`alone` is only used with input_embedding='alone'.")
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.units = units
+        self.projection_dim = projection_dim
+        self.hidden_dim = 2 * projection_dim
+        self.dropout_rate = float(dropout_rate)
+        self.input_embedding = input_embedding
+        self.use_cudnn = use_cudnn
+        self.alone = dict(alone or {}) if input_embedding == "alone" else None
+        if input_embedding == "alone":
+            options = {"base_dim": self.hidden_dim, **self.alone}
+            self.token_embedding = tfeff_layers.AloneEmbedding(
+                vocabulary_size, self.hidden_dim, name="alone_token_embedding", **options)
+            self.alone["seed"] = self.token_embedding.seed
+        else:
+            self.token_embedding = keras.layers.Embedding(
+                vocabulary_size, self.hidden_dim,
+                embeddings_initializer=keras.initializers.RandomNormal(stddev=0.02),
+                name="token_embedding")
+        self.embedding_dropout = keras.layers.Dropout(self.dropout_rate,
+                                                      name="embedding_dropout")
+        self.encoder = tfeff_layers.MaskedBiLSTM(
+            units, projection_dim, num_layers=num_layers, dropout_rate=dropout_rate,
+            use_cudnn=use_cudnn, return_state=True, return_all_layers=True, name="encoder")
+
+    def build(self, input_shape=None):
+        seq = (None, None)
+        self.token_embedding.build(seq)
+        self.encoder.build(seq + (self.hidden_dim,))
+        self.built = True
+
+    def encode(self, token_ids, padding_mask, initial_state=None, training=False):
+        """`(stack, states)`: all layers `(batch, num_layers + 1, time, d)` and final states."""
+        mask = check_right_padded(self, padding_mask, "padding_mask")
+        x = self.token_embedding(ops.cast(token_ids, "int32"))  # (batch, time, d)
+        x = self.embedding_dropout(x, training=training)
+        stack, *states = self.encoder(x, mask=mask, initial_state=initial_state,
+                                      training=training)
+        return stack, states
+
+    def call(self, inputs, training=False, initial_state=None):
+        stack, states = self.encode(inputs["token_ids"], inputs["padding_mask"],
+                                    initial_state, training)
+        return {"sequence_output": stack[:, -1], "stack": stack, "states": states}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "vocabulary_size": self.vocabulary_size,
+            "num_layers": self.num_layers,
+            "units": self.units,
+            "projection_dim": self.projection_dim,
+            "dropout_rate": self.dropout_rate,
+            "input_embedding": self.input_embedding,
+            "alone": self.alone,
+            "use_cudnn": self.use_cudnn,
+        })
+        return config
