@@ -18,7 +18,7 @@ from tfeff.training import restore_model
 from tfeff.training.families import Family
 
 # What a family must implement itself; the rest has shared defaults.
-REQUIRED = ("prepare_data", "build_model", "train_dataset", "evaluate")
+REQUIRED = ("prepare_data", "build_model", "train_dataset", "example_batch", "evaluate")
 
 
 def _demo_configs():
@@ -58,10 +58,17 @@ def test_a_family_keeps_the_contract_with_its_demo_config(name):
     assert isinstance(model, keras.Model) and not model.built and not model.trainable_variables
     model.build()
     assert model.built and model.vocabulary_size == size and model.trainable_variables
+    variables = len(model.variables)
     if family.embedder == "token_ids":
         ids = np.array([[2, 5, 6, 3], [2, 7, 3, 0]], "int32")
         layers = model.embedding_layers(ids, ids > 0)
         assert tuple(layers.shape) == (2, model.embedding_num_layers, 4, model.embedding_dim)
+    # The example batch has the training batches' structure: outputs and a finite loss,
+    # and no variable was left for a call to create.
+    batch = family.example_batch(config, size, batch_size=3, length=7, seed=1)
+    loss = model.compute_loss(x=batch, y_pred=model(batch, training=False), training=False)
+    assert np.isfinite(float(loss)) and float(loss) > 0
+    assert len(model.variables) == variables
 
 
 def test_restore_names_a_missing_vocabulary_and_a_family_mismatch(tmp_path):

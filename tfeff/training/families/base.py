@@ -101,14 +101,17 @@ class Family:
     * `build_model` returns an unbuilt Keras model whose `build()`, without
       arguments, creates every variable (its shapes come from its config): the
       optimizer and the checkpoint are made before any batch is seen.
+      `run_models` lists every model a run trains (phases). On a batch of
+      `example_batch` (the structure of `train_dataset`'s, random ids) a model
+      returns its outputs and `compute_loss(x=batch, y_pred=outputs)` its loss.
     * `evaluate` returns JSON-able held-out results; `eval_summary` turns them
       into the lines `tfeff-pretrain` prints (`summary_lines`) and logs.
     * `embedder` names the export module of the family's models (one of
       `tfeff.export.EMBEDDERS`; `"token_ids"` embeds any model with
       `embedding_layers`), and `embedder_options` gives its other arguments.
 
-    Subclasses implement `prepare_data`, `build_model`, `train_dataset` and
-    `evaluate`; the rest has defaults every family shares.
+    Subclasses implement `prepare_data`, `build_model`, `train_dataset`,
+    `example_batch` and `evaluate`; the rest has defaults every family shares.
     """
 
     name = None
@@ -153,6 +156,11 @@ class Family:
         exists (the model's own constraints, e.g. more ids than sampled negatives)."""
         return max(16, getattr(config.data, "wordpiece_vocabulary_size", 0))
 
+    def run_models(self, config, vocabulary_size, vectors_path=None):
+        """The unbuilt models a run of `config` trains, in order (`build_model`'s, one
+        unless the family trains in phases)."""
+        return [self.build_model(config, vocabulary_size, vectors_path)]
+
     def probe_models(self, config):
         """Unbuilt models with the layers of every model a run of `config` trains, made
         before any data exists (a placeholder vocabulary, zero vectors): what
@@ -161,7 +169,14 @@ class Family:
         size = self.probe_vocabulary_size(config)
         # One column: the probes are never built, their sizes do not matter.
         vectors = np.zeros((size, 1), "float32") if self.uses_vectors(config) else None
-        return [self.build_model(config, size, vectors)]
+        return self.run_models(config, size, vectors)
+
+    def example_batch(self, config, vocabulary_size, batch_size=2, length=9, seed=0):
+        """A batch of random ids with the structure `train_dataset` yields (NumPy, right
+        padded, `length` tokens a row at most): what a model of `config` computes its
+        outputs (`model(batch)`) and loss (`model.compute_loss(x=batch, y_pred=...)`)
+        on, when no corpus exists (tests, benchmarks)."""
+        raise NotImplementedError
 
     def check_compilation(self, config):
         """ConfigError naming the layer when `train.jit_compile: true` asks XLA to

@@ -46,6 +46,7 @@ from tfeff.training import model_directory
 from tfeff.training.callbacks import write_scalar
 from tfeff.training.families.base import Family
 from tfeff.training.families.shared import masked_lm_artifacts
+from tfeff.training.families.shared import masked_lm_example_batch
 from tfeff.training.families.shared import masked_lm_summary
 from tfeff.training.families.base import train_phase
 from tfeff.training.optimizers import make_optimizer
@@ -219,13 +220,16 @@ class BertFamily(Family):
             relaxed = checkpoint_is_relaxed(config)
         return experiment.bert(config, vocabulary_size, relaxed)
 
-    def probe_models(self, config):
-        """A CoRe run trains the relaxed model, then the standard one: both are checked."""
-        size = self.probe_vocabulary_size(config)
+    def run_models(self, config, vocabulary_size, vectors_path=None):
+        """A CoRe run trains the relaxed model, then the standard one."""
         if config.two_phase:
-            return [self.build_model(config, size, relaxed=True),
-                    self.build_model(config, size, relaxed=False)]
-        return [self.build_model(config, size)]
+            return [self.build_model(config, vocabulary_size, relaxed=True),
+                    self.build_model(config, vocabulary_size, relaxed=False)]
+        return [self.build_model(config, vocabulary_size)]
+
+    def example_batch(self, config, vocabulary_size, batch_size=2, length=9, seed=0):
+        return masked_lm_example_batch(vocabulary_size, batch_size, length, seed,
+                                       bert=True)
 
     def train_dataset(self, config, artifacts, position=0, file_shard=None):
         files_, batch_size = shard_files(artifacts.train_file_list, config.data.batch_size,

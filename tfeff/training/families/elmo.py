@@ -51,6 +51,9 @@ class ElmoFamily(Family):
     def train_dataset(self, config, artifacts, position=0, file_shard=None):
         return shared.lm_dataset(config, artifacts, position, file_shard)
 
+    def example_batch(self, config, vocabulary_size, batch_size=2, length=9, seed=0):
+        return shared.lm_example_batch(vocabulary_size, batch_size, length, seed)
+
     def validation_dataset(self, config, artifacts):
         if artifacts.heldout_files and config.train.validation_steps:
             return shared.lm_dataset(config, artifacts, heldout=True)

@@ -27,6 +27,7 @@ from tfeff.models import experiment
 from tfeff.training import model_directory
 from tfeff.training.families.base import Family
 from tfeff.training.families.shared import masked_lm_artifacts
+from tfeff.training.families.shared import masked_lm_example_batch
 from tfeff.training.families.shared import masked_lm_summary
 from tfeff.training.model_directory import file_path
 
@@ -134,6 +135,12 @@ class MaskedElmoFamily(Family):
         del file_shard  # never asked: position-addressed batches are not sharded by file
         return masked_elmo_dataset(config, artifacts.documents, artifacts.vocabulary_size,
                                    True, start_step=position)
+
+    def example_batch(self, config, vocabulary_size, batch_size=2, length=9, seed=0):
+        """`model.mask_accumulation` mask sets of random WordPieces, every row a new
+        document (`reset`)."""
+        return masked_lm_example_batch(vocabulary_size, batch_size, length, seed,
+                                       num_sets=config.model.mask_accumulation)
 
     def validation_dataset(self, config, artifacts):
         """Keras' validation: masked loss of one mask set from zero states, at every

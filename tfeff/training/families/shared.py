@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from tfeff import config as config_lib
 from tfeff import data as data_lib
+from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.layers.softmax_common import check_frequency_sorted
 from tfeff.training import evaluation
@@ -165,6 +166,21 @@ def lm_dataset(config, artifacts, position=0, file_shard=None, heldout=False):
     ).skip(position)
 
 
+def lm_example_batch(vocabulary_size, batch_size=2, length=9, seed=0):
+    """A batch like `lm_dataset`'s: int32 `(batch_size, length)` rows `<s>` ... `</s>` of
+    random ids (of the first 5000 words), the last row shorter and right-padded."""
+    rng = np.random.default_rng(seed)
+    top = max(len(vocabulary_lib.SPECIALS) + 1, min(vocabulary_size, 5000))
+    ids = rng.integers(len(vocabulary_lib.SPECIALS), top,
+                       size=(batch_size, length)).astype(np.int32)
+    ids[:, 0] = vocabulary_lib.BOS_ID
+    lengths = np.full(batch_size, length)
+    lengths[-1] = max(2, length - 3)
+    ids[np.arange(batch_size), lengths - 1] = vocabulary_lib.EOS_ID
+    ids[np.arange(length)[None, :] >= lengths[:, None]] = vocabulary_lib.PAD_ID
+    return ids
+
+
 def evaluate_lm(model, config, artifacts):
     """Held-out top-k accuracy (both directions) of a language model against the
     unigram baseline.
@@ -237,6 +253,51 @@ def masked_lm_artifacts(config, model_dir):
                                 on_invalid_utf8=d.on_invalid_utf8, learned=learned)
     return artifacts
 
+
+
+def masked_lm_example_batch(vocabulary_size, batch_size=2, length=9, seed=0, num_sets=None,
+                            predictions=2, bert=False):
+    """A batch like the masked-LM datasets': `[CLS]` ... `[SEP]` rows of random WordPiece
+    ids (the last shorter, right-padded) with `predictions` masked positions each.
+
+    BERT's (`bert=True`, `tfeff.data.mlm_dataset`): `token_ids`, `padding_mask`,
+    `segment_ids` and `masked_positions`, `masked_ids`, `masked_weights` `(batch, p)`.
+    Masked ELMo's (`num_sets` K mask sets, `tfeff.data.masked_elmo_dataset`):
+    `masked_token_ids` `(batch, K, time)`, the masked entries `(batch, K, p)`,
+    `padding_mask` and `reset`.
+    """
+    rng = np.random.default_rng(seed)
+    first = vocabulary_lib.MASK_ID + 1
+    ids = rng.integers(first, max(first + 1, min(vocabulary_size, 5000)),
+                       size=(batch_size, length)).astype(np.int32)
+    ids[:, 0] = vocabulary_lib.CLS_ID
+    lengths = np.full(batch_size, length)
+    lengths[-1] = max(predictions + 2, length - 3)
+    ids[np.arange(batch_size), lengths - 1] = vocabulary_lib.SEP_ID
+    padding_mask = np.arange(length)[None, :] < lengths[:, None]
+    ids[~padding_mask] = vocabulary_lib.PAD_ID
+
+    def one_set():
+        # Distinct positions between the boundaries of each row.
+        positions = np.stack([np.sort(rng.choice(np.arange(1, n - 1), predictions, False))
+                              for n in lengths]).astype(np.int32)
+        masked = ids.copy()
+        np.put_along_axis(masked, positions, vocabulary_lib.MASK_ID, axis=1)
+        return masked, positions, np.take_along_axis(ids, positions, axis=1)
+
+    weights = np.ones((batch_size, predictions), np.float32)
+    if bert:
+        masked, positions, targets = one_set()
+        return {"token_ids": masked, "padding_mask": padding_mask.astype(np.int32),
+                "segment_ids": np.zeros_like(ids), "masked_positions": positions,
+                "masked_ids": targets, "masked_weights": weights}
+    sets = [one_set() for _ in range(num_sets or 1)]
+    return {"masked_token_ids": np.stack([s[0] for s in sets], axis=1),
+            "masked_positions": np.stack([s[1] for s in sets], axis=1),
+            "masked_ids": np.stack([s[2] for s in sets], axis=1),
+            "masked_weights": np.stack([weights] * len(sets), axis=1),
+            "padding_mask": padding_mask.astype(np.int32),
+            "reset": np.ones(batch_size, np.int32)}
 
 
 def masked_lm_summary(results):
