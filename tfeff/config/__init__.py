@@ -23,8 +23,10 @@ from tfeff.config.masked_elmo import MaskedElmoConfig
 from tfeff.config.masked_elmo import MaskedElmoDataConfig
 from tfeff.config.masked_elmo import MaskedElmoEvalConfig
 from tfeff.config.masked_elmo import MaskedElmoModelConfig
+from tfeff.config.transformer_lm import TransformerLMConfig
 
-FAMILIES = {"bert": BertConfig, "elmo": ElmoConfig, "masked_elmo": MaskedElmoConfig}
+FAMILIES = {"bert": BertConfig, "elmo": ElmoConfig, "masked_elmo": MaskedElmoConfig,
+            "transformer_lm": TransformerLMConfig}
 
 
 def _validate_all(obj, prefix=""):

@@ -8,5 +8,6 @@ from tfeff.models.bert import Bert
 from tfeff.models.elmo_lm import ElmoLM
 from tfeff.models.masked_elmo import MaskedElmo
 from tfeff.models.masked_elmo_backbone import MaskedElmoBackbone
+from tfeff.models.transformer_lm import TransformerLM
 
-__all__ = ["Bert", "ElmoLM", "MaskedElmo", "MaskedElmoBackbone"]
+__all__ = ["Bert", "ElmoLM", "MaskedElmo", "MaskedElmoBackbone", "TransformerLM"]

@@ -12,8 +12,9 @@ from tfeff.training.families.base import train_phase
 from tfeff.training.families.bert import BERT
 from tfeff.training.families.elmo import ELMO
 from tfeff.training.families.masked_elmo import MASKED_ELMO
+from tfeff.training.families.transformer_lm import TRANSFORMER_LM
 
-FAMILIES = {family.name: family for family in (ELMO, BERT, MASKED_ELMO)}
+FAMILIES = {family.name: family for family in (ELMO, BERT, MASKED_ELMO, TRANSFORMER_LM)}
 
 
 def get_family(config_or_name):
@@ -25,4 +26,4 @@ def get_family(config_or_name):
 
 
 __all__ = ["BERT", "DataArtifacts", "ELMO", "FAMILIES", "Family", "MASKED_ELMO",
-           "RestoredModel", "get_family", "train_phase"]
+           "RestoredModel", "TRANSFORMER_LM", "get_family", "train_phase"]

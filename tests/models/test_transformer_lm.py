@@ -1,0 +1,436 @@
+"""TransformerLM: exact causality, the loss against a float64 NumPy reference, the
+embedding stack, `.keras` round trips, training, anchor attention, and JAX."""
+
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy.special import erf
+
+from tests.conftest import REPO
+from tests.conftest import backend_env
+from tests.models import transformer_lm_backend
+from tfeff.models.elmo_lm import direction_pairs as elmo_direction_pairs
+from tfeff.models.transformer_lm import TransformerLM
+from tfeff.models.transformer_lm import direction_pairs
+from tfeff.models.transformer_lm import reverse_padded
+from tfeff.models.transformer_lm import transformer_lm_from_config
+
+TINY = dict(num_layers=2, hidden_dim=8, num_heads=2, intermediate_dim=12, max_sequence_length=10,
+            dropout_rate=0.0)
+# <s> w w w </s> rows, right-padded, one <unk> (id 1) target.
+IDS = np.array([[2, 5, 9, 1, 7, 3, 0, 0],
+                [2, 6, 4, 8, 11, 5, 10, 3],
+                [2, 7, 3, 0, 0, 0, 0, 0]], "int32")
+
+
+OTHER_BACKENDS = ("jax", "torch")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def backend_runs(tmp_path_factory):
+    """The JAX and PyTorch subprocesses (tests/models/transformer_lm_backend.py), started
+    with the module so that they work while the TensorFlow tests do;
+    `test_other_backends_match_tensorflow_and_train` collects them."""
+    runs = {}
+    for backend in OTHER_BACKENDS:
+        out = tmp_path_factory.mktemp(backend) / f"{backend}.npz"
+        runs[backend] = (subprocess.Popen(
+            [sys.executable, "-m", "tests.models.transformer_lm_backend", str(out)],
+            env=backend_env(backend), cwd=REPO, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True), out)
+    yield runs
+    for process, _ in runs.values():
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def _table(tmp_path=None, vocabulary_size=12, dim=6, seed=1):
+    table = np.random.default_rng(seed).normal(size=(vocabulary_size, dim)).astype("float32")
+    table[:2] = 0  # <pad>, <unk>
+    if tmp_path is None:
+        return table
+    path = str(tmp_path / "vectors.npy")
+    np.save(path, table)
+    return path
+
+
+def _model(**kwargs):
+    options = {**TINY, "vocabulary_size": 12, "input_embedding": "trainable",
+               "output_layer": "full", "seed": 0, **kwargs}
+    model = TransformerLM(**options)
+    model.build()
+    return model
+
+
+def _np(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+# -- causality -----------------------------------------------------------------------------
+
+CAUSAL_VARIANTS = {
+    "learned": {},
+    "rotary": {"position_embedding": "rotary"},
+    "anchors_random": {"position_embedding": "rotary", "num_anchors": 3},
+    "anchors_strided": {"num_anchors": 4, "anchor_selection": "strided"},
+    "forward_only": {"bidirectional": False},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(CAUSAL_VARIANTS))
+def test_outputs_never_see_the_other_side(variant):
+    """Forward output t is bit-identical when any id after t changes, backward output t
+    when any id before t changes; and the same (to rounding) when the other side is cut
+    off (its length and padding do not leak either)."""
+    model = _model(**CAUSAL_VARIANTS[variant])
+    ids = IDS[1:2]  # one full row of 8
+    n = ids.shape[1]
+    base = {k: _np(v) for k, v in model(ids).items()}
+    stack = _np(model.embedding_layers(ids, ids > 0))
+    h = model.hidden_dim
+    rng = np.random.default_rng(0)
+    for t in range(n):
+        after, before = ids.copy(), ids.copy()
+        after[0, t + 1:] = (ids[0, t + 1:] - 4 + rng.integers(1, 8, size=n - t - 1)) % 8 + 4
+        before[0, :t] = (ids[0, :t] - 4 + rng.integers(1, 8, size=t)) % 8 + 4
+        assert ((after != ids).sum(), (before != ids).sum()) == (n - t - 1, t)
+        out = {k: _np(v) for k, v in model(after).items()}
+        np.testing.assert_array_equal(out["forward"][0, t], base["forward"][0, t])
+        new_stack = _np(model.embedding_layers(after, after > 0))
+        np.testing.assert_array_equal(new_stack[0, :, t, :h], stack[0, :, t, :h])
+        if model.bidirectional:
+            out = {k: _np(v) for k, v in model(before).items()}
+            np.testing.assert_array_equal(out["backward"][0, t], base["backward"][0, t])
+            new_stack = _np(model.embedding_layers(before, before > 0))
+            np.testing.assert_array_equal(new_stack[0, :, t, h:], stack[0, :, t, h:])
+        else:
+            assert set(out) == {"forward"}
+        # The prefix alone (padded to the same width): forward outputs at <= t unchanged.
+        prefix = np.where(np.arange(n) <= t, ids, 0)
+        np.testing.assert_allclose(_np(model(prefix)["forward"])[0, :t + 1],
+                                   base["forward"][0, :t + 1], rtol=1e-5, atol=1e-6)
+        if model.bidirectional:
+            suffix = np.zeros_like(ids)
+            suffix[0, :n - t] = ids[0, t:]  # the ids from t on, shifted to the front
+            np.testing.assert_allclose(_np(model(suffix)["backward"])[0, :n - t],
+                                       base["backward"][0, t:], rtol=1e-5, atol=1e-6)
+
+
+def test_reverse_padded_reverses_each_rows_tokens_only():
+    x = np.arange(3 * 5 * 2, dtype="float32").reshape(3, 5, 2)
+    lengths = np.array([5, 2, 0])
+    out = _np(reverse_padded(x, lengths))
+    np.testing.assert_array_equal(out[0], x[0, ::-1])
+    np.testing.assert_array_equal(out[1], np.concatenate([x[1, 1::-1], x[1, 2:]]))
+    np.testing.assert_array_equal(out[2], x[2])
+    np.testing.assert_array_equal(_np(reverse_padded(out, lengths)), x)
+
+
+def test_left_padded_ids_are_refused():
+    model = _model()
+    with pytest.raises(ValueError, match="right-padded"):
+        model(np.array([[0, 2, 5, 3]], "int32"))
+
+
+# -- the loss against NumPy -------------------------------------------------------------------
+
+def _w(variable):
+    return np.asarray(_np(variable), np.float64)
+
+
+def _layer_norm(x, norm, epsilon):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + epsilon) * _w(norm.gamma) + _w(norm.beta)
+
+
+def _rotate(x, wavelength=10000.0):
+    """RoFormer's rotate-half rotation of `x` `(n, heads, dim)` by positions 0..n-1."""
+    n, _, dim = x.shape
+    half = dim // 2
+    angles = np.arange(n)[:, None] * wavelength ** (-np.arange(0, dim, 2) / dim)[None, :]
+    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def _reference_stack(model, direction, token):
+    """One stack on one sequence's token layer `(n, d)` (already in its reading order)."""
+    eps = model.layer_norm_epsilon
+    n = len(token)
+    x = token
+    if model.position_embedding(direction) is not None:
+        x = x + _w(model.position_embedding(direction).embeddings)[:n]
+    causal = np.tril(np.ones((n, n), bool))
+    for layer in model.stack_layers(direction):
+        att = layer.self_attention
+        q = np.einsum("nd,dhk->nhk", x, _w(att.query_dense.kernel)) + _w(att.query_dense.bias)
+        k = np.einsum("nd,dhk->nhk", x, _w(att.key_dense.kernel)) + _w(att.key_dense.bias)
+        v = np.einsum("nd,dhk->nhk", x, _w(att.value_dense.kernel)) + _w(att.value_dense.bias)
+        if model.position_embedding_type == "rotary":
+            q, k = _rotate(q), _rotate(k)
+        scores = np.einsum("nhk,mhk->hnm", q, k) / np.sqrt(q.shape[-1])
+        scores = np.where(causal[None], scores, -np.inf)
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        attended = np.einsum("hnm,mhk,hkd->nd", p, v, _w(att.output_dense.kernel))
+        x = _layer_norm(x + attended + _w(att.output_dense.bias), layer.attention_norm, eps)
+        hidden = x @ _w(layer.intermediate_dense.kernel) + _w(layer.intermediate_dense.bias)
+        hidden = hidden * 0.5 * (1.0 + erf(hidden / np.sqrt(2.0)))  # GELU (erf)
+        ffn = hidden @ _w(layer.output_dense.kernel) + _w(layer.output_dense.bias)
+        x = _layer_norm(x + ffn, layer.output_norm, eps)
+    return x
+
+
+def _reference_loss(model, ids):
+    """The model's loss in float64 NumPy, one sentence at a time (no padding anywhere)."""
+    table = _w(model.token_embedding.embeddings)
+    projection = model.token_projection
+    head = model.output_head
+    totals = {d: [0.0, 0] for d in model.directions}
+    for row in ids:
+        tokens = row[row > 0]
+        token = table[tokens] @ _w(projection.kernel) + _w(projection.bias)
+        token = _layer_norm(token, model.embeddings_norm, model.layer_norm_epsilon)
+        for direction in model.directions:
+            ordered = tokens if direction == "forward" else tokens[::-1]
+            hidden = _reference_stack(
+                model, direction, token if direction == "forward" else token[::-1])
+            logits = hidden[:-1] @ _w(head.embeddings).T + _w(head.bias)
+            log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(
+                -1, keepdims=True)) - logits.max(-1, keepdims=True)
+            targets = ordered[1:]
+            keep = targets >= 2
+            totals[direction][0] -= log_probs[np.arange(len(targets)), targets][keep].sum()
+            totals[direction][1] += keep.sum()
+    return sum(total / count for total, count in totals.values())
+
+
+@pytest.mark.parametrize("position_embedding", ["learned", "rotary"])
+def test_loss_equals_a_float64_numpy_reference(position_embedding):
+    model = _model(position_embedding=position_embedding)
+    # Weights of a trained model's scale, so that every part matters.
+    rng = np.random.default_rng(3)
+    model.set_weights([(0.4 * rng.normal(size=w.shape)).astype("float32")
+                       for w in model.weights])
+    loss = float(model.compute_loss(x=IDS, y_pred=model(IDS), training=False))
+    expected = _reference_loss(model, IDS)
+    np.testing.assert_allclose(loss, expected, rtol=2e-6)
+    # Forward-only: the forward direction's term alone.
+    forward = _model(position_embedding=position_embedding, bidirectional=False)
+    forward.set_weights([w for w, v in zip(model.get_weights(), model.weights)
+                         if "backward" not in v.path])
+    np.testing.assert_allclose(
+        float(forward.compute_loss(x=IDS, y_pred=forward(IDS), training=False)),
+        _reference_loss(forward, IDS), rtol=2e-6)
+
+
+VARIANTS = {
+    "continuous": {"output_layer": "continuous", "input_embedding": "fixed"},
+    "continuous_vmf": {"output_layer": "continuous", "output_loss": "vmf"},
+    "full": {},
+    "adaptive": {"output_layer": "adaptive", "adaptive_cutoffs": [6, 9],
+                 "adaptive_div_value": 2.0},
+    "sampled": {"output_layer": "sampled", "num_sampled": 5},
+    "fixed": {"output_layer": "fixed", "num_sampled": 5, "input_embedding": "fixed"},
+    "tied": {"tie_output": True, "token_embedding_dim": 6},
+    "alone_tied": {"input_embedding": "alone", "tie_output": True,
+                   "alone": {"intermediate_dim": 8, "seed": 1, "dropout_rate": 0.0}},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_output_layer_gives_the_mean_target_loss_and_gradients(variant):
+    model = _model(embedding_table=_table(), **VARIANTS[variant])
+    out = model(IDS)
+    loss = float(model.compute_loss(x=IDS, y_pred=out, training=False))
+    head = model.output_head
+    expected = 0.0
+    for direction, features, targets in direction_pairs({k: _np(v) for k, v in out.items()},
+                                                        IDS):
+        # A real token predicts each target: not <pad>/<unk>, and not the backward </s>
+        # (read first, never predicted) from the padding after it.
+        source = IDS[:, :-1] if direction == "forward" else IDS[:, 1:]
+        keep = (targets >= 2) & (source > 0)
+        if model.is_continuous:
+            per = head.position_loss(_table()[targets], features)
+        else:
+            per = -np.take_along_axis(_np(model.log_prob(features)), targets[..., None],
+                                      -1)[..., 0]
+        expected += _np(per)[keep].mean()
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+    counts = {d: float(c) for d, (_, c) in model.direction_losses(IDS, out).items()}
+    # Per direction 5 + 7 + 2 targets less one <unk> (the backward one read backwards).
+    assert counts == {"forward": 13.0, "backward": 13.0}
+    if not model.is_continuous:
+        np.testing.assert_allclose(np.exp(_np(model.log_prob(out["forward"]))).sum(-1), 1,
+                                   atol=1e-5)
+    else:
+        with pytest.raises(ValueError, match="no distribution"):
+            model.log_prob(out["forward"])
+    with tf.GradientTape() as tape:
+        train_loss = model.compute_loss(x=IDS, y_pred=model(IDS, training=True))
+    grads = tape.gradient(train_loss, model.trainable_weights)
+    assert np.isfinite(float(train_loss))
+    missing = [w.path for w, g in zip(model.trainable_weights, grads) if g is None]
+    assert missing == [] or (variant == "adaptive" and all("tail" in m for m in missing)), missing
+    if variant.endswith("tied"):
+        paths = [w.path for w in model.weights]
+        assert len(paths) == len(set(paths)) and not any("full_softmax/emb" in p for p in paths)
+
+
+# -- the embedding stack and the evaluation surface -----------------------------------------------
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_embedding_layers(bidirectional):
+    model = _model(bidirectional=bidirectional, embedding_table=_table())
+    h = model.hidden_dim
+    directions = 2 if bidirectional else 1
+    assert (model.embedding_num_layers, model.embedding_dim, model.vocabulary_size,
+            model.max_embedding_tokens) == (3, directions * h, 12, 8)
+    stack = _np(model.embedding_layers(IDS, IDS > 0))
+    assert stack.shape == (3, 3, 8, directions * h)
+    # Layer 0: the token layer (embedding, projection, layer norm), duplicated.
+    token = _np(model.embeddings_norm(model.token_projection(
+        model.token_embedding(IDS)))) * (IDS > 0)[..., None]
+    np.testing.assert_allclose(stack[:, 0], np.concatenate([token] * directions, -1),
+                               rtol=1e-6, atol=1e-6)
+    per_token = stack.transpose(0, 2, 1, 3)  # (batch, time, layers, d)
+    assert (per_token[IDS == 0] == 0).all() and (np.abs(per_token[IDS > 0]).sum(-1) > 0).all()
+    # The top layer is what the (untied full) softmax scores, per direction.
+    out = model(IDS)
+    np.testing.assert_allclose(stack[:, -1, :, :h], _np(out["forward"]), atol=1e-6)
+    if bidirectional:
+        np.testing.assert_allclose(stack[:, -1, :, h:], _np(out["backward"]), atol=1e-6)
+        pairs = direction_pairs(out, IDS)
+        for ours, elmos in zip(pairs, elmo_direction_pairs(out, IDS)):
+            assert ours[0] == elmos[0]
+            np.testing.assert_array_equal(_np(ours[1]), _np(elmos[1]))
+            np.testing.assert_array_equal(ours[2], elmos[2])
+    else:
+        assert [name for name, _, _ in direction_pairs(out, IDS)] == ["forward"]
+    # A given padding mask is honoured the same way.
+    np.testing.assert_array_equal(_np(model.embedding_layers(IDS, IDS != 0)), stack)
+
+
+def test_learned_positions_refuse_longer_sequences():
+    model = _model()
+    with pytest.raises(ValueError, match="10 learned positions"):
+        model(np.full((1, 11), 5, "int32"))
+    assert _model(position_embedding="rotary").max_embedding_tokens == 8
+
+
+# -- saving -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs", [
+    dict(output_layer="continuous", input_embedding="fixed", num_anchors=3, seed=7),
+    dict(input_embedding="alone", tie_output=True, position_embedding="rotary",
+         bidirectional=False, alone={"intermediate_dim": 8, "dropout_rate": 0.0}),
+], ids=["continuous_anchors", "alone_tied_forward"])
+def test_keras_file_round_trip_gives_identical_outputs(kwargs, tmp_path):
+    model = _model(embedding_table=_table(tmp_path), **kwargs)
+    rng = np.random.default_rng(5)
+    model.set_weights([(0.3 * rng.normal(size=w.shape)).astype("float32")
+                       for w in model.weights])
+    config = model.get_config()
+    json.dumps(config)
+    assert TransformerLM.from_config(config).get_config() == config
+    path = str(tmp_path / "lm.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded, TransformerLM)
+    for key, value in model(IDS).items():
+        np.testing.assert_array_equal(_np(loaded(IDS)[key]), _np(value))
+    np.testing.assert_array_equal(_np(loaded.embedding_layers(IDS, IDS > 0)),
+                                  _np(model.embedding_layers(IDS, IDS > 0)))
+    np.testing.assert_array_equal(
+        float(loaded.compute_loss(x=IDS, y_pred=loaded(IDS), training=False)),
+        float(model.compute_loss(x=IDS, y_pred=model(IDS), training=False)))
+
+
+# -- training -----------------------------------------------------------------------------------
+
+def _counting_sentences(count, seed):
+    """<s> a a+1 a+2 ... </s>: words 4..11 counting up (mod 8) from a random start, 3 to 6
+    words; right-padded to 8. Next and previous words are certain but for the first."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((count, 8), "int32")
+    for row in ids:
+        length = rng.integers(3, 7)
+        start = rng.integers(0, 8)
+        row[:length + 2] = [2, *(4 + (start + np.arange(length)) % 8), 3]
+    return ids
+
+
+# Random anchors train in the default suite on JAX and PyTorch (transformer_lm_backend's
+# fit); here under `make test-slow`.
+@pytest.mark.parametrize("kwargs", [
+    dict(position_embedding="rotary"),
+    pytest.param(dict(num_anchors=4, anchor_selection="random"), marks=pytest.mark.slow),
+], ids=["standard", "anchors"])
+def test_a_few_steps_lower_the_loss_on_a_learnable_task(kwargs):
+    keras.utils.set_random_seed(0)
+    model = _model(**kwargs)
+    train, heldout = _counting_sentences(256, 0), _counting_sentences(64, 1)
+
+    def heldout_loss():
+        return float(model.compute_loss(x=heldout, y_pred=model(heldout), training=False))
+
+    before = heldout_loss()
+    model.compile(optimizer=keras.optimizers.Adam(0.02), jit_compile=False)
+    history = model.fit(train, batch_size=32, epochs=4, shuffle=False, verbose=0)
+    after = heldout_loss()
+    assert np.isfinite(history.history["loss"]).all()
+    # From about 2 ln(12) ~ 5 nats (two directions): most of the certain steps learned.
+    assert after < 0.6 * before, (before, after, history.history["loss"])
+    if kwargs.get("num_anchors"):
+        # The same weights run standard causal attention exactly (CoRe's conversion).
+        exact = model(heldout, exact_attention=True)
+        anchored = model(heldout)
+        assert not np.allclose(_np(exact["forward"]), _np(anchored["forward"]))
+
+
+# -- the config builder and other backends ---------------------------------------------------
+
+def test_builder_maps_the_config(tmp_path):
+    from tfeff.config.transformer_lm import TransformerLMConfig
+    from tfeff.config.base import from_dict
+
+    config = from_dict(TransformerLMConfig, {
+        "family": "transformer_lm",
+        "data": {"synthetic": {}, "max_sequence_length": 12},
+        "model": {"num_layers": 1, "hidden_dim": 8, "num_heads": 2, "intermediate_dim": 16,
+                  "bidirectional": False, "num_anchors": 2, "position_embedding": "rotary"},
+        "train": {"seed": 4}})
+    model = transformer_lm_from_config(config, 12, _table(tmp_path))
+    assert (model.num_layers, model.hidden_dim, model.num_heads, model.intermediate_dim,
+            model.max_sequence_length, model.bidirectional, model.num_anchors, model.seed,
+            model.position_embedding_type, model.output_layer_type, model.input_embedding,
+            model.name) == (1, 8, 2, 16, 12, False, 2, 4, "rotary", "continuous", "fixed",
+                            "transformer_lm")
+    config.model.max_sequence_length = 30
+    assert transformer_lm_from_config(config, 12, _table(tmp_path)).max_sequence_length == 30
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_other_backends_match_tensorflow_and_train(backend, backend_runs):
+    """tests/models/transformer_lm_backend.py on JAX and PyTorch (outputs, stack, loss of
+    three models with the same weights; a few `fit` steps) against the same script's
+    cases here."""
+    expected = transformer_lm_backend.run_cases()
+    process, out = backend_runs[backend]
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, (stdout + stderr)[-4000:]
+    other = dict(np.load(out))
+    assert str(other.pop("backend")) == backend
+    losses = other.pop("fit/loss")
+    assert np.isfinite(losses).all() and losses[-1] < losses[0], losses
+    assert other.keys() == expected.keys()
+    for key, value in expected.items():
+        np.testing.assert_allclose(other[key], value, rtol=1e-5, atol=1e-5, err_msg=key)
