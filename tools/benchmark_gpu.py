@@ -11,8 +11,8 @@ model FLOP utilisation (MFU) against the device's dense bf16 peak.
 
 FLOPs per token are the usual estimate: 6 x the dense (non-embedding)
 trainable parameters (forward + backward, each weight used once per token and
-direction), plus for BERT the attention matmuls (12 x layers x length x
-width) and the tied masked-LM decoder at the masked positions (6 x V x width x
+direction), plus for BERT and the transformer LMs the attention matmuls (12 x
+layers x length x width, per direction; causal masks are not discounted) and the tied masked-LM decoder at the masked positions (6 x V x width x
 predictions / length; Masked ELMo's tied softmax alike); Masked ELMo runs
 each token once per mask set (x `mask_accumulation`); an adaptive softmax's
 tails are counted on every token (an upper bound). Tokens per step are the
@@ -46,6 +46,7 @@ import keras  # noqa: E402
 
 from tfeff.config import load_config  # noqa: E402
 from tfeff.models import experiment  # noqa: E402
+from tfeff.models.transformer_lm import transformer_lm_from_config  # noqa: E402
 
 # name -> (paper config, demo config, what the model is)
 MODELS = {
@@ -56,7 +57,11 @@ MODELS = {
     "bert_base": ("bert_base", "demo_bert", "BERT-base, standard"),
     "bert_relaxed": ("bert_base_core", "demo_bert_core", "BERT-base, CoRe relaxed phase"),
     "masked_elmo": ("masked_elmo", "demo_masked_elmo", "Masked ELMo"),
+    "transformer_lm_gpt": ("transformer_lm_gpt", "demo_transformer_lm",
+                           "GPT-size causal transformer LM (n = 512), continuous out"),
 }
+# The language models of word (or WordPiece) id windows, by config family: their builder.
+LM_BUILDERS = {"elmo": experiment.elmo_lm, "transformer_lm": transformer_lm_from_config}
 PRESETS = {
     "paper": dict(word_vocabulary=800_000, steps=20, warmup=3, config=0),
     "cpu": dict(word_vocabulary=5_000, steps=3, warmup=1, config=1),
@@ -126,7 +131,7 @@ def zipf_ids(rng, shape, vocabulary, low=2, exponent=1.2):
 def build(name, config, vocabulary, rng, work_dir):
     """`(model, batch, tokens per step)` of one model at its config's batch shape."""
     d = config.data
-    if config.family == "elmo":
+    if config.family in LM_BUILDERS:
         vectors = None
         if d.tokenization == "word":
             path = os.path.join(work_dir, f"{name}_{vocabulary}_table.npy")
@@ -141,7 +146,7 @@ def build(name, config, vocabulary, rng, work_dir):
             vectors = path
         else:
             vocabulary = d.wordpiece_vocabulary_size
-        model = experiment.elmo_lm(config, vocabulary, vectors)
+        model = LM_BUILDERS[config.family](config, vocabulary, vectors)
         batch = zipf_ids(rng, (d.batch_size, d.max_sequence_length), vocabulary)
         batch[:, 0] = 2  # <s>
         return model, batch, batch.size
@@ -187,6 +192,9 @@ def flops_per_token(model, config):
         flops += 12.0 * m.num_layers * d.max_sequence_length * m.hidden_dim
         flops += (6.0 * d.wordpiece_vocabulary_size * m.hidden_dim
                   * d.max_predictions_per_seq / d.max_sequence_length)
+    if config.family == "transformer_lm":
+        directions = 2 if m.bidirectional else 1
+        flops += 12.0 * m.num_layers * d.max_sequence_length * m.hidden_dim * directions
     if config.family == "masked_elmo":
         if m.output_layer == "softmax":  # tied to the (excluded) input embedding
             flops += (6.0 * d.wordpiece_vocabulary_size * 2 * m.projection_dim

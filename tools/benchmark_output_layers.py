@@ -13,7 +13,8 @@ in one process on synthetic Zipfian data:
     FULL      the exact softmax (only to show that ADAPTIVE is adaptive)
 
 Per encoder (`--encoders`: the ELMo biLSTM with projection, a 2-layer LSTM
-biLM, a 2-layer Transformer biLM) and vocabulary size (`--vocabulary_sizes`),
+biLM, and tfeff's `TransformerLM`: a bidirectional transformer LM, two causal
+stacks of 2 layers) and vocabulary size (`--vocabulary_sizes`),
 it reports:
 
 * params: trainable parameters (the fixed tables are not parameters);
@@ -60,6 +61,7 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bench_results  # noqa: E402
 from tfeff.models import ElmoLM  # noqa: E402
+from tfeff.models import TransformerLM  # noqa: E402
 
 HEADS = ("NONE", "CONT", "FIXED", "SUBWORD", "ADAPTIVE", "SAMPLED", "FULL")
 ENCODERS = ("elmo", "lstm2", "transformer")
@@ -133,49 +135,28 @@ class ZipfSampler:
         return (np.searchsorted(self.cdf, self.rng.random(shape)) + 4).astype(np.int32)
 
 
-class TransformerBlock(keras.layers.Layer):
-    """A post-norm Transformer layer with a causal (or anti-causal) mask."""
-
-    def __init__(self, dim, num_heads, reverse, **kwargs):
-        super().__init__(**kwargs)
-        self.supports_masking = True  # benchmark batches have no padding
-        self.reverse = reverse
-        self.attention = keras.layers.MultiHeadAttention(num_heads, dim // num_heads)
-        self.ffn1 = keras.layers.Dense(4 * dim, activation="gelu")
-        self.ffn2 = keras.layers.Dense(dim)
-        self.norm1 = keras.layers.LayerNormalization()
-        self.norm2 = keras.layers.LayerNormalization()
-
-    def call(self, x):
-        n = tf.shape(x)[1]
-        mask = tf.linalg.band_part(tf.ones([n, n], tf.bool), 0, -1) if self.reverse else \
-            tf.linalg.band_part(tf.ones([n, n], tf.bool), -1, 0)
-        x = self.norm1(x + self.attention(x, x, attention_mask=mask[None]))
-        return self.norm2(x + self.ffn2(self.ffn1(x)))
-
-
 class BenchLM(keras.Model):
-    """An `ElmoLM` (input, heads, loss), optionally with another biLM encoder."""
+    """A language model (input, heads, loss): an `ElmoLM`, optionally with another biLM
+    encoder (lstm2), or a `TransformerLM` (its own encoder, the same heads)."""
 
     def __init__(self, lm, encoder, head):
         super().__init__()
         self.lm = lm
         self.encoder = encoder
         self.head = head
-        dim = lm.projection_dim
+        dim = getattr(lm, "projection_dim", None)
         self.forward_layers, self.backward_layers = [], []
         if encoder == "lstm2":
             for i in range(2):
                 self.forward_layers.append(keras.layers.LSTM(dim, return_sequences=True))
                 self.backward_layers.append(
                     keras.layers.LSTM(dim, return_sequences=True, go_backwards=True))
-        elif encoder == "transformer":
-            for i in range(2):
-                self.forward_layers.append(TransformerBlock(dim, 4, reverse=False))
-                self.backward_layers.append(TransformerBlock(dim, 4, reverse=True))
 
     def encode(self, ids, training):
         mask = ids > 0
+        if self.encoder == "transformer":
+            tops = self.lm.encode(ids, mask, training=training)
+            return tops["forward"], tops["backward"]
         vectors = self.lm.token_embedding(ids)
         if self.encoder == "elmo":
             _, f, b = self.lm.encode(vectors, mask, training=training)
@@ -186,8 +167,7 @@ class BenchLM(keras.Model):
             f = layer(f)
         for layer in self.backward_layers:
             b = layer(b)
-            if self.encoder == "lstm2":
-                b = tf.reverse(b, axis=[1])  # go_backwards returns reversed time
+            b = tf.reverse(b, axis=[1])  # go_backwards returns reversed time
         return f, b
 
     def loss_fn(self, ids, training=True):
@@ -199,20 +179,33 @@ class BenchLM(keras.Model):
 
 
 def make_model(head, encoder, vocabulary_size, s, table):
-    kwargs = dict(num_layers=2, units=s["units"], projection_dim=s["projection_dim"],
-                  dropout_rate=0.0, seed=0)
+    if encoder == "transformer":
+        # tfeff's transformer LM family (Li et al.'s bidirectional "TRANS"): a forward and
+        # a backward causal stack of 2 layers, width projection_dim, 4 heads.
+        width = s["projection_dim"]
+        kwargs = dict(num_layers=2, hidden_dim=width, num_heads=4, intermediate_dim=4 * width,
+                      max_sequence_length=math.ceil(s["sequence_length"] * FLAGS.pieces_per_word),
+                      dropout_rate=0.0, seed=0)
+        model_class = TransformerLM
+    else:
+        kwargs = dict(num_layers=2, units=s["units"], projection_dim=s["projection_dim"],
+                      dropout_rate=0.0, seed=0)
+        model_class = ElmoLM
     if head == "SUBWORD":
-        lm = ElmoLM(input_embedding="trainable", vocabulary_size=s["subword_vocabulary_size"],
-                    embedding_dim=s["projection_dim"], output_layer="full", tie_output=True, **kwargs)
+        embedding_dim = ({"token_embedding_dim": s["projection_dim"]}
+                         if encoder == "transformer" else {"embedding_dim": s["projection_dim"]})
+        lm = model_class(input_embedding="trainable",
+                         vocabulary_size=s["subword_vocabulary_size"], output_layer="full",
+                         tie_output=True, **embedding_dim, **kwargs)
     else:
         output = {"NONE": "continuous", "CONT": "continuous", "FIXED": "fixed",
                   "ADAPTIVE": "adaptive", "SAMPLED": "sampled", "FULL": "full"}[head]
-        lm = ElmoLM(embedding_table=table, output_layer=output,
-                    adaptive_cutoffs=[vocabulary_size // 40, vocabulary_size // 8,
-                                      vocabulary_size // 2],
-                    num_sampled=min(s["num_sampled"], vocabulary_size // 2), **kwargs)
+        lm = model_class(embedding_table=table, output_layer=output,
+                         adaptive_cutoffs=[vocabulary_size // 40, vocabulary_size // 8,
+                                           vocabulary_size // 2],
+                         num_sampled=min(s["num_sampled"], vocabulary_size // 2), **kwargs)
     model = BenchLM(lm, encoder, head)
-    model.loss_fn(tf.constant([[4, 5, 6]], tf.int32))  # build every weight
+    model.loss_fn(tf.constant([[2, 4, 5, 6, 3]], tf.int32))  # build every weight
     return model
 
 

@@ -11,7 +11,7 @@ from tests.conftest import REPO
 def test_cpu_preset_on_jax_times_the_configured_models(tmp_path):
     results = tmp_path / "gpu.md"
     command = [sys.executable, os.path.join(REPO, "tools", "benchmark_gpu.py"), "--preset",
-               "cpu", "--models", "elmo_sampled,bert_relaxed", "--precisions",
+               "cpu", "--models", "elmo_sampled,bert_relaxed,transformer_lm_gpt", "--precisions",
                "fp32", "--steps", "2", "--warmup", "1", "--work_dir", str(tmp_path),
                "--results", str(results)]
     # Fails the run if the tool (or anything it imports) imports TensorFlow.
@@ -25,7 +25,7 @@ def test_cpu_preset_on_jax_times_the_configured_models(tmp_path):
     data = json.loads((tmp_path / "gpu.json").read_text())
     assert data["backend"] == "jax" and data["preset"] == "cpu"
     rows = {r["model"]: r for r in data["rows"]}
-    for name in ("elmo_sampled", "bert_relaxed"):
+    for name in ("elmo_sampled", "bert_relaxed", "transformer_lm_gpt"):
         row = rows[name]
         assert row["step_s"] > 0 and row["tokens_per_s"] > 0, row
         assert abs(row["tokens_per_s"] * row["step_s"] / row["tokens_per_step"] - 1) < 1e-9
