@@ -21,25 +21,35 @@ from tfeff.training import get_family
 from tfeff.training import precision
 
 VOCABULARY = 60
-# Tiny sizes shared by the demo configs of every family (dropout off: the same step twice).
-TINY = {
-    "elmo": ["model.num_layers=1", "model.units=8", "model.projection_dim=16",
-             "model.dropout_rate=0.0", "fasttext.dim=8", "data.max_sequence_length=6",
-             "data.batch_size=4", "model.adaptive_cutoffs=[20, 40]", "model.num_sampled=20"],
-    "bert": ["model.num_layers=1", "model.hidden_dim=16", "model.num_heads=2",
-             "model.intermediate_dim=32", "model.dropout_rate=0.0", "data.batch_size=4",
-             "data.max_sequence_length=8", "data.max_predictions_per_seq=2"],
-    "masked_elmo": ["model.num_layers=1", "model.units=8", "model.projection_dim=8",
-                    "model.dropout_rate=0.0", "model.use_cudnn=false", "data.batch_size=4",
-                    "data.max_sequence_length=8", "data.max_predictions_per_seq=2",
-                    "model.mask_accumulation=2"],
-}
+# Tiny sizes for the demo config of any family: each key the config has is set (no
+# family names: a new family's demo shrinks too). Dropout off: the same step twice.
+TINY = {"model.num_layers": 1, "model.units": 8, "model.projection_dim": 16,
+        "model.hidden_dim": 16, "model.num_heads": 2, "model.intermediate_dim": 32,
+        "model.dropout_rate": 0.0, "model.use_cudnn": False, "model.mask_accumulation": 2,
+        "model.adaptive_cutoffs": [20, 40], "model.num_sampled": 20, "fasttext.dim": 8,
+        "data.max_sequence_length": 8, "data.batch_size": 4,
+        "data.max_predictions_per_seq": 2}
+_MISSING = object()
+
+
+def _has(config, key):
+    for part in key.split("."):
+        config = getattr(config, part, _MISSING)
+    return config is not _MISSING
+
+
+def _yaml(value):
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def present(config, settings):
+    """`key=value` overrides of `settings` for the keys `config` has."""
+    return [f"{key}={_yaml(value)}" for key, value in settings.items() if _has(config, key)]
 
 
 def tiny_config(demo, *overrides):
-    config = load_config(os.path.join(REPO, "configs", f"demo_{demo}.yaml"))
-    return load_config(os.path.join(REPO, "configs", f"demo_{demo}.yaml"),
-                       TINY[config.family] + list(overrides))
+    path = os.path.join(REPO, "configs", f"demo_{demo}.yaml")
+    return load_config(path, present(load_config(path), TINY) + list(overrides))
 
 
 def tiny_model(config):
@@ -58,36 +68,10 @@ def tiny_model(config):
 
 
 def tiny_batch(config, seed=0):
-    """A fixed batch of `config`'s family (ids >= 5: no special tokens)."""
-    rng = np.random.default_rng(seed)
+    """The family's example batch of `config`'s shape (`Family.example_batch`)."""
     d = config.data
-    b, n = d.batch_size, d.max_sequence_length
-
-    def ids(*shape):
-        return rng.integers(5, VOCABULARY, size=shape).astype("int32")
-
-    if config.family == "elmo":
-        return ids(b, n)
-    p = d.max_predictions_per_seq
-    if config.family == "bert":
-        batch = {"token_ids": ids(b, n), "padding_mask": np.ones((b, n), "int32"),
-                 "segment_ids": (np.arange(n)[None] >= n // 2).repeat(b, 0).astype("int32"),
-                 "masked_positions": np.sort(np.stack(
-                     [rng.choice(n, p, replace=False) for _ in range(b)]), -1).astype("int32"),
-                 "masked_ids": ids(b, p), "masked_weights": np.ones((b, p), "float32")}
-        if config.model.use_nsp:
-            batch["nsp_labels"] = rng.integers(0, 2, size=(b,)).astype("int32")
-        return batch
-    k = config.model.mask_accumulation
-    tokens = ids(b, n)
-    positions = np.stack([rng.choice(n, p * k, replace=False).reshape(k, p)
-                          for _ in range(b)]).astype("int32")  # (b, k, p), disjoint sets
-    masked = np.repeat(tokens[:, None], k, axis=1)
-    np.put_along_axis(masked, positions, 4, axis=2)  # [MASK]
-    return {"masked_token_ids": masked, "masked_positions": positions,
-            "masked_ids": np.take_along_axis(tokens[:, None].repeat(k, 1), positions, 2),
-            "masked_weights": np.ones((b, k, p), "float32"),
-            "padding_mask": np.ones((b, n), "int32"), "reset": np.ones((b,), "int32")}
+    return get_family(config).example_batch(config, VOCABULARY, batch_size=d.batch_size,
+                                            length=d.max_sequence_length, seed=seed)
 
 
 def loss_and_gradients(model, batch):
@@ -111,6 +95,8 @@ XLA_MODELS = [
     pytest.param("elmo_a", (), id="elmo_a", marks=_SLOW),
     pytest.param("elmo_sub", (), id="elmo_sub", marks=_SLOW),
     pytest.param("bert", (), id="bert", marks=_SLOW),
+    pytest.param("transformer_lm", ("model.num_anchors=2",), id="transformer_lm_anchors",
+                 marks=_SLOW),
 ]
 
 
@@ -306,14 +292,11 @@ CORPUS = ["data.synthetic.num_train_sentences=400", "data.synthetic.num_heldout_
           "data.synthetic.lexicon_size=100", "data.wordpiece_vocabulary_size=200",
           "train.warmup_steps=1", "train.log_every=2", "train.checkpoint_every=2",
           "train.validation_steps=0"]
-EVAL = {"elmo": ["eval.max_targets=50", "data.shuffle_buffer=100"],
-        "bert": ["eval.max_batches=1", "data.shuffle_buffer=100"],
-        "masked_elmo": ["eval.max_batches=1"]}
+EVAL = {"eval.max_targets": 50, "eval.max_batches": 1, "data.shuffle_buffer": 100}
 
 
 def run_config(demo, *overrides):
-    config = tiny_config(demo)
-    return tiny_config(demo, *CORPUS, *EVAL[config.family], *overrides)
+    return tiny_config(demo, *CORPUS, *present(tiny_config(demo), EVAL), *overrides)
 
 
 # Each family once per mixed precision, CoRe with its two phases and the merge between
