@@ -228,8 +228,12 @@ class BertFamily(Family):
         return [self.build_model(config, vocabulary_size)]
 
     def example_batch(self, config, vocabulary_size, batch_size=2, length=9, seed=0):
-        return masked_lm_example_batch(vocabulary_size, batch_size, length, seed,
-                                       bert=True)
+        """Masked WordPieces in one segment; with `model.use_nsp`, random `nsp_labels`."""
+        batch = masked_lm_example_batch(vocabulary_size, batch_size, length, seed, bert=True)
+        if config.model.use_nsp:
+            labels = np.random.default_rng(seed).integers(0, 2, size=(batch_size,))
+            batch["nsp_labels"] = labels.astype(np.int32)
+        return batch
 
     def train_dataset(self, config, artifacts, position=0, file_shard=None):
         files_, batch_size = shard_files(artifacts.train_file_list, config.data.batch_size,
