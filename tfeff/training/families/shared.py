@@ -254,7 +254,6 @@ def masked_lm_artifacts(config, model_dir):
     return artifacts
 
 
-
 def masked_lm_example_batch(vocabulary_size, batch_size=2, length=9, seed=0, num_sets=None,
                             predictions=2, bert=False):
     """A batch like the masked-LM datasets': `[CLS]` ... `[SEP]` rows of random WordPiece
@@ -272,7 +271,7 @@ def masked_lm_example_batch(vocabulary_size, batch_size=2, length=9, seed=0, num
                        size=(batch_size, length)).astype(np.int32)
     ids[:, 0] = vocabulary_lib.CLS_ID
     lengths = np.full(batch_size, length)
-    lengths[-1] = max(predictions + 2, length - 3)
+    lengths[-1] = min(length, max(predictions + 2, length - 3))
     ids[np.arange(batch_size), lengths - 1] = vocabulary_lib.SEP_ID
     padding_mask = np.arange(length)[None, :] < lengths[:, None]
     ids[~padding_mask] = vocabulary_lib.PAD_ID
