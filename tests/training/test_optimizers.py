@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfeff.training import FAMILIES
 from tfeff.training import make_strategy
 from tfeff.training.optimizers import Adam, AdamW
 
@@ -75,3 +76,118 @@ def _reference(kind, grads, lr=0.1, b1=0.9, b2=0.999, eps=1e-7, wd=0.1):
         alpha = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
         w = w - alpha * m / (np.sqrt(v) + eps)
     return w
+
+
+# The learning rate: warmup, the four decays, the batch-size scaling, against closed forms.
+
+PEAK, WARMUP, TOTAL, FLOOR = 2e-3, 10, 110, 0.1
+
+
+def _closed_form(decay, step, warmup=WARMUP, rate=0.5, every=20):
+    """The documented rate at `step`, in float64: `peak * (step + 1) / warmup` in warmup,
+    then the decay over `progress = (step - warmup) / (total - warmup)`, held past the end."""
+    if step < warmup:
+        return PEAK * (step + 1) / warmup
+    progress = min((step - warmup) / (TOTAL - warmup), 1.0)
+    floor = PEAK * FLOOR
+    return {
+        "cosine": floor + (PEAK - floor) * (1 + np.cos(np.pi * progress)) / 2,
+        "linear": PEAK - (PEAK - floor) * progress,
+        "exponential": max(PEAK * rate ** ((step - warmup) / every), floor),
+        "constant": PEAK,
+    }[decay]
+
+
+# First step, last warmup step, end of warmup, mid-decay, last step, past the end.
+STEPS = (0, WARMUP - 1, WARMUP, 40, 60, TOTAL, TOTAL + 50)
+
+
+@pytest.mark.parametrize("decay", ["cosine", "linear", "exponential", "constant"])
+@pytest.mark.parametrize("warmup", [WARMUP, 0])
+def test_warmup_and_decay_follow_their_closed_forms(decay, warmup):
+    from tfeff.training.optimizers import WarmupDecay
+
+    schedule = WarmupDecay(PEAK, warmup, TOTAL, decay=decay, final_fraction=FLOOR,
+                           decay_rate=0.5, decay_steps=20)
+    got = [float(schedule(step)) for step in STEPS]
+    want = [_closed_form(decay, step, warmup) for step in STEPS]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    # Landmarks, spelled out: the peak is reached at the last warmup step, the floor at the end.
+    assert got[STEPS.index(WARMUP - 1 if warmup else 0)] == pytest.approx(PEAK)
+    if decay in ("cosine", "linear"):
+        assert got[-2] == got[-1] == pytest.approx(PEAK * FLOOR)
+    # A schedule saved with a model comes back the same.
+    again = WarmupDecay.from_config(schedule.get_config())
+    assert [float(again(step)) for step in STEPS] == got
+
+
+@pytest.mark.parametrize("batch_size,weight_decay", [(64, 0.0), (8, 0.01)])
+def test_make_optimizer_scales_the_peak_with_the_batch_and_follows_the_config(batch_size,
+                                                                              weight_decay):
+    """The optimizer the training binary builds: peak `learning_rate * batch / base_batch_size`,
+    the config's warmup, steps and decay, read at the optimizer's own step counter."""
+    from tfeff.config.elmo import TrainConfig
+    from tfeff.training.optimizers import make_optimizer
+
+    train = TrainConfig(steps=TOTAL, learning_rate=1e-3, base_batch_size=32,
+                        warmup_steps=WARMUP, decay="linear", final_learning_rate_fraction=FLOOR,
+                        weight_decay=weight_decay)
+    optimizer = make_optimizer(train, batch_size)
+    assert type(optimizer) is (AdamW if weight_decay else Adam)
+    peak = 1e-3 * batch_size / 32
+    variable = keras.Variable(np.zeros(3, np.float32))
+    optimizer.build([variable])
+    for step in STEPS:
+        optimizer.iterations.assign(step)
+        want = _closed_form("linear", step) * peak / PEAK
+        assert float(optimizer.learning_rate) == pytest.approx(want, rel=1e-6), step
+
+
+def _no_decay_expected(model):
+    """Layer normalizations' scales and offsets (found by the layers that own them) and
+    biases (`bias`, `mlm_bias`, ...): what BERT's recipe leaves undecayed."""
+    expected = {id(v) for v in model.trainable_variables
+                if v.name == "bias" or v.name.endswith("_bias")}
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if isinstance(layer, keras.layers.LayerNormalization):
+            expected |= {id(v) for v in layer.trainable_weights}
+    return expected
+
+
+def _demo_model(name, overrides):
+    """The model of the family's first demo config, and that config."""
+    from tests.training.test_families import DEMOS
+    from tfeff.config import load_config
+
+    config = load_config(DEMOS[name][0], overrides)
+    family = FAMILIES[name]
+    size = family.probe_vocabulary_size(config)
+    vectors = (np.zeros((size, config.fasttext.dim), "float32")
+               if family.uses_vectors(config) else None)
+    return config, family.build_model(config, size, vectors)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_weight_decay_spares_biases_and_layer_norms_of_every_family(name):
+    """One AdamW step with zero gradients moves only what weight decay touches: every
+    kernel and embedding shrinks by `lr * weight_decay`, no bias or layer-norm variable moves."""
+    from tfeff.training.optimizers import make_optimizer
+
+    config, model = _demo_model(name, ["train.weight_decay=0.1"])
+    model.build()
+    variables = model.trainable_variables
+    for v in variables:  # nonzero everywhere, so a decayed variable always moves
+        v.assign(np.random.default_rng(0).uniform(0.5, 1.0, v.shape).astype(v.dtype))
+    before = [keras.ops.convert_to_numpy(v).copy() for v in variables]
+    optimizer = make_optimizer(config.train, config.data.batch_size)
+    optimizer.build(variables)
+    lr = float(optimizer.learning_rate)  # the rate of step 0, the step applied
+    optimizer.apply([keras.ops.zeros_like(v) for v in variables], variables)
+    spared = _no_decay_expected(model)
+    assert spared, name  # every family has biases or layer norms
+    for v, w in zip(variables, before):
+        now = keras.ops.convert_to_numpy(v)
+        if id(v) in spared:
+            np.testing.assert_array_equal(now, w, err_msg=v.path)
+        else:
+            np.testing.assert_allclose(now, w * (1 - 0.1 * lr), rtol=1e-6, err_msg=v.path)

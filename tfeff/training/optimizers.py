@@ -21,8 +21,9 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         final_fraction: the rate at `total_steps` is `peak * final_fraction`
             (`"exponential"`: the rate never goes below it).
         decay_rate, decay_steps: `"exponential"`: the rate is multiplied by
-            `decay_rate` every `decay_steps` steps after warmup (Masked ELMo:
-            0.95).
+            `decay_rate` every `decay_steps` steps after warmup, smoothly:
+            `peak * decay_rate ** ((step - warmup_steps) / decay_steps)`
+            (Masked ELMo: 0.95).
     """
 
     def __init__(self, peak_learning_rate, warmup_steps, total_steps, decay="cosine",
