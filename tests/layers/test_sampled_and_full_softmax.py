@@ -85,18 +85,6 @@ def test_sampled_loss_converges_to_full_loss():
     assert errors[2] < 0.01, errors
 
 
-def test_sampled_softmax_gradient_is_sparse_and_only_touches_sampled_rows():
-    layer = SampledSoftmax(1000, num_sampled=10, seed=1, use_bias=False)
-    x = tf.constant(np.random.default_rng(5).normal(size=(4, D)), tf.float32)
-    t = tf.constant([1, 2, 3, 4])
-    layer(x, t)
-    with tf.GradientTape() as tape:
-        _, loss = layer(x, t, training=True, return_loss=True)
-    (g,) = tape.gradient(loss, layer.trainable_weights)
-    assert isinstance(g, tf.IndexedSlices)
-    assert len(np.unique(g.indices.numpy())) <= 4 + 10
-
-
 def test_fixed_variant_uses_the_frozen_table(tmp_path):
     rng = np.random.default_rng(6)
     table = rng.normal(size=(V, D)).astype("float32")
@@ -162,3 +150,82 @@ def test_the_portable_sampler_follows_tensorflows_log_uniform_distribution():
     # Binomial standard error of the largest class (p ~ 0.18) is 6e-4.
     np.testing.assert_allclose(frequencies, p, atol=3e-3)
     assert np.abs(frequencies - p).max() > 0  # real draws, not the probabilities
+
+
+def _sampled_reference(x, t, keep, w, b, candidates, q_true, q_sampled):
+    """Float64 loss and gradients (w.r.t. `w`, `b`, `x`) of the sampled softmax with the
+    given candidates: logit - log(expected count), hits masked, softmax over [true, cands]."""
+    x, w, b = (np.asarray(a, np.float64) for a in (x, w, b))
+    n = keep.sum()
+    loss, gw, gb, gx = 0.0, np.zeros_like(w), np.zeros_like(b), np.zeros_like(x)
+    for i in range(len(t)):
+        if not keep[i]:
+            continue
+        rows = np.concatenate([[t[i]], candidates])
+        z = x[i] @ w[rows].T + b[rows] - np.log(np.concatenate([[q_true[i]], q_sampled]))
+        live = np.concatenate([[True], candidates != t[i]])  # accidental hits are dropped
+        z = np.where(live, z, -np.inf)
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        loss -= np.log(p[0]) / n
+        dz = (p - np.eye(len(rows))[0]) / n
+        for row, d in zip(rows, dz):
+            gw[row] += d * x[i]
+            gb[row] += d
+            gx[i] += d * w[row]
+    return loss, gw, gb, gx
+
+
+def test_sampled_loss_and_gradient_equal_the_formula_for_fixed_candidates():
+    """Fixed negatives (a repeat, and accidental hits of two targets), ignored targets:
+    the loss and its gradients equal a float64 computation, and only the rows of the
+    targets and candidates get a gradient."""
+    vocab = 40
+    rng = np.random.default_rng(9)
+    layer = SampledSoftmax(vocab, num_sampled=6, ignore_index=-1, seed=0)
+    layer.build((None, D))
+    _set_random(layer, seed=10)
+    x = rng.normal(size=(2, 3, D)).astype("float32")
+    t = np.array([[3, 7, 11], [-1, 7, 30]], np.int32)
+    candidates = np.array([11, 0, 25, 25, 3, 38], np.int32)
+    q_true = rng.uniform(0.05, 2.0, size=t.shape).astype("float32")
+    q_sampled = rng.uniform(0.05, 2.0, size=candidates.shape).astype("float32")
+    xv = tf.Variable(x)
+    with tf.GradientTape() as tape:
+        log_probs, loss = layer.sampled_loss(xv, t, (candidates, q_true, q_sampled))
+    gw, gb, gx = tape.gradient(loss, [layer.embeddings, layer.bias, xv])
+    w, b = (np.asarray(v.numpy(), np.float64) for v in (layer.embeddings, layer.bias))
+    keep = (t != -1).reshape(-1)
+    ref = _sampled_reference(x.reshape(-1, D), t.reshape(-1), keep, w, b, candidates,
+                             q_true.reshape(-1), q_sampled)
+    np.testing.assert_allclose(float(loss), ref[0], rtol=1e-6)
+    assert log_probs.shape == t.shape and float(log_probs[1, 0]) == 0.0  # ignored
+    np.testing.assert_allclose(-float(np.sum(log_probs)) / keep.sum(), ref[0], rtol=1e-6)
+    assert isinstance(gw, tf.IndexedSlices)  # sparse: a gather of the named rows
+    touched = {int(i) for i in gw.indices.numpy()}
+    assert touched == ({3, 7, 11, 30} | set(candidates.tolist()) | {0})  # ignored -> row 0
+    np.testing.assert_allclose(tf.convert_to_tensor(gw).numpy(), ref[1], atol=1e-6)
+    np.testing.assert_allclose(tf.convert_to_tensor(gb).numpy(), ref[2], atol=1e-6)
+    np.testing.assert_allclose(gx.numpy().reshape(-1, D), ref[3], atol=1e-6)
+
+
+def test_a_training_call_is_the_formula_with_the_candidates_it_drew():
+    """Reset to the same seed, the layer's own draw is read back: the training loss equals
+    `sampled_loss` with those candidates and the float64 formula with TensorFlow's
+    expected counts."""
+    vocab = 200
+    rng = np.random.default_rng(11)
+    layer = SampledSoftmax(vocab, num_sampled=12, seed=4)
+    x = rng.normal(size=(8, D)).astype("float32")
+    t = np.minimum(rng.zipf(1.3, size=8), vocab).astype(np.int32) - 1
+    layer(x, t)
+    _set_random(layer, seed=12)
+    tf.random.set_seed(5)
+    candidates, q_true, q_sampled = (a.numpy() for a in layer._sample(tf.constant(t)))
+    tf.random.set_seed(5)
+    _, loss = layer(x, t, training=True, return_loss=True)
+    assert len(set(candidates.tolist())) == 12  # TensorFlow draws distinct classes
+    assert float(loss) == float(layer.sampled_loss(x, t, (candidates, q_true, q_sampled))[1])
+    w, b = (np.asarray(v.numpy(), np.float64) for v in (layer.embeddings, layer.bias))
+    ref = _sampled_reference(x, t, np.ones(8, bool), w, b, candidates, q_true, q_sampled)
+    np.testing.assert_allclose(float(loss), ref[0], rtol=1e-6)

@@ -172,7 +172,41 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
             log_probs = ops.log_softmax(self.logits(x), axis=-1)
             return softmax_common.finish(softmax_common.gather_rows(log_probs, t), keep,
                                          targets)
-        sampled, true_expected, sampled_expected = self._sample(t)
+        return self._sampled_log_probs(x, t, keep, targets, *self._sample(t))
+
+    def sampled_loss(self, inputs, targets, sampled_values, mask=None):
+        """The training loss with given negatives instead of a fresh draw.
+
+        The formula of a training call, as `tf.nn.sampled_softmax_loss` with
+        its `sampled_values`: the logits of the true class and of each
+        candidate, minus the log of their expected counts, candidates equal to
+        the target masked (`remove_accidental_hits`), and the softmax
+        cross-entropy over `[true class, candidates]`.
+
+        Args:
+            inputs: `(..., input_dim)` hidden states.
+            targets: int `(...)` class ids.
+            sampled_values: `(candidates, true_expected_count,
+                sampled_expected_count)`: int `(num_candidates,)` class ids,
+                float `targets.shape` and float `(num_candidates,)` expected
+                counts (any number of candidates).
+            mask: optional bool `(...)`; False entries are ignored.
+
+        Returns:
+            `(target_log_probs, loss)` as a training call with
+            `return_loss=True`.
+        """
+        inputs, _ = self._flat_rows(inputs)
+        softmax_common.check_targets_shape(self, inputs, targets, mask)
+        x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
+        candidates, true_expected, sampled_expected = sampled_values
+        return self._sampled_log_probs(
+            x, t, keep, targets, ops.cast(candidates, "int32"),
+            ops.reshape(ops.cast(true_expected, "float32"), (-1,)),
+            ops.cast(sampled_expected, "float32"))
+
+    def _sampled_log_probs(self, x, t, keep, targets, sampled, true_expected,
+                           sampled_expected):
         true_logits = ops.sum(x * self._rows(t, x.dtype), axis=-1)  # (n,)
         sampled_logits = ops.matmul(x, ops.transpose(self._rows(sampled, x.dtype)))  # (n, S)
         true_logits = ops.cast(true_logits, "float32")
