@@ -259,3 +259,68 @@ def test_unigram_perplexity_scores_the_heldout_targets_by_training_frequencies(c
     assert ev["perplexity"] < ev["unigram_perplexity"]
     with open(os.path.join(model_dir, "eval.json")) as f:
         assert json.load(f)["unigram_perplexity"] == ev["unigram_perplexity"]
+
+
+# Exact resume of a two-phase run: killed in the coarse phase, at the switch, in the refined
+# phase. Deterministic runs through the binary (op determinism stays in their processes); a
+# kill leaves the directory as it was at its last completed write, which each case rebuilds
+# from the uninterrupted run's files.
+RESUME = [o for o in TINY if not o.startswith(("train.", "core."))] + [
+    "train.steps=40", "train.checkpoint_every=10", "train.keep_checkpoints=10",
+    "train.log_every=10", "train.warmup_steps=5", "core.coarse_steps=20",
+    "core.plateau_patience=0"]
+
+
+def _pretrain_cli(model_dir):
+    overrides = sum((["--override", o] for o in RESUME), [])
+    r = _cli("tfeff.bin.pretrain", "--config", CORE, "--model_dir", model_dir,
+             "--deterministic", *overrides)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+def _keep_checkpoints_up_to(directory, step):
+    """The checkpoint directory as a kill after `step`'s checkpoint leaves it."""
+    kept = []
+    for path in glob.glob(os.path.join(directory, "ckpt-*")):
+        if int(os.path.basename(path).split(".")[0].split("-")[1]) > step:
+            os.remove(path)
+        else:
+            kept.append(int(os.path.basename(path).split(".")[0].split("-")[1]))
+    kept = sorted(set(kept))
+    with open(os.path.join(directory, "checkpoint"), "w") as f:
+        f.write(f'model_checkpoint_path: "ckpt-{step}"\n' + "".join(
+            f'all_model_checkpoint_paths: "ckpt-{s}"\n' for s in kept))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    model_dir = str(tmp_path_factory.mktemp("core_resume") / "reference")
+    _pretrain_cli(model_dir)
+    return model_dir
+
+
+@pytest.mark.parametrize("kill", ["coarse_step_10", "during_the_merge", "refined_step_30"])
+def test_a_killed_two_phase_run_resumes_bit_identical(uninterrupted, tmp_path, kill):
+    """The rerun ends with the uninterrupted run's weights, optimizer moments and RNG
+    states bit for bit; the merge is redone from the relaxed checkpoint when the kill
+    came before the standard model was saved."""
+    from tests.training.test_fault_tolerance import _assert_bit_identical
+
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(uninterrupted, model_dir)
+    os.remove(os.path.join(model_dir, "eval.json"))
+    top = os.path.join(model_dir, "checkpoints")
+    if kill == "refined_step_30":
+        _keep_checkpoints_up_to(top, 30)
+    else:
+        shutil.rmtree(top)
+        if kill == "coarse_step_10":
+            os.remove(os.path.join(model_dir, "coarse", "core_switch.json"))
+            _keep_checkpoints_up_to(os.path.join(model_dir, "coarse", "checkpoints"), 10)
+    r = _pretrain_cli(model_dir)
+    assert ("CoRe: switched" in r.stderr) == (kill != "refined_step_30"), r.stderr[-2000:]
+    for phase in ("coarse/checkpoints", "checkpoints"):
+        step = 20 if phase.startswith("coarse") else 40
+        _assert_bit_identical(os.path.join(model_dir, phase, f"ckpt-{step}"),
+                              os.path.join(uninterrupted, phase, f"ckpt-{step}"))

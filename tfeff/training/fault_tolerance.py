@@ -40,6 +40,7 @@ shares once its model and optimizer are built:
 import errno
 import logging
 import os
+import re
 import signal
 import threading
 
@@ -72,6 +73,17 @@ def _slice_rows(batch, start, size):
 
 
 # ------------------------------------------------------------------ callbacks
+
+
+def rng_key(index, path):
+    """The checkpoint key of a model's `index`-th seed-generator state at `path`.
+
+    Keras numbers unnamed generators per process (`seed_generator_14`), so the
+    number depends on what the process built before (a CoRe run builds the
+    relaxed model before the standard one; its resume, only the standard one):
+    it is left out, the order and the owning layers' path identify the state.
+    """
+    return f"{index:03d}." + re.sub(r"seed_generator_\d+", "seed_generator", path).replace("/", ".")
 
 
 class _Preemption:
@@ -129,9 +141,8 @@ class ResumableTraining:
             # part of the iterator's structure, which a restore must rebuild).
             self.origin = tf.Variable(0, dtype=tf.int64, trainable=False, name="data_origin")
         weights = {id(v) for v in model.weights}
-        rng = {f"{i:03d}.{v.path.replace('/', '.')}": v
-               for i, v in enumerate(v for v in model.variables if id(v) not in weights
-                                     and "seed_generator" in v.path)}
+        rng = {rng_key(i, v.path): v for i, v in enumerate(
+            v for v in model.variables if id(v) not in weights and "seed_generator" in v.path)}
         self.checkpoint = checkpoints.make_checkpoint(model, optimizer)
         self.checkpoint.rng = rng
         self.checkpoint.data_position = self.position
