@@ -68,33 +68,6 @@ def test_two_phase_run_switches_and_loss_falls_across_the_switch(core_run):
     assert relaxed.is_relaxed and not standard.is_relaxed and step == 120
 
 
-def test_resume_in_the_refined_phase(core_run, tmp_path):
-    model_dir = str(tmp_path / "run")
-    shutil.copytree(core_run[0], model_dir)
-    coarse_files = sorted(os.listdir(os.path.join(model_dir, "coarse", "checkpoints")))
-    results = pretrain(load_config(CORE, TINY + ["train.steps=300"]), model_dir, verbose=0)
-    assert results["step"] == 300 and "coarse" not in results["history"]
-    assert len(results["history"]["refined"]["loss"]) == 1
-    assert sorted(os.listdir(os.path.join(model_dir, "coarse", "checkpoints"))) == coarse_files
-
-
-def test_resume_in_the_coarse_phase(core_run, tmp_path):
-    """A run killed at step 60 of the coarse phase resumes there and switches at 120."""
-    model_dir = str(tmp_path / "run")
-    shutil.copytree(core_run[0], model_dir)
-    shutil.rmtree(os.path.join(model_dir, "checkpoints"))
-    shutil.rmtree(os.path.join(model_dir, "logs"))
-    os.remove(os.path.join(model_dir, "coarse", "core_switch.json"))
-    ckpt = os.path.join(model_dir, "coarse", "checkpoints")
-    for path in glob.glob(os.path.join(ckpt, "ckpt-120.*")):
-        os.remove(path)
-    with open(os.path.join(ckpt, "checkpoint"), "w") as f:
-        f.write('model_checkpoint_path: "ckpt-60"\nall_model_checkpoint_paths: "ckpt-60"\n')
-    results = pretrain(load_config(CORE, TINY), model_dir, verbose=0)
-    assert len(results["history"]["coarse"]["loss"]) == 1  # steps 60..120 only
-    assert results["switch"]["switch_step"] == 120 and results["step"] == 240
-
-
 def test_config_changes_of_the_phases_are_refused_on_resume(core_run):
     with pytest.raises(ValueError, match="core.coarse_steps: 120 -> 100"):
         pretrain(load_config(CORE, TINY + ["core.coarse_steps=100"]), core_run[0], verbose=0)

@@ -1,6 +1,7 @@
 """Masked ELMo pretraining end to end at tiny sizes: falling masked perplexity, exact resume."""
 
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -33,6 +34,7 @@ def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("masked_elmo")
     straight = str(base / "straight")
     first = pretrain(load_config(DEMO, TINY + ["train.steps=30"]), straight, verbose=0)
+    shutil.copytree(straight, str(base / "in_steps"))  # stopped at 30 (test_resume_is_exact)
     second = pretrain(load_config(DEMO, TINY + ["train.steps=90"]), straight, verbose=0)
     return base, straight, first, second
 
@@ -65,8 +67,8 @@ def test_export_reproduces_the_trained_model(runs):
 def test_resume_is_exact(runs):
     """30 steps, then 30 more, then 30 more equals 30 steps, then 60 in one go."""
     base, straight, _, _ = runs
-    other = str(base / "in_steps")
-    for steps in (30, 60, 90):
+    other = str(base / "in_steps")  # the first 30 steps, copied before the straight run went on
+    for steps in (60, 90):
         pretrain(load_config(DEMO, TINY + [f"train.steps={steps}"]), other, verbose=0)
     a, _, _, _ = restore_model(straight)
     b, _, _, _ = restore_model(other)
