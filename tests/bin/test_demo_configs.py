@@ -54,6 +54,13 @@ def test_pretrain_exits_0_and_prints_its_summary(runs, name):
     assert held_out and all(line.startswith("held-out ") for line in held_out), held_out
     start = lines.index(f"finished at step {steps(name)}")
     assert lines[start + 1:start + 1 + len(held_out)] == held_out, stdout[-2000:]
+    if name == FULL:
+        # The one run long enough to learn (the demo's own training): its held-out
+        # ranking beats the unigram baseline it printed, at every k.
+        with open(os.path.join(model_dir, "eval.json")) as f:
+            results = json.load(f)
+        assert results["top_k"] and all(
+            acc > results["unigram_top_k"][k] for k, acc in results["top_k"].items()), results
     if _config(name).get("core", {}).get("coarse_steps"):  # CoRe's two phases
         assert re.search(r"CoRe switch at step 2 \(", stdout), stdout[-2000:]
     assert not [f for f in os.listdir(model_dir) if ".tmp-" in f]

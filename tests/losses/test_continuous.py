@@ -62,12 +62,18 @@ def test_vmf_nll_matches_numpy_with_regularizers():
     assert np.abs(swapped - ref).max() > 1.0  # the order is observable
 
 
-def test_vmf_gradient_finite_at_zero_prediction():
+@pytest.mark.parametrize("regularization1,regularization2", [(0.0, 1.0), (0.02, 0.1)])
+def test_vmf_gradient_at_a_zero_prediction_is_the_dot_term_alone(regularization1,
+                                                                   regularization2):
+    """At e_hat = 0 the norm sits at its floor, where kappa (so -log C and the
+    regularization1 term) is flat: the gradient is the dot term's, -lambda_2 * t / ||t||."""
+    target = np.array([[1.0, -2.0, 0.5, 0.0, 3.0, 1.0, -1.0, 2.0]], np.float32)
     pred = tf.zeros((1, 8))
     with tf.GradientTape() as tape:
         tape.watch(pred)
-        loss = losses.vmf_nll(tf.ones((1, 8)), pred)
-    assert np.all(np.isfinite(tape.gradient(loss, pred).numpy()))
+        loss = losses.vmf_nll(tf.constant(target), pred, regularization1, regularization2)
+    expected = -regularization2 * target / np.linalg.norm(target)
+    np.testing.assert_allclose(tape.gradient(loss, pred).numpy(), expected, rtol=1e-6)
 
 
 def test_cosine_and_l2_golden_values():
