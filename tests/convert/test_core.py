@@ -82,8 +82,26 @@ def test_refuses_non_relaxed_models_and_failed_checks(monkeypatch):
 
 
 def test_factorized_dense_weights_are_the_merge_source():
+    """Each merged feed-forward kernel is its factorized source's A @ B (float64, rounded
+    once), each bias the source's; an unfactorized dense is copied as it is."""
     source = make_bert(relaxed=RELAXED)
-    assert isinstance(source.transformer_layers[1].output_dense, FactorizedDense)
+    merged = merge_relaxed_bert(source)
+    factorized = 0
+    for src_layer, dst_layer in zip(source.transformer_layers, merged.transformer_layers):
+        for name in ("intermediate_dense", "output_dense"):
+            src, dst = getattr(src_layer, name), getattr(dst_layer, name)
+            assert not isinstance(dst, FactorizedDense)
+            kernel = keras.ops.convert_to_numpy(dst.kernel)
+            if isinstance(src, FactorizedDense):
+                factorized += 1
+                a, b = (np.asarray(keras.ops.convert_to_numpy(w), np.float64)
+                        for w in (src.input_kernel, src.output_kernel))
+                np.testing.assert_array_equal(kernel, (a @ b).astype(np.float32))
+            else:
+                np.testing.assert_array_equal(kernel, keras.ops.convert_to_numpy(src.kernel))
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(dst.bias),
+                                          keras.ops.convert_to_numpy(src.bias))
+    assert factorized >= 2
 
 
 @pytest.mark.parametrize("kwargs", [{"use_nsp": True}, {"activation": "relu"}])
