@@ -41,8 +41,17 @@ def test_probe_on_fasttext_features_learns_tags_and_reports_a_table(fasttext_mod
 
     export_fasttext(fasttext_model[0], str(tmp_path / "ft"))
     paths = synthetic_tasks(str(tmp_path), 250, 100, seed=1, lexicon_size=300)
+    # A sentence task that word vectors alone can separate: does it hold the word "the"?
+    marker = []
+    for split, source in zip(("train", "test"), paths["agreement"]):
+        sentences = [sentence for _, sentence in tool.read_tsv(source)]
+        path = str(tmp_path / f"marker_{split}.tsv")
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(f"{int('the' in s.split())}\t{s}\n" for s in sentences)
+        marker.append(path)
     tasks = {"POS": ("tagging", *paths["tagging"], 1),
-             "agreement": ("classification", *paths["agreement"])}
+             "agreement": ("classification", *paths["agreement"]),
+             "marker": ("classification", *marker)}
     rows = tool.evaluate({"fasttext": str(tmp_path / "ft")}, tasks, ("linear",), (0, 1),
                          epochs=8, log=lambda *_: None)
     by_task = {r["task"]: r for r in rows}
@@ -50,10 +59,13 @@ def test_probe_on_fasttext_features_learns_tags_and_reports_a_table(fasttext_mod
     majority = max(tags.count(t) for t in set(tags)) / len(tags)
     pos = np.mean(by_task["POS"]["accuracy"])
     assert pos > majority + 0.1, (pos, majority)
-    assert len(by_task["agreement"]["accuracy"]) == 2
+    labels = [int(label) for label, _ in tool.read_tsv(marker[1])]
+    majority = max(np.mean(labels), 1 - np.mean(labels))
+    found = np.mean(by_task["marker"]["accuracy"])
+    assert found > majority + 0.1, (found, majority)
     table = tool.table(rows, (0, 1))
     assert table.splitlines()[0] == ("| features | probe | POS acc | POS macro-F1 | agreement acc"
-                                     " | agreement macro-F1 |")
+                                     " | agreement macro-F1 | marker acc | marker macro-F1 |")
     assert table.splitlines()[2].startswith("| fasttext | linear | ")
 
 

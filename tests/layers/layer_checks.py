@@ -10,8 +10,9 @@ for tfeff's layers and their contracts:
    `keras.saving.load_model` with the default `safe_mode=True`, with equal
    outputs;
 4. a stock `compile(optimizer=..., loss=...)` + `fit` on a fixed batch makes
-   the loss fall (output layers called with targets add their own loss:
-   `compile` gets no loss and the targets are a model input);
+   the loss fall by at least 10% (`FIT_DECREASE`; output layers called with
+   targets add their own loss: `compile` gets no loss and the targets are a
+   model input);
 5. under `mixed_float16` the variables stay float32 and the outputs stay
    close to the float32 layer's on the same weights;
 6. eager, `tf.function` and `tf.function(jit_compile=True)` give equal
@@ -140,6 +141,10 @@ def run_layer_test(layer_cls, init_kwargs, inputs, tmp_path, *, targets=None, ca
     return eager
 
 
+# The `fit` check's required fall: the last epoch's loss below this share of the first's.
+FIT_DECREASE = 0.9
+
+
 def _check_fit(layer_cls, config, args, endpoint, call_kwargs, fit_loss, epochs,
                learning_rate, eager):
     fresh = layer_cls.from_config(config)
@@ -166,7 +171,8 @@ def _check_fit(layer_cls, config, args, endpoint, call_kwargs, fit_loss, epochs,
     history = model.fit(x, y, epochs=epochs, batch_size=len(np.asarray(args[0])),
                         verbose=0, shuffle=False)
     losses = history.history["loss"]
-    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+    # A fixed batch the layer can fit: the loss falls by more than noise would.
+    assert np.all(np.isfinite(losses)) and losses[-1] < FIT_DECREASE * losses[0], losses
 
 
 def _random_state(layer):
