@@ -74,15 +74,122 @@ _SLOW_PAPER_CONFIGS = ("bert_base", "elmo_a", "elmo_alone", "elmo_fixed", "elmo_
 # costs log(head size) + log(its cluster's size), about 24 nats against 13.6); ELMo-SUB,
 # ELMo-SAMPLED and ELMo-ALONE (24, 27 and 59 nats against 10.3, 13.6 and 10.3: the
 # 4096-cell encoder's projected outputs meet the output matrix at a scale no softmax
-# initializer corrects for).
-_ABOVE_LOG_V = ("elmo_a", "elmo_alone", "elmo_sampled", "elmo_sub")
+# initializer corrects for); and ELMo-FIXED (173 nats against 13.6: its logits are dot
+# products with the fixed vector table, here random rows of norm about 17).
+_ABOVE_LOG_V = ("elmo_a", "elmo_alone", "elmo_fixed", "elmo_sampled", "elmo_sub")
+
+
+# Trainable parameters, written out from each model's architecture and the config's sizes
+# alone (fixed fastText tables are constants, not weights). Keyed by model class: a family
+# whose model has no formula here fails `test_paper_config_loads_and_builds_its_models`.
+def _input_embedding(m, vocabulary_size, embedding_dim):
+    """The token layer: fixed vectors (no weights), a trainable table, or AloneEmbedding's
+    base vector and its two-layer filter network (`base + I * (base + dim)`)."""
+    if m.input_embedding == "fixed":
+        return 0
+    if m.input_embedding == "trainable":
+        return vocabulary_size * embedding_dim
+    base = m.alone.base_dim or embedding_dim
+    return base + m.alone.intermediate_dim * (base + embedding_dim)
+
+
+def _dense(inputs, outputs, bias=True):
+    return inputs * outputs + (outputs if bias else 0)
+
+
+def _softmax_head(m, config, vocabulary_size, hidden, embedding_dim):
+    """ElmoLM's and TransformerLM's output layer on `hidden` features."""
+    dim = config.fasttext.dim
+    if m.output_layer == "continuous":
+        return _dense(hidden, dim)                       # projection onto the vector space
+    if m.output_layer == "fixed":
+        return _dense(hidden, dim)                       # pre_output; the softmax is fixed
+    if m.output_layer == "sampled":
+        return _dense(hidden, vocabulary_size)           # output embeddings and biases
+    if m.output_layer == "full":
+        assert m.tie_output, "untied full softmax: no formula written"
+        pre = _dense(hidden, embedding_dim) if embedding_dim != hidden else 0
+        return pre + vocabulary_size                     # tied to the input table: biases
+    assert m.output_layer == "adaptive", m.output_layer
+    bounds = list(m.adaptive_cutoffs) + [vocabulary_size]
+    total = hidden * (bounds[0] + len(bounds) - 1)       # head: frequent words + one per tail
+    for i in range(len(bounds) - 1):
+        width = int(hidden // m.adaptive_div_value ** (i + 1))
+        total += hidden * width + width * (bounds[i + 1] - bounds[i])
+    return total
+
+
+def _elmo_lm_parameters(config, vocabulary_size, relaxed=False):
+    m = config.model
+    units, projection = m.units, m.projection_dim
+    embedding_dim = config.fasttext.dim if m.input_embedding == "fixed" else m.embedding_dim
+    # Per layer and direction: LSTMP kernel, recurrent kernel (from the projection), bias,
+    # projection, and the layer norm after it.
+    direction = (2 * _dense(projection, 4 * units) - 4 * units + _dense(units, projection, False)
+                 + 2 * projection)
+    return (_input_embedding(m, vocabulary_size, embedding_dim)
+            + _dense(embedding_dim, projection)         # token_projection
+            + 2 * m.num_layers * direction
+            + _softmax_head(m, config, vocabulary_size, projection, embedding_dim))
+
+
+def _transformer_layer(hidden, intermediate, rank=None):
+    """Attention (query, key, value, output with biases), two layer norms and the
+    feed-forward block: dense, or factorized through `rank` (CoRe's relaxed layer)."""
+    attention = 4 * _dense(hidden, hidden)
+    if rank is None:
+        ffn = _dense(hidden, intermediate) + _dense(intermediate, hidden)
+    else:
+        ffn = (hidden * rank + _dense(rank, intermediate)
+               + intermediate * rank + _dense(rank, hidden))
+    return attention + 2 * 2 * hidden + ffn
+
+
+def _bert_parameters(config, vocabulary_size, relaxed):
+    m = config.model
+    assert not m.use_nsp and m.input_embedding == "trainable", "no formula written"
+    hidden = m.hidden_dim
+    positions = config.data.max_sequence_length if m.position_embedding == "learned" else 0
+    rank = m.relaxed.ffn_rank if relaxed else None
+    return (vocabulary_size * hidden + 2 * hidden + positions * hidden  # tokens, segments
+            + 2 * hidden                                                  # embeddings norm
+            + m.num_layers * _transformer_layer(hidden, m.intermediate_dim, rank)
+            + _dense(hidden, hidden) + 2 * hidden + vocabulary_size)      # MLM transform, bias
+
+
+def _transformer_lm_parameters(config, vocabulary_size, relaxed=False):
+    m = config.model
+    hidden = m.hidden_dim
+    embedding_dim = config.fasttext.dim if m.input_embedding == "fixed" else m.embedding_dim
+    positions = ((m.max_sequence_length or config.data.max_sequence_length)
+                 if m.position_embedding == "learned" else 0)
+    stack = positions * hidden + m.num_layers * _transformer_layer(hidden, m.intermediate_dim)
+    return (_input_embedding(m, vocabulary_size, embedding_dim)
+            + _dense(embedding_dim, hidden) + 2 * hidden   # token projection, norm
+            + (2 if m.bidirectional else 1) * stack
+            + _softmax_head(m, config, vocabulary_size, hidden, embedding_dim))
+
+
+def _masked_elmo_parameters(config, vocabulary_size, relaxed=False):
+    m = config.model
+    assert m.input_embedding == "trainable" and m.output_layer == "softmax", "no formula"
+    units, projection = m.units, m.projection_dim
+    width = 2 * projection            # both directions' outputs: the embedding's size too
+    direction = (_dense(width, 4 * units) + projection * 4 * units
+                 + units * projection + 2 * projection)
+    return vocabulary_size * width + 2 * m.num_layers * direction + vocabulary_size
+
+
+_PARAMETERS = {"ElmoLM": _elmo_lm_parameters, "Bert": _bert_parameters,
+               "TransformerLM": _transformer_lm_parameters, "MaskedElmo": _masked_elmo_parameters}
 
 
 @pytest.mark.parametrize("name", [
     pytest.param(name, marks=pytest.mark.slow) if name in _SLOW_PAPER_CONFIGS else name
     for name in PAPER_CONFIGS])
 def test_paper_config_loads_and_builds_its_models(name, tmp_path):
-    """Every model of the run builds with `build()` alone and, untrained, has a finite,
+    """Every model of the run builds with `build()` alone, has the trainable parameters
+    its architecture gives at the config's sizes and, untrained, has a finite,
     positive loss (cross-entropy near log(V) for softmaxes, a distance for continuous
     outputs) on the family's example batch; a model that embeds token ids
     (`embedding_layers`) gives every layer for every token."""
@@ -93,8 +200,15 @@ def test_paper_config_loads_and_builds_its_models(name, tmp_path):
                     if family.uses_vectors(config) else None)
     keras.utils.set_random_seed(0)
     batch = family.example_batch(config, vocabulary_size)
-    for model in family.run_models(config, vocabulary_size, vectors_path):
+    models = family.run_models(config, vocabulary_size, vectors_path)
+    for index, model in enumerate(models):
         model.build()
+        formula = _PARAMETERS.get(type(model).__name__)
+        assert formula, f"write the parameter formula of {type(model).__name__} above"
+        trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+        # A two-model run (CoRe) trains the relaxed model first.
+        relaxed = len(models) > 1 and index == 0
+        assert trainable == formula(config, vocabulary_size, relaxed), name
         outputs = model(batch, training=False)
         loss = float(model.compute_loss(x=batch, y_pred=outputs, training=False))
         assert np.isfinite(loss) and loss > 0, loss
