@@ -24,6 +24,7 @@ from tfeff.config.masked_elmo import MaskedElmoDataConfig
 from tfeff.config.masked_elmo import MaskedElmoEvalConfig
 from tfeff.config.masked_elmo import MaskedElmoModelConfig
 from tfeff.config.transformer_lm import TransformerLMConfig
+from tfeff.config.transformer_lm import TransformerLMModelConfig
 
 FAMILIES = {"bert": BertConfig, "elmo": ElmoConfig, "masked_elmo": MaskedElmoConfig,
             "transformer_lm": TransformerLMConfig}
@@ -39,7 +40,21 @@ def _validate_all(obj, prefix=""):
 
 
 def config_from_dict(data, overrides=None):
-    """Builds the family's config from a dict (`family` selects the dataclass)."""
+    """Builds the family's config from a dict (`family` selects the dataclass).
+
+    Args:
+        data: the config as nested dicts (a parsed YAML file), with `family`.
+        overrides: optional `key.sub=value` strings applied first (values
+            parsed as YAML).
+
+    Returns:
+        The validated config dataclass of the family (`FAMILIES`).
+
+    Raises:
+        ConfigError: `family` is unknown (a malformed override, an unknown
+            key, a wrong type or an impossible value raises it too, naming the
+            key).
+    """
     data = base.apply_overrides(dict(data), overrides)
     family = data.get("family")
     if family not in FAMILIES:
@@ -54,8 +69,17 @@ def config_from_dict(data, overrides=None):
 def load_config(path, overrides=None):
     """Reads a YAML config, applies `key.sub=value` overrides, validates it.
 
+    Args:
+        path: the YAML file (local, or any `tf.io.gfile` path where TensorFlow
+            is installed).
+        overrides: optional `key.sub=value` strings (values parsed as YAML).
+
+    Returns:
+        The validated config dataclass of the file's `family`.
+
     Raises:
-        ConfigError: naming the file and the offending key.
+        ConfigError: the config is invalid, naming the file and the offending
+            key (a missing, unreadable or non-YAML file raises it too).
     """
     data = base.read_yaml(path)
     try:
@@ -65,6 +89,14 @@ def load_config(path, overrides=None):
 
 
 def to_dict(config):
+    """The config as nested dicts (`dataclasses.asdict`), as YAML files hold it.
+
+    Args:
+        config: a config dataclass (any section, or a whole family config).
+
+    Returns:
+        A dict of plain values and nested dicts.
+    """
     return base.to_dict(config)
 
 
@@ -89,6 +121,8 @@ __all__ = [
     "RelaxedConfig",
     "SyntheticCorpusConfig",
     "TrainConfig",
+    "TransformerLMConfig",
+    "TransformerLMModelConfig",
     "config_from_dict",
     "load_config",
     "to_dict",

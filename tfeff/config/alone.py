@@ -15,6 +15,17 @@ class AloneConfig:
     `base_dim` 0 means the embedding size. `seed` determines the filters:
     it is part of the model, like its weights (a checkpoint restored with
     another seed is rejected).
+
+    Args:
+        base_dim: size D_o of the shared vector and the filters; 0: the
+            embedding size.
+        intermediate_dim: inner size D_inter of the FFN.
+        num_codebooks: M, the number of codebooks (paper: 8).
+        codebook_size: c, columns per codebook, below 2**31 (paper: 64).
+        filter_type: `binary` or `real`.
+        zero_probability: the binary filters' zero rate, in (0, 1) (paper: 0.5).
+        dropout_rate: dropout after the FFN's ReLU, in [0, 1).
+        seed: the non-negative seed of the filters.
     """
 
     base_dim: int = 0

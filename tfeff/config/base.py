@@ -244,6 +244,13 @@ def read_yaml(path):
 
 
 def write_yaml(obj, path):
+    """Writes a config dataclass to a YAML file, atomically.
+
+    Args:
+        obj: a config dataclass (`to_dict` gives what is written).
+        path: the file to write (any `tf.io.gfile` path: model directories
+            may be remote).
+    """
     from tfeff.data import files  # TensorFlow's gfile: model directories may be remote
 
     files.write_text_atomic(path, yaml.dump(to_dict(obj), Dumper=_Dumper, sort_keys=False))

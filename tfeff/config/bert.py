@@ -43,6 +43,33 @@ class BertDataConfig:
 
     Either `train_files` or `synthetic` must be set. The vocabulary of about
     `wordpiece_vocabulary_size` tokens is learned from the training corpus.
+
+    Args:
+        train_files: glob(s) of the training text files (comma-separated),
+            one sentence per line; or set `synthetic`.
+        heldout_files: glob(s) of the held-out text files; empty: no held-out
+            evaluation.
+        synthetic: the generated demo corpus instead of `train_files` (it
+            writes its own held-out file).
+        max_sequence_length: n, the sequence length with `[CLS]` and `[SEP]`,
+            >= 8.
+        batch_size: sequences per step, the global batch.
+        shuffle_buffer: windows held for shuffling; 0 disables shuffling.
+        on_invalid_utf8: lines that are not UTF-8: `error` (naming file and
+            line), `skip` or `replace`.
+        wordpiece_vocabulary_size: approximate size of the learned WordPiece
+            vocabulary (reserved tokens included), >= 10.
+        lower_case: lower-case and strip accents before WordPiece (uncased
+            BERT).
+        max_predictions_per_seq: the most masked positions per sequence, in
+            `[1, max_sequence_length]`.
+        mask_rate: fraction of a sequence's non-special tokens masked, in
+            (0, 1).
+        mask_token_rate: fraction of the masked positions replaced by `[MASK]`.
+        random_token_rate: fraction replaced by a random token (the rest keep
+            their token); `mask_token_rate + random_token_rate` <= 1.
+        max_words_in_memory: bound on the distinct words held while counting
+            the words the vocabulary is learned from.
     """
 
     train_files: str = ""
@@ -72,7 +99,15 @@ class BertDataConfig:
 
 @dataclasses.dataclass
 class RelaxedConfig:
-    """CoRe's relaxed model (`tfeff.models.Bert(relaxed=...)`). 0 keeps that part standard."""
+    """CoRe's relaxed model (`tfeff.models.Bert(relaxed=...)`). 0 keeps that part standard.
+
+    Args:
+        num_anchors: anchor queries of the anchor attention (paper: 32); 0:
+            standard attention.
+        ffn_rank: rank of the factorized feed-forward kernels (paper: 64); 0:
+            standard feed-forward layers.
+        anchor_selection: `random` or `strided`.
+    """
 
     num_anchors: int = 32
     ffn_rank: int = 64
@@ -98,6 +133,21 @@ class BertModelConfig:
     `relaxed` set: the model trained first is CoRe's relaxed BERT; with
     `core.coarse_steps` (or the plateau rule) it is converted to a standard
     BERT during the run, else the whole run trains the relaxed model.
+
+    Args:
+        num_layers: transformer layers.
+        hidden_dim: model width, a multiple of `num_heads`.
+        num_heads: attention heads.
+        intermediate_dim: feed-forward width.
+        dropout_rate: dropout rate, in [0, 1).
+        activation: `gelu`, `gelu_approximate` or `relu`.
+        layer_norm_epsilon: layer norm epsilon, > 0.
+        use_nsp: add the next-sentence-prediction task.
+        relaxed: CoRe's relaxed layers (`RelaxedConfig`), or null for a
+            standard BERT.
+        input_embedding: `trainable` or `alone`.
+        position_embedding: `learned` or `rotary` (see above).
+        alone: the ALONE embedding (`input_embedding: alone`).
     """
 
     num_layers: int = 12
@@ -136,6 +186,14 @@ class CoreConfig:
     `plateau_patience` windows in a row that improve on it by less than
     `plateau_threshold` (relative), the model is converted. Patience 0
     disables the rule. `coarse_steps: 0` means no switch.
+
+    Args:
+        coarse_steps: the step the relaxed phase ends at, below `train.steps`;
+            0: no switch.
+        plateau_patience: windows without enough improvement that end the
+            relaxed phase early; 0 disables the rule.
+        plateau_window: steps per window of the plateau rule.
+        plateau_threshold: the relative improvement a window must make.
     """
 
     coarse_steps: int = 0
@@ -161,6 +219,10 @@ class BertEvalConfig:
     Next to them, the unigram perplexity: the held-out targets scored by the
     token frequencies of the first `unigram_max_tokens` training tokens
     (add-one smoothed), the baseline a model that ignores context reaches.
+
+    Args:
+        max_batches: held-out batches evaluated.
+        unigram_max_tokens: training tokens counted for the unigram baseline.
     """
 
     max_batches: int = 50
@@ -173,7 +235,17 @@ class BertEvalConfig:
 
 @dataclasses.dataclass
 class BertConfig:
-    """A BERT-family experiment: `family: bert` in YAML."""
+    """A BERT-family experiment: `family: bert` in YAML.
+
+    Args:
+        family: `bert`.
+        data: the `data` section (`BertDataConfig`; default: the synthetic
+            corpus).
+        model: the `model` section (`BertModelConfig`).
+        core: the `core` section (`CoreConfig`): CoRe's two phases.
+        train: the `train` section (`tfeff.config.TrainConfig`).
+        eval: the `eval` section (`BertEvalConfig`).
+    """
 
     family: str = "bert"
     data: BertDataConfig = dataclasses.field(

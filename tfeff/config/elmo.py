@@ -18,7 +18,16 @@ INPUT_EMBEDDINGS = ("fixed", "trainable", "alone")
 
 @dataclasses.dataclass
 class SyntheticCorpusConfig:
-    """The generated demo corpus (`tfeff.data.synthetic_corpus`)."""
+    """The generated demo corpus (`tfeff.data.synthetic_corpus`).
+
+    Args:
+        num_train_sentences: sentences of the training file, > 0.
+        num_heldout_sentences: sentences of the held-out file, > 0.
+        seed: the language and its sentences are a function of this seed.
+        lexicon_size: number of content words, >= 20.
+        paragraph_sentences: mean sentences per paragraph (document); 0: no
+            paragraph breaks.
+    """
 
     num_train_sentences: int = 40000
     num_heldout_sentences: int = 2000
@@ -55,6 +64,28 @@ class DataConfig:
 
     `tokenization: wordpiece` learns a WordPiece vocabulary of about
     `wordpiece_vocabulary_size` tokens from the corpus (the subword LM).
+
+    Args:
+        train_files: glob(s) of the training text files (comma-separated),
+            one sentence per line; or set `synthetic`.
+        heldout_files: glob(s) of the held-out text files; empty: no held-out
+            evaluation.
+        synthetic: the generated demo corpus instead of `train_files` (it
+            writes its own held-out file).
+        max_sequence_length: the longest window in tokens, boundaries
+            included, >= 2; longer sentences are cut into several windows.
+        batch_size: windows per step, the global batch (split across
+            replicas).
+        shuffle_buffer: windows held for shuffling; 0 disables shuffling.
+        min_count: words seen fewer times are left out of the vocabulary
+            (they map to `<unk>`).
+        max_words_in_memory: bound on the distinct words held while counting
+            the vocabulary (the rarest are pruned beyond it).
+        on_invalid_utf8: lines that are not UTF-8: `error` (naming file and
+            line), `skip` or `replace`.
+        tokenization: `word` or `wordpiece`.
+        wordpiece_vocabulary_size: approximate size of the learned WordPiece
+            vocabulary (`tokenization: wordpiece`), >= 10.
     """
 
     train_files: str = ""
@@ -89,6 +120,19 @@ class FastTextConfig:
 
     `center` subtracts the mean word vector from the fixed table (and, in
     exported models, from every computed vector).
+
+    Args:
+        pretrained: path of a fastText `.bin` model or `.vec` file to use;
+            empty: train one on the training corpus.
+        center: subtract the mean word vector (see above).
+        dim: vector size (fastText's `-dim`); a `pretrained` file must have it.
+        minn: shortest character n-gram (`-minn`), 0 for none.
+        maxn: longest character n-gram (`-maxn`), >= `minn` or 0.
+        bucket: number of n-gram hash buckets (`-bucket`).
+        epoch: training epochs (`-epoch`).
+        lr: learning rate (`-lr`).
+        min_count: minimal number of occurrences of a word (`-minCount`).
+        threads: training threads (`-thread`); 1 is deterministic.
     """
 
     pretrained: str = ""
@@ -124,6 +168,26 @@ class ElmoModelConfig:
     projection_dim) or `alone` (ALONE, `tfeff.layers.AloneEmbedding`, set up
     by `alone`; its parameters do not grow with the vocabulary). `tie_output`
     shares a trainable or ALONE input embedding with a `full` softmax.
+
+    Args:
+        num_layers: LSTM layers per direction.
+        units: LSTM cell size.
+        projection_dim: LSTM projection (and token-projection) size.
+        dropout_rate: dropout after each LSTM layer, in [0, 1).
+        output_layer: `continuous`, `full`, `adaptive`, `sampled` or `fixed`.
+        output_loss: `cosine`, `l2` or `vmf` (`continuous` only).
+        vmf_regularization1: lambda_1 of the `vmf` loss, >= 0.
+        vmf_regularization2: lambda_2 of the `vmf` loss, in (0, 1].
+        input_embedding: `fixed`, `trainable` or `alone`.
+        embedding_dim: size of a trainable or ALONE input embedding; 0:
+            `projection_dim`.
+        tie_output: use the trainable or ALONE input embedding as the `full`
+            softmax's output matrix.
+        adaptive_cutoffs: increasing cluster boundaries of `adaptive`
+            (required there).
+        adaptive_div_value: projection divisor of `adaptive`.
+        num_sampled: negatives per step of `sampled` and `fixed`.
+        alone: the ALONE embedding (`input_embedding: alone`).
     """
 
     num_layers: int = 2
@@ -190,6 +254,40 @@ class TrainConfig:
     XLA: `true` (an error at startup naming the layer when a layer of the
     model cannot be compiled), `auto` (compile unless a layer cannot) or
     `false`; it may change on resume.
+
+    Args:
+        steps: the step training ends at.
+        learning_rate: the peak learning rate at `base_batch_size` (scaled
+            linearly with `data.batch_size`).
+        base_batch_size: the batch size `learning_rate` is given for.
+        warmup_steps: steps of linear warmup (0 for none).
+        decay: `cosine`, `linear`, `exponential` or `constant` (see
+            `tfeff.training.WarmupDecay`).
+        final_learning_rate_fraction: the rate at `steps` is the peak times
+            this, in [0, 1] (`exponential`: the floor).
+        decay_rate: `exponential`: the factor, in (0, 1], applied every
+            `decay_steps` steps.
+        decay_steps: `exponential`: the steps per `decay_rate` factor.
+        clipnorm: global-norm gradient clipping; 0 disables it.
+        weight_decay: AdamW's decoupled weight decay; 0 selects Adam.
+        checkpoint_every: steps between checkpoints (also Keras' epoch length,
+            the validation interval).
+        keep_checkpoints: checkpoints kept.
+        log_every: steps between log lines and TensorBoard scalars.
+        validation_steps: held-out batches per validation during training
+            (ELMo, TransformerLM and Masked ELMo runs with held-out files; a
+            BERT run is evaluated at its end only); 0 disables it.
+        steps_per_execution: steps run per call of the compiled train
+            function (Keras' `steps_per_execution`).
+        seed: the run's seed (initializers, dropout, shuffling, masks).
+        on_nan: a step with NaN/Inf loss or gradients: `stop` (raise, naming
+            the step; nothing applied or saved) or `skip` (drop the update,
+            log it and go on).
+        deterministic: TensorFlow's op determinism: bit-identical reruns and
+            resumes on CPU (some GPU kernels are slower or refused).
+        precision: `float32`, `mixed_bfloat16` or `mixed_float16` (see above).
+        jit_compile: `true`, `false` or `auto` (see above); `true` is refused
+            with `deterministic`.
     """
 
     steps: int = 10000
@@ -247,7 +345,14 @@ class TrainConfig:
 
 @dataclasses.dataclass
 class EvalConfig:
-    """Held-out top-k accuracy (cosine ranks for continuous outputs, log-prob ranks otherwise)."""
+    """Held-out top-k accuracy (cosine ranks for continuous outputs, log-prob ranks otherwise).
+
+    Args:
+        top_k: the k values reported (at least one).
+        max_targets: held-out targets scored at most.
+        chunk_size: rows of the vector table scored at once (continuous
+            outputs).
+    """
 
     top_k: List[int] = dataclasses.field(default_factory=lambda: [1, 10])
     max_targets: int = 20000
@@ -264,7 +369,16 @@ class EvalConfig:
 
 @dataclasses.dataclass
 class ElmoConfig:
-    """An ELMo-family experiment: `family: elmo` in YAML."""
+    """An ELMo-family experiment: `family: elmo` in YAML.
+
+    Args:
+        family: `elmo`.
+        data: the `data` section (`DataConfig`; default: the synthetic corpus).
+        fasttext: the `fasttext` section (`FastTextConfig`).
+        model: the `model` section (`ElmoModelConfig`).
+        train: the `train` section (`TrainConfig`).
+        eval: the `eval` section (`EvalConfig`).
+    """
 
     family: str = "elmo"
     data: DataConfig = dataclasses.field(default_factory=lambda: DataConfig(synthetic=SyntheticCorpusConfig()))

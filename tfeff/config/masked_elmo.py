@@ -27,6 +27,33 @@ class MaskedElmoDataConfig:
     `tfeff.data.masked_elmo_dataset` explains the streams. Either
     `train_files` or `synthetic` must be set; the synthetic corpus is written
     in paragraphs of about `synthetic.paragraph_sentences` sentences.
+
+    Args:
+        train_files: glob(s) of the training text files (comma-separated),
+            one sentence per line, paragraphs separated by blank lines; or set
+            `synthetic`.
+        heldout_files: glob(s) of the held-out text files; empty: no held-out
+            evaluation.
+        synthetic: the generated demo corpus instead of `train_files` (it
+            writes its own held-out file).
+        max_sequence_length: the window length in tokens, >= 4.
+        batch_size: streams (rows) per step, the global batch.
+        on_invalid_utf8: lines that are not UTF-8: `error` (naming file and
+            line), `skip` or `replace`.
+        wordpiece_vocabulary_size: approximate size of the learned WordPiece
+            vocabulary (reserved tokens included), >= 10 (paper: 28,745).
+        lower_case: lower-case and strip accents before WordPiece.
+        max_predictions_per_seq: the most masked positions per sequence, in
+            `[1, max_sequence_length]`.
+        mask_rate: fraction of a sequence's non-special tokens masked, in
+            (0, 1).
+        mask_token_rate: fraction of the masked positions replaced by `[MASK]`.
+        random_token_rate: fraction replaced by a random token (the rest keep
+            their token); `mask_token_rate + random_token_rate` <= 1.
+        max_words_in_memory: bound on the distinct words held while counting
+            the words the vocabulary is learned from.
+        reverse_half_streams: walk the odd streams' windows in reverse order
+            (bidirectional TBPTT).
     """
 
     train_files: str = ""
@@ -60,6 +87,24 @@ class MaskedElmoModelConfig:
     `mask_accumulation`: mask sets per batch whose gradients are averaged
     (paper: 4). `tbptt`: carry LSTM states between batches (bidirectional
     TBPTT with `data.reverse_half_streams`).
+
+    Args:
+        num_layers: layers of the `MaskedBiLSTM`.
+        units: LSTM cell size.
+        projection_dim: projection size per direction.
+        dropout_rate: dropout on the embeddings and each LSTM output, in
+            [0, 1).
+        output_layer: `softmax`, `adaptive` or `continuous`.
+        output_loss: `cosine`, `l2` or `vmf` (`continuous` only).
+        adaptive_cutoffs: increasing cluster boundaries of `adaptive`
+            (required there), below `data.wordpiece_vocabulary_size`.
+        adaptive_div_value: projection divisor of `adaptive`.
+        input_embedding: `trainable` or `alone`.
+        alone: the ALONE embedding (`input_embedding: alone`).
+        use_cudnn: the `MaskedBiLSTM` switch: `auto`, `true` or `false`.
+        mask_accumulation: mask sets per batch (see above); times
+            `data.mask_rate` at most 1.
+        tbptt: carry LSTM states between batches (see above).
     """
 
     num_layers: int = 2
@@ -100,6 +145,9 @@ class MaskedElmoEvalConfig:
 
     One seeded mask set per batch; streams read in document order, LSTM states
     carried between windows of a document (with `model.tbptt`).
+
+    Args:
+        max_batches: held-out batches evaluated.
     """
 
     max_batches: int = 50
@@ -115,6 +163,15 @@ class MaskedElmoConfig:
     `fasttext` is used by `model.output_layer: continuous` only: the target
     vectors of the WordPiece vocabulary come from fastText trained on the
     WordPiece-tokenized corpus.
+
+    Args:
+        family: `masked_elmo`.
+        data: the `data` section (`MaskedElmoDataConfig`; default: the
+            synthetic corpus in paragraphs of about 8 sentences).
+        model: the `model` section (`MaskedElmoModelConfig`).
+        fasttext: the `fasttext` section (`tfeff.config.FastTextConfig`).
+        train: the `train` section (`tfeff.config.TrainConfig`).
+        eval: the `eval` section (`MaskedElmoEvalConfig`).
     """
 
     family: str = "masked_elmo"

@@ -76,6 +76,41 @@ class TransformerLMModelConfig(ElmoEndsConfig):
     `num_sampled`; `input_embedding` (`fixed`, `trainable`, `alone`) with
     `embedding_dim` (0: the fixed table's size, else `hidden_dim`), `alone`
     and `tie_output`.
+
+    Args:
+        output_layer: `continuous`, `full`, `adaptive`, `sampled` or `fixed`.
+        output_loss: `cosine`, `l2` or `vmf` (`continuous` only).
+        vmf_regularization1: lambda_1 of the `vmf` loss, >= 0.
+        vmf_regularization2: lambda_2 of the `vmf` loss, in (0, 1].
+        input_embedding: `fixed`, `trainable` or `alone`.
+        embedding_dim: size of a trainable or ALONE input embedding; 0: the
+            fixed table's size if there is one, else `hidden_dim`.
+        tie_output: use the trainable or ALONE input embedding as the `full`
+            softmax's output matrix.
+        adaptive_cutoffs: increasing cluster boundaries of `adaptive`
+            (required there).
+        adaptive_div_value: projection divisor of `adaptive`.
+        num_sampled: negatives per step of `sampled` and `fixed`.
+        alone: the ALONE embedding (`input_embedding: alone`).
+        num_layers: transformer layers per stack.
+        hidden_dim: model width, a multiple of `num_heads`.
+        num_heads: attention heads.
+        intermediate_dim: feed-forward width.
+        dropout_rate: dropout rate of the embeddings, attention and
+            feed-forward outputs, in [0, 1).
+        activation: feed-forward activation (`gelu`, `gelu_approximate` or
+            `relu`).
+        layer_norm_epsilon: epsilon of the layer norms, > 0.
+        position_embedding: `learned` (a table of `max_sequence_length`
+            positions per stack) or `rotary`.
+        bidirectional: a forward and a backward causal stack (ELMo's biLM);
+            false: a forward stack only (GPT-like).
+        max_sequence_length: positions of a learned table; 0:
+            `data.max_sequence_length` (larger lets an export embed longer
+            sentences).
+        num_anchors: > 0 replaces attention by CoRe's anchor attention
+            restricted to the past; 0: standard attention.
+        anchor_selection: `random` or `strided` anchors.
     """
 
     num_layers: int = 6
@@ -122,6 +157,14 @@ class TransformerLMConfig:
     The data, fastText, train and eval sections are the ELMo family's
     (`DataConfig`, `FastTextConfig`, `TrainConfig`, `EvalConfig`): the same
     corpus pipeline, vectors, optimizer and held-out top-k evaluation.
+
+    Args:
+        family: `transformer_lm`.
+        data: corpus, tokenization and batching.
+        fasttext: the fixed word vectors (trained or `pretrained`).
+        model: transformer sizes and ELMo's ends.
+        train: optimization, checkpoints and logging.
+        eval: held-out evaluation.
     """
 
     family: str = "transformer_lm"

@@ -31,12 +31,26 @@ def convert_model_dir(model_dir, output_dir, rtol=1e-5):
     Everything is written to a temporary sibling and renamed at the end:
     on any failure nothing is left at `output_dir`.
 
+    Args:
+        model_dir: a relaxed BERT model directory: `model.relaxed` set and no
+            `core.coarse_steps` (e.g. a two-phase run's `coarse/`).
+        output_dir: the standard model directory to write; it must not exist or
+            be empty.
+        rtol: the largest accepted relative error of the check (the standard
+            model against the relaxed one run with exact attention).
+
     Returns:
         `(step, errors)`: the step and the check's relative errors.
 
+    An `output_dir` that is, contains or lies inside `model_dir` raises a
+    ValueError naming both, before anything is read.
+
     Raises:
-        FileNotFoundError, FileExistsError, ConversionError; ValueError when
-        `output_dir` is, contains or lies inside `model_dir`.
+        FileNotFoundError: `model_dir` has no `config.yaml` (or, when restored,
+            no checkpoint).
+        FileExistsError: `output_dir` exists and is not empty.
+        ConversionError: `model_dir` holds another family, a two-phase run or
+            a standard BERT; also when the merged model fails its check.
     """
     config_path = os.path.join(model_dir, model_directory.CONFIG_FILE)
     # A model directory inside the relaxed one would count as its checkpoints; one

@@ -116,7 +116,15 @@ def _pairs(bert):
 
 
 def hf_config(bert):
-    """The Hugging Face `config.json` dict of a tfeff Bert."""
+    """The Hugging Face `config.json` of a tfeff `Bert`.
+
+    Args:
+        bert: a standard tfeff `Bert`.
+
+    Returns:
+        The dict that `write_hf_bert` writes as `config.json`
+        (`BertForPreTraining`, `hidden_act` from `bert.activation`).
+    """
     return {
         "architectures": ["BertForPreTraining"],
         "model_type": "bert",
@@ -164,11 +172,18 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
         overwrite: replace an existing directory that `write_hf_bert` wrote
             (nothing else: see `tfeff.data.files.check_output`).
 
+    Returns:
+        `directory`.
+
+    A `directory` that is, contains or lies inside `vocabulary_path` raises a
+    ValueError naming both; an existing `directory` without `overwrite`, or
+    one holding other files than `write_hf_bert` writes, a FileExistsError;
+    all before anything is written. Without the `safetensors` package an
+    ImportError says how to install it (`pip install 'tfeff[hf]'`).
+
     Raises:
-        ValueError: a relaxed or non-learned-position model; `directory` is,
-            contains or lies inside `vocabulary_path`.
-        FileExistsError: `directory` exists and `overwrite` is off, or it holds
-            other files than `write_hf_bert` writes.
+        ValueError: `bert` is relaxed, or its positions are not learned
+            (`model.position_embedding`).
     """
     if bert.is_relaxed:
         raise ValueError("write_hf_bert needs a standard Bert: convert the relaxed model with "
@@ -223,11 +238,17 @@ def _safetensors():
 
 
 def read_weights(path):
-    """`{name: NumPy array}` of a safetensors file; BF16 is widened to float32.
+    """Reads every tensor of a safetensors file.
+
+    Args:
+        path: the safetensors file.
+
+    Returns:
+        `{name: NumPy array}`; BF16 tensors are widened to float32.
 
     Raises:
-        ValueError naming the file when it is not a readable safetensors file
-        (truncated, bad header).
+        ValueError: `path` is not a readable safetensors file (truncated, bad
+            header); the message names the file.
     """
     safetensors = _safetensors()
     try:
@@ -246,8 +267,22 @@ def read_hf_bert(directory, name="bert"):
     and every shape must match; a checkpoint without the pretraining heads
     (a bare `BertModel`) gets freshly initialized heads, which is logged.
 
+    Args:
+        directory: a Hugging Face BERT directory (`config.json` and
+            `model.safetensors`), e.g. one `write_hf_bert` wrote or a
+            `BertForMaskedLM` saved with `save_pretrained`.
+        name: the name of the returned model.
+
+    Returns:
+        The built tfeff `Bert` (with NSP when the file holds
+        `cls.seq_relationship`).
+
     Raises:
-        FileNotFoundError, ValueError (naming the file and tensor).
+        FileNotFoundError: `directory` lacks `config.json` or `model.safetensors`.
+        ValueError: another `model_type`, a `position_embedding_type` other than
+            `absolute`, an unsupported `hidden_act`, an unreadable weights
+            file, or a missing, misshapen or unused tensor (naming the file and
+            tensor).
     """
     config_path = os.path.join(directory, CONFIG_FILE)
     weights_path = os.path.join(directory, WEIGHTS_FILE)

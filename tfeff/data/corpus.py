@@ -86,8 +86,16 @@ def paragraphs(patterns, on_invalid_utf8="error"):
     blank lines is one paragraph. Lines are stripped, UTF-8 is handled as in
     `text_lines`.
 
+    Args:
+        patterns: glob(s), as for `resolve_files`.
+        on_invalid_utf8: `"error"`, `"skip"` or `"replace"`.
+
+    Yields:
+        Lists of str lines, one per paragraph.
+
     Raises:
-        CorpusError: as `text_lines`.
+        CorpusError: as `text_lines`: no file matches, a line is not UTF-8
+            (policy `"error"`), or no file holds a single non-blank line.
     """
     current, previous_path, yielded = [], None, 0
     for path, _, line in _decoded_lines(patterns, on_invalid_utf8):

@@ -38,7 +38,10 @@ _CHECKED_MODELS = {}
 class WordVectorsError(ValueError):
     """A word-vector file that is truncated, corrupt or degenerate (names the file).
 
-    `problem` is what was found, without the file name (None when not given).
+    Args:
+        message: the error message, naming the file.
+        problem: what was found, without the file name (None when not
+            given); kept as the `problem` attribute.
     """
 
     def __init__(self, message, problem=None):
@@ -71,12 +74,18 @@ def check_fasttext_model(path, check_values=True):
     time stay the same (`tfeff-pretrain` checks `fasttext.pretrained` before
     any work, and `WordVectors` checks what it loads).
 
+    A failed check raises `WordVectorsError`, naming the file.
+
+    Args:
+        path: local path of the `.bin` model.
+        check_values: also check the matrices' values (the last point above),
+            not only their sizes.
+
     Returns:
         dict with `nwords`, `bucket`, `dim`, `minn`, `maxn`, `quantized`.
 
     Raises:
         FileNotFoundError: no such file.
-        WordVectorsError: anything above, with the file named.
     """
     if not os.path.exists(path):
         raise FileNotFoundError(f"fastText model not found: {path}")
@@ -196,9 +205,18 @@ def _validate_fasttext_model(path, size, check_values):
 
 
 def check_word_vectors_file(path):
-    """The checks that can run before a word-vector file is used: a `.bin` model in
-    full (`check_fasttext_model`), a `.vec` file's header (its lines are checked as
-    they are read)."""
+    """The checks that can run before a word-vector file is used.
+
+    A `.bin` model is checked in full (`check_fasttext_model`), a `.vec` (or
+    `.txt`) file's header only (its lines are checked as they are read). A
+    failed check raises `WordVectorsError`, naming the file.
+
+    Args:
+        path: the word-vector file (any `tf.io.gfile` path).
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"Word-vector file not found: {path}")
     if path.endswith((".vec", ".txt")):
@@ -214,6 +232,16 @@ class WordVectors:
     `.bin` models give every string a vector (through character n-grams).
     `.vec` files only know their own words; any other word gets the zero
     vector, which the training pipeline then masks out.
+
+    Args:
+        path: a fastText `.bin` model (checked with `check_fasttext_model`,
+            then loaded with the `fasttext` library), or a `.vec` / `.txt`
+            text file of vectors (read whole).
+
+    Raises:
+        FileNotFoundError: no such file.
+        WordVectorsError: the `fasttext` library cannot load the `.bin` model
+            (a file that fails `check_fasttext_model` raises it as well).
     """
 
     def __init__(self, path):
@@ -325,12 +353,31 @@ def train_fasttext(
     The trained model is checked (`check_fasttext_model`) before it is
     renamed to `output_path`: a model that fails (e.g. an all-zero output
     matrix, when the corpus is too small for fastText to train on) raises
-    `WordVectorsError` and leaves nothing at `output_path`.
+    `WordVectorsError` and leaves nothing at `output_path`. A corpus that is
+    empty, not UTF-8 (under `on_invalid_utf8="error"`) or holds no word
+    fastText can take raises `CorpusError`.
+
+    Args:
+        corpus_patterns: glob(s) of the corpus, as for
+            `tfeff.data.resolve_files`.
+        output_path: local path of the `.bin` model to write.
+        dim: vector size (fastText's `-dim`).
+        minn: shortest character n-gram (`-minn`).
+        maxn: longest character n-gram (`-maxn`).
+        bucket: number of n-gram hash buckets (`-bucket`).
+        epoch: training epochs (`-epoch`).
+        min_count: minimal number of occurrences of a word (`-minCount`).
+        threads: training threads (`-thread`); 1 is deterministic.
+        lr: learning rate (`-lr`).
+        on_invalid_utf8: `"error"`, `"skip"` or `"replace"` (see
+            `tfeff.data.corpus`).
+
+    Returns:
+        `output_path`.
 
     Raises:
-        CorpusError: the corpus is empty, not UTF-8, or holds no word fastText can take.
-        WordVectorsError: the trained model fails its check.
-        ValueError: fastText's training fails.
+        ValueError: `dim`, `epoch` or `threads` is not positive, or fastText's
+            training fails (with a hint when it diverged).
     """
     for arg, value in (("dim", dim), ("epoch", epoch), ("threads", threads)):
         if value <= 0:
@@ -447,6 +494,16 @@ def compute_vocabulary_vectors(word_vectors, vocabulary, output_path, expected_d
     mean ("all-but-the-top", Mu & Viswanath, ICLR 2018) restores it. Export
     subtracts the same mean in-graph.
 
+    Args:
+        word_vectors: the `WordVectors` to read each word's vector from.
+        vocabulary: the `Vocabulary` whose words give the rows, in id order.
+        output_path: local path of the `.npy` table to write.
+        expected_dim: None, or the vector size the config asks for.
+        center: subtract the mean of the word rows (see above).
+
+    Returns:
+        `output_path`.
+
     Raises:
         ValueError: `expected_dim` is given and differs from the vectors' size.
     """
@@ -484,7 +541,19 @@ def mean_path(vectors_path):
 
 
 def load_vocabulary_vectors(path, vocabulary_size=None):
-    """Memory-maps a vocabulary table; checks its row count when given."""
+    """Memory-maps a vocabulary table; checks its row count when given.
+
+    Args:
+        path: the `.npy` table (`compute_vocabulary_vectors`).
+        vocabulary_size: None, or the number of rows the table must have.
+
+    Returns:
+        The read-only memory-mapped NumPy array `(rows, dim)`.
+
+    Raises:
+        ValueError: the file cannot be read as a `.npy` array, is not 2-D, or
+            does not have `vocabulary_size` rows.
+    """
     try:
         table = np.load(path, mmap_mode="r")
     except (OSError, ValueError) as e:

@@ -104,6 +104,10 @@ def lm_dataset(
 
     Returns:
         `tf.data.Dataset` of int32 `(batch, time)` with `time <= max_sequence_length`.
+
+    Raises:
+        ValueError: `batch_size` is not positive, `max_sequence_length` is
+            below 2, or `on_invalid_utf8` is unknown.
     """
     if batch_size <= 0:
         raise ValueError(f"`batch_size` must be positive. Received: batch_size={batch_size}")

@@ -52,6 +52,13 @@ FIRST_REGULAR_ID = MASK_ID + 1
 def tokenize_documents(patterns, vocabulary_path, lower_case=False, on_invalid_utf8="error"):
     """Every paragraph of the corpus as int32 ids `[CLS] s1 [SEP] s2 [SEP] ... sk`.
 
+    Args:
+        patterns: glob(s) of text files (see `tfeff.data.resolve_files`);
+            paragraphs are separated by blank lines (`tfeff.data.paragraphs`).
+        vocabulary_path: a BERT WordPiece vocabulary (`learn_bert_vocabulary`).
+        lower_case: lower-case and strip accents before WordPiece.
+        on_invalid_utf8: `"error"`, `"skip"` or `"replace"`.
+
     Returns:
         list of 1-D int32 arrays, in corpus order.
     """
@@ -151,7 +158,10 @@ def mask_sets(ids, lengths, rng, num_sets, vocabulary_size, max_predictions_per_
         num_sets: K; the sets of a row are disjoint.
         vocabulary_size: range of the random replacement tokens.
         max_predictions_per_seq: P, masked positions per row and set.
-        mask_rate, mask_token_rate, random_token_rate: the rates.
+        mask_rate: fraction of a row's maskable tokens masked in each set.
+        mask_token_rate: fraction of the masked positions replaced by `[MASK]`.
+        random_token_rate: fraction replaced by a random regular token (the
+            rest keep their token).
 
     Returns:
         dict with int32 `masked_token_ids` `(batch, K, time)` (the inputs of
@@ -242,6 +252,33 @@ def masked_elmo_dataset(documents, batch_size, max_sequence_length, max_predicti
     Rows are streams: under `tf.distribute`, keep the split of the global
     batch across replicas fixed (the default), so each replica always holds
     the same streams.
+
+    Args:
+        documents: the token-id documents (`tokenize_documents`).
+        batch_size: rows (streams) per batch, the global batch.
+        max_sequence_length: n, the window length in tokens.
+        max_predictions_per_seq: p, masked positions per row and set.
+        vocabulary_size: range of the random replacement tokens.
+        num_sets: K, the disjoint mask sets per batch (mask accumulation).
+        mask_rate: fraction of a row's maskable tokens masked in each set;
+            `num_sets * mask_rate` must be in (0, 1].
+        mask_token_rate: fraction of the masked positions replaced by `[MASK]`.
+        random_token_rate: fraction replaced by a random regular token (the
+            rest keep their token).
+        seed: seed of the document shuffles and the masks.
+        repeat: run epoch after epoch forever (training); False stops after
+            one epoch.
+        start_step: skip the batches before this step (a resumed run).
+        reverse_half: walk the odd streams' windows in reverse order
+            (bidirectional TBPTT).
+
+    Returns:
+        The `tf.data.Dataset`, prefetched.
+
+    Raises:
+        ValueError: `batch_size`, `max_sequence_length`,
+            `max_predictions_per_seq` or `num_sets` is not a positive integer,
+            or `num_sets * mask_rate` is not in (0, 1].
     """
     for name, value in (("batch_size", batch_size), ("max_sequence_length", max_sequence_length),
                         ("max_predictions_per_seq", max_predictions_per_seq),

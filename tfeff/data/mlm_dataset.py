@@ -137,6 +137,14 @@ def token_counts(patterns, vocabulary_path, lower_case=False, on_invalid_utf8="e
     no `[CLS]`/`[SEP]`), in file order; with `max_tokens`, counting stops
     after the chunk that reaches it.
 
+    Args:
+        patterns: glob(s) of text files (see `tfeff.data.resolve_files`).
+        vocabulary_path: a vocabulary from `learn_bert_vocabulary`.
+        lower_case: as when the vocabulary was learned.
+        on_invalid_utf8: `"error"`, `"skip"` or `"replace"`.
+        max_tokens: None (count everything), or the number of tokens after
+            which counting stops.
+
     Returns:
         `(counts, lines_read)`: int64 NumPy `(vocabulary_size,)` and the
         number of lines counted.
@@ -229,7 +237,11 @@ def mask_and_pack(segments, max_sequence_length, max_predictions_per_seq, vocabu
         max_sequence_length: padded length n (`[CLS]`/`[SEP]` included).
         max_predictions_per_seq: padded number p of masked positions.
         vocabulary_size: range of the random replacement tokens.
-        mask_rate, mask_token_rate, random_token_rate: the masking rates.
+        mask_rate: fraction of a sequence's non-special tokens selected for
+            prediction (`ceil(mask_rate * n)`, at most `max_predictions_per_seq`).
+        mask_token_rate: fraction of the selected tokens replaced by `[MASK]`.
+        random_token_rate: fraction replaced by a random id of
+            `[0, vocabulary_size)` (the rest keep their token).
         seed: shape-[2] int seed; the masks are a function of it and the ids.
 
     Returns:
@@ -280,7 +292,11 @@ def mlm_dataset(
         batch_size: sequences per batch (global batch under tf.distribute).
         max_sequence_length: n, at least 8.
         max_predictions_per_seq: p, the most masked positions per sequence.
-        mask_rate, mask_token_rate, random_token_rate: masking rates.
+        mask_rate: fraction of a sequence's non-special tokens selected for
+            prediction (`ceil(mask_rate * n)`, at most `max_predictions_per_seq`).
+        mask_token_rate: fraction of the selected tokens replaced by `[MASK]`.
+        random_token_rate: fraction replaced by a random id of
+            `[0, vocabulary_size)` (the rest keep their token).
         lower_case: as when the vocabulary was learned.
         use_nsp: build sentence pairs and `nsp_labels`.
         shuffle_buffer: windows held for shuffling; 0 disables it.
@@ -292,6 +308,12 @@ def mlm_dataset(
     Returns:
         `tf.data.Dataset` of dicts (see `mask_and_pack`), plus `nsp_labels`
         `(batch,)` with `use_nsp`.
+
+    Raises:
+        ValueError: `batch_size` is not positive, `max_sequence_length` is
+            below 8, `max_predictions_per_seq` is not in
+            `[1, max_sequence_length]`, or `on_invalid_utf8` is unknown (a
+            vocabulary without BERT's reserved tokens raises it too).
     """
     if batch_size <= 0:
         raise ValueError(f"`batch_size` must be positive. Received: batch_size={batch_size}")

@@ -203,6 +203,11 @@ def synthetic_corpus(num_sentences, seed=0, split="train", lexicon_size=3000):
 
     Yields:
         str sentences.
+
+    Raises:
+        ValueError: `num_sentences` is not a non-negative integer,
+            `lexicon_size` is not an integer >= 20, or `split` is unknown
+            (raised when iteration starts: this is a generator).
     """
     if not isinstance(num_sentences, int) or num_sentences < 0:
         raise ValueError(
@@ -233,6 +238,16 @@ def write_synthetic_corpus(directory, num_train, num_heldout, seed=0, lexicon_si
     (documents) of 1 to `2 * paragraph_sentences - 1` sentences (uniform,
     seeded), separated by blank lines; readers of lines skip blank lines, so
     only paragraph-aware readers (`tfeff.data.corpus.paragraphs`) see them.
+
+    Args:
+        directory: where the two files are written.
+        num_train: sentences of `train.txt` (the `"train"` split of
+            `synthetic_corpus`).
+        num_heldout: sentences of `heldout.txt` (the `"heldout"` split).
+        seed: the language and its sentences are a function of this seed.
+        lexicon_size: number of content words, as for `synthetic_corpus`.
+        paragraph_sentences: mean sentences per paragraph; 0 writes no
+            paragraph breaks.
 
     Returns:
         `(train_path, heldout_path)`.
@@ -284,8 +299,19 @@ def synthetic_tasks(directory, num_train, num_test, seed=0, lexicon_size=3000):
       a relative clause ("the dogs that a farmer feeds runs"); label 0: the
       sentence as generated.
 
+    Args:
+        directory: where the four files are written.
+        num_train: sentences of each task's training file, a positive int.
+        num_test: sentences of each task's test file, a positive int.
+        seed: the seed of the language (as given to `synthetic_corpus`) and
+            of the task sentences.
+        lexicon_size: number of content words, as for `synthetic_corpus`.
+
     Returns:
         `{"tagging": (train, test), "agreement": (train, test)}` paths.
+
+    Raises:
+        ValueError: `num_train` or `num_test` is not a positive integer.
     """
     from tfeff.data import files
 

@@ -77,6 +77,11 @@ def check_unknown_rate(patterns, vocabulary_path, tokenization="word", lower_cas
                        max_lines=SAMPLE_LINES, learned=False):
     """Stops a run whose training tokens would mostly be `<unk>`.
 
+    It raises `CorpusError` when the rate of unknown tokens of a file with at
+    least `MIN_FILE_TOKENS` sampled tokens, or of all sampled files together,
+    is above `max_rate`; the message names the file (the worst one), the rate
+    and the vocabulary.
+
     Args:
         patterns: the training files (globs, as `resolve_files`).
         vocabulary_path: the vocabulary the training pipeline reads.
@@ -89,11 +94,6 @@ def check_unknown_rate(patterns, vocabulary_path, tokenization="word", lower_cas
         learned: the vocabulary was learned from `patterns` by this run. It is
             then removed when the check fails, so that the next run learns it
             again instead of reusing it.
-
-    Raises:
-        CorpusError: the rate of a file with at least `MIN_FILE_TOKENS` sampled
-            tokens, or of all sampled files together, is above `max_rate`; the
-            message names the file (the worst one), the rate and the vocabulary.
     """
     token_ids = _token_ids(tokenization, vocabulary_path, lower_case)
     paths = corpus.resolve_files(patterns)

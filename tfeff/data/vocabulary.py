@@ -33,6 +33,15 @@ class Vocabulary:
     vector, however rare. `min_count` exists for the softmax baselines.
 
     The file format is one `word<TAB>count` per line, in id order.
+
+    Args:
+        words: the words in id order, starting with the reserved ones
+            (`SPECIALS`).
+        counts: their corpus counts, one per word.
+
+    Raises:
+        ValueError: `words` and `counts` differ in length, `words` does not
+            start with the reserved words, or a word appears twice.
     """
 
     def __init__(self, words, counts):

@@ -55,6 +55,9 @@ def learn_wordpiece_vocabulary(word_vocabulary, vocabulary_size, path, batch_siz
     Returns:
         The WordPiece `Vocabulary`, its counts being the number of times each
         token occurs when the corpus is tokenized.
+
+    Raises:
+        ValueError: `word_vocabulary` holds no word with a positive count.
     """
     reserved = list(vocabulary_lib.SPECIALS) + list(extra_reserved)
     specials = len(reserved)

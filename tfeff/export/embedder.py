@@ -203,6 +203,21 @@ class EmbedderModule(tf.Module):
     tokens -> `(stack, extras)` with `stack` `[batch, layers, 1 + time + 1,
     dim]` (token `j` at position `1 + j`, boundaries around) and `extras` a
     dict of other per-position tensors `[batch, 1, time + 2, d]` (predictions).
+
+    Args:
+        tokenization: the in-graph `Tokenization` (sentences to words to
+            model tokens).
+        num_layers: layers of the stack (the token layer included).
+        dim: size of each layer's vectors.
+        max_tokens: the most model tokens embedded per sentence, a positive
+            int (see the module docstring).
+        subword_pooling: `"first"`, `"mean"` or `"none"` (WordPiece models
+            only; others use `"first"`).
+        name: the module's name.
+
+    Raises:
+        ValueError: `subword_pooling` is unknown, or `max_tokens` is not a
+            positive integer.
     """
 
     family = None
@@ -414,6 +429,21 @@ class TokenIdsEmbedderModule(EmbedderModule):
     * `embedding_num_layers`, `embedding_dim` and `vocabulary_size`;
     * optionally `max_embedding_tokens`: the most tokens it embeds between the
       boundary tokens (default and maximum of `max_tokens`), or None.
+
+    Args:
+        model: the embeddable model.
+        tokenization: the in-graph `Tokenization` of the model's vocabulary.
+        family: the family name written to the export's metadata (`"bert"`,
+            `"masked_elmo"`, ...).
+        max_tokens: the most model tokens embedded per sentence; None: the
+            model's `max_embedding_tokens`, else `DEFAULT_MAX_TOKENS`.
+        subword_pooling: `"first"`, `"mean"` or `"none"` (see the module
+            docstring).
+
+    Raises:
+        ValueError: `max_tokens` is more than the model's
+            `max_embedding_tokens` (or, from `EmbedderModule`, is not a
+            positive integer, or `subword_pooling` is unknown).
     """
 
     def __init__(self, model, tokenization, family, max_tokens=None, subword_pooling="first"):
@@ -471,13 +501,41 @@ def _snake_case(name):
 def embedder_module(model, *, embedder=None, family=None, vocabulary=None,
                     fasttext_layer=None, vector_mean=None, tokenization=None, lower_case=False,
                     max_tokens=None, subword_pooling="first"):
-    """The `EmbedderModule` of a model (see `export_embedder` for the arguments).
+    """The `EmbedderModule` of a model: what `export_embedder` saves.
 
     `embedder` names the module (one of `EMBEDDERS`): `"elmo"` for an `ElmoLM`
     (any input embedding, the predictions of a continuous output),
     `"fasttext"` for a `FastTextEmbedding`, `"token_ids"` for any model with
     `embedding_layers` (`TokenIdsEmbedderModule`). A training family names its
     own (`Family.embedder_options`); None picks by the model.
+
+    Args:
+        model: an `ElmoLM`, any model with `embedding_layers`, or a
+            `FastTextEmbedding` (as for `export_embedder`).
+        embedder: which module embeds (one of `EMBEDDERS`); None picks by the model.
+        family: the `family` of the metadata (`"token_ids"` modules; default:
+            the model's class name in snake case).
+        vocabulary: the model's vocabulary (a `Vocabulary`, its file, or a list
+            of tokens in id order); needed by every model except ELMo with the
+            fixed fastText input.
+        fasttext_layer: `FastTextEmbedding` of an ELMo's fixed input vectors.
+        vector_mean: the mean subtracted from the fixed vectors (`fasttext.center`).
+        tokenization: one of `TOKENIZATIONS` (see `export_embedder`); default:
+            the model's `embedding_tokenization`, else `"word"`.
+        lower_case: `"bert"` tokenization: as `data.lower_case` in pre-training.
+        max_tokens: longest input in model tokens (boundaries excluded); None:
+            the default (see `export_embedder`).
+        subword_pooling: WordPiece models: `"first"`, `"mean"` or `"none"`.
+
+    Returns:
+        The `EmbedderModule` (not saved).
+
+    Raises:
+        TypeError: `embedder` is None and the model is none of the kinds
+            above.
+        ValueError: `embedder` or `tokenization` is unknown, an `ElmoLM` is
+            given `"bert"` tokenization, the vocabulary is missing where needed,
+            or its size differs from the model's.
     """
     from tfeff.layers import FastTextEmbedding
     from tfeff.models import ElmoLM
@@ -582,10 +640,11 @@ def export_embedder(model, path, *, embedder=None, family=None, vocabulary=None,
     Returns:
         The embedder's metadata (also in `assets.extra/embedder.json`).
 
-    Raises:
-        ValueError: `path` is, contains or lies inside a file the export reads.
-        FileExistsError: `path` exists and `overwrite` is off, or it is not an
-            export (e.g. a model directory).
+    The path is checked first (`check_export_path`): a `path` that is,
+    contains or lies inside a file the export reads raises `ValueError`; an
+    existing `path` raises `FileExistsError` when `overwrite` is off, or when
+    it is not an export (e.g. a model directory). The arguments are then
+    checked as by `embedder_module`.
     """
     sources = dict(extra_files or {})
     if isinstance(vocabulary, (str, os.PathLike)):
@@ -648,8 +707,8 @@ def check_export_path(path, inputs, overwrite):
     Returns:
         The check again, as a function (see `tfeff.data.files.check_output`).
 
-    Raises:
-        ValueError, FileExistsError: as `tfeff.data.files.check_output`.
+    A refused path raises `ValueError` or `FileExistsError`, as
+    `tfeff.data.files.check_output` does.
     """
     return files.check_output(path, inputs, overwrite=overwrite, kind="an export",
                        foreign=_not_an_export,
@@ -678,7 +737,14 @@ def _check_reload(module, path):
 
 
 def read_metadata(path):
-    """`assets.extra/embedder.json` of an export (`{}` for exports older than it)."""
+    """`assets.extra/embedder.json` of an export (`{}` for exports older than it).
+
+    Args:
+        path: the export directory.
+
+    Returns:
+        The metadata as a dict (see `EmbedderModule.metadata`).
+    """
     meta = os.path.join(path, EXTRA_DIR, METADATA_FILE)
     if not tf.io.gfile.exists(meta):
         return {}
@@ -692,6 +758,16 @@ def load_embedder(path):
     Imports tensorflow-text first when the embedder's tokenizer needs its ops
     (WordPiece models); a process without tfeff does the same by hand:
     `import tensorflow_text` then `tf.saved_model.load(path)`.
+
+    Args:
+        path: the export directory (`export_embedder`).
+
+    Returns:
+        The loaded SavedModel, with its `embed`, `embed_tokens`, `tokenize`
+        (and, where exported, `predict`) signatures.
+
+    Raises:
+        FileNotFoundError: `path` holds no `saved_model.pb`.
     """
     if not tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
         raise FileNotFoundError(f"{path} is not a SavedModel directory")

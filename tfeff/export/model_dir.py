@@ -17,6 +17,12 @@ def model_dir_embedder(model_dir, max_tokens=None, subword_pooling="first"):
     The module `export_model_dir` would write, with the restored Keras model
     still live (`module.model`): what fine-tuning the encoder needs.
 
+    Args:
+        model_dir: a tfeff model directory (`config.yaml` and checkpoints).
+        max_tokens: longest input in model tokens (see `export_embedder`);
+            None: the default.
+        subword_pooling: WordPiece models: `"first"`, `"mean"` or `"none"`.
+
     Returns:
         `(module, extra_files, step)`: the `EmbedderModule`, the files an
         export copies beside it (`{name: path}`), and the checkpoint's step.
@@ -42,14 +48,23 @@ def export_model_dir(model_dir, output, overwrite=False, max_tokens=None,
     and BERT (standard, relaxed, or converted by CoRe) directories export; the
     tokenization is the one the model was trained with (`config.yaml`).
 
+    The output path is checked before any work (`check_export_path`): an
+    `output` that is or contains `model_dir` (which may hold its export), or
+    is, contains or lies inside a file the export reads, raises `ValueError`;
+    an existing `output` raises `FileExistsError` when `overwrite` is off, or
+    when it is not an export: `overwrite` never replaces a model directory or
+    other data.
+
+    Args:
+        model_dir: a tfeff model directory (`config.yaml` and checkpoints).
+        output: the export directory to write.
+        overwrite: replace an existing export (only an export).
+        max_tokens: longest input in model tokens (see `export_embedder`);
+            None: the default.
+        subword_pooling: WordPiece models: `"first"`, `"mean"` or `"none"`.
+
     Returns:
         The exported checkpoint's step.
-
-    Raises:
-        ValueError: `output` is or contains `model_dir` (which may hold its
-            export), or is, contains or lies inside a file the export reads.
-        FileExistsError: `output` exists and `overwrite` is off, or it is not
-            an export: `overwrite` never replaces a model directory or other data.
     """
     # Before any work: the model directory (and a config's pre-trained fastText file)
     # is never written over, whatever `overwrite` says.
@@ -63,8 +78,25 @@ def export_model_dir(model_dir, output, overwrite=False, max_tokens=None,
 
 
 def export_fasttext(fasttext_path, output, overwrite=False, max_tokens=None):
-    """Exports fastText vectors alone (`.bin` with subwords, or `.vec`) as a one-layer
-    embedder with the same signatures: the context-free baseline of feature evaluations."""
+    """Exports fastText vectors alone as a one-layer embedder.
+
+    The embedder has the same signatures as the others: the context-free
+    baseline of feature evaluations. The output path is checked as by
+    `export_model_dir` (`ValueError`, `FileExistsError`).
+
+    Args:
+        fasttext_path: a fastText `.bin` model (with subwords) or a `.vec`
+            file.
+        output: the export directory to write.
+        overwrite: replace an existing export (only an export).
+        max_tokens: longest input in words; None: the default (256).
+
+    Returns:
+        The embedder's metadata (as `export_embedder`).
+
+    Raises:
+        FileNotFoundError: `fasttext_path` does not exist.
+    """
     if not tf.io.gfile.exists(fasttext_path):
         raise FileNotFoundError(f"fastText model not found: {fasttext_path}")
     check_export_path(output, {"fastText file (fasttext_path, --fasttext)": fasttext_path},

@@ -82,6 +82,12 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         Without `targets`: the full log-distribution `(..., vocabulary_size)`,
         as `log_prob`. Out-of-range targets: see `tfeff.layers.softmax_common`.
 
+    Raises:
+        ValueError: `vocabulary_size` is not an integer >= 2, `cutoffs` are not
+            unique increasing integers inside `(0, vocabulary_size)`,
+            `div_value` is not positive, or `tail_capacity` is neither None nor
+            in (0, 1].
+
     Example:
 
     >>> layer = AdaptiveSoftmax(vocabulary_size=100, cutoffs=[10, 40])

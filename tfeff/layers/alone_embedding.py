@@ -302,6 +302,14 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         `inputs.shape + (output_dim,)` in the compute dtype. With `mask_zero`,
         the mask `inputs != 0` is propagated.
 
+    Raises:
+        ValueError: a size (`vocabulary_size`, `output_dim`, `base_dim`,
+            `intermediate_dim`, `num_codebooks`, `codebook_size`,
+            `table_chunk_size`) is not a positive integer, `codebook_size` is
+            not below 2**31, `filter_type` or `lookup` is unknown,
+            `zero_probability` is not in (0, 1), `dropout_rate` is not in
+            [0, 1), or `seed` is neither None nor an integer in [0, 2**63).
+
     Example:
 
     >>> layer = AloneEmbedding(1000, output_dim=16, base_dim=16, intermediate_dim=32, seed=0)

@@ -176,6 +176,12 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
     Returns:
         `(batch, n, output_dim)`, and the attention scores when asked.
 
+    Raises:
+        ValueError: `num_anchors` is not a positive integer, `anchor_selection`
+            is unknown, `use_gate`, `sliding_window` or `attention_axes` is
+            set, or `rotary_max_wavelength` is given with an odd `key_dim`
+            (or is not a number > 1).
+
     Example:
 
     >>> layer = AnchorMultiHeadAttention(num_heads=2, key_dim=4, num_anchors=3)

@@ -58,6 +58,12 @@ class ContinuousOutput(OutputHead, keras.layers.Layer):
     Returns:
         Predicted embeddings `(..., embedding_dim)`. Masks pass through unchanged.
 
+    Raises:
+        ValueError: `embedding_dim` is not a positive integer (or is below 2
+            with the vMF loss), `loss` is unknown, `vmf_regularization1` is
+            negative, `vmf_regularization2` is not in (0, 1], or
+            `target_embedding` does not have `embedding_dim` features.
+
     Example:
 
     >>> layer = ContinuousOutput(embedding_dim=4, loss="cosine")

@@ -23,8 +23,9 @@ class FactorizedDense(keras.layers.Layer):
         rank: positive int, the inner dimension d_r (paper: 64).
         activation: activation applied after the bias (as in `Dense`).
         use_bias: whether to add a bias of size `units`.
-        input_kernel_initializer, output_kernel_initializer, bias_initializer:
-            initializers of A, B and b.
+        input_kernel_initializer: initializer of A.
+        output_kernel_initializer: initializer of B.
+        bias_initializer: initializer of b.
         **kwargs: base `Layer` arguments.
 
     Call arguments:
@@ -32,6 +33,9 @@ class FactorizedDense(keras.layers.Layer):
 
     Returns:
         `(..., units)`.
+
+    Raises:
+        ValueError: `units` or `rank` is not a positive integer.
 
     Example:
 

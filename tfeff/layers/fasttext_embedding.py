@@ -49,7 +49,8 @@ class FastTextEmbedding(keras.layers.Layer):
         input_matrix: float array `(len(words) + bucket, dim)`, or None to
             create a zero matrix of shape `(num_words + bucket, output_dim)`
             that is filled later (`.keras` loading).
-        minn, maxn: character n-gram range (fastText's `-minn`, `-maxn`).
+        minn: shortest character n-gram (fastText's `-minn`).
+        maxn: longest character n-gram (fastText's `-maxn`).
         bucket: number of n-gram hash buckets (fastText's `-bucket`).
         output_dim: vector size (needed only when `input_matrix` is None).
         num_words: dictionary size (needed only when `words` is None).
@@ -61,6 +62,13 @@ class FastTextEmbedding(keras.layers.Layer):
 
     Returns:
         float32 tensor `inputs.shape + (dim,)`.
+
+    Raises:
+        ValueError: `minn`, `maxn` or `bucket` is not a non-negative integer,
+            neither `words` nor `num_words` is given, `num_words` differs from
+            `len(words)`, `input_matrix` is not `(num_words + bucket, dim)`,
+            or `output_dim` is not a positive integer (or differs from the
+            matrix's `dim`).
 
     Example:
 

@@ -56,6 +56,10 @@ class FixedEmbedding(IdEmbeddingMixin, keras.layers.Layer):
     Returns:
         float32 tensor `inputs.shape + (dim,)`.
 
+    Raises:
+        ValueError: `table` is a path that cannot be read as a `.npy` file,
+            or the table is not a non-empty 2-D array.
+
     Example:
 
     >>> layer = FixedEmbedding(np.eye(3, dtype="float32"))

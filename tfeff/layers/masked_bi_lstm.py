@@ -110,8 +110,10 @@ class MaskedBiLSTM(keras.layers.Layer):
         return_all_layers: return the stack of all layers
             `[x, y_1, ..., y_L]` instead of the top layer (ELMo's R_k, for
             `ScalarMix`).
-        kernel_initializer, recurrent_initializer, projection_initializer:
-            initializers of W, R and P.
+        kernel_initializer: initializer of the input kernels W.
+        recurrent_initializer: initializer of the recurrent kernels R.
+        projection_initializer: initializer of the projections P (unused
+            when `projection_dim` is None).
         unit_forget_bias: if True, the forget-gate bias starts at 1.
         **kwargs: base `Layer` arguments.
 
@@ -131,6 +133,12 @@ class MaskedBiLSTM(keras.layers.Layer):
         `projection_dim`, `c` of size `units`). The forward states are at each
         sequence's last real token, the backward states at its first: feeding
         them to the next window continues the text (truncated BPTT).
+
+    Raises:
+        ValueError: `units` or `num_layers` is not a positive integer,
+            `projection_dim` is neither None nor a positive integer,
+            `dropout_rate` is not in [0, 1), or `use_cudnn` is not `"auto"`,
+            True or False.
 
     Example:
 

@@ -46,8 +46,9 @@ class ProjectedLSTM(keras.layers.Layer):
         projection_dim: positive int, size of the projected state and output.
         go_backwards: if True, process each sequence from its last real token
             to its first; outputs are returned in the original order.
-        kernel_initializer, recurrent_initializer, projection_initializer:
-            initializers of W, R and P.
+        kernel_initializer: initializer of the input kernel W.
+        recurrent_initializer: initializer of the recurrent kernel R.
+        projection_initializer: initializer of the projection P.
         unit_forget_bias: if True, the forget-gate bias starts at 1.
         **kwargs: base `Layer` arguments.
 
@@ -58,6 +59,9 @@ class ProjectedLSTM(keras.layers.Layer):
 
     Returns:
         `(batch, time, projection_dim)`.
+
+    Raises:
+        ValueError: `units` or `projection_dim` is not a positive integer.
 
     Example:
 

@@ -68,10 +68,16 @@ class RotaryMultiHeadAttention(keras.layers.MultiHeadAttention):
     Llama. `tfeff.models.Bert(position_embedding="rotary")` uses it.
 
     Args:
-        num_heads, key_dim: as `MultiHeadAttention` (`key_dim` even).
-        max_wavelength: the rotary embedding's longest wavelength.
+        num_heads: number of attention heads, as in `MultiHeadAttention`.
+        key_dim: size of each head for query and key, as in
+            `MultiHeadAttention`; must be even (dimensions rotate in pairs).
+        max_wavelength: the rotary embedding's longest wavelength, a number > 1.
         **kwargs: other `MultiHeadAttention` arguments (not `attention_axes`:
             the sequence is axis 1).
+
+    Raises:
+        ValueError: `attention_axes` is given, `key_dim` is odd, or
+            `max_wavelength` is not a number > 1.
 
     Example:
 

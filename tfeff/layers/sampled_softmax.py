@@ -81,6 +81,11 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
         As `AdaptiveSoftmax` (in training, the log probabilities are those of
         the sampled softmax; without `targets`, the exact full distribution).
 
+    Raises:
+        ValueError: `vocabulary_size` is not an integer >= 2, `num_sampled` is
+            not an integer in `[1, vocabulary_size)`, or `output_embedding`
+            does not have `vocabulary_size` rows.
+
     Example:
 
     >>> layer = SampledSoftmax(vocabulary_size=1000, num_sampled=64, seed=1)

@@ -38,6 +38,10 @@ class ScalarMix(keras.layers.Layer):
     Returns:
         `(batch, time, dim)`.
 
+    Raises:
+        ValueError: `num_layers` is not a positive integer, or
+            `initial_weights` does not have `num_layers` values.
+
     Example:
 
     >>> mix = ScalarMix(3)

@@ -98,6 +98,10 @@ def cosine_distance(y_true, y_pred, epsilon=1e-12):
 def l2_distance(y_true, y_pred):
     """Squared Euclidean distance ||y_pred - y_true||^2 along the last axis.
 
+    Args:
+        y_true: float tensor `(..., dim)`, the target embeddings.
+        y_pred: float tensor `(..., dim)`, the predictions.
+
     Returns:
         Tensor `(...)`, in `y_pred`'s dtype.
     """
@@ -164,6 +168,9 @@ def log_bessel_iv(order, x):
 
     Returns:
         float64 tensor shaped like `x`.
+
+    Raises:
+        ValueError: `order` is negative.
     """
     if order < 0:
         raise ValueError(
@@ -186,6 +193,9 @@ def log_vmf_normalizer(kappa, dim):
 
     Returns:
         Tensor shaped like `kappa`, in kappa's float dtype (computed in float64).
+
+    Raises:
+        ValueError: `dim` is not an integer >= 2.
     """
     if not isinstance(dim, int) or dim < 2:
         raise ValueError(
@@ -241,6 +251,10 @@ def vmf_nll(y_true, y_pred, regularization1=0.0, regularization2=1.0):
 
     Returns:
         Tensor `(...)` in `y_pred`'s dtype.
+
+    Raises:
+        ValueError: the last dimension of `y_pred` is not static, the two
+            last dimensions differ, or a regularizer is out of its range.
     """
     _check_vmf_regularization(regularization1, regularization2)
     y_true, y_pred = _prepare(y_true, y_pred, "vmf_nll")
@@ -278,7 +292,7 @@ class CosineDistance(_DistanceLoss):
     Args:
         reduction: a Keras reduction (`"sum_over_batch_size"` by default,
             `None` for one loss per position).
-        name: the loss's name.
+        name: the loss's name (`"cosine_distance"` by default).
         dtype: the dtype of the computation (float32 by default, also under
             mixed precision).
 
@@ -297,7 +311,12 @@ class CosineDistance(_DistanceLoss):
 class L2Distance(_DistanceLoss):
     """`l2_distance` as a Keras loss: ||y_pred - y_true||^2, reduced.
 
-    Args: as `CosineDistance`.
+    Args:
+        reduction: a Keras reduction (`"sum_over_batch_size"` by default,
+            `None` for one loss per position).
+        name: the loss's name (`"l2_distance"` by default).
+        dtype: the dtype of the computation (float32 by default, also under
+            mixed precision).
     """
 
     fn = staticmethod(l2_distance)

@@ -66,7 +66,7 @@ class Bert(keras.Model):
     (RoFormer; ModernBERT and most recent encoders): no position weights,
     attention scores that depend on relative offsets. At small sizes it is
     what lets attention find local context within a few hundred steps (the
-    README's BERT recipe section). BERT's own layout (and the keras-hub and
+    CoRe page of the docs, docs/papers/core.md). BERT's own layout (and the keras-hub and
     Hugging Face BERT converters) needs `"learned"`, the default.
 
     `input_embedding="alone"` uses an `AloneEmbedding` (set up by `alone`)
@@ -86,8 +86,9 @@ class Bert(keras.Model):
         activation: `"gelu"` (erf, BERT and Hugging Face), `"gelu_approximate"`
             (tanh, keras-hub) or `"relu"`.
         layer_norm_epsilon: layer norm epsilon.
-        relaxed: None, or a dict with `num_anchors`, `ffn_rank` and optionally
-            `anchor_selection`.
+        relaxed: None, or a dict with `num_anchors`, `ffn_rank` and
+            `anchor_selection` (missing keys default to 32, 64 and
+            `"random"`).
         use_nsp: add the pooler and next-sentence head.
         input_embedding: `"trainable"` or `"alone"`.
         alone: `AloneEmbedding` arguments (without `vocabulary_size`,
@@ -114,6 +115,13 @@ class Bert(keras.Model):
         dict with `sequence_output` `(batch, n, hidden_dim)`; `mlm_logits`
         `(batch, p, vocabulary_size)` when `masked_positions` is given;
         `pooled_output` and `nsp_logits` `(batch, 2)` with `use_nsp`.
+
+    Raises:
+        ValueError: a size (`vocabulary_size`, `num_layers`, `hidden_dim`,
+            `num_heads`, `intermediate_dim`, `max_sequence_length`,
+            `num_segments`) is not a positive integer, `input_embedding`,
+            `position_embedding` or `activation` is unknown, `relaxed` is
+            invalid, or `alone` is given without `input_embedding="alone"`.
     """
 
     def __init__(

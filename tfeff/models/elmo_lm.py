@@ -80,7 +80,10 @@ class ElmoLM(keras.Model):
         embedding_table: path of the `.npy` vocabulary vectors, or an array
             `(vocabulary_size, embedding_dim)`; row 0 is padding. Required by
             the fixed input embedding and the `"continuous"` / `"fixed"` outputs.
-        vmf_regularization1, vmf_regularization2: vMF loss regularizers.
+        vmf_regularization1: lambda_1 of the `"vmf"` loss, >= 0 (penalty on the
+            norm of the prediction).
+        vmf_regularization2: lambda_2 of the `"vmf"` loss, in (0, 1] (scale of
+            the dot product).
         input_embedding: `"fixed"` (the table), `"trainable"` or `"alone"`.
         embedding_dim: size of a trainable input embedding (default: the
             table's dimension, else `projection_dim`).
@@ -107,6 +110,18 @@ class ElmoLM(keras.Model):
         hidden states that the output layer scores (`output_head.log_prob`).
         At position t, the forward output is for token t+1 and the backward
         output for token t-1.
+
+    Raises:
+        TypeError: `vocabulary_size` is not an integer (fixed vectors passed
+            first instead of as `embedding_table=`).
+        ValueError: `num_layers`, `units` or `projection_dim` is not a
+            positive integer, `dropout_rate` is not in [0, 1), `output_layer`
+            or `input_embedding` is unknown, `embedding_table` is missing where
+            required, `tie_output` is set without a trainable or ALONE input
+            and a `"full"` output, `alone` is given without
+            `input_embedding="alone"`, `vocabulary_size` is not an integer >= 2
+            or differs from the table's rows, or `"adaptive"` has no
+            `adaptive_cutoffs`.
     """
 
     def __init__(

@@ -54,13 +54,17 @@ class MaskedElmo(keras.Model):
 
     Args:
         vocabulary_size: int >= 2 (WordPiece ids, `[MASK]` included).
-        num_layers, units, projection_dim: the `MaskedBiLSTM`.
+        num_layers: layers of the `MaskedBiLSTM`.
+        units: LSTM cell size of the `MaskedBiLSTM`.
+        projection_dim: projection size of the `MaskedBiLSTM` (the model
+            width is `2 * projection_dim`).
         dropout_rate: dropout on the embeddings and each LSTM output.
         output_layer: one of `OUTPUT_LAYERS`.
         output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
         embedding_table: `.npy` path or array `(vocabulary_size, dim)` of fixed
             target vectors (`"continuous"` only).
-        adaptive_cutoffs, adaptive_div_value: `"adaptive"` only.
+        adaptive_cutoffs: cluster boundaries of `"adaptive"` (required there).
+        adaptive_div_value: projection divisor of `"adaptive"`.
         input_embedding: `"trainable"` or `"alone"`.
         alone: dict of `AloneEmbedding` arguments for `input_embedding="alone"`.
         use_cudnn: the `MaskedBiLSTM` switch (`"auto"`, True, False).
@@ -86,6 +90,14 @@ class MaskedElmo(keras.Model):
         states `(batch, p, d)`, or the predicted vectors of `"continuous"`).
         For a training batch, `masked_output` `(batch, K, p, ...)` (K = 1
         when not training) and `states`.
+
+    Raises:
+        ValueError: `output_layer` or `input_embedding` is unknown,
+            `embedding_table` is given without, or missing with, `"continuous"`
+            (or does not have `vocabulary_size` rows), `alone` is given
+            without `input_embedding="alone"`, `tbptt_batch_size` is neither
+            None nor a positive integer, or `"adaptive"` has no
+            `adaptive_cutoffs`.
     """
 
     def __init__(

@@ -24,11 +24,15 @@ class MaskedElmoBackbone(keras.Model):
 
     Args:
         vocabulary_size: int >= 2 (WordPiece ids, `[MASK]` included).
-        num_layers, units, projection_dim: the `MaskedBiLSTM`.
+        num_layers: layers of the `MaskedBiLSTM`.
+        units: LSTM cell size of the `MaskedBiLSTM`.
+        projection_dim: projection size of the `MaskedBiLSTM` (the model
+            width d is `2 * projection_dim`).
         dropout_rate: dropout on the embeddings and each LSTM output.
         input_embedding: `"trainable"` or `"alone"`.
         alone: dict of `AloneEmbedding` arguments for `input_embedding="alone"`
-            (`lookup` included); the drawn `seed` is written back into it.
+            (`lookup` included); the drawn `seed` is recorded in the
+            backbone's copy (`backbone.alone["seed"]`), not in the dict passed.
         use_cudnn: the `MaskedBiLSTM` switch (`"auto"`, True, False).
         **kwargs: base `Model` arguments.
 
@@ -43,6 +47,10 @@ class MaskedElmoBackbone(keras.Model):
         dict with `sequence_output` `(batch, time, d)` (the top layer), `stack`
         `(batch, num_layers + 1, time, d)` (every layer, for feature mixing)
         and `states` (the final LSTM states, as `initial_state`).
+
+    Raises:
+        ValueError: `vocabulary_size` is not an integer >= 2, `input_embedding`
+            is unknown, or `alone` is given without `input_embedding="alone"`.
     """
 
     def __init__(

@@ -103,6 +103,10 @@ def compare_outputs(reference, candidate, padding_mask):
 def merge_relaxed_bert(relaxed, rtol=1e-5, probe=None):
     """Converts CoRe's relaxed `Bert` into a standard `Bert`, verified.
 
+    A `ConversionError` (a `ValueError`) is raised, and nothing returned, when
+    `relaxed` is not a relaxed `Bert`, when a tensor or shape does not match,
+    or when the outputs differ by more than `rtol`.
+
     Args:
         relaxed: a built `Bert` with `relaxed` set.
         rtol: the largest accepted relative error (max abs difference over
@@ -112,10 +116,6 @@ def merge_relaxed_bert(relaxed, rtol=1e-5, probe=None):
 
     Returns:
         The standard `Bert` (same name and settings, `relaxed=None`).
-
-    Raises:
-        ConversionError: not a relaxed Bert, unmatched tensors or shapes, or
-            outputs that differ by more than `rtol`.
     """
     return merge_and_check(relaxed, rtol, probe)[0]
 

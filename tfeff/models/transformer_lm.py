@@ -330,7 +330,10 @@ class TransformerLM(keras.Model):
         embedding_table: path of the `.npy` vocabulary vectors, or an array
             `(vocabulary_size, dim)`; row 0 is padding. Required by the fixed
             input embedding and the `"continuous"` / `"fixed"` outputs.
-        vmf_regularization1, vmf_regularization2: vMF loss regularizers.
+        vmf_regularization1: lambda_1 of the `"vmf"` loss, >= 0 (penalty on the
+            norm of the prediction).
+        vmf_regularization2: lambda_2 of the `"vmf"` loss, in (0, 1] (scale of
+            the dot product).
         input_embedding: `"fixed"`, `"trainable"` or `"alone"`.
         token_embedding_dim: size of a trainable or ALONE input embedding
             (default: the table's dimension, else `hidden_dim`); ElmoLM's
@@ -360,6 +363,20 @@ class TransformerLM(keras.Model):
         predicted vectors of a continuous output, else the hidden states the
         softmax scores (`log_prob`). Position t of `"forward"` is for token
         t+1, of `"backward"` for token t-1 (`direction_pairs`).
+
+    Raises:
+        TypeError: `vocabulary_size` is not an integer (fixed vectors passed
+            first instead of as `embedding_table=`).
+        ValueError: a size is not a positive integer, `hidden_dim` is not a
+            multiple of `num_heads` (or the head size is odd with rotary
+            positions), `dropout_rate` is not in [0, 1), a choice
+            (`activation`, `position_embedding`, `anchor_selection`,
+            `output_layer`, `input_embedding`) is unknown, `embedding_table` is
+            missing where required, `tie_output` is set without a trainable or
+            ALONE input and a `"full"` output, `alone` is given without
+            `input_embedding="alone"`, `vocabulary_size` is not an integer >= 2
+            or differs from the table's rows, or `"adaptive"` has no
+            `adaptive_cutoffs`.
 
     Example:
 

@@ -89,12 +89,31 @@ def target_ranks(predictions, target_ids, table, chunk_size=8192, block_size=102
 
 
 def top_k_accuracy(ranks, ks):
+    """The fraction of targets ranked among the k nearest, for each k.
+
+    Args:
+        ranks: the targets' ranks (0 = nearest), e.g. from `target_ranks`.
+        ks: the k values (ints).
+
+    Returns:
+        `{k: accuracy}`, with accuracy 0.0 when there are no ranks.
+    """
     ranks = np.asarray(ranks)
     return {int(k): float(np.mean(ranks < k)) if len(ranks) else 0.0 for k in ks}
 
 
 def unigram_top_k_accuracy(target_ids, vocabulary, ks):
-    """Accuracy of always predicting the k most frequent tokens (the baseline)."""
+    """Accuracy of always predicting the k most frequent tokens (the baseline).
+
+    Args:
+        target_ids: the true targets' ids.
+        vocabulary: the `tfeff.data.Vocabulary` whose counts rank the tokens
+            (`<pad>` and `<unk>` are never predicted).
+        ks: the k values (ints).
+
+    Returns:
+        `{k: accuracy}`, as `top_k_accuracy`.
+    """
     target_ids = np.asarray(target_ids)
     counts = np.asarray(vocabulary.counts, dtype=np.float64)
     counts[: vocabulary_lib.BOS_ID] = -1  # never predict <pad>/<unk>

@@ -123,8 +123,9 @@ class ResumableTraining:
     object (also in the scope), call `restore()`, and `fit(...)`.
 
     Args:
-        model, optimizer: built Keras model and optimizer (the optimizer a
-            `SkipNonFiniteUpdates`, as `make_optimizer` returns).
+        model: the built Keras model.
+        optimizer: its built optimizer (a `SkipNonFiniteUpdates`, as
+            `make_optimizer` returns).
         directory: the checkpoint directory (`<model_dir>/checkpoints`).
         max_to_keep: checkpoints kept.
         strategy: the `tf.distribute` strategy they were built under.

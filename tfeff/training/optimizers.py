@@ -15,15 +15,21 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     Args:
         peak_learning_rate: rate reached at the end of warmup.
-        warmup_steps: steps of linear warmup from 0 (0 for none).
+        warmup_steps: steps of linear warmup (the rate at step s below it is
+            `peak_learning_rate * (s + 1) / warmup_steps`); 0 for none.
         total_steps: the last step; decay ends there.
         decay: `"cosine"`, `"linear"`, `"exponential"` or `"constant"`.
         final_fraction: the rate at `total_steps` is `peak * final_fraction`
             (`"exponential"`: the rate never goes below it).
-        decay_rate, decay_steps: `"exponential"`: the rate is multiplied by
-            `decay_rate` every `decay_steps` steps after warmup, smoothly:
+        decay_rate: `"exponential"`: the rate is multiplied by `decay_rate`
+            every `decay_steps` steps after warmup, smoothly:
             `peak * decay_rate ** ((step - warmup_steps) / decay_steps)`
             (Masked ELMo: 0.95).
+        decay_steps: `"exponential"`: the steps over which the rate is
+            multiplied by `decay_rate` once (see `decay_rate`).
+
+    Raises:
+        ValueError: `decay` is unknown.
     """
 
     def __init__(self, peak_learning_rate, warmup_steps, total_steps, decay="cosine",
@@ -203,11 +209,23 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
 
 def make_optimizer(train_config, global_batch_size):
-    """Adam (AdamW with `train.weight_decay`) with warmup/decay, the rate scaled
-    linearly with the batch size, and global-norm gradient clipping
-    (`train.clipnorm`, 0 disables). Updates with NaN/Inf gradients are skipped
-    (`SkipNonFiniteUpdates`). With `train.precision: mixed_float16` it is
-    wrapped in `LossScaleOptimizer` (whose scale is checkpointed with it)."""
+    """The optimizer of a run's `train` section.
+
+    Adam (AdamW with `train.weight_decay`) with warmup/decay (`WarmupDecay`),
+    the rate scaled linearly with the batch size, and global-norm gradient
+    clipping (`train.clipnorm`, 0 disables). Updates with NaN/Inf gradients
+    are skipped (`SkipNonFiniteUpdates`). With `train.precision:
+    mixed_float16` it is wrapped in `LossScaleOptimizer` (whose scale is
+    checkpointed with it).
+
+    Args:
+        train_config: the `train` section (`tfeff.config.TrainConfig`).
+        global_batch_size: the batch size of one step over all replicas; the
+            peak rate is `learning_rate * global_batch_size / base_batch_size`.
+
+    Returns:
+        The Keras optimizer.
+    """
     optimizer = _inner_optimizer(train_config, global_batch_size)
     if getattr(train_config, "precision", "float32") == "mixed_float16":
         return LossScaleOptimizer(optimizer, name="loss_scale_optimizer")

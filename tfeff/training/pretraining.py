@@ -30,35 +30,60 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
         `eval` (the family's held-out results; chief only, not after a
         preemption) and, for a CoRe two-phase run, `switch`.
 
-    Raises:
-        tfeff.training.errors.TrainingError: a fault (non-finite loss with
-            `train.on_nan: stop`, out of memory, a missing corpus file, a full
-            or unwritable disk, an unreadable checkpoint); the directory
-            stays resumable.
+    A fault (non-finite loss with `train.on_nan: stop`, out of memory, a
+    missing corpus file, a full or unwritable disk, an unreadable checkpoint)
+    raises `tfeff.training.errors.TrainingError` from the family's run; the
+    directory stays resumable.
     """
     return get_family(config).pretrain(config, model_dir, strategy, devices, verbose=verbose,
                                        restore_fallback=restore_fallback, callbacks=callbacks)
 
 
 def prepare_data(config, model_dir):
-    """Creates (or reuses) the data of `config` in `model_dir`: a `DataArtifacts`."""
+    """Creates (or reuses) the data of `config` in `model_dir`.
+
+    Args:
+        config: a family config (`ElmoConfig`, `BertConfig`, `MaskedElmoConfig`).
+        model_dir: the model directory the corpus, vocabulary and vectors are
+            written to (or found in).
+
+    Returns:
+        The `DataArtifacts`.
+    """
     return get_family(config).prepare_data(config, model_dir)
 
 
 def build_model(config, vocabulary_size, vectors_path=None):
-    """The unbuilt Keras model of `config` (`vectors_path`: its fixed vectors, if any)."""
+    """The unbuilt Keras model of `config`.
+
+    Args:
+        config: a family config (`ElmoConfig`, `BertConfig`, `MaskedElmoConfig`).
+        vocabulary_size: the size of the vocabulary the model reads.
+        vectors_path: the model's fixed vectors (`vocabulary_vectors.npy`), or
+            None when it uses none.
+
+    Returns:
+        The Keras model; its `build()` without arguments creates every
+        variable.
+    """
     return get_family(config).build_model(config, vocabulary_size, vectors_path)
 
 
 def restore_model(model_dir, config=None, strategy=None, with_optimizer=False):
     """Builds the model of any family's `model_dir` and restores its latest checkpoint.
 
+    A directory without config, vocabulary, vectors or checkpoint raises
+    `FileNotFoundError`.
+
+    Args:
+        model_dir: a tfeff model directory.
+        config: its config; None reads `config.yaml` from `model_dir`.
+        strategy: the `tf.distribute` strategy to build the model under; None
+            for the default one.
+        with_optimizer: also restore the optimizer (to continue training).
+
     Returns:
         `RestoredModel(model, optimizer_or_None, step, config)` (a named tuple).
-
-    Raises:
-        FileNotFoundError: the directory has no config, vocabulary, vectors or
-            checkpoint.
     """
     if config is None:
         config = model_directory.load_model_dir_config(model_dir)

@@ -29,6 +29,13 @@ def make_strategy(name="default", devices=None):
         devices: optional device list for `"mirrored"` (e.g. two logical CPUs).
             The same `"mirrored"` device set gets the same strategy object
             in one process (see `_MIRRORED`).
+
+    Returns:
+        The strategy.
+
+    Raises:
+        ValueError: `name` is unknown, or `"multi_worker"` finds `TF_CONFIG`
+            unset or not valid JSON.
     """
     if name == "default":
         return tf.distribute.get_strategy()
@@ -42,7 +49,7 @@ def make_strategy(name="default", devices=None):
         if not raw:
             raise ValueError(
                 "--strategy=multi_worker needs the TF_CONFIG environment variable "
-                "(cluster and task); see the README, 'Running at scale'."
+                "(cluster and task); see docs/guides/pretraining.md, 'One GPU and many'."
             )
         try:
             json.loads(raw)

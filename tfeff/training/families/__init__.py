@@ -18,7 +18,18 @@ FAMILIES = {family.name: family for family in (ELMO, BERT, MASKED_ELMO, TRANSFOR
 
 
 def get_family(config_or_name):
-    """The `Family` of a config (its `family`) or of a family name (ValueError if unknown)."""
+    """The `Family` of a config (its `family`) or of a family name.
+
+    Args:
+        config_or_name: a family config (any object with a `family`
+            attribute) or a family name (a key of `FAMILIES`).
+
+    Returns:
+        The registered `Family` object.
+
+    Raises:
+        ValueError: the family is unknown.
+    """
     name = getattr(config_or_name, "family", config_or_name)
     if name not in FAMILIES:
         raise ValueError(f"Unknown model family {name!r}; one of {tuple(FAMILIES)}")

@@ -33,14 +33,16 @@ from tfeff.training.optimizers import make_optimizer
 class DataArtifacts:
     """What `Family.prepare_data` made (or found) in a model directory.
 
-    Attributes:
-        train_files, heldout_files: corpus globs (`heldout_files` may be empty).
+    Args:
+        train_files: the training corpus globs.
+        heldout_files: the held-out corpus globs (may be empty).
         vocabulary_path: `vocabulary.txt` (words, or WordPiece tokens).
         vectors_path: the fixed vectors of every vocabulary entry
             (`vocabulary_vectors.npy`), or None when the model uses none.
         word_vectors_path: the fastText model the vectors came from, or None.
-        documents, heldout_documents: token-id documents held in memory, for
-            families whose batches are addressed by step (Masked ELMo).
+        documents: training token-id documents held in memory, for families
+            whose batches are addressed by step (Masked ELMo); else None.
+        heldout_documents: the held-out ones, likewise.
     """
 
     train_files: str
@@ -66,7 +68,14 @@ class DataArtifacts:
 
 
 class RestoredModel(NamedTuple):
-    """A model directory's model at its latest checkpoint (`Family.restore`)."""
+    """A model directory's model at its latest checkpoint (`Family.restore`).
+
+    Attributes:
+        model: the restored Keras model.
+        optimizer: its restored optimizer, or None when restored without one.
+        step: the checkpoint's step.
+        config: the model directory's config (a family config dataclass).
+    """
 
     model: Any
     optimizer: Any
