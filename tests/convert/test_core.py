@@ -181,3 +181,26 @@ def test_keras_hub_round_trip_has_numeric_parity():
     back = from_keras_hub(backbone)
     np.testing.assert_allclose(np.asarray(back(x)["sequence_output"])[mask],
                                np.asarray(ours["sequence_output"])[mask], rtol=1e-5, atol=1e-5)
+
+
+def test_keras_hub_refuses_what_its_bert_cannot_compute():
+    with pytest.raises(ValueError, match=r"'relu' \(model.activation\)"):
+        to_keras_hub(make_bert(activation="relu"))
+    with pytest.raises(ValueError, match=r"'rotary' positions \(model.position_embedding\)"):
+        to_keras_hub(make_bert(position_embedding="rotary"))
+    with pytest.raises(ValueError, match="merge_relaxed_bert first"):
+        to_keras_hub(make_bert(relaxed=RELAXED))
+
+
+def test_keras_hub_gets_an_alone_embedding_as_its_table():
+    bert = Bert(40, **SIZES, input_embedding="alone", activation="gelu_approximate",
+                alone={"intermediate_dim": 32, "num_codebooks": 2, "codebook_size": 4, "seed": 3},
+                name="bert")
+    bert.build()
+    backbone = to_keras_hub(bert)
+    x = batch(bert)
+    mask = x["padding_mask"].astype(bool)
+    theirs = backbone({k: x[k] for k in ("token_ids", "segment_ids", "padding_mask")})
+    np.testing.assert_allclose(np.asarray(theirs["sequence_output"])[mask],
+                               np.asarray(bert(x)["sequence_output"])[mask], rtol=1e-5,
+                               atol=1e-5)

@@ -7,6 +7,7 @@ from tfeff.convert.hf_bert import read_hf_bert
 from tfeff.convert.hf_bert import write_hf_bert
 from tfeff.convert.keras_hub_bert import from_keras_hub
 from tfeff.convert.keras_hub_bert import to_keras_hub
+from tfeff.convert.keras_hub_preset import write_keras_hub_preset
 
 __all__ = [
     "ConversionError",
@@ -16,4 +17,5 @@ __all__ = [
     "read_hf_bert",
     "to_keras_hub",
     "write_hf_bert",
+    "write_keras_hub_preset",
 ]

@@ -1,9 +1,20 @@
 """Interop with keras-hub's `BertBackbone` (optional: `pip install tfeff[hub]`).
 
-keras-hub's BERT uses the tanh approximation of GELU: a tfeff `Bert` with
-`activation="gelu_approximate"` converts exactly; one with BERT's erf GELU
-(the default) converts with a warning, its outputs differing by about 1e-3.
-keras-hub's backbone has no masked-LM head: `from_keras_hub` initializes it.
+keras-hub's `BertBackbone` runs its feed-forward networks with the tanh
+approximation of GELU and layer norms with epsilon 1e-12, both fixed. A tfeff
+`Bert` with `activation="gelu_approximate"` (and the default
+`layer_norm_epsilon=1e-12`) therefore converts exactly; one with BERT's erf
+GELU (`"gelu"`, the default) converts with a warning, its sequence output
+differing slightly (relative errors of 2e-4 to 4e-4 measured on a small
+two-layer model, tests/convert/test_keras_hub_preset.py); a ReLU one does
+not convert.
+keras-hub's backbone has no masked-LM head: `from_keras_hub` initializes
+tfeff's; `write_keras_hub_preset` (`tfeff.convert.keras_hub_preset`) carries
+it into a `BertMaskedLM`.
+
+keras-hub's encoder exposes no accessors for its sublayers, whose weights the
+conversion copies: `_layer_pairs` reads its private attributes
+(`_self_attention_layer`, ...).
 """
 
 import logging
@@ -12,14 +23,26 @@ import keras
 
 from tfeff.models import Bert
 
+# What keras-hub's BertBackbone fixes: its feed-forward activation and layer-norm epsilon.
+KERAS_HUB_ACTIVATION = "gelu_approximate"
+KERAS_HUB_LAYER_NORM_EPSILON = 1e-12
+
 
 def _import_keras_hub():
+    """The `keras_hub` module; ImportError saying how to install it."""
     try:
         import keras_hub
     except ImportError as e:
         raise ImportError(
             "tfeff.convert's keras-hub interop needs keras-hub: pip install 'tfeff[hub]'") from e
     return keras_hub
+
+
+def _exact_in_keras_hub(bert):
+    """Whether keras-hub's `BertBackbone` computes exactly `bert`'s sequence output:
+    `bert` uses keras-hub's activation and layer-norm epsilon."""
+    return (bert.activation == KERAS_HUB_ACTIVATION
+            and bert.layer_norm_epsilon == KERAS_HUB_LAYER_NORM_EPSILON)
 
 
 def _layer_pairs(bert, backbone):
@@ -42,6 +65,8 @@ def _layer_pairs(bert, backbone):
 
 
 def _copy(source_weights, target_weights, what):
+    """Assigns each source weight to the target at the same index (ValueError naming
+    `what` when the lists differ in length or two paired weights in shape)."""
     if len(source_weights) != len(target_weights):
         raise ValueError(f"{what}: {len(source_weights)} vs {len(target_weights)} weights")
     for s, t in zip(source_weights, target_weights):
@@ -53,9 +78,30 @@ def _copy(source_weights, target_weights, what):
 def to_keras_hub(bert):
     """A `keras_hub.models.BertBackbone` with the weights of a standard `Bert`.
 
-    The backbone's `sequence_output` equals `bert`'s at real tokens (exactly
-    with `activation="gelu_approximate"`); its `pooled_output` equals
-    `bert`'s only with `use_nsp` (else its pooler is freshly initialized).
+    The backbone's `sequence_output` equals `bert`'s at real tokens: exactly
+    when `bert` uses `activation="gelu_approximate"` and
+    `layer_norm_epsilon=1e-12` (keras-hub's fixed choices), only approximately
+    (relative error of the order of 1e-4) with BERT's erf `"gelu"`, which is
+    logged as a warning. Its `pooled_output` equals `bert`'s only with
+    `use_nsp`; without it the backbone's pooler is freshly initialized. An
+    ALONE input embedding (`input_embedding="alone"`) is written as its
+    computed table, as `write_hf_bert` does. The masked-LM and next-sentence
+    heads have no place in the backbone (`write_keras_hub_preset` carries the
+    masked-LM head).
+
+    Args:
+        bert: a built standard (not relaxed) tfeff `Bert` with learned
+            position embeddings.
+
+    Returns:
+        The `keras_hub.models.BertBackbone`.
+
+    Without keras-hub installed, an ImportError says how to install it.
+
+    Raises:
+        ValueError: `bert` is relaxed (merge it with `merge_relaxed_bert`
+            first), has rotary positions (`model.position_embedding`) or uses
+            ReLU (`model.activation`); also when a weight's shape does not match.
     """
     keras_hub = _import_keras_hub()
     if bert.is_relaxed:
@@ -65,19 +111,30 @@ def to_keras_hub(bert):
             f"to_keras_hub needs learned position embeddings: keras-hub's BertBackbone has an "
             f"absolute position table and this model uses {bert.position_embedding_type!r} "
             f"positions (model.position_embedding).")
-    if bert.input_embedding != "trainable":
-        raise ValueError("to_keras_hub needs a trainable token embedding (write_hf_bert "
-                         "materializes an ALONE one).")
-    if bert.activation != "gelu_approximate":
-        logging.warning("keras-hub's BERT uses tanh-approximated GELU; this model uses %r, so "
-                        "outputs will differ slightly.", bert.activation)
+    if bert.activation == "relu":
+        raise ValueError(
+            "to_keras_hub needs a GELU model: keras-hub's BertBackbone always uses the tanh "
+            "approximation of GELU and this model uses 'relu' (model.activation).")
+    if bert.activation != KERAS_HUB_ACTIVATION:
+        logging.warning("keras-hub's BERT uses tanh-approximated GELU; this model uses %r "
+                        "(model.activation), so outputs will differ slightly.",
+                        bert.activation)
+    if bert.layer_norm_epsilon != KERAS_HUB_LAYER_NORM_EPSILON:
+        logging.warning("keras-hub's BERT uses layer-norm epsilon %g; this model uses %g "
+                        "(model.layer_norm_epsilon), so outputs will differ slightly.",
+                        KERAS_HUB_LAYER_NORM_EPSILON, bert.layer_norm_epsilon)
     backbone = keras_hub.models.BertBackbone(
         vocabulary_size=bert.vocabulary_size, num_layers=bert.num_layers,
         num_heads=bert.num_heads, hidden_dim=bert.hidden_dim,
         intermediate_dim=bert.intermediate_dim, dropout=bert.dropout_rate,
         max_sequence_length=bert.max_sequence_length, num_segments=bert.num_segments,
     )
-    backbone.token_embedding.embeddings.assign(bert.token_embedding.embeddings)
+    if bert.input_embedding == "alone":
+        logging.info("Writing the ALONE embedding as its computed table")
+        table = bert.token_embedding.embedding_table(training=False)
+    else:
+        table = bert.token_embedding.embeddings
+    backbone.token_embedding.embeddings.assign(keras.ops.convert_to_numpy(table))
     backbone.position_embedding.position_embeddings.assign(bert.position_embedding.embeddings)
     for ours, theirs in _layer_pairs(bert, backbone):
         _copy(ours.weights, theirs.weights, ours.path)
@@ -85,7 +142,23 @@ def to_keras_hub(bert):
 
 
 def from_keras_hub(backbone, name="bert"):
-    """A tfeff `Bert` (`gelu_approximate`, with pooler) from a keras-hub `BertBackbone`."""
+    """A tfeff `Bert` with the weights of a keras-hub `BertBackbone`.
+
+    The model uses keras-hub's activation (`gelu_approximate`) and has a
+    pooler (`use_nsp=True`, from the backbone's `pooled_dense`), so its
+    `sequence_output` and `pooled_output` equal the backbone's. The masked-LM
+    and next-sentence heads are freshly initialized: a backbone has neither.
+
+    Args:
+        backbone: a `keras_hub.models.BertBackbone`.
+        name: the name of the returned model.
+
+    Returns:
+        The built tfeff `Bert`.
+
+    A weight whose shape does not match raises a ValueError naming it; without
+    keras-hub installed, an ImportError says how to install it.
+    """
     _import_keras_hub()
     bert = Bert(
         backbone.vocabulary_size, num_layers=backbone.num_layers,
@@ -93,7 +166,7 @@ def from_keras_hub(backbone, name="bert"):
         intermediate_dim=backbone.intermediate_dim,
         max_sequence_length=backbone.max_sequence_length,
         num_segments=backbone.num_segments, dropout_rate=backbone.dropout,
-        activation="gelu_approximate", use_nsp=True, name=name,
+        activation=KERAS_HUB_ACTIVATION, use_nsp=True, name=name,
     )
     bert.build()
     bert.token_embedding.embeddings.assign(backbone.token_embedding.embeddings)
