@@ -6,7 +6,7 @@ DEMO_DIR ?= runs/demo
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-slow test-gpu bench bench-gpu install install-test clean
+.PHONY: demo test test-slow test-gpu bench bench-gpu docs install install-test clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,docs]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -30,6 +30,13 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q
 
+# The docs site, into site/: the command-line and configuration references are regenerated
+# from the code first (tools/docs_reference.py), then mkdocs builds strictly (a broken link
+# or an unparsable docstring fails).
+docs: $(VENV)/.installed-test
+	$(PY) tools/docs_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 test-slow: $(VENV)/.installed-test
 	$(PY) -m pytest -q -m slow
 
@@ -40,7 +47,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[bench]'
 	touch $@
 
-# Output-layer speed/memory table at a reduced size (minutes; see README for the full run),
+# Output-layer speed/memory table at a reduced size (minutes; the full run: docs/benchmarks.md),
 # the ALONE reconstruction experiment at full size, the ALONE lookup benchmark, the
 # CoRe layer benchmark (relaxed vs standard layers), the BERT recipe curves (learned vs
 # rotary positions, about 3 minutes), the CoRe study (two-phase vs standard pretraining,
@@ -69,7 +76,7 @@ bench: $(VENV)/.installed-bench
 
 # Training-step speed of the paper-size models (ELMo-C/A/SAMPLED/Sub, BERT-base standard and
 # relaxed, Masked ELMo), fp32 and bf16, on the backend KERAS_BACKEND names (default: JAX):
-# made for a GPU machine (README, "GPU benchmark"); GPU_PRESET=cpu runs the demo sizes here.
+# made for a GPU machine (docs/benchmarks.md); GPU_PRESET=cpu runs the demo sizes here.
 GPU_PRESET ?= paper
 GPU_BACKEND ?= jax
 bench-gpu: $(VENV)/.installed-test
@@ -77,4 +84,4 @@ bench-gpu: $(VENV)/.installed-test
 		--results runs/bench/gpu_$(GPU_PRESET).md
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info
+	rm -rf $(VENV) runs build site *.egg-info

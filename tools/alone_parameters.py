@@ -1,4 +1,4 @@
-"""Embedding parameters of ALONE against a conventional table (the README table).
+"""Embedding parameters of ALONE against a conventional table (docs/papers/alone.md).
 
 Counts come from the real layers (`AloneEmbedding.count_params()` and
 `keras.layers.Embedding.count_params()`), built at each setting's sizes:

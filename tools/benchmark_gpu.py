@@ -53,7 +53,7 @@ MODELS = {
     "elmo_c": ("elmo_c", "demo_elmo_c", "ELMo-C: fixed fastText in, continuous cosine out"),
     "elmo_a": ("elmo_a", "demo_elmo_a", "ELMo-A: adaptive softmax"),
     "elmo_sampled": ("elmo_sampled", "demo_elmo_sampled", "SAMPLED: sampled softmax"),
-    "elmo_sub": ("elmo_sub", "demo_elmo_sub", "ELMo-Sub: WordPiece, adaptive"),
+    "elmo_sub": ("elmo_sub", "demo_elmo_sub", "ELMo-Sub: WordPiece, tied full softmax"),
     "bert_base": ("bert_base", "demo_bert", "BERT-base, standard"),
     "bert_relaxed": ("bert_base_core", "demo_bert_core", "BERT-base, CoRe relaxed phase"),
     "masked_elmo": ("masked_elmo", "demo_masked_elmo", "Masked ELMo"),

@@ -12,10 +12,9 @@ in one process on synthetic Zipfian data:
     SAMPLED   SampledSoftmax, `--num_sampled` log-uniform negatives
     FULL      the exact softmax (only to show that ADAPTIVE is adaptive)
 
-Per encoder (`--encoders`: the ELMo biLSTM with projection, a 2-layer LSTM
-biLM, and tfeff's `TransformerLM`: a bidirectional transformer LM, two causal
-stacks of 2 layers) and vocabulary size (`--vocabulary_sizes`),
-it reports:
+Per run (`--runs`: `encoder:vocabulary_size` pairs; the encoders are the ELMo
+biLSTM with projection, a 2-layer LSTM biLM, and tfeff's `TransformerLM`: a
+bidirectional transformer LM, two causal stacks of 2 layers), it reports:
 
 * params: trainable parameters (the fixed tables are not parameters);
 * memory: bytes of one training step (the model's variables plus the
@@ -37,7 +36,7 @@ Results go to `--results_dir`: `output_layers.md` (the table) and
 `bench` extra). The table is printed last.
 
     python tools/benchmark_output_layers.py --preset small     # make bench
-    python tools/benchmark_output_layers.py --preset full      # the README table
+    python tools/benchmark_output_layers.py --preset full      # docs/papers/elmo-c.md's table
 """
 
 import os
@@ -71,7 +70,7 @@ PRESETS = {
                   units=256, projection_dim=64, embedding_dim=64, sequence_length=20,
                   num_sampled=1024, subword_vocabulary_size=8000, memory_budget_gib=2.0,
                   s2_max_batch=64, max_search_batch=4096, repeats=7),
-    # The README table: a larger encoder, the paper's num_sampled and budget.
+    # The docs table: a larger encoder, the paper's num_sampled and budget.
     "full": dict(runs=["elmo:40000", "elmo:800000", "elmo:2000000", "lstm2:800000",
                        "transformer:800000"],
                  units=1024, projection_dim=256, embedding_dim=300, sequence_length=20,

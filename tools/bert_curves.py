@@ -6,7 +6,7 @@ BERT). All variants train on the same corpus and vocabulary (prepared once in
 the same held-out masked tokens, next to the unigram perplexity of those
 targets. Training time excludes the evaluations.
 
-    # the README's recipe table: learned vs rotary positions at the demo size
+    # the recipe table of docs/papers/core.md: learned vs rotary positions at the demo size
     python tools/bert_curves.py --results_dir runs/bench \\
         --variant learned:model.position_embedding=learned \\
         --variant rotary:model.position_embedding=rotary

@@ -22,7 +22,7 @@ trained with several seeds; the table reports mean ± standard deviation.
 The readers, features, probes, fine-tuning and table are `tfeff.evaluation`'s;
 this script is their command line.
 
-`--demo` runs the whole offline comparison of the README: it pre-trains the
+`--demo` runs the whole offline comparison of docs/papers/elmo-c.md: it pre-trains the
 demo models on one shared synthetic language (their `configs/demo_*.yaml`
 with the corpus section of demo_elmo_c.yaml), exports them and a
 fastText-only embedder, writes the grammar-derived tasks

@@ -91,10 +91,11 @@ def test_reconstruction_of_real_fasttext_vectors_at_ci_size(fasttext_model, tmp_
         assert f"| {filter_type} | 512 | {large['parameters']:,} |" in table
 
 
-def test_readme_shows_the_computed_parameter_table():
+def test_alone_page_shows_the_computed_parameter_table():
     parameters = load_tool("alone_parameters")
     table = parameters.markdown()
     assert "| WMT En-De, Takase & Kobayashi (2020) | 37,000 | 512 | 512 | 4096 | 4,194,816 | " \
            "18,944,000 | 0.22 |" in table
-    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
-    assert table in readme, "README's ALONE parameter table is stale: run tools/alone_parameters.py"
+    page = open(os.path.join(REPO, "docs", "papers", "alone.md"), encoding="utf-8").read()
+    assert table in page, ("docs/papers/alone.md's parameter table is stale: run "
+                           "tools/alone_parameters.py")

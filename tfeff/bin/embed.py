@@ -1,4 +1,4 @@
-"""tfeff-embed: embed a text file (one sentence per line) with an exported embedder.
+r"""tfeff-embed: embed a text file (one sentence per line) with an exported embedder.
 
     tfeff-embed --embedder runs/demo/export --input sentences.txt --output runs/embeddings \
         [--format npy|hdf5] [--layers 0,2] [--on_invalid_utf8 error|skip|replace]

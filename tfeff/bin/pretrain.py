@@ -1,4 +1,4 @@
-"""tfeff-pretrain: prepare data, pretrain, evaluate. Resumes from `--model_dir`.
+r"""tfeff-pretrain: prepare data, pretrain, evaluate. Resumes from `--model_dir`.
 
     tfeff-pretrain --config configs/demo_elmo_c.yaml --model_dir runs/demo \
         [--override train.steps=2000 ...] [--strategy default|mirrored|multi_worker] \
