@@ -49,8 +49,9 @@ def test_probe_on_fasttext_features_learns_tags_and_reports_a_table(fasttext_mod
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(f"{int('the' in s.split())}\t{s}\n" for s in sentences)
         marker.append(path)
+    # Two tasks, two probe seeds: the agreement task itself (which word vectors alone
+    # cannot separate) is what the study runs, not what this test can assert on.
     tasks = {"POS": ("tagging", *paths["tagging"], 1),
-             "agreement": ("classification", *paths["agreement"]),
              "marker": ("classification", *marker)}
     rows = tool.evaluate({"fasttext": str(tmp_path / "ft")}, tasks, ("linear",), (0, 1),
                          epochs=8, log=lambda *_: None)
@@ -64,8 +65,8 @@ def test_probe_on_fasttext_features_learns_tags_and_reports_a_table(fasttext_mod
     found = np.mean(by_task["marker"]["accuracy"])
     assert found > majority + 0.1, (found, majority)
     table = tool.table(rows, (0, 1))
-    assert table.splitlines()[0] == ("| features | probe | POS acc | POS macro-F1 | agreement acc"
-                                     " | agreement macro-F1 | marker acc | marker macro-F1 |")
+    assert table.splitlines()[0] == ("| features | probe | POS acc | POS macro-F1 | marker acc"
+                                     " | marker macro-F1 |")
     assert table.splitlines()[2].startswith("| fasttext | linear | ")
 
 
