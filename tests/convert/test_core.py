@@ -155,6 +155,29 @@ def test_hugging_face_reader_rejects_a_bad_directory(tmp_path):
         write_hf_bert(make_bert(relaxed=RELAXED), tmp_path / "x")
 
 
+def test_hugging_face_vocabulary_gets_bert_names_or_is_refused(tmp_path):
+    """vocab.txt: tfeff's reserved tokens under BERT's names at the same ids, the rest as
+    they are; a vocabulary of another size, or one whose id 4 is not [MASK], is refused
+    before anything is written."""
+    from tfeff.data import SPECIALS
+    from tfeff.data import Vocabulary
+    from tfeff.data.vocabulary import MASK
+
+    bert = make_bert()  # 40 ids
+    words = [*SPECIALS, MASK] + [f"w{i}" for i in range(35)]
+    path = str(tmp_path / "vocabulary.txt")
+    Vocabulary(words, [0] * len(words)).save(path)
+    write_hf_bert(bert, tmp_path / "hf", vocabulary_path=path)
+    written = (tmp_path / "hf" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert written == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words[5:]
+    for bad, message in ((words[:-1], "39 tokens, but the model has 40"),
+                         ([*SPECIALS, "w"] + words[5:] + ["x"], "not a BERT vocabulary")):
+        Vocabulary(bad, [0] * len(bad)).save(path)
+        with pytest.raises(ValueError, match=message):
+            write_hf_bert(bert, tmp_path / "other", vocabulary_path=path)
+        assert not (tmp_path / "other").exists()
+
+
 def test_alone_embedding_is_written_as_its_table(tmp_path):
     bert = Bert(40, **SIZES, input_embedding="alone",
                 alone={"intermediate_dim": 32, "num_codebooks": 2, "codebook_size": 4, "seed": 3},

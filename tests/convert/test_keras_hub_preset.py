@@ -292,3 +292,30 @@ def test_cli_writes_a_preset_and_refuses_a_relaxed_directory(run, tmp_path, caps
     assert exit_.value.code == 1 and "Traceback" not in err
     assert err.startswith("error: ") and "model.relaxed is set" in err and err.count("\n") == 1
     assert sorted(os.listdir(tmp_path)) == ["preset"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--output_dir", "o", "--keras_hub_preset", "p"], "exactly one of --output_dir"),
+    ([], "exactly one of --output_dir"),
+    (["--output_dir", "o", "--overwrite"], "--overwrite applies to --keras_hub_preset only"),
+    (["--keras_hub_preset", "p", "--rtol", "0.1"], "--rtol applies to --output_dir only"),
+    (["--keras_hub_preset", "p", "no-hub"], "needs keras-hub, which cannot be imported"),
+])
+def test_cli_usage_errors_name_the_flags(tmp_path, monkeypatch, args, message):
+    """Refused before any work, with absl's usage error (exit status 1, no traceback); a
+    missing keras-hub (an import that fails) is named with the install command."""
+    from absl import app
+    from absl import flags
+
+    from tfeff.bin import convert_core
+
+    if "no-hub" in args:
+        args = args[:-1]
+        monkeypatch.setitem(sys.modules, "keras_hub", None)  # `import keras_hub` fails
+    try:
+        flags.FLAGS(["tfeff-convert-core", "--model_dir", str(tmp_path), *args])
+        with pytest.raises(app.UsageError, match=message):
+            convert_core.main(["tfeff-convert-core"])
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert os.listdir(tmp_path) == []

@@ -14,9 +14,12 @@ With `--keras_hub_preset`, `--model_dir` holds a standard BERT with learned
 positions (a two-phase CoRe run after its switch, the output of
 `--output_dir`, or a standard run), and the preset gets a keras-hub
 `BertMaskedLM` with its preprocessor and tokenizer
-(`tfeff.convert.write_keras_hub_preset`): `keras_hub.models.BertMaskedLM
-.from_preset(DIR)` loads it. `--overwrite` replaces an earlier preset.
+(`tfeff.convert.write_keras_hub_preset`):
+`keras_hub.models.BertMaskedLM.from_preset(DIR)` loads it. `--overwrite`
+replaces an earlier preset. It needs keras-hub (`pip install -e '.[hub]'`).
 """
+
+import importlib
 
 from absl import app
 from absl import flags
@@ -59,6 +62,15 @@ def main(argv):
         raise app.UsageError("Pass exactly one of --output_dir and --keras_hub_preset.")
     if _OVERWRITE.value and _KERAS_HUB_PRESET.value is None:
         raise app.UsageError("--overwrite applies to --keras_hub_preset only.")
+    if _KERAS_HUB_PRESET.value is not None:
+        if flags.FLAGS["rtol"].present:
+            raise app.UsageError("--rtol applies to --output_dir only (the preset's check "
+                                 "has its own tolerances).")
+        try:
+            importlib.import_module("keras_hub")
+        except ImportError as e:
+            raise app.UsageError(f"--keras_hub_preset needs keras-hub, which cannot be imported "
+                                 f"({e}): pip install -e '.[hub]' from a checkout of tfeff.")
     if _OUTPUT_DIR.value is not None:
         common.run_main(lambda: _merge(_MODEL_DIR.value, _OUTPUT_DIR.value, _RTOL.value))
     else:

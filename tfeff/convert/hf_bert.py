@@ -32,7 +32,7 @@ An ALONE input embedding is written as its computed table (the vectors the
 model uses at inference); read back, it is an ordinary trainable embedding.
 
 The weights file is read and written with the format's own `safetensors`
-package (`pip install 'tfeff[hf]'`): memory-mapped reads and its checked
+package (`pip install -e '.[hf]'`): memory-mapped reads and its checked
 header; BF16 tensors are widened to float32 on reading.
 """
 
@@ -47,6 +47,9 @@ import numpy as np
 
 from tfeff.data import files
 from tfeff.data.vocabulary import BERT_RESERVED_NAMES
+from tfeff.data.vocabulary import MASK
+from tfeff.data.vocabulary import MASK_ID
+from tfeff.data.vocabulary import Vocabulary
 from tfeff.models import Bert
 
 CONFIG_FILE = "config.json"
@@ -159,6 +162,24 @@ def _not_hf_bert(path):
     return None
 
 
+def bert_vocabulary(vocabulary_path, vocabulary_size):
+    """`(tokens, problem)`: a tfeff BERT vocabulary's tokens in id order, the reserved ones
+    under BERT's names (`[PAD] [UNK] [CLS] [SEP] [MASK]`), and None; or None and what is
+    wrong with the file (not a BERT vocabulary, another size than the model's, or an
+    ordinary token that would become a second reserved one)."""
+    words = list(Vocabulary.load(vocabulary_path).words)
+    if len(words) <= MASK_ID or words[MASK_ID] != MASK:
+        return None, f"{vocabulary_path}: not a BERT vocabulary (id {MASK_ID} must be {MASK})"
+    if len(words) != vocabulary_size:
+        return None, (f"{vocabulary_path}: {len(words)} tokens, but the model has "
+                      f"{vocabulary_size}")
+    clash = sorted(set(words[len(BERT_RESERVED_NAMES):]) & set(BERT_RESERVED_NAMES))
+    if clash:
+        return None, f"{vocabulary_path}: the ordinary token {clash[0]} would be a second one"
+    words[:len(BERT_RESERVED_NAMES)] = BERT_RESERVED_NAMES
+    return words, None
+
+
 def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
     """Writes a standard `Bert` as a Hugging Face BERT directory.
 
@@ -179,11 +200,12 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
     ValueError naming both; an existing `directory` without `overwrite`, or
     one holding other files than `write_hf_bert` writes, a FileExistsError;
     all before anything is written. Without the `safetensors` package an
-    ImportError says how to install it (`pip install 'tfeff[hf]'`).
+    ImportError says how to install it (`pip install -e '.[hf]'`).
 
     Raises:
-        ValueError: `bert` is relaxed, or its positions are not learned
-            (`model.position_embedding`).
+        ValueError: `bert` is relaxed, its positions are not learned
+            (`model.position_embedding`), or `vocabulary_path` is not a BERT
+            vocabulary of the model's size.
     """
     if bert.is_relaxed:
         raise ValueError("write_hf_bert needs a standard Bert: convert the relaxed model with "
@@ -196,6 +218,11 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
     recheck = files.check_output(
         directory, {"vocabulary file (vocabulary_path)": vocabulary_path},
         overwrite=overwrite, kind="a Hugging Face BERT directory", foreign=_not_hf_bert)
+    words = None
+    if vocabulary_path:
+        words, problem = bert_vocabulary(vocabulary_path, bert.vocabulary_size)
+        if problem:
+            raise ValueError(problem)
     tensors = {}
     for name, variable, to_hf, _ in _pairs(bert):
         if variable is None:
@@ -215,10 +242,7 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
                                        metadata={"format": "pt"})
         with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
             json.dump(hf_config(bert), f, indent=2)
-        if vocabulary_path:
-            with open(vocabulary_path, encoding="utf-8") as f:
-                words = [line.rstrip("\n").split("\t")[0] for line in f]
-            words[:len(BERT_RESERVED_NAMES)] = BERT_RESERVED_NAMES
+        if words:
             with open(os.path.join(tmp, VOCAB_FILE), "w", encoding="utf-8") as f:
                 f.write("".join(w + "\n" for w in words))
         files.move_directory_into_place(tmp, directory, recheck)
@@ -233,7 +257,7 @@ def _safetensors():
         import safetensors.numpy
     except ImportError as e:
         raise ImportError("The Hugging Face layout is read and written with the safetensors "
-                          "package: pip install 'tfeff[hf]'") from e
+                          "package: pip install -e '.[hf]'") from e
     return safetensors
 
 

@@ -1,13 +1,12 @@
-"""Interop with keras-hub's `BertBackbone` (optional: `pip install tfeff[hub]`).
+"""Interop with keras-hub's `BertBackbone` (optional: `pip install -e '.[hub]'`).
 
 keras-hub's `BertBackbone` runs its feed-forward networks with the tanh
 approximation of GELU and layer norms with epsilon 1e-12, both fixed. A tfeff
 `Bert` with `activation="gelu_approximate"` (and the default
 `layer_norm_epsilon=1e-12`) therefore converts exactly; one with BERT's erf
 GELU (`"gelu"`, the default) converts with a warning, its sequence output
-differing slightly (relative errors of 2e-4 to 4e-4 measured on a small
-two-layer model, tests/convert/test_keras_hub_preset.py); a ReLU one does
-not convert.
+differing slightly (docs/guides/interop.md gives the measured relative
+errors); a ReLU one does not convert.
 keras-hub's backbone has no masked-LM head: `from_keras_hub` initializes
 tfeff's; `write_keras_hub_preset` (`tfeff.convert.keras_hub_preset`) carries
 it into a `BertMaskedLM`.
@@ -34,7 +33,7 @@ def _import_keras_hub():
         import keras_hub
     except ImportError as e:
         raise ImportError(
-            "tfeff.convert's keras-hub interop needs keras-hub: pip install 'tfeff[hub]'") from e
+            "tfeff.convert's keras-hub interop needs keras-hub: pip install -e '.[hub]'") from e
     return keras_hub
 
 
