@@ -24,7 +24,8 @@ API_MODULES = ("layers", "losses", "models", "data", "config", "training", "expo
 def _all(module):
     """`__all__` of `tfeff.<module>`, read statically (the docs build imports nothing),
     with its TensorFlow-only names (`TENSORFLOW_ONLY`: public where TensorFlow is)."""
-    tree = ast.parse(open(os.path.join(REPO, "tfeff", module, "__init__.py")).read())
+    with open(os.path.join(REPO, "tfeff", module, "__init__.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
     values = {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
               if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
               and node.targets[0].id in ("__all__", "TENSORFLOW_ONLY")}
@@ -63,11 +64,17 @@ def test_generated_references_are_current():
 
 @pytest.mark.parametrize("module", API_MODULES)
 def test_api_page_lists_every_public_name(module):
-    page = open(os.path.join(REPO, "docs", "api", f"{module}.md")).read()
+    with open(os.path.join(REPO, "docs", "api", f"{module}.md"), encoding="utf-8") as f:
+        page = f.read()
     # `tfeff.layers.fasttext_embedding.FastTextEmbedding`: a name the package resolves
     # lazily is documented at its module.
     listed = re.findall(rf"^::: tfeff\.{module}\.(?:\w+\.)?(\w+)$", page, re.M)
     public = _all(module)
+    # A name that is also a submodule's (`tfeff.data.lm_dataset`) renders the module:
+    # such a function is documented at its module (`tfeff.data.lm_dataset.lm_dataset`).
+    shadowed = [name for name in re.findall(rf"^::: tfeff\.{module}\.(\w+)$", page, re.M)
+                if os.path.exists(os.path.join(REPO, "tfeff", module, f"{name}.py"))]
+    assert not shadowed, f"docs/api/{module}.md: write {shadowed} with their module"
     assert sorted(listed) == sorted(public), (
         f"docs/api/{module}.md: missing {sorted(set(public) - set(listed))}, "
         f"not public {sorted(set(listed) - set(public))}")
@@ -82,7 +89,8 @@ def test_every_api_module_has_a_page():
 
 
 def test_readme_is_a_short_package_description():
-    readme = open(os.path.join(REPO, "README.md")).read()
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
     assert len(readme.splitlines()) <= 250
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme):
         if "://" in target or target.startswith("mailto:"):

@@ -66,6 +66,6 @@ def pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed (pip install 'tfeff[bench]'): no PNG")
+        print("matplotlib is not installed (pip install -e '.[bench]'): no PNG")
         return None
     return plt
