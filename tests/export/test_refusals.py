@@ -229,7 +229,9 @@ def test_convert_and_hugging_face_writers_refuse_their_inputs(model_copy, tmp_pa
     bert = make_bert()
     vocab = tmp_path / "vocab" / "vocab.txt"
     vocab.parent.mkdir()
-    vocab.write_text("".join(f"w{i}\t1\n" for i in range(bert.vocabulary_size)))
+    words = ["<pad>", "<unk>", "<s>", "</s>", "[MASK]"] + [f"w{i}" for i in range(5, 40)]
+    assert len(words) == bert.vocabulary_size
+    vocab.write_text("".join(f"{w}\t1\n" for w in words))
     with pytest.raises(ValueError, match=f"contains the vocabulary file \\(vocabulary_path\\) "
                        f"{vocab}"):
         write_hf_bert(bert, str(vocab.parent), vocabulary_path=str(vocab), overwrite=True)
