@@ -125,8 +125,8 @@ def _elmo_lm_parameters(config, vocabulary_size, relaxed=False):
     embedding_dim = config.fasttext.dim if m.input_embedding == "fixed" else m.embedding_dim
     # Per layer and direction: LSTMP kernel, recurrent kernel (from the projection), bias,
     # projection, and the layer norm after it.
-    direction = (2 * _dense(projection, 4 * units) - 4 * units + _dense(units, projection, False)
-                 + 2 * projection)
+    direction = (_dense(projection, 4 * units) + projection * 4 * units
+                 + _dense(units, projection, False) + 2 * projection)
     return (_input_embedding(m, vocabulary_size, embedding_dim)
             + _dense(embedding_dim, projection)         # token_projection
             + 2 * m.num_layers * direction
