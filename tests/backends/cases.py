@@ -4,7 +4,8 @@ Imported by `tests/backends/test_backend_parity.py` under TensorFlow (in the
 pytest process) and run as a script under each other backend
 (`KERAS_BACKEND=jax|torch python tests/backends/cases.py OUT.npz`), on the
 same NumPy inputs and weights; the test compares each with TensorFlow. This
-module imports no TensorFlow of its own.
+module imports no TensorFlow of its own; run as a script, it makes TensorFlow
+unimportable first (`without_tensorflow`).
 """
 
 import os
@@ -433,14 +434,91 @@ def run_all(names=None):
     return out
 
 
+def without_tensorflow():
+    """Run where TensorFlow is unimportable (the script puts None in `sys.modules`,
+    which fails its import): the neutral core imports and builds all three models;
+    `import *` gives every other layer; the TensorFlow-only layer raises an ImportError
+    naming TensorFlow and the backend, by attribute and by from-import; eager checks
+    refuse bad inputs with tfeff's messages. Returns the lines the test compares."""
+    import keras
+
+    import tfeff.config  # noqa: F401
+    import tfeff.layers
+    import tfeff.losses  # noqa: F401
+    import tfeff.models
+
+    lines = []
+    namespace = {}
+    exec("from tfeff.layers import *", namespace)  # noqa: S102 (the star import itself)
+    lines.append(str(sorted(name for name in namespace if name[0].isupper())))
+    lines.append(str(sorted(tfeff.layers.__all__)))
+    for get in (lambda: tfeff.layers.FastTextEmbedding,
+                lambda: __import__("tfeff.layers", fromlist=["FastTextEmbedding"])):
+        try:
+            get()
+        except ImportError as e:
+            lines.append(f"{type(e).__name__} {' '.join(str(e).split())}")
+    from tfeff.models import Bert, ElmoLM, MaskedElmo
+
+    MaskedElmo(30, num_layers=1, units=8, projection_dim=4, output_layer="adaptive",
+               adaptive_cutoffs=[10], tbptt_batch_size=2, input_embedding="alone",
+               alone={"intermediate_dim": 8}).build()
+    Bert(40, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=24,
+         max_sequence_length=20, relaxed={"num_anchors": 3, "ffn_rank": 4}).build()
+    ElmoLM(30, input_embedding="trainable", output_layer="adaptive", adaptive_cutoffs=[10],
+           num_layers=1, units=8, projection_dim=4).build()
+    lines.append(f"{keras.backend.backend()} {sorted(tfeff.layers.TENSORFLOW_ONLY)}")
+
+    def refusal(call):
+        try:
+            call()
+        except ValueError as e:
+            return " ".join(str(e).split())
+        return "no error"
+
+    # Off TensorFlow, eager targets are range-checked in Python, with the same message.
+    head = tfeff.layers.FullSoftmax(5, name="head")
+    for bad in (5, -1):
+        lines.append(refusal(lambda: head(np.ones((2, 3), "float32"), np.array([0, bad]))))
+    # SampledSoftmax trains here: negatives with replacement from a SeedGenerator,
+    # log-uniform.
+    from tfeff.layers.sampled_softmax import log_uniform_probability
+    from tfeff.layers.sampled_softmax import log_uniform_sample
+
+    sampled = tfeff.layers.SampledSoftmax(50, 10, seed=0, name="sampled")
+    hidden, targets = np.ones((4, 8), "float32"), np.array([1, 2, 3, 40])
+    losses = [float(sampled(hidden, targets, training=True, return_loss=True)[1])
+              for _ in "ab"]
+    draws = np.asarray(log_uniform_sample(400_000, 50, keras.random.SeedGenerator(1)))
+    gap = np.abs(np.bincount(draws, minlength=50) / draws.size
+                 - np.asarray(log_uniform_probability(np.arange(50), 50))).max()
+    lines.append(f"{losses[0] != losses[1]} {all(np.isfinite(losses))} {0 < gap < 3e-3}")
+    alone = tfeff.layers.AloneEmbedding(5, 4, 4, 4, name="alone")
+    for lookup in ("unique", "token", "table"):
+        alone.lookup = lookup
+        lines.append(refusal(lambda: alone(np.array([[0, 5]]))))
+    # Eager (concrete) left-padded masks and targets of another shape are refused here too.
+    bi = tfeff.layers.MaskedBiLSTM(4, 2, num_layers=1, use_cudnn=False, name="bi")
+    lines.append(refusal(lambda: bi(np.ones((2, 3, 4), "float32"),
+                                    mask=np.array([[1, 1, 1], [0, 1, 1]]))))
+    lines.append(refusal(lambda: head(np.ones((2, 3), "float32"), np.zeros((3,), "int32"))))
+    blocked = "tensorflow" in sys.modules and sys.modules["tensorflow"] is None
+    lines.append(f"tensorflow: {'unimportable' if blocked else 'importable'}")
+    return lines
+
+
 if __name__ == "__main__":
     # Writes OUT.npz with every case under the backend of KERAS_BACKEND, as
-    # "float32/..."; on JAX also the float64 cases with jax_enable_x64, as "x64/...".
+    # "float32/..."; on JAX also the float64 cases with jax_enable_x64, as "x64/...";
+    # and the lines of `without_tensorflow`: TensorFlow is unimportable in this process,
+    # so every case also shows that the neutral core runs without it.
+    sys.modules["tensorflow"] = None
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))))
     import keras
 
-    results = {"backend": np.array(keras.backend.backend())}
+    results = {"backend": np.array(keras.backend.backend()),
+               "without_tensorflow": np.array(without_tensorflow())}
     results.update({f"float32/{k}": v for k, v in run_all().items()})
     if keras.backend.backend() == "jax":
         import jax
