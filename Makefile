@@ -27,8 +27,12 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/tfeff-export --model_dir $(DEMO_DIR) --output $(DEMO_DIR)/export --overwrite
 	$(PY) tools/demo_embed.py --embedder $(DEMO_DIR)/export --sentences_from $(DEMO_DIR)/corpus/heldout.txt
 
+# Two pytest processes (pytest-xdist), each running whole files: once the demo runs are
+# done, one process keeps one core busy (small models, Python-bound). TEST_WORKERS=0 runs
+# the suite in this process.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The docs site, into site/: the command-line and configuration references are regenerated
 # from the code first (tools/docs_reference.py), then mkdocs builds strictly (a broken link

@@ -69,10 +69,16 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def demo_runs(tmp_path_factory):
     """Every demo config through `tfeff-pretrain` and `tfeff-export`, started on demand
-    (tests/demo_runs.py); shared by the end-to-end tests and `trained_dir`."""
+    (tests/demo_runs.py); shared by the end-to-end tests and `trained_dir`, and by the
+    session's pytest-xdist workers (each run once, in the session's own folder)."""
     from tests.demo_runs import DemoRuns
 
-    runs = DemoRuns(str(tmp_path_factory.mktemp("demo_runs")))
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' folders are in the session's
+        root = root.parent
+    root = root / "demo_runs"
+    root.mkdir(exist_ok=True)
+    runs = DemoRuns(str(root))
     yield runs
     runs.close()
 

@@ -9,18 +9,28 @@ end-to-end tests starts them all at its beginning and runs those tests last, so
 that the subprocesses overlap the in-process tests (the 2-core machine idles
 while a process imports TensorFlow, traces a graph or waits on a child).
 
+The runs are shared by every pytest process of a session (pytest-xdist's
+workers, `make test`): a run's result is a JSON file in a folder they share; the
+first process to ask for a run holds its lock file while it runs it, the others
+wait on that lock and read the file; two slot lock files keep two runs going at
+a time across processes.
+
 One run (ELMo-FIXED) writes its stdout to a pseudo-terminal and must show Keras'
 live progress bar; the others write to a pipe, as under nohup or a batch
 scheduler, and log one line per `train.log_every` steps instead.
 """
 
 import concurrent.futures
+import contextlib
+import fcntl
 import glob
+import json
 import os
 import pty
 import subprocess
 import sys
 import threading
+import time
 
 import yaml
 
@@ -134,8 +144,53 @@ def pretrain_and_export(name, root):
     return {"model_dir": model_dir, "export": export, "pretrain": pre, "export_run": exp}
 
 
+@contextlib.contextmanager
+def _locked(path, blocking=True):
+    """An exclusive `flock` on `path` (created), held for the block; with
+    `blocking=False`, yields None at once if another process holds it."""
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield None
+            return
+        try:
+            yield f
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _slot(root, slots=2):
+    """One of `slots` run slots shared by every process under `root`."""
+    while True:
+        for i in range(slots):
+            with _locked(os.path.join(root, f"slot-{i}.lock"), blocking=False) as held:
+                if held is not None:
+                    yield
+                    return
+        time.sleep(0.2)
+
+
+def shared_run(name, root):
+    """The result of `pretrain_and_export(name, root)`, run once for every process
+    that asks under `root`: the first runs it and writes `NAME.json`; the others
+    wait on its lock and read that file."""
+    result = os.path.join(root, f"{name}.json")
+    with _locked(os.path.join(root, f"{name}.lock")):
+        if not os.path.exists(result):
+            with _slot(root):
+                out = pretrain_and_export(name, root)
+            with open(result + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(out, f)
+            os.replace(result + ".tmp", result)
+        with open(result, encoding="utf-8") as f:
+            return {k: tuple(v) if isinstance(v, list) else v for k, v in json.load(f).items()}
+
+
 class DemoRuns:
-    """Runs started on first request, two at a time; `get(name)` waits for one."""
+    """Runs started on first request, two at a time across the processes that share
+    `root`; `get(name)` waits for one."""
 
     def __init__(self, root):
         self.root = root
@@ -147,8 +202,7 @@ class DemoRuns:
         with self._lock:
             for name in sorted(names, key=lambda n: n != FULL):  # the longest first
                 if name not in self._futures:
-                    self._futures[name] = self._pool.submit(pretrain_and_export, name,
-                                                            self.root)
+                    self._futures[name] = self._pool.submit(shared_run, name, self.root)
 
     def get(self, name):
         self.start([name])
