@@ -78,14 +78,14 @@ bench: $(VENV)/.installed-bench
 	b=$$?; wait $$pid; a=$$?; test $$a = 0 -a $$b = 0
 	$(PY) tools/quality_study.py --table_only
 
-# Training-step speed of the paper-size models (ELMo-C/A/SAMPLED/Sub, BERT-base standard and
-# relaxed, Masked ELMo), fp32 and bf16, on the backend KERAS_BACKEND names (default: JAX):
-# made for a GPU machine (docs/benchmarks.md); GPU_PRESET=cpu runs the demo sizes here.
-GPU_PRESET ?= paper
-GPU_BACKEND ?= jax
+# tfeff against its peers on one GPU, in resumable parts, into one results folder
+# (tools/gpu_suite.py; docs/benchmarks.md): BERT-base MLM steps beside keras-hub and
+# Hugging Face, CoRe's relaxed model, the output layers at 800K words, Masked ELMo's
+# encoder. Made for a GPU machine; GPU_PRESET=cpu runs small sizes here. The paper-size
+# step benchmark of every config alone: tools/benchmark_gpu.py.
+GPU_PRESET ?= h100
 bench-gpu: $(VENV)/.installed-test
-	KERAS_BACKEND=$(GPU_BACKEND) $(PY) tools/benchmark_gpu.py --preset $(GPU_PRESET) \
-		--results runs/bench/gpu_$(GPU_PRESET).md
+	$(PY) tools/gpu_suite.py --preset $(GPU_PRESET) --out runs/bench/gpu_$(GPU_PRESET)
 
 clean:
 	rm -rf $(VENV) runs build site *.egg-info

@@ -34,8 +34,8 @@ torch sees it). Variants:
 Targets (issue 6): portable >= 1.3x faster than rnn_cell on CPU; cudnn >= 3x
 faster than portable on GPU.
 
-    python tools/benchmark_lstm.py [--preset small|paper] [--results runs/bench/lstm.md]
-    KERAS_BACKEND=torch python tools/benchmark_lstm.py [--preset small|paper] [--threads 1]
+    python tools/benchmark_lstm.py [--preset small|paper|tiny] [--results runs/bench/lstm.md]
+    KERAS_BACKEND=torch python tools/benchmark_lstm.py [--preset small|paper|tiny] [--threads 1]
         [--step train|forward] [--lengths random|full]
 
 `--step forward` times the forward pass alone (no gradients recorded);
@@ -63,6 +63,8 @@ from tfeff.layers import MaskedBiLSTM  # noqa: E402
 PRESETS = {
     # CPU-sized: minutes on 2 cores.
     "small": dict(batch=32, time=64, units=512, projection_dim=64, num_layers=2),
+    # Seconds: checks that every variant runs (tools/gpu_suite.py's CPU preset).
+    "tiny": dict(batch=4, time=8, units=16, projection_dim=4, num_layers=1),
     # The paper's layer sizes (GPU).
     "paper": dict(batch=128, time=128, units=4096, projection_dim=384, num_layers=2),
 }

@@ -1,0 +1,122 @@
+"""tools/gpu_suite.py with its CPU preset: real models on two backends, no TensorFlow,
+results that resume part by part."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.tools import load_tool
+
+gpu_suite = load_tool("gpu_suite")
+
+# One length of the BERT sections: tfeff on both backends, keras-hub, Hugging Face
+# (measured where `transformers` is installed, reported as missing where not) and the
+# relaxed model; one output-layer model; Masked ELMo's encoder, speed and parity.
+PARTS = ["bert_tfeff_jax_32", "bert_keras_hub_jax_32", "bert_hf_torch_32",
+         "bert_tfeff_torch_32", "core_relaxed_jax_32", "output_elmo_c_jax",
+         "lstm_speed_torch", "lstm_parity_torch"]
+
+
+def test_flops_per_token_golden():
+    """2 layers of width 64 and FFN 256, n = 32 with 5 masked, vocabulary 2,000:
+    6 x 2 (4 x 64^2 + 2 x 64 x 256) + 12 x 2 x 32 x 64 + 6 (64^2 + 2000 x 64) x 5 / 32."""
+    assert gpu_suite.flops_per_token(gpu_suite.PRESETS["cpu"], 32) == 589_824 + 49_152 + 123_840
+    assert gpu_suite.masked_per_sequence(128) == 19 and gpu_suite.masked_per_sequence(512) == 77
+
+
+def test_batches_mask_distinct_sorted_positions_of_ordinary_ids():
+    data = gpu_suite.batch(gpu_suite.PRESETS["cpu"], 64)
+    assert data["token_ids"].shape == (4, 64) and data["masked_positions"].shape == (4, 10)
+    for row in data["masked_positions"]:
+        assert list(row) == sorted(set(row))
+    assert data["token_ids"].min() >= 5 and data["token_ids"].max() < 2000
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    """The runner on the CPU preset's parts above; every Python process it starts has
+    TensorFlow unimportable (a sitecustomize on PYTHONPATH)."""
+    root = tmp_path_factory.mktemp("gpu_suite")
+    guard = root / "guard"
+    guard.mkdir()
+    (guard / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
+    env = {**os.environ, "PYTHONPATH": str(guard), "JAX_PLATFORMS": "cpu",
+           "OMP_NUM_THREADS": "1"}
+    out = root / "out"
+    command = [sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"), "--preset", "cpu",
+               "--out", str(out), "--parts", ",".join(PARTS)]
+    first = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
+    os.remove(out / "parts" / "core_relaxed_jax_32.json")
+    second = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
+    return out, first, second
+
+
+def test_the_parts_measure_equal_models_without_tensorflow(suite):
+    out, first, _ = suite
+    assert first.returncode == 0, first.stderr[-4000:]
+    data = json.loads((out / "results.json").read_text())
+    rows = {r["part"]: r for r in data["rows"]}
+    assert set(rows) == set(PARTS)
+    measured = [r for r in rows.values() if "step_s" in r and r["section"] != "output"]
+    for r in measured:
+        assert r["tokens_per_step"] == 8 * 32 and r["masked_per_sequence"] == 5
+        assert abs(r["tokens_per_s"] * r["step_s"] / r["tokens_per_step"] - 1) < 1e-9
+        assert 0 < r["loss"] < 20, r
+    # The same tfeff model on both backends; keras-hub's backbone adds its pooler
+    # (a width x width dense layer and its bias), which the masked LM never uses.
+    tfeff = rows["bert_tfeff_jax_32"]["params"]
+    assert rows["bert_tfeff_torch_32"]["params"] == tfeff
+    assert rows["bert_keras_hub_jax_32"]["params"] == tfeff + 64 * 64 + 64
+    assert rows["core_relaxed_jax_32"]["params"] != tfeff
+    assert rows["bert_tfeff_jax_32"]["versions"]["keras_backend"] == "jax"
+    assert rows["bert_tfeff_torch_32"]["versions"]["keras_backend"] == "torch"
+    hf = rows["bert_hf_torch_32"]
+    if importlib.util.find_spec("transformers") is None:
+        assert hf["error"] == "not installed: transformers", hf
+    else:  # the same architecture, weight for weight (measured: 236,560 each)
+        assert hf["params"] == tfeff and 0 < hf["loss"] < 20, hf
+    assert data["environment"]["packages"]["keras"]
+    # ELMo-C's demo model at a 5K-word vocabulary; the encoder benchmark's four torch
+    # variants; the parity check passed.
+    elmo_c = rows["output_elmo_c_jax"]
+    assert elmo_c["word_vocabulary"] == 5000 and elmo_c["tokens_per_s"] > 0
+    assert rows["lstm_speed_torch"]["returncode"] == 0, rows["lstm_speed_torch"]["output"]
+    for variant in ("portable", "rnn_cell", "keras_lstm", "torch_lstm", "torch_peer"):
+        assert f"| {variant} |" in rows["lstm_speed_torch"]["table"]
+    assert rows["lstm_parity_torch"]["returncode"] == 0, rows["lstm_parity_torch"]["output"]
+
+
+def test_a_rerun_resumes_only_the_missing_part_and_rewrites_the_tables(suite):
+    out, first, second = suite
+    assert second.returncode == 0, second.stderr[-4000:]
+    lines = second.stdout.splitlines()
+    for part in PARTS:
+        if part != "core_relaxed_jax_32":
+            assert f"{part}: done earlier" in lines
+    assert any(line.startswith("core_relaxed_jax_32: ") and "earlier" not in line
+               for line in lines), second.stdout
+    text = (out / "results.md").read_text()
+    assert "| tfeff `Bert`, JAX, XLA |" in text and "| tfeff `Bert`, PyTorch eager |" in text
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    standard = next(r for r in rows if r["part"] == "bert_tfeff_jax_32")
+    relaxed = next(r for r in rows if r["part"] == "core_relaxed_jax_32")
+    ratio = f"{standard['step_s'] / relaxed['step_s']:.2f}x"
+    assert any(line.startswith("| 32 |") and ratio in line for line in text.splitlines()), text
+    assert "`python tools/gpu_suite.py --preset cpu --out" in text
+    assert "ELMo-C: " in text and "words/s against the target of 200,000" in text
+    assert "Parity of the torch LSTM path on cpu: equal to the portable path" in text
+
+
+def test_unknown_parts_are_named_and_nothing_runs(tmp_path):
+    done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"),
+                           "--preset", "cpu", "--out", str(tmp_path / "out"),
+                           "--parts", "bert_tfeff_jax_32,bert_nope"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2
+    assert "--parts: unknown bert_nope" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()

@@ -1,0 +1,569 @@
+"""tfeff against what users would use instead, on one GPU, in one resumable run.
+
+    python tools/gpu_suite.py --out runs/gpu --preset h100   # BERT-base sizes, one GPU
+    python tools/gpu_suite.py --out /tmp/gpu --preset cpu    # small sizes, minutes on a CPU
+
+The measurement is a list of parts in priority order (the first tables come
+first, so that a shorter slot still yields them). Each part runs in a process
+of its own, because Keras reads `KERAS_BACKEND` once, under a time limit
+(`--part_limit_s`, default the preset's); its rows go to `OUT/parts/PART.json`,
+and a part whose file exists is not run again, so rerunning the same command
+resumes where a run stopped. After every part, `OUT/results.md` and
+`OUT/results.json` are written again from all the parts' files: the date, the
+command, the device and its driver, the backends' and peers' versions, and one
+table per section. Nothing imports TensorFlow: the GPU machines this is made
+for have JAX, PyTorch and Hugging Face `transformers`, and no TensorFlow.
+
+Sections so far:
+
+* **BERT MLM training step, peers.** tfeff `Bert` on JAX (XLA) and on PyTorch
+  (eager), keras-hub's `BertMaskedLM` on JAX (XLA), Hugging Face's
+  `BertForMaskedLM` on PyTorch (SDPA attention, bf16 autocast, AdamW), eager and
+  under `torch.compile`. Equal model sizes, sequence length, batch and number of
+  masked positions (15%, rounded); bf16 compute with float32 weights everywhere
+  (Keras' `mixed_bfloat16`, PyTorch's autocast). Tokens/s, peak device memory,
+  and MFU from one FLOP count per token shared by every row of a length (the
+  model's work, whatever an implementation adds: Hugging Face's head scores
+  every position, not only the masked ones): 6 x the dense encoder weights
+  (4h^2 + 2hI per layer) + 12 x layers x n x h (attention) + 6 x (h^2 + V h)
+  x masked / n (the masked-LM head).
+* **CoRe's relaxed model vs the standard one** (tfeff `Bert`, JAX, bf16): the
+  standard row is the peers table's; the ratio is standard / relaxed step time.
+* **Output layers at the paper's vocabulary** (`configs/elmo_c.yaml`,
+  `elmo_a.yaml`, `elmo_sampled.yaml` at 800K words, Li et al.'s Table 4 S2; the
+  CPU preset: the demo configs at 5K): ELMo-C, ELMo-A and SAMPLED training
+  steps on JAX in bf16, timed by `tools/benchmark_gpu.py`'s `measure`, the
+  step-time ratios beside the paper's, and ELMo-C's words/s beside the target
+  of 200,000 on one H100 (the paper: about 37,000 on four GTX 1080 Ti).
+* **Masked ELMo's encoder** (2 x 4096 cells, 384 projection; the CPU preset:
+  `tools/benchmark_lstm.py --preset tiny`): `tools/benchmark_lstm.py` on the
+  torch backend (MaskedBiLSTM's torch LSTM path, i.e. cuDNN on CUDA, vs its
+  portable path vs `torch.nn.LSTM(proj_size)` driven directly), and the parity
+  of the torch LSTM path with the portable path on the device
+  (`python -m tests.layers.torch_lstm_parity`: outputs, states, gradients).
+"""
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Model and batch sizes by preset. `lengths` maps a sequence length to its batch
+# (equal tokens per batch); every row of a length uses that length and batch.
+PRESETS = {
+    "h100": dict(vocabulary=30522, layers=12, hidden=768, heads=12, intermediate=3072,
+                 lengths={128: 128, 512: 32}, steps=20, warmup=5, part_limit_s=540,
+                 word_vocabulary=800_000, benchmark_preset="paper", lstm_preset="paper",
+                 lstm_repeats=5, device="cuda"),
+    "cpu": dict(vocabulary=2000, layers=2, hidden=64, heads=4, intermediate=256,
+                lengths={32: 8, 64: 4}, steps=2, warmup=1, part_limit_s=300,
+                word_vocabulary=5_000, benchmark_preset="cpu", lstm_preset="tiny",
+                lstm_repeats=1, device="cpu"),
+}
+MASKING_RATE = 0.15
+# Dense bf16 peak FLOP/s (without sparsity) by device-name fragment.
+PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12}
+PACKAGES = ("keras", "jax", "jaxlib", "torch", "transformers", "keras-hub", "numpy", "tfeff")
+
+
+def _parts(preset):
+    """`[(part, backend, section, implementation, n)]` in the order they run."""
+    parts = []
+    for n in PRESETS[preset]["lengths"]:
+        parts += [(f"bert_tfeff_jax_{n}", "jax", "peers", "tfeff_jax", n),
+                  (f"bert_keras_hub_jax_{n}", "jax", "peers", "keras_hub_jax", n),
+                  (f"bert_hf_torch_{n}", "torch", "peers", "hf_torch", n),
+                  (f"bert_hf_torch_compile_{n}", "torch", "peers", "hf_torch_compile", n),
+                  (f"bert_tfeff_torch_{n}", "torch", "peers", "tfeff_torch", n)]
+    parts += [(f"core_relaxed_jax_{n}", "jax", "core", "tfeff_relaxed_jax", n)
+              for n in PRESETS[preset]["lengths"]]
+    parts += [(f"output_{name}_jax", "jax", "output", name, None) for name in OUTPUT_MODELS]
+    parts += [("lstm_speed_torch", "torch", "lstm", "speed", None),
+              ("lstm_parity_torch", "torch", "lstm", "parity", None)]
+    return parts
+
+
+def _lstm_command(what, sizes, work_dir):
+    """The command line of an `lstm` part (run from the repository root)."""
+    if what == "speed":
+        return [sys.executable, os.path.join(REPO, "tools", "benchmark_lstm.py"), "--preset",
+                sizes["lstm_preset"], "--repeats", str(sizes["lstm_repeats"]), "--results",
+                os.path.join(work_dir, "lstm_speed.md")]
+    return [sys.executable, "-m", "tests.layers.torch_lstm_parity", "--device", sizes["device"]]
+
+
+# name -> (what it is, the paper's step time relative to ELMo-C, Table 4)
+OUTPUT_MODELS = {"elmo_c": ("ELMo-C: continuous output", None),
+                 "elmo_a": ("ELMo-A: adaptive softmax", 1.47),
+                 "elmo_sampled": ("SAMPLED: sampled softmax", 1.35)}
+ELMO_C_TARGET_WORDS_PER_S = 200_000
+
+
+LABELS = {
+    "tfeff_jax": "tfeff `Bert`, JAX, XLA",
+    "keras_hub_jax": "keras-hub `BertMaskedLM`, JAX, XLA",
+    "hf_torch": "Hugging Face `BertForMaskedLM`, PyTorch eager, SDPA",
+    "hf_torch_compile": "Hugging Face `BertForMaskedLM`, `torch.compile`, SDPA",
+    "tfeff_torch": "tfeff `Bert`, PyTorch eager",
+    "tfeff_relaxed_jax": "tfeff `Bert`, CoRe relaxed, JAX, XLA",
+}
+
+
+def masked_per_sequence(n):
+    return max(1, round(MASKING_RATE * n))
+
+
+def flops_per_token(sizes, n):
+    """The model FLOPs per token of one training step (module docstring)."""
+    h, i, layers, v = sizes["hidden"], sizes["intermediate"], sizes["layers"], sizes["vocabulary"]
+    dense = layers * (4 * h * h + 2 * h * i)
+    return (6.0 * dense + 12.0 * layers * n * h
+            + 6.0 * (h * h + v * h) * masked_per_sequence(n) / n)
+
+
+def batch(sizes, n, seed=0):
+    """One MLM batch as NumPy: ids of a Zipfian language (ids 0-4 reserved), two
+    segments, no padding, sorted distinct masked positions."""
+    rng = np.random.default_rng(seed)
+    b, v, p = sizes["lengths"][n], sizes["vocabulary"], masked_per_sequence(n)
+    ids = np.minimum(rng.zipf(1.2, size=(b, n)) + 4, v - 1).astype("int32")
+    positions = np.sort(np.stack([rng.choice(n, p, replace=False) for _ in range(b)]), -1)
+    return {"token_ids": ids,
+            "segment_ids": (np.arange(n)[None, :] >= n // 2).repeat(b, 0).astype("int32"),
+            "padding_mask": np.ones((b, n), "int32"),
+            "masked_positions": positions.astype("int32"),
+            "masked_ids": np.minimum(rng.zipf(1.2, size=(b, p)) + 4, v - 1).astype("int32"),
+            "masked_weights": np.ones((b, p), "float32")}
+
+
+def _median_step(step, warmup, steps):
+    """Median seconds of `steps` calls of `step` after `warmup`; `step` must block
+    until its loss is on the host. Returns `(median, last loss)`."""
+    times, loss = [], None
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        loss = step()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    if not np.isfinite(loss):
+        raise FloatingPointError(f"loss {loss}")
+    return statistics.median(times), float(loss)
+
+
+# ------------------------------------------------------------------ Keras parts
+
+
+def _keras_device():
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        return device.device_kind if device.platform != "cpu" else None
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
+def _keras_peak_memory():
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
+    import torch
+
+    return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
+
+
+def _tfeff_bert(sizes, n, relaxed):
+    from tfeff.models import Bert
+
+    return Bert(sizes["vocabulary"], num_layers=sizes["layers"], hidden_dim=sizes["hidden"],
+                num_heads=sizes["heads"], intermediate_dim=sizes["intermediate"],
+                max_sequence_length=n, dropout_rate=0.1, activation="gelu",
+                relaxed={"num_anchors": 32 if sizes["hidden"] >= 256 else 4,
+                         "ffn_rank": 64 if sizes["hidden"] >= 256 else 8} if relaxed else None,
+                name="bert")
+
+
+def _keras_hub_bert(sizes, n):
+    import keras_hub
+
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=sizes["vocabulary"], num_layers=sizes["layers"],
+        num_heads=sizes["heads"], hidden_dim=sizes["hidden"],
+        intermediate_dim=sizes["intermediate"], dropout=0.1, max_sequence_length=n)
+    return keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None)
+
+
+def run_keras(implementation, sizes, n, steps, warmup):
+    """One Keras model's training step, bf16 compute (`mixed_bfloat16`), Adam."""
+    import keras
+
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    keras.utils.set_random_seed(0)
+    data = batch(sizes, n)
+    jit = keras.backend.backend() == "jax"
+    if implementation == "keras_hub_jax":
+        model = _keras_hub_bert(sizes, n)
+        model.compile(optimizer=keras.optimizers.Adam(1e-4),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      weighted_metrics=[], jit_compile=jit)
+        x = {"token_ids": data["token_ids"], "segment_ids": data["segment_ids"],
+             "padding_mask": data["padding_mask"], "mask_positions": data["masked_positions"]}
+
+        def step():
+            return model.train_on_batch(x, data["masked_ids"],
+                                        sample_weight=data["masked_weights"])
+    else:
+        model = _tfeff_bert(sizes, n, relaxed=implementation == "tfeff_relaxed_jax")
+        model.build()
+        model.compile(optimizer=keras.optimizers.Adam(1e-4), jit_compile=jit)
+
+        def step():
+            return model.train_on_batch(data, return_dict=True)["loss"]
+
+    median, loss = _median_step(step, warmup, steps)
+    return {"params": model.count_params(), "step_s": median, "loss": loss,
+            "peak_memory_bytes": _keras_peak_memory(), "device": _keras_device()}
+
+
+# ------------------------------------------------------------------ PyTorch parts
+
+
+def run_hf(implementation, sizes, n, steps, warmup):
+    """Hugging Face `BertForMaskedLM` (SDPA), bf16 autocast, AdamW; the labels are -100
+    except at the masked positions."""
+    import torch
+    from transformers import BertConfig
+    from transformers import BertForMaskedLM
+
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    config = BertConfig(vocab_size=sizes["vocabulary"], hidden_size=sizes["hidden"],
+                        num_hidden_layers=sizes["layers"], num_attention_heads=sizes["heads"],
+                        intermediate_size=sizes["intermediate"], max_position_embeddings=n,
+                        type_vocab_size=2, hidden_dropout_prob=0.1,
+                        attention_probs_dropout_prob=0.1, attn_implementation="sdpa")
+    model = BertForMaskedLM(config).to(device).train()
+    params = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
+                                  fused=device == "cuda")
+    data = batch(sizes, n)
+    labels = np.full(data["token_ids"].shape, -100, "int64")
+    np.put_along_axis(labels, data["masked_positions"], data["masked_ids"], axis=1)
+    inputs = {"input_ids": torch.tensor(data["token_ids"], dtype=torch.long, device=device),
+              "token_type_ids": torch.tensor(data["segment_ids"], dtype=torch.long,
+                                             device=device),
+              "attention_mask": torch.tensor(data["padding_mask"], dtype=torch.long,
+                                             device=device),
+              "labels": torch.tensor(labels, device=device)}
+    forward = torch.compile(model) if implementation == "hf_torch_compile" else model
+
+    def step():
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            loss = forward(**inputs).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()  # synchronizes
+
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    median, loss = _median_step(step, warmup, steps)
+    return {"params": params, "step_s": median, "loss": loss,
+            "peak_memory_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else None,
+            "device": torch.cuda.get_device_name(0) if device == "cuda" else None}
+
+
+def _backend_versions():
+    import keras
+
+    out = {"keras_backend": keras.backend.backend()}
+    if out["keras_backend"] == "torch":
+        import torch
+
+        out["cuda"] = torch.version.cuda
+        out["cudnn"] = torch.backends.cudnn.version() if torch.cuda.is_available() else None
+    else:
+        import jax
+
+        out["jax_devices"] = [str(d) for d in jax.devices()]
+    return out
+
+
+def run_output_layer(name, sizes, work_dir):
+    """An ELMo output-layer model's bf16 training step (tools/benchmark_gpu.py's)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import benchmark_gpu
+    from tfeff.config import load_config
+
+    paper, demo, _ = benchmark_gpu.MODELS[name]
+    config = load_config(os.path.join(
+        REPO, "configs", (paper if sizes["benchmark_preset"] == "paper" else demo) + ".yaml"))
+    _, peak = benchmark_gpu.device_info()
+    row = benchmark_gpu.measure(name, config, sizes["word_vocabulary"], "bf16", sizes["steps"],
+                                sizes["warmup"], work_dir, peak)
+    row.pop("model")
+    return {**row, "device": _keras_device(), "word_vocabulary": sizes["word_vocabulary"]}
+
+
+def run_part(preset, part, work_dir):
+    """Runs one part in this process (its backend already chosen); returns its file's dict."""
+    sizes = PRESETS[preset]
+    (_, backend, section, implementation, n), = [p for p in _parts(preset) if p[0] == part]
+    import keras
+
+    if keras.backend.backend() != backend:
+        raise SystemExit(f"part {part} needs KERAS_BACKEND={backend}, "
+                         f"not {keras.backend.backend()}")
+    if section == "lstm":
+        done = subprocess.run(_lstm_command(implementation, sizes, work_dir), cwd=REPO,
+                              capture_output=True, text=True)
+        row = {"returncode": done.returncode, "output": (done.stdout + done.stderr)[-3000:]}
+        if implementation == "speed" and done.returncode == 0:
+            with open(os.path.join(work_dir, "lstm_speed.md"), encoding="utf-8") as f:
+                row["table"] = f.read()
+        return {"part": part, "section": section, "implementation": implementation, **row,
+                "versions": _backend_versions()}
+    if section == "output":
+        return {"part": part, "section": section, "implementation": implementation,
+                **run_output_layer(implementation, sizes, work_dir),
+                "versions": _backend_versions()}
+    runner = run_hf if implementation.startswith("hf_") else run_keras
+    try:
+        row = runner(implementation, sizes, n, sizes["steps"], sizes["warmup"])
+    except ImportError as e:  # a peer that is not installed: the table says so
+        row = {"error": f"not installed: {e.name or e}"}
+    tokens = sizes["lengths"][n] * n
+    if "step_s" in row:
+        row["tokens_per_s"] = tokens / row["step_s"]
+        row["model_tflops"] = flops_per_token(sizes, n) * row["tokens_per_s"] / 1e12
+    return {"part": part, "section": section, "implementation": implementation, "n": n,
+            "batch": sizes["lengths"][n], "tokens_per_step": tokens,
+            "masked_per_sequence": masked_per_sequence(n), "precision": "bf16",
+            "steps": sizes["steps"], "warmup": sizes["warmup"], **row,
+            "versions": _backend_versions()}
+
+
+# ------------------------------------------------------------------ the runner
+
+
+def _environment():
+    """Python, packages' versions and the GPU (nvidia-smi), without importing them."""
+    env = {"python": platform.python_version(), "machine": platform.machine(),
+           "cpu_count": os.cpu_count(), "packages": {}}
+    for name in PACKAGES:
+        try:
+            env["packages"][name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            env["packages"][name] = None
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=60)
+        env["gpus"] = [line.strip() for line in smi.stdout.splitlines() if line.strip()]
+    except (OSError, subprocess.TimeoutExpired):
+        env["gpus"] = []
+    return env
+
+
+def _peak(device):
+    return next((v for k, v in PEAK_BF16.items() if device and k in device), None)
+
+
+def _fmt_memory(row):
+    b = row.get("peak_memory_bytes")
+    return f"{b / 2**30:.1f} GiB" if b else "n/a"
+
+
+def tables(preset, rows):
+    """The Markdown tables of the parts done so far."""
+    sizes = PRESETS[preset]
+    by_part = {r["part"]: r for r in rows}
+    lines = [f"### BERT MLM training step (bf16; {sizes['layers']} layers, width "
+             f"{sizes['hidden']}, {sizes['heads']} heads, FFN {sizes['intermediate']}, "
+             f"vocabulary {sizes['vocabulary']:,}; median of {sizes['steps']} steps after "
+             f"{sizes['warmup']})", ""]
+    for n in sizes["lengths"]:
+        if not any(f"bert_{i}_{n}" in by_part for i in ("tfeff_jax", "keras_hub_jax", "hf_torch",
+                                                         "hf_torch_compile", "tfeff_torch")):
+            continue
+        lines += [f"n = {n}, batch {sizes['lengths'][n]}, {masked_per_sequence(n)} masked "
+                  "per sequence:", "",
+                  "| implementation | parameters | step ms | tokens/s | vs Hugging Face "
+                  "eager | peak memory | MFU |", "|---|---|---|---|---|---|---|"]
+        reference = by_part.get(f"bert_hf_torch_{n}", {}).get("step_s")
+        for part, _, section, implementation, length in _parts(preset):
+            if section != "peers" or length != n or part not in by_part:
+                continue
+            r = by_part[part]
+            if "step_s" not in r:
+                lines.append(f"| {LABELS[implementation]} | {r['error']} | | | | | |")
+                continue
+            peak = _peak(r.get("device"))
+            mfu = (f"{100 * r['model_tflops'] * 1e12 / peak:.1f}%" if peak else "n/a")
+            ratio = f"{reference / r['step_s']:.2f}x" if reference else "n/a"
+            lines.append(f"| {LABELS[implementation]} | {r['params'] / 1e6:.1f}M | "
+                         f"{1000 * r['step_s']:.1f} | {r['tokens_per_s']:,.0f} | {ratio} | "
+                         f"{_fmt_memory(r)} | {mfu} |")
+        lines.append("")
+    core = []
+    for n in sizes["lengths"]:
+        standard = by_part.get(f"bert_tfeff_jax_{n}", {})
+        relaxed = by_part.get(f"core_relaxed_jax_{n}", {})
+        if "step_s" in standard and "step_s" in relaxed:
+            core.append(f"| {n} | {1000 * standard['step_s']:.1f} | "
+                        f"{1000 * relaxed['step_s']:.1f} | "
+                        f"{standard['step_s'] / relaxed['step_s']:.2f}x | "
+                        f"{_fmt_memory(standard)} | {_fmt_memory(relaxed)} |")
+    if core:
+        lines += ["### CoRe: relaxed vs standard BERT training step (tfeff, JAX, bf16)", "",
+                  "| n | standard ms | relaxed ms | standard / relaxed | standard memory | "
+                  "relaxed memory |", "|---|---|---|---|---|---|", *core, ""]
+    output = {name: by_part[f"output_{name}_jax"] for name in OUTPUT_MODELS
+              if f"output_{name}_jax" in by_part}
+    if output:
+        lines += [f"### Output layers at a {sizes['word_vocabulary']:,}-word vocabulary "
+                  "(ELMo encoder, JAX, bf16)", "",
+                  "| model | parameters | step ms | words/s | / ELMo-C step | paper | "
+                  "peak memory | MFU |", "|---|---|---|---|---|---|---|---|"]
+        base = output.get("elmo_c", {}).get("step_s")
+        for name, r in output.items():
+            label, paper = OUTPUT_MODELS[name]
+            ratio = f"{r['step_s'] / base:.2f}x" if base else "n/a"
+            mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "n/a"
+            lines.append(f"| {label} | {r['params'] / 1e6:.1f}M | {1000 * r['step_s']:.1f} | "
+                         f"{r['tokens_per_s']:,.0f} | {ratio} | "
+                         f"{f'{paper:.2f}x' if paper else '1'} | {_fmt_memory(r)} | {mfu} |")
+        if "elmo_c" in output:
+            words = output["elmo_c"]["tokens_per_s"]
+            lines += ["", f"ELMo-C: {words:,.0f} words/s against the target of "
+                      f"{ELMO_C_TARGET_WORDS_PER_S:,} on one H100 "
+                      f"({words / ELMO_C_TARGET_WORDS_PER_S:.2f} of it)."]
+        lines.append("")
+    speed, parity = by_part.get("lstm_speed_torch"), by_part.get("lstm_parity_torch")
+    if speed or parity:
+        lines += ["### Masked ELMo's encoder (`MaskedBiLSTM`, torch backend)", ""]
+        if speed:
+            lines += [speed.get("table") or f"`tools/benchmark_lstm.py` exited "
+                      f"{speed['returncode']}:\n\n```text\n{speed['output']}\n```", ""]
+        if parity:
+            verdict = ("equal to the portable path (outputs, states, gradients)"
+                       if parity["returncode"] == 0 else
+                       f"FAILED (exit {parity['returncode']}):\n\n```text\n"
+                       f"{parity['output']}\n```")
+            lines += [f"Parity of the torch LSTM path on {sizes['device']}: {verdict}", ""]
+    return "\n".join(lines)
+
+
+def write_results(out, preset, command, environment):
+    """`OUT/results.json` and `OUT/results.md` from every part's file so far."""
+    rows = []
+    for part, *_ in _parts(preset):
+        path = os.path.join(out, "parts", f"{part}.json")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                rows.append(json.load(f))
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    data = {"date": date, "command": command, "preset": preset, "environment": environment,
+            "rows": rows}
+    gpus = ", ".join(environment["gpus"]) or "no NVIDIA GPU (nvidia-smi)"
+    versions = ", ".join(f"{k} {v}" for k, v in environment["packages"].items() if v)
+    text = (f"# tfeff GPU measurements ({preset} preset)\n\n"
+            f"{date}; `{command}`\n\nDevice: {gpus}; Python {environment['python']}, "
+            f"{environment['cpu_count']} CPU cores; {versions}.\n\n" + tables(preset, rows))
+    for name, content in (("results.json", json.dumps(data, indent=1)), ("results.md", text)):
+        tmp = os.path.join(out, name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(content)
+        os.replace(tmp, os.path.join(out, name))
+    return rows
+
+
+def _part_environment(backend):
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": os.pathsep.join(
+        p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
+    return env
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="the results folder (resumed if it "
+                        "holds parts already)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="h100")
+    parser.add_argument("--parts", default=None, help="comma-separated part names "
+                        "(default: all, in priority order)")
+    parser.add_argument("--part_limit_s", type=int, default=None,
+                        help="the time limit of one part's process (default: the preset's)")
+    parser.add_argument("--run_part", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run_part:  # a part's own process
+        work_dir = os.path.join(args.out, "work")
+        os.makedirs(work_dir, exist_ok=True)
+        result = run_part(args.preset, args.run_part, work_dir)
+        path = os.path.join(args.out, "parts", f"{args.run_part}.json")
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+        os.replace(path + ".tmp", path)
+        return 0
+    known = [p[0] for p in _parts(args.preset)]
+    chosen = args.parts.split(",") if args.parts else known
+    unknown = sorted(set(chosen) - set(known))
+    if unknown:
+        parser.error(f"--parts: unknown {', '.join(unknown)}; the {args.preset} preset has "
+                     f"{', '.join(known)}")
+    limit = args.part_limit_s or PRESETS[args.preset]["part_limit_s"]
+    os.makedirs(os.path.join(args.out, "parts"), exist_ok=True)
+    command = "python tools/gpu_suite.py " + " ".join(shlex.quote(a) for a in
+                                                      (argv if argv is not None else sys.argv[1:]))
+    environment = _environment()
+    failed = []
+    for part, backend, *_ in _parts(args.preset):
+        if part not in chosen:
+            continue
+        if os.path.exists(os.path.join(args.out, "parts", f"{part}.json")):
+            print(f"{part}: done earlier", flush=True)
+            continue
+        start = time.perf_counter()
+        try:
+            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--out",
+                                   args.out, "--preset", args.preset, "--run_part", part],
+                                  env=_part_environment(backend), capture_output=True,
+                                  text=True, timeout=limit)
+            ok, detail = done.returncode == 0, done.stderr[-2000:]
+        except subprocess.TimeoutExpired:
+            ok, detail = False, f"over the {limit} s limit"
+        seconds = time.perf_counter() - start
+        if ok:
+            print(f"{part}: {seconds:.0f} s", flush=True)
+        else:
+            failed.append(part)
+            print(f"{part}: FAILED after {seconds:.0f} s (not written; a rerun retries it)"
+                  f"\n{detail}", file=sys.stderr, flush=True)
+        write_results(args.out, args.preset, command, environment)
+    write_results(args.out, args.preset, command, environment)
+    with open(os.path.join(args.out, "results.md"), encoding="utf-8") as f:
+        print(f.read())
+    if failed:
+        print(f"error: parts failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
