@@ -27,9 +27,9 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/tfeff-export --model_dir $(DEMO_DIR) --output $(DEMO_DIR)/export --overwrite
 	$(PY) tools/demo_embed.py --embedder $(DEMO_DIR)/export --sentences_from $(DEMO_DIR)/corpus/heldout.txt
 
-# Two pytest processes (pytest-xdist), each running whole files: once the demo runs are
-# done, one process keeps one core busy (small models, Python-bound). TEST_WORKERS=0 runs
-# the suite in this process.
+# Two pytest processes (pytest-xdist), each running whole files: in one process the suite
+# keeps one of two cores busy once the demo runs are done (small models, Python-bound).
+# TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile

@@ -8,8 +8,11 @@ first, so that a shorter slot still yields them). Each part runs in a process
 of its own, because Keras reads `KERAS_BACKEND` once, under a time limit
 (`--part_limit_s`, default the preset's); its rows go to `OUT/parts/PART.json`,
 and a part whose file exists is not run again, so rerunning the same command
-resumes where a run stopped. After every part, `OUT/results.md` and
-`OUT/results.json` are written again from all the parts' files: the date, the
+resumes where a run stopped. `--deadline_s` ends a run in time (for a job
+limit): no part starts within a minute of it, a part running past it is cut
+(and not written), and the run exits 3 so that a rerun resumes it. After
+every part, `OUT/results.md` and `OUT/results.json` are written again from
+all the parts' files: the date, the
 command, the device and its driver, the backends' and peers' versions, and one
 table per section. Nothing imports TensorFlow: the GPU machines this is made
 for have JAX, PyTorch and Hugging Face `transformers`, and no TensorFlow.
@@ -50,6 +53,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -510,6 +514,10 @@ def main(argv=None):
                         "(default: all, in priority order)")
     parser.add_argument("--part_limit_s", type=int, default=None,
                         help="the time limit of one part's process (default: the preset's)")
+    parser.add_argument("--deadline_s", type=int, default=None,
+                        help="stop starting parts after this many seconds, and cut a part "
+                        "that would run past it (then rerun the same command to resume; "
+                        "exit 3)")
     parser.add_argument("--run_part", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run_part:  # a part's own process
@@ -532,29 +540,32 @@ def main(argv=None):
     command = "python tools/gpu_suite.py " + " ".join(shlex.quote(a) for a in
                                                       (argv if argv is not None else sys.argv[1:]))
     environment = _environment()
-    failed = []
+    began = time.perf_counter()
+    failed, left = [], []
     for part, backend, *_ in _parts(args.preset):
         if part not in chosen:
             continue
         if os.path.exists(os.path.join(args.out, "parts", f"{part}.json")):
             print(f"{part}: done earlier", flush=True)
             continue
+        timeout = limit
+        if args.deadline_s is not None:
+            timeout = min(limit, args.deadline_s - (time.perf_counter() - began))
+            if timeout < MINIMUM_PART_S:
+                left.append(part)
+                continue
         start = time.perf_counter()
-        try:
-            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--out",
-                                   args.out, "--preset", args.preset, "--run_part", part],
-                                  env=_part_environment(backend), capture_output=True,
-                                  text=True, timeout=limit)
-            ok, detail = done.returncode == 0, done.stderr[-2000:]
-        except subprocess.TimeoutExpired:
-            ok, detail = False, f"over the {limit} s limit"
+        ok, detail = _run_part_process(args, part, backend, timeout)
         seconds = time.perf_counter() - start
         if ok:
             print(f"{part}: {seconds:.0f} s", flush=True)
+        elif detail is None and timeout < limit:  # cut by the deadline, not its own limit
+            left.append(part)
+            print(f"{part}: cut at the deadline after {seconds:.0f} s", flush=True)
         else:
             failed.append(part)
             print(f"{part}: FAILED after {seconds:.0f} s (not written; a rerun retries it)"
-                  f"\n{detail}", file=sys.stderr, flush=True)
+                  f"\n{detail or f'over the {limit} s limit'}", file=sys.stderr, flush=True)
         write_results(args.out, args.preset, command, environment)
     write_results(args.out, args.preset, command, environment)
     with open(os.path.join(args.out, "results.md"), encoding="utf-8") as f:
@@ -562,7 +573,31 @@ def main(argv=None):
     if failed:
         print(f"error: parts failed: {', '.join(failed)}", file=sys.stderr)
         return 1
+    if left:
+        print(f"stopped at the deadline with {len(left)} parts left ({', '.join(left)}): "
+              "rerun the same command to resume", file=sys.stderr)
+        return 3
     return 0
+
+
+# A part is not started with less time than this before the deadline.
+MINIMUM_PART_S = 60
+
+
+def _run_part_process(args, part, backend, timeout):
+    """`(ok, stderr tail)` of one part's process; `(False, None)` if it ran past
+    `timeout` (its process group, children included, is killed)."""
+    process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--out", args.out,
+                                "--preset", args.preset, "--run_part", part],
+                               env=_part_environment(backend), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return False, None
+    return process.returncode == 0, stderr[-2000:]
 
 
 if __name__ == "__main__":

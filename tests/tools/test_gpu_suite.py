@@ -120,3 +120,26 @@ def test_unknown_parts_are_named_and_nothing_runs(tmp_path):
     assert done.returncode == 2
     assert "--parts: unknown bert_nope" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_deadline_starts_no_part_it_cannot_finish_and_says_how_to_resume(tmp_path):
+    """Within a minute of the deadline no part starts: exit 3, the parts left named."""
+    done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"),
+                           "--preset", "cpu", "--out", str(tmp_path / "out"),
+                           "--parts", "bert_tfeff_jax_32,output_elmo_c_jax", "--deadline_s", "30"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert ("stopped at the deadline with 2 parts left (bert_tfeff_jax_32, output_elmo_c_jax): "
+            "rerun the same command to resume") in done.stderr
+    assert not os.listdir(tmp_path / "out" / "parts")
+    assert "| tfeff `Bert`" not in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_a_part_past_its_time_is_killed_and_writes_nothing(tmp_path):
+    class Args:
+        out, preset = str(tmp_path), "cpu"
+
+    (tmp_path / "parts").mkdir()
+    ok, detail = gpu_suite._run_part_process(Args, "lstm_speed_torch", "torch", 2)
+    assert (ok, detail) == (False, None)
+    assert not (tmp_path / "parts" / "lstm_speed_torch.json").exists()
