@@ -80,8 +80,8 @@ bench: $(VENV)/.installed-bench
 
 # tfeff against its peers on one GPU, in resumable parts, into one results folder
 # (tools/gpu_suite.py; docs/benchmarks.md): BERT-base MLM steps beside keras-hub and
-# Hugging Face, CoRe's relaxed model, the output layers at 800K words, Masked ELMo's
-# encoder. Made for a GPU machine; GPU_PRESET=cpu runs small sizes here. The paper-size
+# Hugging Face, CoRe's relaxed model, the output layers at 800K words (and PyTorch's
+# adaptive softmax), Masked ELMo's encoder. Made for a GPU machine; GPU_PRESET=cpu runs small sizes here. The paper-size
 # step benchmark of every config alone: tools/benchmark_gpu.py.
 GPU_PRESET ?= h100
 bench-gpu: $(VENV)/.installed-test

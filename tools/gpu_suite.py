@@ -37,7 +37,11 @@ Sections so far:
   CPU preset: the demo configs at 5K): ELMo-C, ELMo-A and SAMPLED training
   steps on JAX in bf16, timed by `tools/benchmark_gpu.py`'s `measure`, the
   step-time ratios beside the paper's, and ELMo-C's words/s beside the target
-  of 200,000 on one H100 (the paper: about 37,000 on four GTX 1080 Ti).
+  of 200,000 on one H100 (the paper: about 37,000 on four GTX 1080 Ti). Then
+  ELMo-A's `AdaptiveSoftmax` against PyTorch's `AdaptiveLogSoftmaxWithLoss` (same
+  cutoffs and div_value) on the same encoder and weights, torch backend, one
+  hand-written training step each (the encoder under bf16 autocast, the output
+  layers in float32, Adam), timed in interleaved rounds.
 * **Masked ELMo's encoder** (2 x 4096 cells, 384 projection; the CPU preset:
   `tools/benchmark_lstm.py --preset tiny`): `tools/benchmark_lstm.py` on the
   torch backend (MaskedBiLSTM's torch LSTM path, i.e. cuDNN on CUDA, vs its
@@ -93,6 +97,7 @@ def _parts(preset):
     parts += [(f"core_relaxed_jax_{n}", "jax", "core", "tfeff_relaxed_jax", n)
               for n in PRESETS[preset]["lengths"]]
     parts += [(f"output_{name}_jax", "jax", "output", name, None) for name in OUTPUT_MODELS]
+    parts.append(("output_adaptive_torch", "torch", "adaptive", "elmo_a", None))
     parts += [("lstm_speed_torch", "torch", "lstm", "speed", None),
               ("lstm_parity_torch", "torch", "lstm", "parity", None)]
     return parts
@@ -326,6 +331,77 @@ def run_output_layer(name, sizes, work_dir):
     return {**row, "device": _keras_device(), "word_vocabulary": sizes["word_vocabulary"]}
 
 
+def run_adaptive_peer(sizes, work_dir):
+    """ELMo-A's encoder with tfeff's `AdaptiveSoftmax`, and with PyTorch's
+    `AdaptiveLogSoftmaxWithLoss` of the same cutoffs and div_value (no head bias, as
+    ELMo-A's), one training step each: the encoder under bf16 autocast, the output
+    layers in float32 (PyTorch's refuses autocast's bf16); both score the same
+    predictable targets (not padding, not `<unk>`) of both directions, mean per
+    direction, summed."""
+    import torch
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_results
+    import benchmark_gpu
+    from tfeff.config import load_config
+
+    paper, demo, _ = benchmark_gpu.MODELS["elmo_a"]
+    config = load_config(os.path.join(
+        REPO, "configs", (paper if sizes["benchmark_preset"] == "paper" else demo) + ".yaml"))
+    vocabulary = sizes["word_vocabulary"]
+    model, ids, tokens = benchmark_gpu.build("elmo_a", config, vocabulary,
+                                             np.random.default_rng(0), work_dir)
+    model.build()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    head = model.output_head
+    peer = torch.nn.AdaptiveLogSoftmaxWithLoss(
+        model.pre_output.units if model.pre_output is not None else model.projection_dim,
+        vocabulary, list(config.model.adaptive_cutoffs),
+        div_value=config.model.adaptive_div_value, head_bias=False).to(device)
+    encoder = [v.value for v in model.trainable_variables if not v.path.startswith(head.path)]
+    ours = [v.value for v in head.trainable_variables]
+    ids = torch.tensor(ids, dtype=torch.long, device=device)
+
+    def loss_of(score):
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            outputs = model(ids, training=True)
+        total = 0.0  # the output layers in float32 (PyTorch's refuses autocast's bf16)
+        for _, features, targets, valid in model.prediction_pairs(outputs, ids):
+            total = total + score(features[valid].float(), targets[valid]) / valid.sum()
+        return total
+
+    def tfeff_loss(features, targets):
+        return head.per_position_loss(features, targets, training=True).sum()
+
+    def torch_loss(features, targets):
+        return peer(features, targets).loss * targets.shape[0]
+
+    def trainer(score, parameters):
+        optimizer = torch.optim.Adam(parameters, lr=1e-4)
+
+        def step():
+            loss = loss_of(score)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return loss.item()
+        return step
+
+    runs = {"tfeff": trainer(tfeff_loss, encoder + ours),
+            "torch": trainer(torch_loss, encoder + list(peer.parameters()))}
+    losses = {name: run() for name, run in runs.items()}  # the first step: untrained
+    times = bench_results.interleaved_times(runs, sizes["steps"], warmup=sizes["warmup"])
+    medians = bench_results.medians(times)
+    ratio = bench_results.median_ratios(times, "torch")["tfeff"]
+    return {"word_vocabulary": vocabulary, "tokens_per_step": tokens,
+            "cutoffs": list(config.model.adaptive_cutoffs),
+            "tfeff_params": sum(int(np.prod(v.shape)) for v in ours),
+            "torch_params": sum(p.numel() for p in peer.parameters()),
+            "tfeff_step_s": medians["tfeff"], "torch_step_s": medians["torch"],
+            "tfeff_over_torch": ratio, "first_losses": losses,
+            "device": torch.cuda.get_device_name(0) if device == "cuda" else None}
+
+
 def run_part(preset, part, work_dir):
     """Runs one part in this process (its backend already chosen); returns its file's dict."""
     sizes = PRESETS[preset]
@@ -344,6 +420,9 @@ def run_part(preset, part, work_dir):
                 row["table"] = f.read()
         return {"part": part, "section": section, "implementation": implementation, **row,
                 "versions": _backend_versions()}
+    if section == "adaptive":
+        return {"part": part, "section": section, "implementation": implementation,
+                **run_adaptive_peer(sizes, work_dir), "versions": _backend_versions()}
     if section == "output":
         return {"part": part, "section": section, "implementation": implementation,
                 **run_output_layer(implementation, sizes, work_dir),
@@ -399,10 +478,12 @@ def tables(preset, rows):
     """The Markdown tables of the parts done so far."""
     sizes = PRESETS[preset]
     by_part = {r["part"]: r for r in rows}
-    lines = [f"### BERT MLM training step (bf16; {sizes['layers']} layers, width "
-             f"{sizes['hidden']}, {sizes['heads']} heads, FFN {sizes['intermediate']}, "
-             f"vocabulary {sizes['vocabulary']:,}; median of {sizes['steps']} steps after "
-             f"{sizes['warmup']})", ""]
+    lines = []
+    if any(r["section"] == "peers" for r in rows):
+        lines += [f"### BERT MLM training step (bf16; {sizes['layers']} layers, width "
+                  f"{sizes['hidden']}, {sizes['heads']} heads, FFN {sizes['intermediate']}, "
+                  f"vocabulary {sizes['vocabulary']:,}; median of {sizes['steps']} steps "
+                  f"after {sizes['warmup']})", ""]
     for n in sizes["lengths"]:
         if not any(f"bert_{i}_{n}" in by_part for i in ("tfeff_jax", "keras_hub_jax", "hf_torch",
                                                          "hf_torch_compile", "tfeff_torch")):
@@ -459,6 +540,22 @@ def tables(preset, rows):
             lines += ["", f"ELMo-C: {words:,.0f} words/s against the target of "
                       f"{ELMO_C_TARGET_WORDS_PER_S:,} on one H100 "
                       f"({words / ELMO_C_TARGET_WORDS_PER_S:.2f} of it)."]
+        lines.append("")
+    peer = by_part.get("output_adaptive_torch")
+    if peer:
+        lines += ["### ELMo-A's adaptive softmax against PyTorch's `AdaptiveLogSoftmaxWithLoss` "
+                  f"({peer['word_vocabulary']:,} words, cutoffs {peer['cutoffs']}; same "
+                  "encoder under bf16 autocast, torch backend; output layers in float32)",
+                  "",
+                  "| output layer | parameters | step ms | words/s | / PyTorch's |",
+                  "|---|---|---|---|---|"]
+        for name, label in (("tfeff", "tfeff `AdaptiveSoftmax`"),
+                            ("torch", "`torch.nn.AdaptiveLogSoftmaxWithLoss`")):
+            step = peer[f"{name}_step_s"]
+            ratio = f"{peer['tfeff_over_torch']:.2f}x" if name == "tfeff" else "1"
+            lines.append(f"| {label} | {peer[f'{name}_params'] / 1e6:.1f}M | "
+                         f"{1000 * step:.1f} | {peer['tokens_per_step'] / step:,.0f} | "
+                         f"{ratio} |")
         lines.append("")
     speed, parity = by_part.get("lstm_speed_torch"), by_part.get("lstm_parity_torch")
     if speed or parity:
