@@ -24,8 +24,9 @@ Sections so far:
   `BertForMaskedLM` on PyTorch (SDPA attention, bf16 autocast, AdamW), eager and
   under `torch.compile`. Equal model sizes, sequence length, batch and number of
   masked positions (15%, rounded); bf16 compute with float32 weights everywhere
-  (Keras' `mixed_bfloat16`, PyTorch's autocast). Tokens/s, peak device memory,
-  and MFU from one FLOP count per token shared by every row of a length (the
+  (Keras' `mixed_bfloat16`, PyTorch's autocast); AdamW everywhere. Tokens/s,
+  peak device memory, and MFU from one FLOP count per token shared by every
+  row of a length (the
   model's work, whatever an implementation adds: Hugging Face's head scores
   every position, not only the masked ones): 6 x the dense encoder weights
   (4h^2 + 2hI per layer) + 12 x layers x n x h (attention) + 6 x (h^2 + V h)
@@ -220,7 +221,8 @@ def _keras_hub_bert(sizes, n):
 
 
 def run_keras(implementation, sizes, n, steps, warmup):
-    """One Keras model's training step, bf16 compute (`mixed_bfloat16`), Adam."""
+    """One Keras model's training step, bf16 compute (`mixed_bfloat16`), AdamW (weight
+    decay 0.01, as PyTorch's default)."""
     import keras
 
     keras.config.set_dtype_policy("mixed_bfloat16")
@@ -229,7 +231,7 @@ def run_keras(implementation, sizes, n, steps, warmup):
     jit = keras.backend.backend() == "jax"
     if implementation == "keras_hub_jax":
         model = _keras_hub_bert(sizes, n)
-        model.compile(optimizer=keras.optimizers.Adam(1e-4),
+        model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       weighted_metrics=[], jit_compile=jit)
         x = {"token_ids": data["token_ids"], "segment_ids": data["segment_ids"],
@@ -241,7 +243,8 @@ def run_keras(implementation, sizes, n, steps, warmup):
     else:
         model = _tfeff_bert(sizes, n, relaxed=implementation == "tfeff_relaxed_jax")
         model.build()
-        model.compile(optimizer=keras.optimizers.Adam(1e-4), jit_compile=jit)
+        model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01),
+                      jit_compile=jit)
 
         def step():
             return model.train_on_batch(data, return_dict=True)["loss"]
