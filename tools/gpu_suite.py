@@ -67,6 +67,8 @@ import time
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The parts import their sibling tools (benchmark_gpu, bench_results).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # Model and batch sizes by preset. `lengths` maps a sequence length to its batch
 # (equal tokens per batch); every row of a length uses that length and batch.
@@ -81,8 +83,6 @@ PRESETS = {
                 lstm_repeats=1, device="cpu"),
 }
 MASKING_RATE = 0.15
-# Dense bf16 peak FLOP/s (without sparsity) by device-name fragment.
-PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12}
 PACKAGES = ("keras", "jax", "jaxlib", "torch", "transformers", "keras-hub", "numpy", "tfeff")
 
 
@@ -174,29 +174,15 @@ def _median_step(step, warmup, steps):
 # ------------------------------------------------------------------ Keras parts
 
 
-def _keras_device():
-    import keras
+def _on_device():
+    """The device name, its dense bf16 peak FLOP/s and the peak memory of this part's
+    process (`tools/benchmark_gpu.py`'s probes; its module imports Keras, so it is
+    imported in the parts only)."""
+    import benchmark_gpu
 
-    if keras.backend.backend() == "jax":
-        import jax
-
-        device = jax.devices()[0]
-        return device.device_kind if device.platform != "cpu" else None
-    import torch
-
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-
-
-def _keras_peak_memory():
-    import keras
-
-    if keras.backend.backend() == "jax":
-        import jax
-
-        return (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
-    import torch
-
-    return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
+    device, peak = benchmark_gpu.device_info()
+    return {"device": device, "peak_flops": peak,
+            "peak_memory_bytes": benchmark_gpu.peak_memory_bytes()}
 
 
 def _tfeff_bert(sizes, n, relaxed):
@@ -249,9 +235,11 @@ def run_keras(implementation, sizes, n, steps, warmup):
         def step():
             return model.train_on_batch(data, return_dict=True)["loss"]
 
+    import benchmark_gpu
+
+    benchmark_gpu.reset_peak_memory()
     median, loss = _median_step(step, warmup, steps)
-    return {"params": model.count_params(), "step_s": median, "loss": loss,
-            "peak_memory_bytes": _keras_peak_memory(), "device": _keras_device()}
+    return {"params": model.count_params(), "step_s": median, "loss": loss, **_on_device()}
 
 
 # ------------------------------------------------------------------ PyTorch parts
@@ -294,12 +282,11 @@ def run_hf(implementation, sizes, n, steps, warmup):
         optimizer.zero_grad(set_to_none=True)
         return loss.item()  # synchronizes
 
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    import benchmark_gpu
+
+    benchmark_gpu.reset_peak_memory()
     median, loss = _median_step(step, warmup, steps)
-    return {"params": params, "step_s": median, "loss": loss,
-            "peak_memory_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else None,
-            "device": torch.cuda.get_device_name(0) if device == "cuda" else None}
+    return {"params": params, "step_s": median, "loss": loss, **_on_device()}
 
 
 def _backend_versions():
@@ -320,18 +307,18 @@ def _backend_versions():
 
 def run_output_layer(name, sizes, work_dir):
     """An ELMo output-layer model's bf16 training step (tools/benchmark_gpu.py's)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import benchmark_gpu
     from tfeff.config import load_config
 
     paper, demo, _ = benchmark_gpu.MODELS[name]
     config = load_config(os.path.join(
         REPO, "configs", (paper if sizes["benchmark_preset"] == "paper" else demo) + ".yaml"))
-    _, peak = benchmark_gpu.device_info()
+    device, peak = benchmark_gpu.device_info()
     row = benchmark_gpu.measure(name, config, sizes["word_vocabulary"], "bf16", sizes["steps"],
                                 sizes["warmup"], work_dir, peak)
     row.pop("model")
-    return {**row, "device": _keras_device(), "word_vocabulary": sizes["word_vocabulary"]}
+    return {**row, "device": device, "peak_flops": peak,
+            "word_vocabulary": sizes["word_vocabulary"]}
 
 
 def run_adaptive_peer(sizes, work_dir):
@@ -343,7 +330,6 @@ def run_adaptive_peer(sizes, work_dir):
     direction, summed."""
     import torch
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench_results
     import benchmark_gpu
     from tfeff.config import load_config
@@ -402,7 +388,7 @@ def run_adaptive_peer(sizes, work_dir):
             "torch_params": sum(p.numel() for p in peer.parameters()),
             "tfeff_step_s": medians["tfeff"], "torch_step_s": medians["torch"],
             "tfeff_over_torch": ratio, "first_losses": losses,
-            "device": torch.cuda.get_device_name(0) if device == "cuda" else None}
+            "device": benchmark_gpu.device_info()[0]}
 
 
 def run_part(preset, part, work_dir):
@@ -468,10 +454,6 @@ def _environment():
     return env
 
 
-def _peak(device):
-    return next((v for k, v in PEAK_BF16.items() if device and k in device), None)
-
-
 def _fmt_memory(row):
     b = row.get("peak_memory_bytes")
     return f"{b / 2**30:.1f} GiB" if b else "n/a"
@@ -503,7 +485,7 @@ def tables(preset, rows):
             if "step_s" not in r:
                 lines.append(f"| {LABELS[implementation]} | {r['error']} | | | | | |")
                 continue
-            peak = _peak(r.get("device"))
+            peak = r.get("peak_flops")
             mfu = (f"{100 * r['model_tflops'] * 1e12 / peak:.1f}%" if peak else "n/a")
             ratio = f"{reference / r['step_s']:.2f}x" if reference else "n/a"
             lines.append(f"| {LABELS[implementation]} | {r['params'] / 1e6:.1f}M | "
