@@ -226,7 +226,7 @@ def mixing_layers(data):
 
 def bert(data):
     """Standard and CoRe-relaxed BERT (anchor attention, factorized FFNs): outputs and the
-    masked-LM + NSP loss on the same weights and batch."""
+    masked-LM + NSP loss on the same weights and batch; the relaxed one merged."""
     from tfeff.models import Bert
     from tfeff.models.relaxed_merge import probe_inputs
 
@@ -254,6 +254,12 @@ def bert(data):
                 value = value * batch["padding_mask"][..., None]
             out[f"{name}/{key}"] = value
         out[f"{name}/loss"] = _np(loss)
+    # CoRe's merge on this backend (its check at full float32 matmul precision): the
+    # standard model it returns scores as on the others.
+    from tfeff.models.relaxed_merge import merge_relaxed_bert
+
+    merged = merge_relaxed_bert(model)
+    out["merged/mlm_logits"] = _np(_run(lambda: merged(batch, training=False))["mlm_logits"])
     return out
 
 

@@ -81,6 +81,38 @@ def test_refuses_non_relaxed_models_and_failed_checks(monkeypatch):
         merge_relaxed_bert(source)
 
 
+def test_a_mixed_precision_model_is_checked_in_float32_and_stays_mixed():
+    """bf16 compute alone puts the relaxed and merged outputs about 5e-3 apart: the
+    check must compare float32 copies, at full matrix-product precision (not TF32)."""
+    source = make_bert(relaxed=RELAXED, dtype="mixed_bfloat16")
+    x = batch(source)
+    bf16 = relaxed_merge.compare_outputs(
+        source(x, exact_attention=True),
+        relaxed_merge.float32_copy(source)(x, exact_attention=True), x["padding_mask"])
+    assert max(bf16.values()) > 1e-3, bf16  # what a bf16 check would have had to pass
+    standard, errors = relaxed_merge.merge_and_check(source)
+    assert max(errors.values()) <= 1e-5, errors
+    assert standard.dtype_policy.name == "mixed_bfloat16"
+    assert standard.compute_dtype == "bfloat16" and standard.variable_dtype == "float32"
+    copy = relaxed_merge.float32_copy(standard)
+    assert copy.compute_dtype == "float32" and relaxed_merge.float32_copy(copy) is copy
+    for a, b in zip(standard.weights, copy.weights):
+        assert a.path.split("/", 1)[1] == b.path.split("/", 1)[1]
+        np.testing.assert_array_equal(a, b)
+
+
+def test_exact_float32_matmuls_switch_tf32_off_and_back():
+    import tensorflow as tf
+
+    before = tf.config.experimental.tensor_float_32_execution_enabled()
+    for outer in (True, False):
+        tf.config.experimental.enable_tensor_float_32_execution(outer)
+        with relaxed_merge.exact_float32_matmuls():
+            assert not tf.config.experimental.tensor_float_32_execution_enabled()
+        assert tf.config.experimental.tensor_float_32_execution_enabled() == outer
+    tf.config.experimental.enable_tensor_float_32_execution(before)
+
+
 def test_factorized_dense_weights_are_the_merge_source():
     """Each merged feed-forward kernel is its factorized source's A @ B (float64, rounded
     once), each bias the source's; an unfactorized dense is copied as it is."""

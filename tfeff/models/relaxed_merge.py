@@ -7,16 +7,23 @@ copied. Every source tensor is used exactly once and every shape is
 checked. The result is then verified numerically: the standard model's
 outputs must equal the relaxed model's outputs computed with exact
 attention (`exact_attention=True`), within `rtol` relative to the largest
-output; otherwise `ConversionError` is raised and nothing is returned.
+output; otherwise `ConversionError` is raised and nothing is returned. The
+check runs in float32 at full matrix-product precision whatever the models'
+dtype policy (a `mixed_bfloat16` model is checked through float32 copies of
+both models) and whatever the device's default (JAX and TensorFlow multiply
+float32 matrices in TF32 on recent NVIDIA GPUs, whose rounding alone is
+about 1e-3 of the largest output).
 
 It depends only on models and layers, so training (CoRe's in-process
 switch) and `tfeff.convert` (the model-directory converter, which re-exports
 `merge_relaxed_bert` and `ConversionError`) both import it from below.
 """
 
+import contextlib
 import logging
 import re
 
+import keras
 import numpy as np
 
 from tfeff.models.bert import Bert
@@ -88,6 +95,62 @@ def probe_inputs(model, batch_size=4, length=None, seed=0):
     }
 
 
+@contextlib.contextmanager
+def exact_float32_matmuls():
+    """float32 matrix products at full precision inside the block (not TF32), on the
+    Keras backend in use; the previous setting comes back afterwards."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        with jax.default_matmul_precision("highest"):
+            yield
+    elif backend == "torch":
+        import torch
+
+        saved = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(saved)
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        saved = tf.config.experimental.tensor_float_32_execution_enabled()
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        try:
+            yield
+        finally:
+            tf.config.experimental.enable_tensor_float_32_execution(saved)
+    else:
+        yield
+
+
+def float32_copy(model):
+    """`model` itself if it computes in float32, else a float32 `Bert` with its weights."""
+    if model.compute_dtype == "float32":
+        return model
+    copy = Bert.from_config({**model.get_config(), "dtype": "float32"})
+    copy.build()
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def _forward(model, inputs, **kwargs):
+    """`model(inputs, training=False, **kwargs)`; on JAX one compiled call (eager JAX
+    compiles every op on first use, several times slower for a model this size)."""
+    if keras.backend.backend() != "jax":
+        return model(inputs, training=False, **kwargs)
+    import jax
+
+    def call(trainable, non_trainable, x):
+        return model.stateless_call(trainable, non_trainable, x, training=False, **kwargs)[0]
+
+    return jax.jit(call)([v.value for v in model.trainable_variables],
+                         [v.value for v in model.non_trainable_variables], inputs)
+
+
 def compare_outputs(reference, candidate, padding_mask):
     """Max relative error (max |a - b| / max |a|) per output, real positions only."""
     errors = {}
@@ -139,8 +202,9 @@ def merge_and_check(relaxed, rtol=1e-5, probe=None):
                  sum(len(s) for _, s in plan.values()), len(plan))
 
     probe = probe_inputs(relaxed) if probe is None else probe
-    expected = relaxed(probe, training=False, exact_attention=True)
-    actual = standard(probe, training=False)
+    with exact_float32_matmuls():
+        expected = _forward(float32_copy(relaxed), probe, exact_attention=True)
+        actual = _forward(float32_copy(standard), probe)
     errors = compare_outputs(expected, actual, probe["padding_mask"])
     bad = {k: v for k, v in errors.items() if not v <= rtol}
     if bad:
