@@ -203,7 +203,11 @@ def flops_per_token(model, config):
     return flops
 
 
-def measure(name, config, vocabulary, precision, steps, warmup, work_dir, peak_flops):
+def measure(name, config, vocabulary, precision, steps, warmup, work_dir, peak_flops,
+            profile_dir=None, profile_steps=3):
+    """The timed training step of one model (see `table` for the fields); with
+    `profile_dir` on JAX, `profile_steps` more steps are traced there
+    (`jax.profiler.trace`, read with `tools/xla_profile.py`)."""
     keras.config.set_dtype_policy("mixed_bfloat16" if precision == "bf16" else "float32")
     keras.utils.set_random_seed(0)
     try:
@@ -221,6 +225,12 @@ def measure(name, config, vocabulary, precision, steps, warmup, work_dir, peak_f
         if not np.isfinite(logs["loss"]):
             raise FloatingPointError(f"{name} {precision}: loss {logs['loss']}")
         median = statistics.median(times)
+        if profile_dir and keras.backend.backend() == "jax":
+            import jax
+
+            with jax.profiler.trace(profile_dir):
+                for _ in range(profile_steps):
+                    model.train_on_batch(batch, return_dict=True)
         flops = flops_per_token(model, config) * tokens / median
         return {"model": name, "precision": precision, "params": model.count_params(),
                 "tokens_per_step": tokens, "step_s": median, "tokens_per_s": tokens / median,

@@ -1,0 +1,33 @@
+"""tools/xla_profile.py on a real JAX trace."""
+
+import time
+
+import jax
+import jax.numpy as jnp
+
+from tests.tools import load_tool
+
+xla_profile = load_tool("xla_profile")
+
+
+def test_busy_time_is_the_union_of_overlapping_intervals():
+    assert xla_profile.busy_ns([(0, 10), (5, 10), (20, 5), (21, 1)]) == 20
+    assert xla_profile.busy_ns([]) == 0
+
+
+def test_a_traced_step_is_summarized_per_step(tmp_path):
+    step = jax.jit(lambda a: jnp.tanh(a @ a).sum())
+    a = jnp.ones((256, 256))
+    step(a).block_until_ready()
+    began = time.perf_counter()
+    with jax.profiler.trace(str(tmp_path)):
+        for _ in range(4):
+            step(a).block_until_ready()
+    wall = time.perf_counter() - began
+    summary = xla_profile.summarize(str(tmp_path), 4, step_s=wall / 4)
+    assert 0 < summary["busy_ms_per_step"] <= 1000 * wall / 4
+    assert summary["ops_per_step"] >= 1 and summary["top"]
+    assert abs(sum(op["share"] for op in summary["top"]) - 1) < 1e-9  # all ops listed
+    for op in summary["top"]:
+        assert op["calls_per_step"] * 4 == round(op["calls_per_step"] * 4) > 0
+    assert "ops per step" in xla_profile.table(summary, wall / 4)
