@@ -6,7 +6,7 @@ DEMO_DIR ?= runs/demo
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-slow test-gpu bench bench-gpu docs install install-test clean
+.PHONY: demo test test-slow test-gpu bench bench-gpu gpu-data docs install install-test clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,10 +81,24 @@ bench: $(VENV)/.installed-bench
 # tfeff against its peers on one GPU, in resumable parts, into one results folder
 # (tools/gpu_suite.py; docs/benchmarks.md): BERT-base MLM steps beside keras-hub and
 # Hugging Face, CoRe's relaxed model, the output layers at 800K words (and PyTorch's
-# adaptive softmax), Masked ELMo's encoder. Made for a GPU machine; GPU_PRESET=cpu runs small sizes here. The paper-size
-# step benchmark of every config alone: tools/benchmark_gpu.py.
+# adaptive softmax), Masked ELMo's encoder, CoRe's two-phase training on real English. Made
+# for a GPU machine; GPU_PRESET=cpu runs small sizes here. The training parts read masked-LM
+# arrays made here with TensorFlow (`make gpu-data`; the h100 preset's come from WordNet:
+# apt-get install wordnet-base) and carried to the GPU machine. The paper-size step
+# benchmark of every config alone: tools/benchmark_gpu.py.
 GPU_PRESET ?= h100
-bench-gpu: $(VENV)/.installed-test
+GPU_DATA_h100 = runs/gpu_data/wordnet_128.npz
+GPU_DATA_cpu = runs/gpu_data/synthetic_32.npz
+runs/gpu_data/wordnet_128.npz: | $(VENV)/.installed-test
+	$(PY) tools/english_corpus.py --output_dir runs/english
+	$(PY) tools/mlm_arrays.py --train_files runs/english/train.txt \
+		--heldout_files runs/english/heldout.txt --sequence_length 128 \
+		--vocabulary_size 8192 --output $@
+runs/gpu_data/synthetic_32.npz: | $(VENV)/.installed-test
+	$(PY) tools/mlm_arrays.py --synthetic 500 --sequence_length 32 --vocabulary_size 400 \
+		--output $@
+gpu-data: $(GPU_DATA_$(GPU_PRESET))
+bench-gpu: $(VENV)/.installed-test $(GPU_DATA_$(GPU_PRESET))
 	$(PY) tools/gpu_suite.py --preset $(GPU_PRESET) --out runs/bench/gpu_$(GPU_PRESET)
 
 clean:

@@ -49,6 +49,22 @@ Sections so far:
   portable path vs `torch.nn.LSTM(proj_size)` driven directly), and the parity
   of the torch LSTM path with the portable path on the device
   (`python -m tests.layers.torch_lstm_parity`: outputs, states, gradients).
+* **What limits ELMo-C's step**: `profile_steps` more ELMo-C steps traced with
+  `jax.profiler` and read by `tools/xla_profile.py` (the device's busy time
+  against the step, its ops per step, the longest ops).
+* **CoRe's claim** (`tools/core_training.py`): standard vs two-phase training
+  (the relaxed model to half the steps, merged with `merge_relaxed_bert`, then
+  standard) of tfeff `Bert` at the preset's size, JAX, bf16, Keras `fit` on
+  NumPy batches of the arrays file `--core_data` (made with TensorFlow by
+  `tools/mlm_arrays.py`; the h100 preset's: WordNet English, n = 128): held-out
+  masked-LM loss against wall time, both curves in `OUT/core_training.png`
+  (where matplotlib is installed), the time each run first reaches the
+  standard run's final loss and their ratio.
+
+The machine is recorded once, by the first run into a folder
+(`OUT/environment.json`), and each part records when it finished, so that
+rerunning a finished command elsewhere (say, where matplotlib draws the PNG)
+rewrites the results without claiming that machine measured them.
 """
 
 import argparse
@@ -76,11 +92,33 @@ PRESETS = {
     "h100": dict(vocabulary=30522, layers=12, hidden=768, heads=12, intermediate=3072,
                  lengths={128: 128, 512: 32}, steps=20, warmup=5, part_limit_s=540,
                  word_vocabulary=800_000, benchmark_preset="paper", lstm_preset="paper",
-                 lstm_repeats=5, device="cuda"),
+                 lstm_repeats=5, device="cuda", profile_steps=5,
+                 core_data="runs/gpu_data/wordnet_128.npz",
+                 core_training=dict(layers=12, hidden=768, heads=12, intermediate=3072,
+                                    position_embedding="rotary",
+                                    relaxed={"num_anchors": 32, "ffn_rank": 64}, seed=0,
+                                    batch=32, steps=4000, warmup_steps=400,
+                                    learning_rate=2e-4, every=200, eval_batch=64,
+                                    budget_s=360)),
     "cpu": dict(vocabulary=2000, layers=2, hidden=64, heads=4, intermediate=256,
                 lengths={32: 8, 64: 4}, steps=2, warmup=1, part_limit_s=300,
                 word_vocabulary=5_000, benchmark_preset="cpu", lstm_preset="tiny",
-                lstm_repeats=1, device="cpu"),
+                lstm_repeats=1, device="cpu", profile_steps=2,
+                core_data="runs/gpu_data/synthetic_32.npz",
+                core_training=dict(layers=2, hidden=64, heads=4, intermediate=256,
+                                   position_embedding="rotary",
+                                   relaxed={"num_anchors": 4, "ffn_rank": 8}, seed=0,
+                                   batch=8, steps=20, warmup_steps=2, learning_rate=2e-3,
+                                   every=10, eval_batch=64, budget_s=120)),
+}
+# How the presets' `core_data` files are made (tools/mlm_arrays.py, with TensorFlow).
+CORE_DATA_COMMANDS = {
+    "h100": "python tools/english_corpus.py --output_dir runs/english && "
+            "python tools/mlm_arrays.py --train_files runs/english/train.txt "
+            "--heldout_files runs/english/heldout.txt --sequence_length 128 "
+            "--vocabulary_size 8192 --output runs/gpu_data/wordnet_128.npz",
+    "cpu": "python tools/mlm_arrays.py --synthetic 500 --sequence_length 32 "
+           "--vocabulary_size 400 --output runs/gpu_data/synthetic_32.npz",
 }
 MASKING_RATE = 0.15
 PACKAGES = ("keras", "jax", "jaxlib", "torch", "transformers", "keras-hub", "numpy", "tfeff")
@@ -101,6 +139,8 @@ def _parts(preset):
     parts.append(("output_adaptive_torch", "torch", "adaptive", "elmo_a", None))
     parts += [("lstm_speed_torch", "torch", "lstm", "speed", None),
               ("lstm_parity_torch", "torch", "lstm", "parity", None)]
+    parts += [("core_train_standard_jax", "jax", "core_training", "standard", None),
+              ("core_train_two_phase_jax", "jax", "core_training", "two_phase", None)]
     return parts
 
 
@@ -314,11 +354,42 @@ def run_output_layer(name, sizes, work_dir):
     config = load_config(os.path.join(
         REPO, "configs", (paper if sizes["benchmark_preset"] == "paper" else demo) + ".yaml"))
     device, peak = benchmark_gpu.device_info()
+    profile_dir = os.path.join(work_dir, f"profile_{name}") if name == "elmo_c" else None
     row = benchmark_gpu.measure(name, config, sizes["word_vocabulary"], "bf16", sizes["steps"],
-                                sizes["warmup"], work_dir, peak)
+                                sizes["warmup"], work_dir, peak, profile_dir=profile_dir,
+                                profile_steps=sizes["profile_steps"])
     row.pop("model")
+    if profile_dir:  # what limits ELMo-C's step
+        import xla_profile
+
+        row["profile"] = xla_profile.summarize(profile_dir, sizes["profile_steps"],
+                                               row["step_s"])
     return {**row, "device": device, "peak_flops": peak,
             "word_vocabulary": sizes["word_vocabulary"]}
+
+
+def run_core_training(preset, implementation, core_data, out):
+    """Section 3: standard or two-phase CoRe training (tools/core_training.py) on the
+    arrays file; the two-phase run takes the standard run's steps."""
+    import core_training
+
+    sizes = PRESETS[preset]["core_training"]
+    steps = None
+    if implementation == "two_phase":
+        path = os.path.join(out, "parts", "core_train_standard_jax.json")
+        if not os.path.exists(path):
+            raise SystemExit("core_train_two_phase_jax needs core_train_standard_jax's steps: "
+                             "run that part first")
+        with open(path, encoding="utf-8") as f:
+            steps = json.load(f)["steps"]
+    arrays = core_training.load_arrays(core_data)
+    import benchmark_gpu
+
+    benchmark_gpu.reset_peak_memory()
+    row = core_training.train(arrays, sizes, implementation == "two_phase",
+                              budget_s=sizes["budget_s"], steps=steps)
+    return {**row, "core_data": core_data, "source": arrays["source"],
+            "sequence_length": int(arrays["train"].shape[1]), **_on_device()}
 
 
 def run_adaptive_peer(sizes, work_dir):
@@ -391,7 +462,7 @@ def run_adaptive_peer(sizes, work_dir):
             "device": benchmark_gpu.device_info()[0]}
 
 
-def run_part(preset, part, work_dir):
+def run_part(preset, part, work_dir, core_data=None):
     """Runs one part in this process (its backend already chosen); returns its file's dict."""
     sizes = PRESETS[preset]
     (_, backend, section, implementation, n), = [p for p in _parts(preset) if p[0] == part]
@@ -408,6 +479,11 @@ def run_part(preset, part, work_dir):
             with open(os.path.join(work_dir, "lstm_speed.md"), encoding="utf-8") as f:
                 row["table"] = f.read()
         return {"part": part, "section": section, "implementation": implementation, **row,
+                "versions": _backend_versions()}
+    if section == "core_training":
+        return {"part": part, "section": section, "implementation": implementation,
+                **run_core_training(preset, implementation, core_data,
+                                    os.path.dirname(work_dir)),
                 "versions": _backend_versions()}
     if section == "adaptive":
         return {"part": part, "section": section, "implementation": implementation,
@@ -525,6 +601,14 @@ def tables(preset, rows):
             lines += ["", f"ELMo-C: {words:,.0f} words/s against the target of "
                       f"{ELMO_C_TARGET_WORDS_PER_S:,} on one H100 "
                       f"({words / ELMO_C_TARGET_WORDS_PER_S:.2f} of it)."]
+            if output["elmo_c"].get("profile"):
+                import xla_profile
+
+                lines += ["", f"What limits ELMo-C's step (a trace of "
+                          f"{output['elmo_c']['profile']['steps']} steps, "
+                          "`tools/xla_profile.py`):", "",
+                          xla_profile.table(output["elmo_c"]["profile"],
+                                            output["elmo_c"]["step_s"])]
         lines.append("")
     peer = by_part.get("output_adaptive_torch")
     if peer:
@@ -554,7 +638,83 @@ def tables(preset, rows):
                        f"FAILED (exit {parity['returncode']}):\n\n```text\n"
                        f"{parity['output']}\n```")
             lines += [f"Parity of the torch LSTM path on {sizes['device']}: {verdict}", ""]
+    lines += core_training_table(preset, by_part)
     return "\n".join(lines)
+
+
+def core_training_summary(by_part):
+    """The comparison of section 3 once both runs are in, else None: the target (the
+    standard run's final held-out loss), the time each run first reaches it (and the
+    standard's best loss), and their ratios."""
+    import core_training
+
+    standard = by_part.get("core_train_standard_jax")
+    two = by_part.get("core_train_two_phase_jax")
+    if not standard or not two:
+        return None
+    final = standard["points"][-1]["loss"]
+    best = min(p["loss"] for p in standard["points"])
+    out = {"target": final, "best": best}
+    for name, row in (("standard", standard), ("two_phase", two)):
+        out[name] = {"to_final_s": core_training.first_reach(row["points"], final),
+                     "to_best_s": core_training.first_reach(row["points"], best)}
+    for key in ("to_final_s", "to_best_s"):
+        a, b = out["two_phase"][key], out["standard"][key]
+        out[f"ratio_{key}"] = a / b if a is not None and b else None
+    return out
+
+
+def core_training_table(preset, by_part):
+    """Section 3's Markdown lines (one table per finished run, the comparison once both are
+    in)."""
+    runs = [(label, by_part[part]) for label, part in (
+        ("standard", "core_train_standard_jax"), ("two-phase", "core_train_two_phase_jax"))
+        if part in by_part]
+    if not runs:
+        return []
+    sizes = runs[0][1]["sizes"]
+    lines = [f"### CoRe: two-phase vs standard training ({sizes['layers']} layers, width "
+             f"{sizes['hidden']}, FFN {sizes['intermediate']}, {sizes['position_embedding']} "
+             f"positions; relaxed: {sizes['relaxed']['num_anchors']} anchors, FFN rank "
+             f"{sizes['relaxed']['ffn_rank']}; n = {runs[0][1]['sequence_length']}, batch "
+             f"{sizes['batch']}, AdamW {sizes['learning_rate']:g}; "
+             f"{runs[0][1]['train_windows']:,} training windows of "
+             f"`{os.path.basename(runs[0][1]['core_data'])}`; JAX, bf16)", "",
+             "| run | steps | switch at step | training s | ms/step relaxed | "
+             "ms/step standard | final held-out loss | best |", "|---|---|---|---|---|---|---|---|"]
+    for label, r in runs:
+        switch = r["switch"]
+        ms = {k: f"{1000 * v:.1f}" if v else "" for k, v in r["median_step_s"].items()}
+        lines.append(f"| {label} | {r['steps']:,} | "
+                     f"{switch['step'] if switch else ''} | {r['train_seconds']:.0f} | "
+                     f"{ms['relaxed']} | {ms['standard']} | {r['points'][-1]['loss']:.3f} | "
+                     f"{min(p['loss'] for p in r['points']):.3f} |")
+    lines.append("")
+    summary = core_training_summary(by_part)
+    two = by_part.get("core_train_two_phase_jax")
+    if two:
+        switch = two["switch"]
+        errors = ", ".join(f"{k} {v:.1e}" for k, v in switch["relative_errors"].items())
+        lines += [f"The switch at step {switch['step']} ({switch['seconds']:.0f} s): "
+                  f"`merge_relaxed_bert` took {switch['merge_s']:.1f} s, its float32 check "
+                  f"passed (relative errors {errors}; it refuses above 1e-5).", ""]
+    if summary:
+        def seconds(value):
+            return f"{value:.0f} s" if value is not None else "not reached"
+
+        def ratio(value):
+            return f"{value:.2f}" if value is not None else "n/a"
+
+        lines += [
+            f"Time to the standard run's final held-out loss ({summary['target']:.3f}): "
+            f"standard {seconds(summary['standard']['to_final_s'])}, two-phase "
+            f"{seconds(summary['two_phase']['to_final_s'])}, ratio "
+            f"{ratio(summary['ratio_to_final_s'])} (the paper: about 0.75). To the standard "
+            f"run's best ({summary['best']:.3f}): standard "
+            f"{seconds(summary['standard']['to_best_s'])}, two-phase "
+            f"{seconds(summary['two_phase']['to_best_s'])}, ratio "
+            f"{ratio(summary['ratio_to_best_s'])}.", ""]
+    return lines
 
 
 def write_results(out, preset, command, environment):
@@ -565,20 +725,45 @@ def write_results(out, preset, command, environment):
         if os.path.exists(path):
             with open(path, encoding="utf-8") as f:
                 rows.append(json.load(f))
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    date = _utc_now()
     data = {"date": date, "command": command, "preset": preset, "environment": environment,
             "rows": rows}
+    summary = core_training_summary({r["part"]: r for r in rows})
+    if summary:
+        import core_training
+
+        data["core_training"] = summary
+        by_part = {r["part"]: r for r in rows}
+        two = by_part["core_train_two_phase_jax"]
+        data["core_training"]["png"] = core_training.plot(
+            os.path.join(out, "core_training.png"),
+            {"standard": by_part["core_train_standard_jax"]["points"],
+             "two-phase (relaxed, then merged)": two["points"]},
+            two["switch"]["seconds"], summary["target"],
+            "CoRe two-phase vs standard BERT training")
     gpus = ", ".join(environment["gpus"]) or "no NVIDIA GPU (nvidia-smi)"
     versions = ", ".join(f"{k} {v}" for k, v in environment["packages"].items() if v)
+    text_png = ""
+    if summary:
+        text_png = ("\nBoth curves: `core_training.png`.\n" if data["core_training"]["png"]
+                    else "\nNo PNG (matplotlib is not installed here): rerun the same command "
+                    "on this folder where it is, to draw it.\n")
+    finished = sorted(r["finished"] for r in rows if "finished" in r)
+    when = (f"parts measured {finished[0]} to {finished[-1]}" if finished else "no part yet")
     text = (f"# tfeff GPU measurements ({preset} preset)\n\n"
-            f"{date}; `{command}`\n\nDevice: {gpus}; Python {environment['python']}, "
-            f"{environment['cpu_count']} CPU cores; {versions}.\n\n" + tables(preset, rows))
+            f"Written {date} ({when}); `{command}`\n\nDevice: {gpus}; Python {environment['python']}, "
+            f"{environment['cpu_count']} CPU cores; {versions}.\n\n" + tables(preset, rows)
+            + text_png)
     for name, content in (("results.json", json.dumps(data, indent=1)), ("results.md", text)):
         tmp = os.path.join(out, name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(content)
         os.replace(tmp, os.path.join(out, name))
     return rows
+
+
+def _utc_now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _part_environment(backend):
@@ -600,12 +785,17 @@ def main(argv=None):
                         help="stop starting parts after this many seconds, and cut a part "
                         "that would run past it (then rerun the same command to resume; "
                         "exit 3)")
+    parser.add_argument("--core_data", default=None,
+                        help="the arrays file of the CoRe training parts (tools/mlm_arrays.py; "
+                        "default: the preset's, relative to the working folder)")
     parser.add_argument("--run_part", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.core_data = args.core_data or PRESETS[args.preset]["core_data"]
     if args.run_part:  # a part's own process
         work_dir = os.path.join(args.out, "work")
         os.makedirs(work_dir, exist_ok=True)
-        result = run_part(args.preset, args.run_part, work_dir)
+        result = run_part(args.preset, args.run_part, work_dir, args.core_data)
+        result["finished"] = _utc_now()
         path = os.path.join(args.out, "parts", f"{args.run_part}.json")
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
@@ -617,11 +807,28 @@ def main(argv=None):
     if unknown:
         parser.error(f"--parts: unknown {', '.join(unknown)}; the {args.preset} preset has "
                      f"{', '.join(known)}")
+    pending = [p for p, _, section, *_ in _parts(args.preset) if section == "core_training"
+               and p in chosen and not os.path.exists(os.path.join(args.out, "parts", f"{p}.json"))]
+    if pending and not os.path.isfile(args.core_data):
+        parser.error(f"--core_data {args.core_data}: no such file, which the parts "
+                     f"{', '.join(pending)} train on; make it where TensorFlow is installed "
+                     f"with `{CORE_DATA_COMMANDS[args.preset]}`, or leave those parts out "
+                     "with --parts")
     limit = args.part_limit_s or PRESETS[args.preset]["part_limit_s"]
     os.makedirs(os.path.join(args.out, "parts"), exist_ok=True)
     command = "python tools/gpu_suite.py " + " ".join(shlex.quote(a) for a in
                                                       (argv if argv is not None else sys.argv[1:]))
-    environment = _environment()
+    # The machine of the first run: a rerun that only rewrites the results elsewhere
+    # (say, for the PNG where matplotlib is installed) keeps it.
+    environment_path = os.path.join(args.out, "environment.json")
+    if os.path.exists(environment_path):
+        with open(environment_path, encoding="utf-8") as f:
+            environment = json.load(f)
+    else:
+        environment = _environment()
+        with open(environment_path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(environment, f, indent=1)
+        os.replace(environment_path + ".tmp", environment_path)
     began = time.perf_counter()
     failed, left = [], []
     for part, backend, *_ in _parts(args.preset):
@@ -670,7 +877,8 @@ def _run_part_process(args, part, backend, timeout):
     """`(ok, stderr tail)` of one part's process; `(False, None)` if it ran past
     `timeout` (its process group, children included, is killed)."""
     process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--out", args.out,
-                                "--preset", args.preset, "--run_part", part],
+                                "--preset", args.preset, "--core_data", args.core_data,
+                                "--run_part", part],
                                env=_part_environment(backend), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -18,10 +18,11 @@ gpu_suite = load_tool("gpu_suite")
 # One length of the BERT sections: tfeff on both backends, keras-hub, Hugging Face
 # (measured where `transformers` is installed, reported as missing where not) and the
 # relaxed model; one output-layer model and ELMo-A's adaptive softmax against PyTorch's;
-# Masked ELMo's encoder, speed and parity.
+# Masked ELMo's encoder, speed and parity; CoRe's standard and two-phase training.
 PARTS = ["bert_tfeff_jax_32", "bert_keras_hub_jax_32", "bert_hf_torch_32",
          "bert_tfeff_torch_32", "core_relaxed_jax_32", "output_elmo_c_jax",
-         "output_adaptive_torch", "lstm_speed_torch", "lstm_parity_torch"]
+         "output_adaptive_torch", "lstm_speed_torch", "lstm_parity_torch",
+         "core_train_standard_jax", "core_train_two_phase_jax"]
 
 
 def test_flops_per_token_golden():
@@ -50,8 +51,15 @@ def suite(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(guard), "JAX_PLATFORMS": "cpu",
            "OMP_NUM_THREADS": "1"}
     out = root / "out"
+    # The CoRe parts' arrays, made here where TensorFlow is (the synthetic language).
+    from tfeff import data as data_lib
+
+    core_data = str(root / "core_32.npz")
+    train, heldout = data_lib.write_synthetic_corpus(str(root), 300, 60)
+    load_tool("mlm_arrays").build([train], [heldout], core_data, sequence_length=32,
+                                  vocabulary_size=300)
     command = [sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"), "--preset", "cpu",
-               "--out", str(out), "--parts", ",".join(PARTS)]
+               "--out", str(out), "--parts", ",".join(PARTS), "--core_data", core_data]
     first = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
     second = None  # the rerun needs a complete first run (its failure is the first test's)
     if first.returncode == 0:
@@ -103,6 +111,57 @@ def test_the_parts_measure_equal_models_without_tensorflow(suite):
     for variant in ("portable", "rnn_cell", "keras_lstm", "torch_lstm", "torch_peer"):
         assert f"| {variant} |" in rows["lstm_speed_torch"]["table"]
     assert rows["lstm_parity_torch"]["returncode"] == 0, rows["lstm_parity_torch"]["output"]
+    # ELMo-C's step traced: ops found, busy for part of the step at most (the trace's steps
+    # run a little slower than the timed ones).
+    profile = elmo_c["profile"]
+    assert profile["ops_per_step"] > 10 and profile["top"], profile
+    assert 0 < profile["busy_ms_per_step"] < 2000 * elmo_c["step_s"]
+
+
+def test_core_training_runs_both_schedules_on_the_same_steps(suite):
+    out, first, _ = suite
+    assert first.returncode == 0, first.stderr[-4000:]
+    data = json.loads((out / "results.json").read_text())
+    rows = {r["part"]: r for r in data["rows"]}
+    standard, two = rows["core_train_standard_jax"], rows["core_train_two_phase_jax"]
+    vocabulary = 300  # learned to about 300 tokens; untrained, a loss near log V
+    for row in (standard, two):
+        assert row["steps"] == 20 and [p["step"] for p in row["points"]] == [10, 20]
+        seconds = [p["seconds"] for p in row["points"]]
+        assert 0 < seconds[0] < seconds[1] == row["train_seconds"]
+        assert all(0 < p["loss"] < math.log(vocabulary) + 1 for p in row["points"])
+        assert row["sizes"]["layers"] == 2 and row["sequence_length"] == 32
+    assert standard["switch"] is None and {p["phase"] for p in standard["points"]} == {"standard"}
+    # The relaxed phase to step 10, merged (the float32 check passed), then standard.
+    assert [p["phase"] for p in two["points"]] == ["relaxed", "standard"]
+    switch = two["switch"]
+    assert switch["step"] == 10 and switch["merge_s"] > 0
+    assert max(switch["relative_errors"].values()) <= 1e-5
+    assert switch["seconds"] == pytest.approx(two["points"][0]["seconds"], abs=1.0)
+    assert standard["params"] == two["params"]  # the merged model is the standard one
+    summary = data["core_training"]
+    assert summary["target"] == standard["points"][-1]["loss"]
+    assert summary["standard"]["to_final_s"] <= standard["train_seconds"]
+    text = (out / "results.md").read_text()
+    assert "### CoRe: two-phase vs standard training (2 layers, width 64" in text
+    assert "| standard | 20 |  |" in text and "| two-phase | 20 | 10 |" in text
+    assert "Time to the standard run's final held-out loss" in text
+    assert "its float32 check passed" in text
+    if importlib.util.find_spec("matplotlib") is None:
+        assert "No PNG (matplotlib is not installed here)" in text
+    else:
+        assert (out / "core_training.png").stat().st_size > 0
+
+
+def test_core_training_without_its_data_is_refused_before_anything_runs(tmp_path):
+    done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"),
+                           "--preset", "cpu", "--out", str(tmp_path / "out"),
+                           "--core_data", str(tmp_path / "none.npz")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2
+    assert f"--core_data {tmp_path / 'none.npz'}: no such file" in done.stderr
+    assert "tools/mlm_arrays.py --synthetic" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_rerun_resumes_only_the_missing_part_and_rewrites_the_tables(suite):
@@ -153,7 +212,7 @@ def test_a_deadline_starts_no_part_it_cannot_finish_and_says_how_to_resume(tmp_p
 
 def test_a_part_past_its_time_is_killed_and_writes_nothing(tmp_path):
     class Args:
-        out, preset = str(tmp_path), "cpu"
+        out, preset, core_data = str(tmp_path), "cpu", str(tmp_path / "unused.npz")
 
     (tmp_path / "parts").mkdir()
     ok, detail = gpu_suite._run_part_process(Args, "lstm_speed_torch", "torch", 2)
