@@ -156,7 +156,9 @@ def compare_outputs(reference, candidate, padding_mask):
     errors = {}
     mask = np.asarray(padding_mask, bool)
     for name, ref in reference.items():
-        ref, cand = np.asarray(ref, np.float64), np.asarray(candidate[name], np.float64)
+        # convert_to_numpy: PyTorch's outputs carry autograd state, which np.asarray refuses.
+        ref = np.asarray(keras.ops.convert_to_numpy(ref), np.float64)
+        cand = np.asarray(keras.ops.convert_to_numpy(candidate[name]), np.float64)
         if name == "sequence_output":
             ref, cand = ref[mask], cand[mask]
         errors[name] = float(np.max(np.abs(ref - cand)) / max(np.max(np.abs(ref)), 1e-30))
