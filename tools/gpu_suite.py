@@ -99,7 +99,7 @@ PRESETS = {
                                     relaxed={"num_anchors": 32, "ffn_rank": 64}, seed=0,
                                     batch=32, steps=4000, warmup_steps=400,
                                     learning_rate=2e-4, every=200, eval_batch=64,
-                                    budget_s=360)),
+                                    budget_s=150)),
     "cpu": dict(vocabulary=2000, layers=2, hidden=64, heads=4, intermediate=256,
                 lengths={32: 8, 64: 4}, steps=2, warmup=1, part_limit_s=300,
                 word_vocabulary=5_000, benchmark_preset="cpu", lstm_preset="tiny",
