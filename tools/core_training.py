@@ -169,10 +169,11 @@ def _model(sizes, arrays, relaxed):
                 relaxed=sizes["relaxed"] if relaxed else None, seed=sizes["seed"], name="bert")
 
 
-def heldout_loss(model, heldout, batch_size, exact_attention=False):
-    """Mean masked-LM cross-entropy over every held-out prediction (the relaxed model
-    with `exact_attention`: as the standard model it merges into scores). One
-    compiled forward pass per batch shape on JAX, eager elsewhere."""
+def heldout_evaluator(model, heldout, batch_size, exact_attention=False):
+    """A function of no argument: the mean masked-LM cross-entropy of `model`'s current
+    weights over every held-out prediction (the relaxed model with `exact_attention`: as
+    the standard model it merges into scores). On JAX one compiled forward pass, made
+    once per evaluator and batch shape; eager elsewhere."""
     import keras
 
     exact = True if exact_attention else None
@@ -186,15 +187,19 @@ def heldout_loss(model, heldout, batch_size, exact_attention=False):
         import jax
 
         sums = jax.jit(sums)
-    trainable = [v.value for v in model.trainable_variables]
-    non_trainable = [v.value for v in model.non_trainable_variables]
-    total = count = 0.0
-    for start in range(0, len(heldout["token_ids"]), batch_size):
-        x = {k: v[start:start + batch_size] for k, v in heldout.items()}
-        loss_sum, weight = sums(trainable, non_trainable, x)
-        total += float(keras.ops.convert_to_numpy(loss_sum))
-        count += float(keras.ops.convert_to_numpy(weight))
-    return total / count
+
+    def evaluate():
+        trainable = [v.value for v in model.trainable_variables]
+        non_trainable = [v.value for v in model.non_trainable_variables]
+        total = count = 0.0
+        for start in range(0, len(heldout["token_ids"]), batch_size):
+            x = {k: v[start:start + batch_size] for k, v in heldout.items()}
+            loss_sum, weight = sums(trainable, non_trainable, x)
+            total += float(keras.ops.convert_to_numpy(loss_sum))
+            count += float(keras.ops.convert_to_numpy(weight))
+        return total / count
+
+    return evaluate
 
 
 def _compile(model, sizes, start_step):
@@ -253,8 +258,7 @@ def train(arrays, sizes, two_phase, budget_s=None, steps=None):
             keras.ops.convert_to_numpy(smallest.value)
             seconds = clock.pause()
             step = (epoch + 1) * every
-            loss = heldout_loss(self.model, heldout, sizes["eval_batch"],
-                                exact_attention=phase["name"] == "relaxed")
+            loss = phase["evaluate"]()
             points.append({"step": step, "seconds": seconds, "loss": float(loss),
                            "phase": phase["name"], "train_loss": float(logs["loss"])})
             last_evaluated["step"] = step
@@ -266,6 +270,8 @@ def train(arrays, sizes, two_phase, budget_s=None, steps=None):
 
     def fit(model, start, stop, name):
         phase["name"] = name
+        phase["evaluate"] = heldout_evaluator(model, heldout, sizes["eval_batch"],
+                                              exact_attention=name == "relaxed")
         model.fit(batches(arrays, sizes["batch"], sizes["seed"], start), epochs=stop // every,
                   initial_epoch=start // every, steps_per_epoch=every, verbose=0,
                   callbacks=[Curve()])

@@ -685,7 +685,9 @@ def core_training_table(preset, by_part):
     for label, r in runs:
         switch = r["switch"]
         ms = {k: f"{1000 * v:.1f}" if v else "" for k, v in r["median_step_s"].items()}
-        lines.append(f"| {label} | {r['steps']:,} | "
+        steps = (f"{r['steps']:,}" if r["steps"] == r["planned_steps"] else
+                 f"{r['steps']:,} of {r['planned_steps']:,} (time budget)")
+        lines.append(f"| {label} | {steps} | "
                      f"{switch['step'] if switch else ''} | {r['train_seconds']:.0f} | "
                      f"{ms['relaxed']} | {ms['standard']} | {r['points'][-1]['loss']:.3f} | "
                      f"{min(p['loss'] for p in r['points']):.3f} |")

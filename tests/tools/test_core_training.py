@@ -72,3 +72,29 @@ def test_first_reach_interpolates_between_evaluations():
     assert core_training.first_reach(points, 6.5) == 10
     assert core_training.first_reach(points, 3.9) is None
     assert math.isclose(core_training.first_reach(points, 5.9), 11)
+
+
+def test_heldout_loss_is_the_mean_over_every_prediction_and_scores_the_merged_model():
+    from tfeff.convert import merge_relaxed_bert
+    from tfeff.models import Bert
+
+    rng = np.random.default_rng(0)
+    ids, _ = windows(rng, rows=7, n=16, vocabulary=40)
+    x = core_training.mask_windows(ids, rng, 3, 40, SPECIAL)
+    relaxed = Bert(40, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
+                   max_sequence_length=16, relaxed={"num_anchors": 3, "ffn_rank": 4}, seed=0)
+    relaxed.build()
+    for w in relaxed.weights:  # away from the initializers' zeros and ones
+        w.assign(w + rng.normal(0, 0.3, w.shape).astype("float32"))
+    standard = merge_relaxed_bert(relaxed)
+    logits = np.asarray(standard(x)["mlm_logits"], np.float64)
+    logits -= logits.max(-1, keepdims=True)
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    ce = -np.take_along_axis(log_p, x["masked_ids"][..., None], -1)[..., 0]
+    expected = (ce * x["masked_weights"]).sum() / x["masked_weights"].sum()
+    # Batches of 3 over 7 windows (the last one short), summed before dividing.
+    merged = core_training.heldout_evaluator(standard, x, 3)()
+    exact = core_training.heldout_evaluator(relaxed, x, 3, exact_attention=True)()
+    approximate = core_training.heldout_evaluator(relaxed, x, 3)()
+    assert abs(merged - expected) < 1e-5 and abs(exact - expected) < 1e-5
+    assert abs(approximate - expected) > 1e-3  # anchor attention is an approximation
