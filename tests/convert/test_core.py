@@ -83,22 +83,33 @@ def test_refuses_non_relaxed_models_and_failed_checks(monkeypatch):
 
 def test_a_mixed_precision_model_is_checked_in_float32_and_stays_mixed():
     """bf16 compute alone puts the relaxed and merged outputs about 5e-3 apart: the
-    check must compare float32 copies, at full matrix-product precision (not TF32)."""
+    check must compute in float32, at full matrix-product precision (not TF32)."""
     source = make_bert(relaxed=RELAXED, dtype="mixed_bfloat16")
+    copy = Bert.from_config({**source.get_config(), "dtype": "float32"})  # the reference
+    copy.build()
+    copy.set_weights(source.get_weights())
     x = batch(source)
-    bf16 = relaxed_merge.compare_outputs(
-        source(x, exact_attention=True),
-        relaxed_merge.float32_copy(source)(x, exact_attention=True), x["padding_mask"])
-    assert max(bf16.values()) > 1e-3, bf16  # what a bf16 check would have had to pass
+    bf16 = source(x, exact_attention=True)
+    fp32 = copy(x, exact_attention=True)
+    assert max(relaxed_merge.compare_outputs(fp32, bf16, x["padding_mask"]).values()) > 1e-3
+    with relaxed_merge.float32_compute(source):
+        inside = source(x, exact_attention=True)
+    for key in fp32:
+        np.testing.assert_allclose(np.asarray(inside[key]), np.asarray(fp32[key]), rtol=1e-6,
+                                   atol=1e-6)
+    # Every layer's policy is back (also after an error inside the block).
+    with pytest.raises(RuntimeError):
+        with relaxed_merge.float32_compute(source):
+            raise RuntimeError
+    policies = {layer.dtype_policy.name for layer in source._flatten_layers()}
+    assert policies == {"mixed_bfloat16"}
+    again = source(x, exact_attention=True)
+    for key in bf16:
+        np.testing.assert_array_equal(np.asarray(again[key]), np.asarray(bf16[key]))
     standard, errors = relaxed_merge.merge_and_check(source)
     assert max(errors.values()) <= 1e-5, errors
     assert standard.dtype_policy.name == "mixed_bfloat16"
     assert standard.compute_dtype == "bfloat16" and standard.variable_dtype == "float32"
-    copy = relaxed_merge.float32_copy(standard)
-    assert copy.compute_dtype == "float32" and relaxed_merge.float32_copy(copy) is copy
-    for a, b in zip(standard.weights, copy.weights):
-        assert a.path.split("/", 1)[1] == b.path.split("/", 1)[1]
-        np.testing.assert_array_equal(a, b)
 
 
 def test_exact_float32_matmuls_switch_tf32_off_and_back():

@@ -9,8 +9,8 @@ outputs must equal the relaxed model's outputs computed with exact
 attention (`exact_attention=True`), within `rtol` relative to the largest
 output; otherwise `ConversionError` is raised and nothing is returned. The
 check runs in float32 at full matrix-product precision whatever the models'
-dtype policy (a `mixed_bfloat16` model is checked through float32 copies of
-both models) and whatever the device's default (JAX and TensorFlow multiply
+dtype policy (a `mixed_bfloat16` model's layers compute in float32 for the
+check, then get their policy back) and whatever the device's default (JAX and TensorFlow multiply
 float32 matrices in TF32 on recent NVIDIA GPUs, whose rounding alone is
 about 1e-3 of the largest output).
 
@@ -127,14 +127,22 @@ def exact_float32_matmuls():
         yield
 
 
-def float32_copy(model):
-    """`model` itself if it computes in float32, else a float32 `Bert` with its weights."""
-    if model.compute_dtype == "float32":
-        return model
-    copy = Bert.from_config({**model.get_config(), "dtype": "float32"})
-    copy.build()
-    copy.set_weights(model.get_weights())
-    return copy
+@contextlib.contextmanager
+def float32_compute(*models):
+    """Inside the block `models` (every layer of them) compute in float32; their dtype
+    policies come back afterwards. Variables are float32 under every policy tfeff
+    trains with, so nothing is copied (building float32 copies costs seconds of eager
+    initializers on JAX)."""
+    layers = [layer for model in models
+              for layer in model._flatten_layers(include_self=True, recursive=True)]
+    saved = [layer.dtype_policy for layer in layers]
+    try:
+        for layer in layers:
+            layer.dtype_policy = "float32"
+        yield
+    finally:
+        for layer, policy in zip(layers, saved):
+            layer.dtype_policy = policy
 
 
 def _forward(model, inputs, **kwargs):
@@ -204,9 +212,9 @@ def merge_and_check(relaxed, rtol=1e-5, probe=None):
                  sum(len(s) for _, s in plan.values()), len(plan))
 
     probe = probe_inputs(relaxed) if probe is None else probe
-    with exact_float32_matmuls():
-        expected = _forward(float32_copy(relaxed), probe, exact_attention=True)
-        actual = _forward(float32_copy(standard), probe)
+    with exact_float32_matmuls(), float32_compute(relaxed, standard):
+        expected = _forward(relaxed, probe, exact_attention=True)
+        actual = _forward(standard, probe)
     errors = compare_outputs(expected, actual, probe["padding_mask"])
     bad = {k: v for k, v in errors.items() if not v <= rtol}
     if bad:
