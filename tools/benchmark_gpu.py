@@ -225,17 +225,22 @@ def measure(name, config, vocabulary, precision, steps, warmup, work_dir, peak_f
         if not np.isfinite(logs["loss"]):
             raise FloatingPointError(f"{name} {precision}: loss {logs['loss']}")
         median = statistics.median(times)
+        profile_error = None
         if profile_dir and keras.backend.backend() == "jax":
             import jax
 
-            with jax.profiler.trace(profile_dir):
-                for _ in range(profile_steps):
-                    model.train_on_batch(batch, return_dict=True)
+            try:  # a profiler that cannot trace here costs the profile, not the timing
+                with jax.profiler.trace(profile_dir):
+                    for _ in range(profile_steps):
+                        model.train_on_batch(batch, return_dict=True)
+            except Exception as e:  # whatever the profiler raised
+                profile_error = f"{type(e).__name__}: {e}"
         flops = flops_per_token(model, config) * tokens / median
         return {"model": name, "precision": precision, "params": model.count_params(),
                 "tokens_per_step": tokens, "step_s": median, "tokens_per_s": tokens / median,
                 "peak_memory_bytes": peak_memory_bytes(), "model_tflops": flops / 1e12,
-                "mfu": flops / peak_flops if peak_flops else None, "loss": float(logs["loss"])}
+                "mfu": flops / peak_flops if peak_flops else None, "loss": float(logs["loss"]),
+                **({"profile_error": profile_error} if profile_error else {})}
     finally:
         keras.config.set_dtype_policy("float32")
 

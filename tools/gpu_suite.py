@@ -359,11 +359,14 @@ def run_output_layer(name, sizes, work_dir):
                                 sizes["warmup"], work_dir, peak, profile_dir=profile_dir,
                                 profile_steps=sizes["profile_steps"])
     row.pop("model")
-    if profile_dir:  # what limits ELMo-C's step
+    if profile_dir and "profile_error" not in row:  # what limits ELMo-C's step
         import xla_profile
 
-        row["profile"] = xla_profile.summarize(profile_dir, sizes["profile_steps"],
-                                               row["step_s"])
+        try:
+            row["profile"] = xla_profile.summarize(profile_dir, sizes["profile_steps"],
+                                                   row["step_s"])
+        except (OSError, ValueError) as e:  # no trace, or no device ops in it
+            row["profile_error"] = f"{type(e).__name__}: {e}"
     return {**row, "device": device, "peak_flops": peak,
             "word_vocabulary": sizes["word_vocabulary"]}
 
@@ -601,7 +604,9 @@ def tables(preset, rows):
             lines += ["", f"ELMo-C: {words:,.0f} words/s against the target of "
                       f"{ELMO_C_TARGET_WORDS_PER_S:,} on one H100 "
                       f"({words / ELMO_C_TARGET_WORDS_PER_S:.2f} of it)."]
-            if output["elmo_c"].get("profile"):
+            if output["elmo_c"].get("profile_error"):
+                lines += ["", f"No profile of ELMo-C's step: {output['elmo_c']['profile_error']}"]
+            elif output["elmo_c"].get("profile"):
                 import xla_profile
 
                 lines += ["", f"What limits ELMo-C's step (a trace of "
