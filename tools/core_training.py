@@ -247,8 +247,9 @@ def train(arrays, sizes, two_phase, budget_s=None, steps=None):
             phase["batch_began"] = time.perf_counter()
 
         def on_train_batch_end(self, batch, logs=None):
-            # Keras hands the logs over asynchronously; a step's wall time is only
-            # exact at the synchronizing evaluations, these are a per-step median.
+            # This callback is not marked async-safe, so Keras turns each step's logs into
+            # numbers before calling it: the step has finished. (The median leaves out
+            # each phase's first step, its compilation.)
             step_times[phase["name"]].append(time.perf_counter() - phase["batch_began"])
 
         def on_epoch_end(self, epoch, logs=None):
