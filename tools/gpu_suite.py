@@ -643,7 +643,7 @@ def tables(preset, rows):
                        f"FAILED (exit {parity['returncode']}):\n\n```text\n"
                        f"{parity['output']}\n```")
             lines += [f"Parity of the torch LSTM path on {sizes['device']}: {verdict}", ""]
-    lines += core_training_table(preset, by_part)
+    lines += core_training_table(by_part)
     return "\n".join(lines)
 
 
@@ -669,7 +669,7 @@ def core_training_summary(by_part):
     return out
 
 
-def core_training_table(preset, by_part):
+def core_training_table(by_part):
     """Section 3's Markdown lines (one table per finished run, the comparison once both are
     in)."""
     runs = [(label, by_part[part]) for label, part in (
@@ -758,8 +758,8 @@ def write_results(out, preset, command, environment):
     finished = sorted(r["finished"] for r in rows if "finished" in r)
     when = (f"parts measured {finished[0]} to {finished[-1]}" if finished else "no part yet")
     text = (f"# tfeff GPU measurements ({preset} preset)\n\n"
-            f"Written {date} ({when}); `{command}`\n\nDevice: {gpus}; Python {environment['python']}, "
-            f"{environment['cpu_count']} CPU cores; {versions}.\n\n" + tables(preset, rows)
+            f"Written {date} ({when}); `{command}`\n\nDevice: {gpus}; Python "
+            f"{environment['python']}, {environment['cpu_count']} CPU cores; {versions}.\n\n" + tables(preset, rows)
             + text_png)
     for name, content in (("results.json", json.dumps(data, indent=1)), ("results.md", text)):
         tmp = os.path.join(out, name + ".tmp")

@@ -10,9 +10,9 @@ attention (`exact_attention=True`), within `rtol` relative to the largest
 output; otherwise `ConversionError` is raised and nothing is returned. The
 check runs in float32 at full matrix-product precision whatever the models'
 dtype policy (a `mixed_bfloat16` model's layers compute in float32 for the
-check, then get their policy back) and whatever the device's default (JAX and TensorFlow multiply
-float32 matrices in TF32 on recent NVIDIA GPUs, whose rounding alone is
-about 1e-3 of the largest output).
+check, then get their policy back) and whatever the device's default (JAX
+and TensorFlow multiply float32 matrices in TF32 on recent NVIDIA GPUs, whose
+rounding alone is about 1e-3 of the largest output).
 
 It depends only on models and layers, so training (CoRe's in-process
 switch) and `tfeff.convert` (the model-directory converter, which re-exports
@@ -133,6 +133,8 @@ def float32_compute(*models):
     policies come back afterwards. Variables are float32 under every policy tfeff
     trains with, so nothing is copied (building float32 copies costs seconds of eager
     initializers on JAX)."""
+    # Keras' own traversal (as tfeff.training.precision's): each model and every layer it
+    # tracks, at any depth.
     layers = [layer for model in models
               for layer in model._flatten_layers(include_self=True, recursive=True)]
     saved = [layer.dtype_policy for layer in layers]
