@@ -47,6 +47,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import bench_results  # noqa: E402
+from core_training import first_reach  # noqa: E402
+from core_training import plot  # noqa: E402
 from tfeff.training import checkpoints  # noqa: E402
 from tfeff.training import model_directory  # noqa: E402
 from tfeff.training.families.bert import BERT  # noqa: E402
@@ -157,17 +159,6 @@ def curve(model_dir, train_seconds, exact_attention=None):
     return [{"step": s, "wall": times[s], "loss": losses[s]} for s in sorted(times)]
 
 
-def first_reach(points, target):
-    """Seconds at which the curve first reaches `target` (linear between points), or None."""
-    for a, b in zip(points, points[1:]):
-        if b["loss"] <= target:
-            if a["loss"] <= target:
-                return a["seconds"]
-            frac = (a["loss"] - target) / (a["loss"] - b["loss"])
-            return a["seconds"] + frac * (b["seconds"] - a["seconds"])
-    return points[0]["seconds"] if points and points[0]["loss"] <= target else None
-
-
 def step_seconds(log_dir, lo, hi):
     """Median seconds per step between consecutive logged steps within [lo, hi]."""
     points = [p for p in events(log_dir) if lo <= p[0] <= hi]
@@ -193,25 +184,6 @@ def flops_per_step(config, relaxed):
     p = config.data.max_predictions_per_seq
     head = p * (d * d + d * config.data.wordpiece_vocabulary_size)
     return 2 * 3 * b * (m.num_layers * (attention + ffn) + head)
-
-
-def plot(path, curves, switch_seconds, target):
-    plt = bench_results.pyplot()
-    if plt is None:
-        return
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, points in curves.items():
-        ax.plot([p["seconds"] for p in points], [p["loss"] for p in points], marker="o",
-                markersize=3, label=label)
-    ax.axhline(target, color="gray", linewidth=0.8, label="standard's final loss")
-    if switch_seconds is not None:
-        ax.axvline(switch_seconds, color="gray", linestyle=":", label="switch")
-    ax.set_xlabel("wall time of training (s)")
-    ax.set_ylabel("held-out masked-LM loss")
-    ax.set_title("CoRe two-phase vs standard BERT pretraining")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
 
 
 def main(argv):
@@ -292,7 +264,8 @@ def main(argv):
         "standard_perplexity": standard_eval["perplexity"],
         "two_phase_perplexity": two_phase_eval["perplexity"],
     }
-    plot(os.path.join(out_dir, f"{stem}.png"), curves, coarse_end, target)
+    plot(os.path.join(out_dir, f"{stem}.png"), curves, coarse_end, target,
+         "CoRe two-phase vs standard BERT pretraining")
     def fmt(value, spec="{:.0f}", missing="n/a"):
         return missing if value is None else spec.format(value)
 
