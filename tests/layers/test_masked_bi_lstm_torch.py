@@ -65,14 +65,19 @@ def cpu_runs():
                 process.kill()
 
 
+@pytest.mark.numerics
 def test_torch_native_lstm_path_matches_portable_path_on_cpu(cpu_runs):
     """Outputs, final states, gradients (inputs, initial states, weights), an empty
-    row, given initial states, no mask, float64 and mixed precision: see
-    tests/layers/torch_lstm_parity.py."""
+    row, given initial states, no mask, float64 and mixed precision, each within the
+    rounding bound of the computation: see tests/layers/torch_lstm_parity.py."""
     out = cpu_runs["torch"]
     assert "torch LSTM path on cpu: parity with the portable path" in out
-    assert "gradients: 33 tensors equal to 1e-05" in out
-    assert "LSTM against NumPy float64, outputs and states: 6 tensors equal to 1e-10" in out
+    assert ("cpu float64 use_cudnn='auto' masked, initial states, gradients: 33 tensors "
+            "within the float64 rounding bound") in out
+    assert ("cpu float32 use_cudnn='auto' masked, initial states, gradients: 33 tensors "
+            "within the float32 rounding bound") in out
+    assert ("LSTM against NumPy float64, outputs and states: 6 tensors within the float64 "
+            "rounding bound") in out
     assert "no cuDNN path can run: PyTorch sees no CUDA device" in out
 
 
@@ -81,7 +86,9 @@ def test_torch_cudnn_path_matches_portable_path():
     """Run on a CUDA machine with torch: `pytest -m gpu` (CI has no GPU)."""
     out = _finish(_start(_parity_args("cuda"), "torch"))
     assert "torch LSTM path on cuda: parity with the portable path" in out
-    assert "cuda float32 use_cudnn=True masked, initial states, gradients" in out
+    assert "cuda: TF32 off for the float32 comparisons" in out
+    assert ("cuda float32 use_cudnn=True masked, initial states, gradients: 33 tensors "
+            "within the float32 rounding bound") in out
 
 
 def test_jax_has_no_cudnn_path_with_projection(cpu_runs):

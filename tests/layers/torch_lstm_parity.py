@@ -11,21 +11,35 @@ from the repository root. `--device cuda` fails if torch sees no CUDA device.
 check in the default suite, the CUDA one under `pytest -m gpu`.
 
 Both layers hold the same (random) weights; the reference is the portable
-path (`use_cudnn=False`, `keras.ops` code) on the same device. Compared to
-1e-5 in float32: the outputs, the final states, and the gradients of a
-random linear function of all of them with respect to the inputs, the
-initial states and every weight; on right-padded rows of full, partial and
-length 1, a row with no real token, given initial states, and a call
-without a mask (no packing). In float64 one layer's LSTM outputs and states
-are compared with a NumPy float64 recurrence to 1e-10 (on torch Keras
-computes float64 `ops.matmul` and layer norms in float32, so the portable
-path is no float64 reference there). Mixed precision (`mixed_float16`,
-`mixed_bfloat16`) is compared with float32 to the precision of the 16-bit
-type, and must be as accurate as the portable path in the same precision.
-`use_cudnn=True` is checked to run cuDNN on CUDA and to raise a
-`ValueError` saying why where it cannot. On the CPU, the rule by which
-`"auto"` picks torch's native LSTM or the portable path is checked, then
-the torch path is taken for every call.
+path (`use_cudnn=False`, `keras.ops` code) on the same device, in float64
+(`tests.numerics.keras_x64`: Keras would otherwise compute float64 matmuls and
+layer norms in float32 on torch). Compared: the outputs, the final states, and
+the gradients of a random linear function of all of them with respect to the
+inputs, the initial states and every weight; on right-padded rows of full,
+partial and length 1, a row with no real token, given initial states, and a
+call without a mask (no packing). No tolerance is read off a run:
+
+* in float64 the two paths agree to the float64 rounding bound of the
+  computation (`N_ROUNDINGS` roundings of 2**-53, about 1e-12 of the values),
+  whatever the kernels; one layer's LSTM outputs and states are also compared
+  with a NumPy float64 recurrence;
+* in float32 each path is within the float32 rounding bound of the float64
+  reference (`N_ROUNDINGS` roundings of 2**-24: about 1e-4 of the values, one
+  to two orders of magnitude above what any CPU or GPU is seen to produce, and
+  as far below a wrong mask, gate or norm). On CUDA TF32 is switched off for the
+  check (`torch.backends.cudnn.rnn.fp32_precision`, on by default for cuDNN's
+  RNNs): with it matmul inputs are rounded to 10 mantissa bits, a bound of the
+  order of the values themselves at this depth;
+* in mixed precision (`mixed_float16`, `mixed_bfloat16`) the torch path is as
+  accurate as the portable path in the same precision (both round to the
+  16-bit type at the same places; twice its relative error against float64,
+  plus the float32 bound), and in float16 also within the float16 rounding
+  bound (`N_ROUNDINGS_16`, the values stored in 16 bits on the way).
+
+`use_cudnn=True` is checked to run cuDNN on CUDA and to raise a `ValueError`
+saying why where it cannot. On the CPU, the rule by which `"auto"` picks
+torch's native LSTM or the portable path is checked, then the torch path is
+taken for every call.
 """
 
 import argparse
@@ -39,12 +53,33 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from tests.layers.lstm_reference import lstmp  # noqa: E402
+from tests.numerics import UNIT_ROUNDOFF  # noqa: E402
+from tests.numerics import assert_close  # noqa: E402
+from tests.numerics import keras_x64  # noqa: E402
 from tfeff.layers.masked_bi_lstm import PORTABLE  # noqa: E402
 from tfeff.layers.masked_bi_lstm import TORCH_LSTM  # noqa: E402
 from tfeff.layers.masked_bi_lstm import MaskedBiLSTM  # noqa: E402
 
 UNITS, PROJ, LAYERS = 16, 4, 2
+SHAPE = (None, None, 2 * PROJ)
 KWARGS = dict(units=UNITS, projection_dim=PROJ, num_layers=LAYERS, return_state=True)
+BATCH, STEPS = 5, 9
+
+# Roundings along the longest path from an input to an output or a gradient
+# (tests/numerics.py). One LSTM step: the gate pre-activations (sums of length
+# 2 * PROJ over the input, PROJ over the state, plus the bias), four activations
+# (sigmoid/tanh, 4 each), the cell update (3), tanh(c) * o (5) and the projection
+# (a sum of length UNITS). The state carries every step's error to the next, so a
+# layer costs STEPS steps, then its layer norm (sums of length PROJ for the mean and
+# the variance, rsqrt, scale and shift: 3 * PROJ + 8) and the residual (1). The
+# gradients run the chain back again and sum a weight's gradient over BATCH * STEPS.
+_STEP = (2 * PROJ + PROJ + 1) + 4 * 4 + 3 + 5 + UNITS
+_LAYER = STEPS * _STEP + (3 * PROJ + 8) + 1
+N_ROUNDINGS = 2 * LAYERS * _LAYER + BATCH * STEPS
+# Mixed precision keeps the sums in float32; what is rounded to 16 bits along the
+# path are the values stored per step: gate pre-activations, the four activations,
+# c and h (7), and per layer the norm's output and the residual (2).
+N_ROUNDINGS_16 = 2 * LAYERS * (STEPS * 7 + 2)
 
 
 class TorchPath(MaskedBiLSTM):
@@ -58,25 +93,28 @@ class TorchPath(MaskedBiLSTM):
 
 
 def _data(rng, dtype):
-    x = rng.normal(size=(5, 9, 2 * PROJ)).astype(dtype)
+    x = rng.normal(size=(BATCH, STEPS, 2 * PROJ)).astype(dtype)
     mask = np.array([[1] * 9, [1] * 5 + [0] * 4, [1] + [0] * 8, [0] * 9, [1] * 8 + [0]], bool)
-    state = [rng.normal(size=(5, d)).astype(dtype) for d in (PROJ, UNITS, PROJ, UNITS) * LAYERS]
+    state = [rng.normal(size=(BATCH, d)).astype(dtype)
+             for d in (PROJ, UNITS, PROJ, UNITS) * LAYERS]
     return x, mask, state
 
 
-def _layers(device, dtype, use_cudnn, seed):
-    """(portable, fused): two layers with the same random weights (norms included)."""
-    shape = (None, None, 2 * PROJ)
-    portable = MaskedBiLSTM(**KWARGS, use_cudnn=False, dtype="float32" if "mixed" in dtype
-                            else dtype)
-    portable.build(shape)
+def _weights(seed):
+    """Random weights (norms included) for a layer of KWARGS's shape, in float64."""
+    layer = MaskedBiLSTM(**KWARGS, use_cudnn=False, dtype="float64")
+    layer.build(SHAPE)
     rng = np.random.default_rng(seed)
-    portable.set_weights([rng.normal(scale=0.4, size=w.shape) for w in portable.get_weights()])
-    fused_class = MaskedBiLSTM if device == "cuda" else TorchPath
-    fused = fused_class(**KWARGS, use_cudnn=use_cudnn, dtype=dtype)
-    fused.build(shape)
-    fused.set_weights(portable.get_weights())
-    return portable, fused
+    return [rng.normal(scale=0.4, size=w.shape) for w in layer.get_weights()]
+
+
+def _layer(device, dtype, use_cudnn, weights):
+    """The portable path (`use_cudnn=False`) or the torch path, holding `weights`."""
+    layer_class = MaskedBiLSTM if device == "cuda" or use_cudnn is False else TorchPath
+    layer = layer_class(**KWARGS, use_cudnn=use_cudnn, dtype=dtype)
+    layer.build(SHAPE)
+    layer.set_weights(weights)
+    return layer
 
 
 def _run(layer, device, x, mask, state, coefficients):
@@ -94,32 +132,61 @@ def _run(layer, device, x, mask, state, coefficients):
     return [to_numpy(o) for o in outputs], [to_numpy(g) for g in grads], outputs[0].dtype
 
 
-def _compare(name, expected, actual, tol):
+def _reference(device, weights, x, mask, state, coefficients):
+    """The portable path in float64 on the same float32 inputs (exactly widened)."""
+    with keras_x64():
+        layer = _layer(device, "float64", False, weights)
+        wide = None if state is None else [s.astype("float64") for s in state]
+        out, grad, out_dtype = _run(layer, device, x.astype("float64"), mask, wide,
+                                    coefficients)
+    assert out_dtype == torch.float64, out_dtype
+    return out, grad
+
+
+def _compare(name, expected, actual, n, dtype):
+    """Every tensor within twice the rounding bound of `n` roundings in `dtype`."""
     worst = 0.0
     for k, (e, a) in enumerate(zip(expected, actual)):
-        np.testing.assert_allclose(a, e, rtol=tol, atol=tol, err_msg=f"{name}, tensor {k}")
-        worst = max(worst, float(np.max(np.abs(a - e), initial=0.0)))
-    print(f"{name}: {len(expected)} tensors equal to {tol:g} (max abs difference {worst:.2e})")
+        error, bound = assert_close(a, e, n=n, dtype=dtype, err_msg=f"{name}, tensor {k}")
+        worst = max(worst, error / bound)
+    print(f"{name}: {len(expected)} tensors within the {dtype} rounding bound "
+          f"(largest error {worst:.1e} of its bound)")
+
+
+def _relative_error(tensors, reference):
+    flat = lambda ts: np.concatenate([t.ravel() for t in ts])  # noqa: E731
+    return float(np.linalg.norm(flat(tensors) - flat(reference)) / np.linalg.norm(
+        flat(reference)))
 
 
 def check_parity(device, dtype, use_cudnn, with_mask=True, seed=0):
-    """The fused layer against the portable one: outputs, states and gradients."""
+    """The torch path in `dtype` against the portable path in float64 (and, in float32
+    and the mixed policies, the portable path in `dtype` too): outputs, states and
+    gradients."""
     rng = np.random.default_rng(seed)
     x, mask, state = _data(rng, "float32")
     if not with_mask:
         mask, state = None, None
-    portable, fused = _layers(device, dtype, use_cudnn, seed + 1)
+    weights = _weights(seed + 1)
+    fused = _layer(device, dtype, use_cudnn, weights)
     probe = torch.zeros(x.shape, device=device, dtype=getattr(torch, fused.compute_dtype))
     lengths = None if mask is None else torch.tensor(mask.sum(1), device=device)
     path = fused._choose_path(probe, lengths)
     assert path == TORCH_LSTM, f"use_cudnn={use_cudnn!r} took the {path} path on {device}"
-    shapes = [(5, 9, 2 * PROJ)] + [(5, d) for d in (PROJ, UNITS, PROJ, UNITS) * LAYERS]
+    shapes = [(BATCH, STEPS, 2 * PROJ)] + [(BATCH, d) for d in (PROJ, UNITS, PROJ, UNITS)
+                                            * LAYERS]
     coefficients = [rng.normal(size=s).astype("float32") for s in shapes]
-    out_p, grad_p, _ = _run(portable, device, x, mask, state, coefficients)
-    out_f, grad_f, out_dtype = _run(fused, device, x, mask, state, coefficients)
+    out_r, grad_r = _reference(device, weights, x, mask, state, coefficients)
+    if dtype == "float64":
+        with keras_x64():
+            wide = None if state is None else [s.astype("float64") for s in state]
+            out_f, grad_f, out_dtype = _run(fused, device, x.astype("float64"), mask, wide,
+                                            coefficients)
+    else:
+        out_f, grad_f, out_dtype = _run(fused, device, x, mask, state, coefficients)
     assert str(out_dtype) == f"torch.{fused.compute_dtype}", out_dtype
     # Guards the comparison: the reference is not trivially zero.
-    assert all(np.abs(t).max() > 1e-2 for t in out_p + grad_p[:1]), "degenerate reference"
+    assert all(np.abs(t).max() > 1e-2 for t in out_r + grad_r[:1]), "degenerate reference"
     if mask is not None:
         assert np.all(out_f[0][~mask] == 0), "padded outputs are not zero"
         empty = ~mask.any(axis=1)
@@ -128,25 +195,33 @@ def check_parity(device, dtype, use_cudnn, with_mask=True, seed=0):
             expected = expected.double().numpy()
             np.testing.assert_array_equal(out_f[1 + k][empty], expected,
                                           err_msg="an empty row's final state")
-    tol = {"float32": 1e-5, "mixed_float16": 3e-2, "mixed_bfloat16": 1.5e-1}[dtype]
     name = (f"{device} {dtype} use_cudnn={use_cudnn!r} "
             f"{'masked, initial states' if with_mask else 'no mask'}")
-    _compare(name + ", outputs and states", out_p, out_f, tol)
-    _compare(name + ", gradients", grad_p, grad_f, tol)
-    if "mixed" in dtype:
-        # As accurate as the portable path in the same precision (relative error of
-        # all outputs, states and gradients against float32).
-        mixed = MaskedBiLSTM(**KWARGS, use_cudnn=False, dtype=dtype)
-        mixed.build((None, None, 2 * PROJ))
-        mixed.set_weights(portable.get_weights())
-        out_m, grad_m, _ = _run(mixed, device, x, mask, state, coefficients)
-        reference = np.concatenate([t.ravel() for t in out_p + grad_p])
-        error = {k: np.linalg.norm(np.concatenate([t.ravel() for t in ts]) - reference)
-                 / np.linalg.norm(reference)
-                 for k, ts in (("torch", out_f + grad_f), ("portable", out_m + grad_m))}
-        assert error["torch"] <= 2 * error["portable"] + 1e-4, error
-        print(f"{name}: relative error {error['torch']:.1e} (portable path in {dtype}: "
-              f"{error['portable']:.1e})")
+    if dtype in ("float32", "float64"):
+        _compare(name + ", outputs and states", out_r, out_f, N_ROUNDINGS, dtype)
+        _compare(name + ", gradients", grad_r, grad_f, N_ROUNDINGS, dtype)
+        if dtype == "float32":  # the reference's own float32 run meets the same bound
+            portable = _layer(device, dtype, False, weights)
+            out_p, grad_p, _ = _run(portable, device, x, mask, state, coefficients)
+            _compare(name + ", portable path", out_r + grad_r, out_p + grad_p,
+                     N_ROUNDINGS, dtype)
+        return
+    # Mixed precision: as accurate as the portable path in the same precision. Both round
+    # to the 16-bit type at the same places; only the order of the float32 sums differs.
+    mixed = _layer(device, dtype, False, weights)
+    out_m, grad_m, _ = _run(mixed, device, x, mask, state, coefficients)
+    reference = out_r + grad_r
+    error = {"torch": _relative_error(out_f + grad_f, reference),
+             "portable": _relative_error(out_m + grad_m, reference)}
+    floor = 2 * N_ROUNDINGS * UNIT_ROUNDOFF["float32"]
+    assert error["torch"] <= 2 * error["portable"] + floor, error
+    print(f"{name}: relative error {error['torch']:.1e} (portable path in {dtype}: "
+          f"{error['portable']:.1e})")
+    if dtype == "mixed_float16":
+        # In bfloat16 (8 mantissa bits) the same count gives a bound of the order of the
+        # values themselves: only the comparison above is informative there.
+        _compare(name + ", outputs, states and gradients", reference, out_f + grad_f,
+                 N_ROUNDINGS_16, "float16")
 
 
 def check_float64(device, use_cudnn, seed=0):
@@ -154,7 +229,7 @@ def check_float64(device, use_cudnn, seed=0):
     layer norms) against the NumPy float64 recurrence, row by row."""
     rng = np.random.default_rng(seed)
     x, mask, state = _data(rng, "float64")
-    _, layer = _layers(device, "float64", use_cudnn, seed + 1)
+    layer = _layer(device, "float64", use_cudnn, _weights(seed + 1))
     assert layer._choose_path(torch.tensor(x, device=device)) == TORCH_LSTM
     lengths = mask.sum(1)
     fwd, bwd, states = layer._torch_layer(
@@ -172,8 +247,9 @@ def check_float64(device, use_cudnn, seed=0):
         expected[0][b, :n], expected[1][b, :n] = f, r[::-1]
         for k, t in enumerate((hf, cf, hb, cb)):
             expected[2 + k][b] = t
+    # One layer's LSTM, no norm or residual: STEPS steps of _STEP roundings.
     _compare(f"{device} float64 use_cudnn={use_cudnn!r} LSTM against NumPy float64, outputs "
-             "and states", expected, actual, 1e-10)
+             "and states", expected, actual, STEPS * _STEP, "float64")
 
 
 def check_cpu_rule():
@@ -205,6 +281,20 @@ def check_refusals(device):
             raise AssertionError(f"use_cudnn=True ran on {device} in {dtype}")
 
 
+def ieee_float32_on_cuda():
+    """float32 matmuls and cuDNN RNNs in IEEE float32 on CUDA. cuDNN's RNNs run in TF32 by
+    default (torch's `cudnn.rnn.fp32_precision` is "tf32"): the float32 rounding bound
+    does not hold for them, and a TF32 bound (10 mantissa bits) is of the order of the
+    values at this depth."""
+    if hasattr(torch.backends.cudnn, "rnn"):  # torch 2.9 and newer
+        torch.backends.cudnn.rnn.fp32_precision = "ieee"
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+    else:
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    print("cuda: TF32 off for the float32 comparisons")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), required=True)
@@ -213,7 +303,10 @@ def main(argv=None):
         raise SystemExit("--device cuda: torch sees no CUDA device")
     if args.device == "cpu":
         check_cpu_rule()
+    else:
+        ieee_float32_on_cuda()
     with keras.device(args.device):
+        check_parity(args.device, "float64", "auto")
         check_parity(args.device, "float32", "auto")
         check_parity(args.device, "float32", "auto", with_mask=False, seed=2)
         check_float64(args.device, "auto", seed=4)
