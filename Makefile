@@ -6,7 +6,7 @@ DEMO_DIR ?= runs/demo
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-slow test-gpu bench bench-gpu gpu-data docs install install-test clean
+.PHONY: demo test test-isa test-slow test-gpu bench bench-gpu gpu-data docs install install-test clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,25 @@ test: $(VENV)/.installed-test
 docs: $(VENV)/.installed-test
 	$(PY) tools/docs_reference.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The tests that compare two implementations in floating point (`-m numerics`; their
+# tolerances: tests/numerics.py), again under the kernels and thread counts of other
+# machines: AVX2 instead of AVX-512 in PyTorch (ATen), TensorFlow (oneDNN) and XLA (JAX,
+# TensorFlow's jit_compile), with one and with two threads per op, then this CPU's own
+# kernels with one thread (the default suite runs them with all threads). The variables
+# reach the backend subprocesses too.
+NUMERICS_SETTINGS ?= avx2:1 avx2:2 native:1
+test-isa: $(VENV)/.installed-test
+	@set -e; for setting in $(NUMERICS_SETTINGS); do \
+	  isa=$${setting%:*}; threads=$${setting#*:}; kernels=""; xla=""; \
+	  if [ $$isa = avx2 ]; then \
+	    kernels="ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"; xla="--xla_cpu_max_isa=AVX2"; fi; \
+	  if [ $$threads = 1 ]; then xla="$$xla --xla_cpu_multi_thread_eigen=false"; fi; \
+	  echo "== numerics tests: $$isa kernels, $$threads thread(s) per op"; \
+	  env $$kernels XLA_FLAGS="$$xla" TF_NUM_INTRAOP_THREADS=$$threads \
+	    OMP_NUM_THREADS=$$threads OPENBLAS_NUM_THREADS=$$threads TFEFF_TEST_THREADS=$$threads \
+	    $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "numerics and not slow and not gpu"; \
+	done
 
 test-slow: $(VENV)/.installed-test
 	$(PY) -m pytest -q -m slow

@@ -16,9 +16,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # What a subprocess on another Keras backend needs beside KERAS_BACKEND: JAX on the CPU
 # (no accelerator probing), PyTorch with one thread per op (its default pool spins on
-# cores busy with the suite's own processes: seconds per small op).
+# cores busy with the suite's own processes: seconds per small op), or with the count
+# `make test-isa` sets in TFEFF_TEST_THREADS.
 _BACKEND_ENV = {"tensorflow": {}, "jax": {"JAX_PLATFORMS": "cpu"},
-                "torch": {"OMP_NUM_THREADS": "1"}}
+                "torch": {"OMP_NUM_THREADS": os.environ.get("TFEFF_TEST_THREADS", "1")}}
 
 
 def backend_env(backend, **extra):
