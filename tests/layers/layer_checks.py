@@ -14,14 +14,19 @@ for tfeff's layers and their contracts:
    targets add their own loss: `compile` gets no loss and the targets are a
    model input);
 5. under `mixed_float16` the variables stay float32 and the outputs stay
-   close to the float32 layer's on the same weights;
-6. eager, `tf.function` and `tf.function(jit_compile=True)` give equal
-   outputs (1e-5) in inference and training mode, every random state reset
-   before each run; a layer with `supports_jit=False` must fail to compile
-   in at least one mode (so the flag is not a stale claim) and makes
-   Keras' `jit_compile="auto"` resolve to False.
+   within `mixed_n` float16 roundings of the float32 layer's on the same weights;
+6. eager, `tf.function` and `tf.function(jit_compile=True)` give outputs within
+   `xla_n` float32 roundings of each other in inference and training mode, every
+   random state reset before each run; a layer with `supports_jit=False` must
+   fail to compile in at least one mode (so the flag is not a stale claim) and
+   makes Keras' `jit_compile="auto"` resolve to False.
+
+Checks 5 and 6 compare implementations (grappler's and XLA's fusions, other kernels,
+float16): the caller derives `mixed_n` and `xla_n` from the layer's computation, and
+`scale` where the terms are larger than the outputs (tests/numerics.py).
 """
 
+import functools
 import json
 
 import keras
@@ -31,7 +36,7 @@ import tensorflow as tf
 # resolves to False for every model, so the public path cannot show the flag's effect.
 from keras.src.trainers.trainer import model_supports_jit
 
-XLA_TOLERANCE = 1e-5
+from tests.numerics import assert_close
 
 
 def _as_tuple(inputs):
@@ -48,19 +53,29 @@ def _symbolic(array):
     return keras.Input(shape=array.shape[1:], batch_size=None, dtype=dtype)
 
 
-def _assert_close(actual, expected, atol, rtol, what):
+def _compare(actual, expected, check, what):
+    """`check(a, e, err_msg=what)` on each pair of flattened outputs."""
     assert len(actual) == len(expected), what
     for a, e in zip(actual, expected):
         assert a.shape == e.shape, (what, a.shape, e.shape)
-        np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64),
-                                   atol=atol, rtol=rtol, err_msg=what)
+        check(a.astype(np.float64), e.astype(np.float64), err_msg=what)
+
+
+def _rounding_check(n, dtype, scale, layer):
+    """`assert_close` with `n` roundings in `dtype`; `scale` a number, None (each output's
+    largest value) or a function of the float32 layer, and so may `n` be."""
+    if n is None:
+        raise ValueError(f"{layer.name}: pass the {dtype} roundings of the layer's computation "
+                         "(`xla_n` / `mixed_n`, tests/numerics.py)")
+    n, scale = (v(layer) if callable(v) else v for v in (n, scale))
+    return functools.partial(assert_close, n=n, dtype=dtype, scale=scale)
 
 
 def run_layer_test(layer_cls, init_kwargs, inputs, tmp_path, *, targets=None, call_kwargs=None,
                    expected_num_weights=None, expected_num_trainable_weights=None,
                    fit=True, fit_loss="mse", fit_epochs=15, learning_rate=0.02,
-                   mixed_precision=True, mixed_atol=5e-2, mixed_rtol=5e-2, xla=True,
-                   xla_training=True):
+                   mixed_precision=True, mixed_n=None, xla=True, xla_training=True,
+                   xla_n=None, scale=None):
     """Runs the standard checks on `layer_cls(**init_kwargs)`; returns its outputs.
 
     Args:
@@ -77,10 +92,18 @@ def run_layer_test(layer_cls, init_kwargs, inputs, tmp_path, *, targets=None, ca
         fit: run the `fit` check (needs trainable weights).
         fit_loss: the compiled loss of the `fit` check (ignored with `targets`).
         mixed_precision: run the `mixed_float16` check.
+        mixed_n: its bound: the float16 roundings along the layer's longest path
+            (`tests/numerics.py`; float32 accumulation of sums adds none).
         xla: run the eager / `tf.function` / XLA check.
         xla_training: include training mode in it (False where the layer's
             training-mode randomness comes from Keras' own `Dropout`, whose
             draws differ under XLA on the TensorFlow backend).
+        xla_n: its bound: the float32 roundings along the layer's longest path
+            (a sum of K terms counts K). `xla_n` and `mixed_n` may be functions of
+            the layer (where they depend on its weights).
+        scale: the magnitude of the values those roundings are of, where it exceeds
+            the outputs' (dot products of random signs, cancelling log-softmaxes):
+            a number or a function of the layer; None: each output's largest value.
 
     Returns:
         The eager outputs on `inputs`, as a list of NumPy arrays.
@@ -117,8 +140,10 @@ def run_layer_test(layer_cls, init_kwargs, inputs, tmp_path, *, targets=None, ca
     path = str(tmp_path / f"{layer.name}.keras")
     model.save(path)
     reloaded = keras.saving.load_model(path)
-    _assert_close(_numpy(reloaded(list(args) if len(args) > 1 else args[0])), eager,
-                  1e-6, 1e-6, ".keras round trip")
+    # The same kernels on the same machine: equal up to a stray rounding.
+    _compare(_numpy(reloaded(list(args) if len(args) > 1 else args[0])), eager,
+             functools.partial(np.testing.assert_allclose, atol=1e-6, rtol=1e-6),
+             ".keras round trip")
 
     # 4. Stock compile + fit.
     if fit:
@@ -131,13 +156,13 @@ def run_layer_test(layer_cls, init_kwargs, inputs, tmp_path, *, targets=None, ca
         mixed(*args, **call_kwargs)
         mixed.set_weights(layer.get_weights())
         assert all(w.dtype == "float32" for w in mixed.weights)
-        _assert_close(_numpy(mixed(*args, **call_kwargs)), eager, mixed_atol, mixed_rtol,
-                      "mixed_float16")
+        _compare(_numpy(mixed(*args, **call_kwargs)), eager,
+                 _rounding_check(mixed_n, "float16", scale, layer), "mixed_float16")
 
     # 6. Eager, tf.function and XLA agree.
     if xla:
-        check_xla(layer, args, call_kwargs, training_modes=(False, True) if xla_training
-                  else (False,))
+        check_xla(layer, args, call_kwargs, _rounding_check(xla_n, "float32", scale, layer),
+                  training_modes=(False, True) if xla_training else (False,))
     return eager
 
 
@@ -184,8 +209,9 @@ def _restore(layer, state):
         v.assign(value)
 
 
-def check_xla(layer, args, call_kwargs, training_modes=(False, True)):
-    """Eager, `tf.function` and `jit_compile=True` outputs agree (see module docstring)."""
+def check_xla(layer, args, call_kwargs, check, training_modes=(False, True)):
+    """Eager, `tf.function` and `jit_compile=True` outputs agree, `check(actual, expected,
+    err_msg=...)` (see module docstring)."""
     state = _random_state(layer)
 
     def run(training, mode):
@@ -204,11 +230,9 @@ def check_xla(layer, args, call_kwargs, training_modes=(False, True)):
     jit_failures = 0
     for training in training_modes:
         eager = run(training, "eager")
-        _assert_close(run(training, "function"), eager, XLA_TOLERANCE, XLA_TOLERANCE,
-                      f"tf.function, training={training}")
+        _compare(run(training, "function"), eager, check, f"tf.function, training={training}")
         if supports_jit:
-            _assert_close(run(training, "xla"), eager, XLA_TOLERANCE, XLA_TOLERANCE,
-                          f"jit_compile=True, training={training}")
+            _compare(run(training, "xla"), eager, check, f"jit_compile=True, training={training}")
         else:
             try:
                 run(training, "xla")

@@ -20,3 +20,21 @@ def lstmp(x, kernel, recurrent, bias, projection, h=None, c=None):
         h = (sigmoid(o) * np.tanh(c)) @ projection
         out.append(h)
     return np.array(out).reshape(len(x), projection.shape[1]), h, c
+
+
+def step_roundings(features, proj, units):
+    """Roundings of one LSTMP step on the way from the state to the next (tests/numerics.py).
+
+    The gate sums (`features` inputs, `proj` recurrent inputs, the bias, 2 additions), a
+    gate (~4), c's 3 operations, tanh(c) (~4), their product and the projection's sum of
+    `units` (`proj=None`: no projection, `units` recurrent inputs). An LSTM's values, the
+    gates, tanh(c) and their products, are at most 1: its errors are compared at the scale
+    of max(1, the values compared), as in torch_lstm_parity.py.
+    """
+    recurrent, projection = (units, 0) if proj is None else (proj, units)
+    return (features + recurrent + 3) + 4 + 3 + 4 + 1 + projection
+
+
+# Mixed precision keeps sums in float32: per step the values stored in 16 bits (gate
+# pre-activations, four activations, c and h: 7) and the weights cast to 16 bits (4).
+STEP_ROUNDINGS_16 = 7 + 4

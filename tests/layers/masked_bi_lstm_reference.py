@@ -3,7 +3,9 @@
 import keras
 import numpy as np
 
+from tests.layers.lstm_reference import STEP_ROUNDINGS_16
 from tests.layers.lstm_reference import lstmp
+from tests.layers.lstm_reference import step_roundings
 
 
 def layer_norm(x, gamma, beta, eps):
@@ -46,3 +48,20 @@ def numpy_masked_bilstm(layer, x, mask, initial_state=None):
         outputs[b, :n] = seq
         states.append(row_states)
     return outputs, states
+
+
+def roundings(layer, steps, dtype="float32"):
+    """Roundings on the way through `layer` over `steps` steps (tests/numerics.py).
+
+    Per layer: its LSTM steps (`lstm_reference.step_roundings`; in float16 the values
+    stored in 16 bits), the layer norm of the P projected features (sums of P for the
+    mean and the variance, the rsqrt, gamma and beta: 3 P + 8; in float16 its output)
+    and the residual; layers add up. Values are compared at the scale of
+    max(1, the values compared), as in torch_lstm_parity.py.
+    """
+    proj = layer.projection_dim
+    if dtype == "float16":
+        return 1 + layer.num_layers * (steps * STEP_ROUNDINGS_16 + 2)
+    width = 3 * (proj or layer.units) + 8
+    return layer.num_layers * (steps * step_roundings(layer.output_dim, proj, layer.units)
+                               + width + 1)

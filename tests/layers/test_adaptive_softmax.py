@@ -3,6 +3,9 @@ import pytest
 import tensorflow as tf
 
 from tests.layers.layer_checks import run_layer_test
+from tests.layers.softmax_reference import log_prob_bound
+from tests.layers.softmax_reference import normalization_roundings
+from tests.numerics import assert_close
 from tfeff.layers import AdaptiveSoftmax
 
 V, D = 60, 16
@@ -36,16 +39,18 @@ def _layer(**kwargs):
     return layer
 
 
+@pytest.mark.numerics
 def test_log_prob_equals_reference_and_normalizes():
     layer = _layer()
     x = np.random.default_rng(1).normal(size=(32, D)).astype("float32")
     lp = layer.log_prob(x).numpy()
-    np.testing.assert_allclose(lp, reference_log_prob(layer, x), atol=1e-5)
-    np.testing.assert_allclose(np.exp(lp).sum(axis=1), 1.0, atol=1e-5)
+    assert_close(lp, reference_log_prob(layer, x), **log_prob_bound(layer, x))  # float32
+    assert_close(np.exp(lp).sum(axis=1), np.ones(32), n=normalization_roundings(V), scale=1.0)
     # Projection sizes follow input_dim // div_value**(i+1).
     assert [w.shape[1] for w in layer.tail_projections] == [8, 4, 2]
 
 
+@pytest.mark.numerics
 def test_target_log_probs_and_loss_equal_reference_with_ignored_targets():
     layer = _layer(ignore_index=-100)
     rng = np.random.default_rng(2)
@@ -58,8 +63,10 @@ def test_target_log_probs_and_loss_equal_reference_with_ignored_targets():
     ref = reference_log_prob(layer, x.reshape(-1, D)).reshape(4, 10, V)
     keep = (t != -100) & mask
     expected = np.where(keep, np.take_along_axis(ref, np.maximum(t, 0)[..., None], -1)[..., 0], 0)
-    np.testing.assert_allclose(lp.numpy(), expected, atol=1e-5)
-    np.testing.assert_allclose(loss.numpy(), -expected[keep].mean(), atol=1e-5)
+    bound = log_prob_bound(layer, x)
+    assert_close(lp.numpy(), expected, **bound)
+    # The mean over the kept targets: a sum of at most 40 and a division more.
+    assert_close(loss.numpy(), -expected[keep].mean(), n=bound["n"] + 41, scale=bound["scale"])
 
 
 def test_predict_equals_argmax_of_log_prob():
@@ -144,16 +151,22 @@ def test_frequency_order_is_checked():
         check_frequency_sorted([0, 0, 9, 5, 6, 1], first_id=2)
 
 
+@pytest.mark.numerics
 def test_standard_layer_checks(tmp_path):
     rng = np.random.default_rng(6)
     # Zipfian targets: most in the head, some in each tail.
     t = np.minimum(rng.zipf(1.3, size=(64,)), V) - 1
     kwargs = dict(vocabulary_size=V, cutoffs=CUTOFFS, div_value=2.0, name="adaptive")
     h = rng.normal(size=(64, D)).astype("float32")
+    # float32: a log-probability's bound (softmax_reference.log_prob_bound). float16 (the
+    # log-softmaxes in float32): the head's logits (the casts of x and W, their rounding:
+    # 3) and a tail's (x, the projection, its product, the kernel, the logits: 5), twice.
+    bounds = dict(xla_n=lambda layer: log_prob_bound(layer, h)["n"], mixed_n=2 * (3 + 5),
+                  scale=lambda layer: log_prob_bound(layer, h)["scale"])
     log_probs, = run_layer_test(AdaptiveSoftmax, kwargs, h, tmp_path, targets=t.astype("int32"),
-                                expected_num_weights=7)
+                                expected_num_weights=7, **bounds)
     assert log_probs.shape == (64,) and np.all(log_probs <= 0)
     # Without targets: the full distribution, through the same `.keras` round trip.
     full, = run_layer_test(AdaptiveSoftmax, {**kwargs, "name": "adaptive_full"}, h, tmp_path,
-                           fit=False)
-    np.testing.assert_allclose(np.exp(full).sum(-1), 1.0, atol=1e-5)
+                           fit=False, **bounds)
+    assert_close(np.exp(full).sum(-1), np.ones(64), n=normalization_roundings(V), scale=1.0)

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from tests.conftest import REPO
 from tests.layers.layer_checks import run_layer_test
+from tests.numerics import assert_close
 from tfeff.layers import AloneEmbedding
 
 # ---------------------------------------------------------------------------
@@ -56,6 +57,23 @@ def np_filters(ids, seed, m, c, d, filter_type, p_zero):
     return np.minimum(out, 1.0) if filter_type == "binary" else out
 
 
+def _terms(layer, ids):
+    """The magnitude of the FFN's terms, |m_w o| |W1| |W2|: its rounding bound's scale."""
+    base, w1, w2 = (np.abs(w).astype(np.float64) for w in layer.get_weights())
+    m = np.abs(keras.ops.convert_to_numpy(layer.filters(np.ravel(ids))))
+    return float(np.max((m * base) @ w1 @ w2))
+
+
+def _ffn_roundings(layer):
+    """float32 roundings of FFN(m_w o): the sums of base_dim and intermediate_dim (relu
+    is exact; m_w o is rounded alike everywhere)."""
+    return layer.base_dim + layer.intermediate_dim
+
+
+# float16: m_w o, W1 and W2 cast to it, x W1 and h W2 rounded to it (sums in float32).
+FFN_ROUNDINGS_16 = 5
+
+
 def _layer(**kwargs):
     args = dict(vocabulary_size=50, output_dim=6, base_dim=8, intermediate_dim=12,
                 num_codebooks=3, codebook_size=4, seed=11)
@@ -68,13 +86,15 @@ def _layer(**kwargs):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("lookup", ["table", "token", "unique"])
 def test_standard_layer_checks_mixed_precision_and_fit(lookup, tmp_path):
     kwargs = dict(vocabulary_size=40, output_dim=6, base_dim=8, intermediate_dim=16, seed=3,
                   mask_zero=True, lookup=lookup, name=f"alone_{lookup}")
     ids = np.array([[5, 7, 7, 0], [39, 1, 0, 0]], np.int32)
     out, = run_layer_test(AloneEmbedding, kwargs, ids, tmp_path, expected_num_weights=3,
-                          mixed_atol=2e-2, mixed_rtol=2e-2)
+                          xla_n=8 + 16, mixed_n=FFN_ROUNDINGS_16,
+                          scale=lambda layer: _terms(layer, ids))
     assert out.shape == (2, 4, 6)
     layer = AloneEmbedding(**kwargs)
     assert np.array_equal(keras.ops.convert_to_numpy(layer.compute_mask(ids)), ids != 0)
@@ -82,6 +102,7 @@ def test_standard_layer_checks_mixed_precision_and_fit(lookup, tmp_path):
     assert mixed(ids).dtype == "float16"
 
 
+@pytest.mark.numerics
 def test_dropout_in_training_and_under_xla_without_it(tmp_path):
     """Keras' own Dropout draws other masks under XLA on the TensorFlow backend
     (its stateless draws use the auto-selected algorithm), so the XLA check runs in
@@ -89,7 +110,8 @@ def test_dropout_in_training_and_under_xla_without_it(tmp_path):
     kwargs = dict(vocabulary_size=40, output_dim=6, base_dim=8, intermediate_dim=16, seed=3,
                   dropout_rate=0.5, name="alone_dropout")
     ids = np.array([[5, 7, 7, 0], [39, 1, 0, 0]], np.int32)
-    run_layer_test(AloneEmbedding, kwargs, ids, tmp_path, xla_training=False)
+    run_layer_test(AloneEmbedding, kwargs, ids, tmp_path, xla_training=False, xla_n=8 + 16,
+                   mixed_n=FFN_ROUNDINGS_16, scale=lambda layer: _terms(layer, ids))
     layer = AloneEmbedding(**kwargs)
     assert not np.allclose(layer(ids, training=True), layer(ids, training=False))
 
@@ -106,18 +128,21 @@ def test_a_regression_through_the_embedding_learns():
     assert history[-1] < 0.8 * history[0], history
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("filter_type", ["binary", "real"])
 def test_golden_filters_and_embeddings_follow_the_documented_construction(filter_type):
     seed = 2**33 + 5  # both 32-bit halves of the seed are used
-    layer = _layer(filter_type=filter_type, zero_probability=0.3, seed=seed)
+    layer = _layer(filter_type=filter_type, zero_probability=0.3, seed=seed, dtype="float64")
     ids = np.arange(50)
     expected = np_filters(ids, seed, 3, 4, 8, filter_type, 0.3)
     np.testing.assert_array_equal(layer.codebooks.numpy(), np_codebooks(seed, 3, 4, 8, filter_type, 0.3))
     np.testing.assert_array_equal(layer.filters(ids).numpy(), expected)
 
-    base, w1, w2 = (w.astype(np.float64) for w in layer.get_weights())
-    reference = np.maximum((expected * base) @ w1, 0) @ w2  # FFN(m_w * o) in float64
-    np.testing.assert_allclose(layer(ids).numpy(), reference, rtol=1e-5, atol=1e-6)
+    base, w1, w2 = layer.get_weights()
+    # FFN(m_w * o) in float64, m_w * o rounded to float32 as documented.
+    reference = np.maximum((expected * base.astype(np.float32)).astype(np.float64) @ w1, 0) @ w2
+    assert_close(layer(ids).numpy(), reference, n=_ffn_roundings(layer), dtype="float64",
+                 scale=_terms(layer, ids))
 
 
 @pytest.mark.parametrize("p_zero", [0.2, 0.5, 0.8])
@@ -268,6 +293,7 @@ class CountingAlone(AloneEmbedding):
         return super()._embed(ids, training)
 
 
+@pytest.mark.numerics
 def test_unique_id_lookup_equals_the_naive_per_token_path_exactly():
     rng = np.random.default_rng(0)
     v = 5000
@@ -280,22 +306,30 @@ def test_unique_id_lookup_equals_the_naive_per_token_path_exactly():
         layers[lookup].set_weights(layers["unique"].get_weights())
     out = {lookup: layer(ids).numpy() for lookup, layer in layers.items()}
     np.testing.assert_array_equal(out["unique"], out["token"])
-    np.testing.assert_allclose(out["table"], out["token"], rtol=1e-6, atol=1e-6)
+    # The table's rows come from other matmul shapes (chunks of the vocabulary).
+    assert_close(out["table"], out["token"], n=_ffn_roundings(layers["token"]),
+                 scale=_terms(layers["token"], ids))
     assert layers["unique"].ffn_rows == [distinct] and distinct < 128 * 128 // 4
     assert layers["token"].ffn_rows == [128 * 128]
 
 
+@pytest.mark.numerics
 def test_attend_scores_against_the_chunked_table():
     layer = _layer(vocabulary_size=50, table_chunk_size=7)
     table = layer.embedding_table().numpy()
-    np.testing.assert_allclose(table, layer(np.arange(50)).numpy(), rtol=1e-6, atol=1e-6)
+    # Chunks of 7 rows, one of 50, a lookup: other matmul shapes, the same FFN.
+    bound = dict(n=_ffn_roundings(layer), scale=_terms(layer, np.arange(50)))
+    assert_close(table, layer(np.arange(50)).numpy(), **bound)
     whole = _layer(vocabulary_size=50)
     whole.set_weights(layer.get_weights())
-    np.testing.assert_allclose(whole.embedding_table().numpy(), table, rtol=1e-6, atol=1e-6)
+    assert_close(whole.embedding_table().numpy(), table, **bound)
     hidden = np.random.default_rng(1).normal(size=(3, 4, 6)).astype("float32")
-    np.testing.assert_allclose(layer.attend(hidden).numpy(), hidden @ table.T, rtol=1e-5, atol=1e-5)
+    # Against NumPy's float32 product: a sum of output_dim (6) terms |hidden| |table|.
+    assert_close(layer.attend(hidden).numpy(), hidden @ table.T, n=6,
+                 scale=float(np.max(np.abs(hidden) @ np.abs(table).T)))
 
 
+@pytest.mark.numerics
 def test_table_is_computed_once_per_traced_step_and_gradients_match_eager():
     ids = tf.constant([[1, 2, 2, 40]])
     targets = tf.constant([[3, 2, 9, 0]])
@@ -310,16 +344,28 @@ def test_table_is_computed_once_per_traced_step_and_gradients_match_eager():
             loss = loss_fn(layer)
         return loss, tape.gradient(loss, layer.trainable_weights)
 
-    layer = CountingAlone(50, 6, 8, 12, seed=2, lookup="table", table_chunk_size=20)
+    # float64 (past m_w o): grappler's graph may fuse and order other than eager.
+    layer = CountingAlone(50, 6, 8, 12, seed=2, lookup="table", table_chunk_size=20,
+                          dtype="float64")
     layer.build()
     graph_loss, graph_grads = tf.function(lambda: step(layer))()
     assert layer.ffn_rows == [20, 20, 10]  # one table (3 chunks) for both uses
     layer.ffn_rows.clear()
     eager_loss, eager_grads = step(layer)  # eager: the table is computed per use
     assert layer.ffn_rows == [20, 20, 10] * 2
-    np.testing.assert_allclose(graph_loss, eager_loss, rtol=1e-6)
-    for g, e in zip(graph_grads, eager_grads):
-        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-7)
+    # The FFN (8 + 12), attend (6), the softmax over 50 (~60), the mean of 4; the
+    # gradient runs it back and sums over the 50 rows of the table and the 4 tokens.
+    forward = 8 + 12 + 6 + 60 + 4
+    table = np.abs(layer.embedding_table().numpy())
+    logits = float(np.max(table @ table.T))  # the log-softmax cancels terms this large
+    assert_close(graph_loss, eager_loss, n=forward, dtype="float64",
+                 scale=max(float(eager_loss), logits))
+    assert [w.name for w in layer.trainable_weights][0] == "base"
+    # The base vector's gradient leaves float64 at m_w o (computed in float32): its
+    # product with m_w and the sum over the table's 50 rows are float32 roundings.
+    assert_close(graph_grads[0], eager_grads[0], n=52, dtype="float32")
+    for g, e in zip(graph_grads[1:], eager_grads[1:]):
+        assert_close(g, e, n=2 * forward + 54, dtype="float64")
 
 
 def test_parameter_count_does_not_grow_with_the_vocabulary():
@@ -377,9 +423,11 @@ def test_seed_none_draws_a_seed_that_the_config_keeps():
     np.testing.assert_array_equal(clone(np.arange(30)), layer(np.arange(30)))
 
 
+@pytest.mark.numerics
 def test_table_methods_before_any_call_build_the_layer():
     layer = AloneEmbedding(20, 4, 8, 8, seed=1)
     table = np.asarray(layer.attend(np.eye(4, dtype="float32")))
     assert layer.built and table.shape == (4, 20)
-    np.testing.assert_allclose(np.asarray(layer.embeddings), np.asarray(layer(np.arange(20))),
-                               rtol=1e-6, atol=1e-6)
+    # The table and a lookup: two FFN calls, maybe of other shapes.
+    assert_close(np.asarray(layer.embeddings), np.asarray(layer(np.arange(20))),
+                 n=_ffn_roundings(layer), scale=_terms(layer, np.arange(20)))

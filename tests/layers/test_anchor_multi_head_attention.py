@@ -1,11 +1,17 @@
+import math
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tests.layers.layer_checks import run_layer_test
-from tfeff.layers import AnchorMultiHeadAttention
+from tests.layers.test_rotary import attention_terms
+from tests.layers.test_rotary import mha_bound
 from tests.layers.test_rotary import rotate_reference
+from tests.layers.test_rotary import rotation_roundings
+from tests.numerics import assert_close
+from tfeff.layers import AnchorMultiHeadAttention
 
 HEADS, KEY_DIM, DIM = 3, 4, 10
 
@@ -24,6 +30,34 @@ def _layer(num_anchors=4, **kwargs):
                                      bias_initializer="random_normal", **kwargs)
     layer.build((None, None, DIM), (None, None, DIM))
     return layer
+
+
+def anchor_bound(layer, x, m, rotary=False, dtype="float32"):
+    """`assert_close`'s n and scale for anchor attention with `m` anchors on `x`, as
+    test_rotary.mha_bound (the scores are float32 whatever the compute dtype).
+
+    q~ = q / |q| is a unit vector, off by q's roundings (dim + 1, the rotation's)
+    relative to |q| and the normalization's (~8). S1 = sqrt(key_dim) q~ a~ has terms
+    summing to at most sqrt(key_dim); S2 = a~ k to at most max_s |k_s| (Cauchy-Schwarz),
+    off by q~'s, k's and the dot's roundings. Each softmax's error e moves the output
+    by at most 2 e O. The value path: v, S2's normalization (n + 5), the sum over n,
+    W_o's over value_dim, S1's normalization (m + 5), the sum over m, over heads, the
+    bias. In float16 (sums, scores and softmaxes in float32): q, k and v stored in 16
+    bits (5 each: the casts of x, W and b, the product, the sum); the probabilities,
+    S2 V, W_o, U, S1 U and the bias (7).
+    """
+    q, k, out = attention_terms(layer, x, rotary)
+    _, n, heads, key_dim = q.shape
+    dim, s2 = x.shape[-1], float(np.linalg.norm(k, axis=-1).max())
+    if dtype == "float16":
+        qt = kk = 5
+        dot, value = 0, 5 + 7
+    else:
+        kk = dim + 1 + (rotation_roundings(n) if rotary else 0)
+        qt = kk + 8
+        dot, value = key_dim + 1, dim + 1 + (n + 5) + n + key_dim + (m + 5) + m + heads + 1
+    errors = 2 * math.sqrt(key_dim) * (2 * qt + dot) + 2 * s2 * (qt + kk + dot)
+    return dict(n=math.ceil(errors + value), scale=out)
 
 
 def _softmax(z, mask):
@@ -69,6 +103,7 @@ def test_weights_are_laid_out_like_keras_multi_head_attention():
     assert len(layer.weights) == 8
 
 
+@pytest.mark.numerics
 def test_golden_against_numpy_with_fixed_anchors():
     layer = _layer()
     x, mask = _inputs()
@@ -77,9 +112,10 @@ def test_golden_against_numpy_with_fixed_anchors():
                         [[0, 1, 0], [1, 0, 1], [0, 0, 0]]], np.int32)
     out = layer(x, x, query_mask=mask, value_mask=mask, anchor_indices=anchors)
     expected = reference(layer, x, anchors, np.ones(anchors.shape, bool), mask)
-    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    assert_close(out, expected, **anchor_bound(layer, x, 3))
 
 
+@pytest.mark.numerics
 def test_rotary_golden_against_numpy_with_fixed_anchors():
     layer = _layer(rotary_max_wavelength=10000)
     x, mask = _inputs()
@@ -89,11 +125,12 @@ def test_rotary_golden_against_numpy_with_fixed_anchors():
     out = layer(x, x, query_mask=mask, value_mask=mask, anchor_indices=anchors)
     valid = np.ones(anchors.shape, bool)
     expected = reference(layer, x, anchors, valid, mask, rotary=True)
-    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    assert_close(out, expected, **anchor_bound(layer, x, 3, rotary=True))
     unrotated = reference(layer, x, anchors, valid, mask)
     assert np.abs(unrotated - expected).max() > 1e-3
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("selection", ["random", "strided"])
 def test_selected_anchors_match_the_reference_and_stay_inside_the_sequence(selection):
     layer = _layer(num_anchors=4, anchor_selection=selection, seed=3)
@@ -108,8 +145,7 @@ def test_selected_anchors_match_the_reference_and_stay_inside_the_sequence(selec
     out = layer(x, x, query_mask=mask, value_mask=mask)
     indices = np.broadcast_to(indices, (len(mask), HEADS, 4))
     valid = np.broadcast_to(valid, indices.shape)
-    np.testing.assert_allclose(out, reference(layer, x, indices, valid, mask),
-                               rtol=1e-5, atol=1e-5)
+    assert_close(out, reference(layer, x, indices, valid, mask), **anchor_bound(layer, x, 4))
 
 
 def test_strided_selection_golden():
@@ -144,6 +180,7 @@ def test_random_selection_is_seeded_at_inference_and_fresh_in_training():
     assert not np.array_equal(a, b)
 
 
+@pytest.mark.numerics
 def test_all_positions_become_anchors_when_m_exceeds_n():
     """m >= n: every real position is an anchor, the closed form of the paper."""
     layer = _layer(num_anchors=50)
@@ -152,17 +189,20 @@ def test_all_positions_become_anchors_when_m_exceeds_n():
     n = x.shape[1]
     all_positions = np.broadcast_to(np.arange(n), (len(x), HEADS, n))
     valid = np.broadcast_to(mask[:, None, :], all_positions.shape)
-    np.testing.assert_allclose(out, reference(layer, x, all_positions, valid, mask),
-                               rtol=1e-5, atol=1e-5)
+    assert_close(out, reference(layer, x, all_positions, valid, mask),
+                 **anchor_bound(layer, x, n))
     assert scores.shape == (len(x), HEADS, n, n)
 
 
+@pytest.mark.numerics
 def test_attention_rows_sum_to_one_and_padded_keys_get_no_weight():
     layer = _layer(num_anchors=4)
     x, mask = _inputs()
     _, scores = layer(x, x, query_mask=mask, value_mask=mask, return_attention_scores=True)
     scores = np.asarray(scores)
-    np.testing.assert_allclose(scores.sum(-1), 1.0, rtol=1e-5)
+    # S1 S2's rows, summed: two softmaxes' normalizations (4 + 5, 9 + 5), the product's
+    # sum over 4 anchors, NumPy's float32 sum over 9 keys: of weights at most 1.
+    assert_close(scores.sum(-1), np.ones(scores.shape[:-1]), n=9 + 14 + 4 + 9, scale=1.0)
     assert np.all(scores[~np.broadcast_to(mask[:, None, None, :], scores.shape)] == 0)
 
 
@@ -219,6 +259,19 @@ def test_no_n_by_n_tensor_unless_scores_are_asked_for():
     assert not [s for s in shapes if s.rank and s.rank >= 2 and list(s[-2:]) == [n, n]]
 
 
+def _bounds(x, exact, m):
+    """run_layer_test's xla_n, mixed_n and scale: those of MultiHeadAttention's exact mode
+    (test_rotary.mha_bound) or of anchor attention with `m` anchors."""
+    def bound(dtype):
+        if exact:
+            return lambda layer: mha_bound(layer, x, dtype=dtype)
+        return lambda layer: anchor_bound(layer, x, m, dtype=dtype)
+    return dict(xla_n=lambda layer: bound("float32")(layer)["n"],
+                mixed_n=lambda layer: bound("float16")(layer)["n"],
+                scale=lambda layer: bound("float32")(layer)["scale"])
+
+
+@pytest.mark.numerics
 @pytest.mark.parametrize("selection", ["random", "strided"])
 @pytest.mark.parametrize("exact", [False, True])
 def test_standard_layer_checks(selection, exact, tmp_path):
@@ -229,10 +282,11 @@ def test_standard_layer_checks(selection, exact, tmp_path):
                   exact=exact, seed=2, name=f"anchors_{selection}_{exact}")
     x, _ = _inputs()
     out, = run_layer_test(AnchorMultiHeadAttention, kwargs, (x, x), tmp_path,
-                          expected_num_weights=8, mixed_atol=2e-2, mixed_rtol=2e-2)
+                          expected_num_weights=8, **_bounds(x, exact, 4))
     assert out.shape == x.shape
 
 
+@pytest.mark.numerics
 def test_dropout_runs_the_checks_in_inference_under_xla(tmp_path):
     """Keras' own Dropout draws other masks under XLA (TensorFlow backend), so with
     dropout the XLA check runs in inference mode; the anchors stay seeded."""
@@ -240,9 +294,10 @@ def test_dropout_runs_the_checks_in_inference_under_xla(tmp_path):
                   name="anchors_dropout")
     x, _ = _inputs()
     run_layer_test(AnchorMultiHeadAttention, kwargs, (x, x), tmp_path, xla_training=False,
-                   mixed_atol=2e-2, mixed_rtol=2e-2)
+                   **_bounds(x, False, 4))
 
 
+@pytest.mark.numerics
 def test_xla_predict_equals_eager_call_with_random_anchors():
     """The reported bug: `model.predict` under XLA chose other anchors than `model(x)`."""
     layer = _layer(num_anchors=3, seed=5)
@@ -250,7 +305,8 @@ def test_xla_predict_equals_eager_call_with_random_anchors():
     model = keras.Model(inp, layer(inp, inp))
     x = np.random.default_rng(9).normal(size=(4, 30, DIM)).astype("float32")
     model.compile(jit_compile=True)
-    np.testing.assert_allclose(model.predict(x, verbose=0), model(x), rtol=1e-5, atol=1e-5)
+    # Two float32 implementations (XLA's and eager), the same anchors.
+    assert_close(model.predict(x, verbose=0), model(x), **anchor_bound(layer, x, 3))
     # The symbolic call of exact mode works too (it reached MultiHeadAttention's
     # compute_output_spec with `exact`).
     exact = keras.Model(inp, _layer(num_anchors=3)(inp, inp, exact=True))

@@ -3,30 +3,48 @@ import numpy as np
 import pytest
 
 from tests.layers.layer_checks import run_layer_test
+from tests.numerics import assert_close
 from tfeff.layers import FactorizedDense
 
+# The exact (erf) gelu 0.5 z (1 + erf(z / sqrt 2)): erf ~4 roundings and 4 operations.
+GELU = 8
 
+
+def _terms(layer, x):
+    """The magnitude of the sums' terms, |x| |A| |B| + |bias| (gelu's slope is below 1.13)."""
+    a, b, *bias = (np.abs(keras.ops.convert_to_numpy(w)).astype("float64") for w in layer.weights)
+    return 1.13 * float(np.max(np.abs(x) @ a @ b + (bias[0] if bias else 0.0)))
+
+
+@pytest.mark.numerics
 def test_standard_checks_and_parameter_count(tmp_path):
     x = np.random.default_rng(0).normal(size=(4, 5, 7)).astype("float32")
+    # float32: sums of 7 and 3, the bias, gelu: 7 + 3 + 1 + GELU. float16: the casts of
+    # x, A, B and bias, the rounding of x A, of x A B and of the sum (float32 accumulation),
+    # gelu: 4 + 3 + GELU.
     run_layer_test(FactorizedDense, dict(units=12, rank=3, activation="gelu", name="ffn"), x,
-                   tmp_path, expected_num_weights=3)
+                   tmp_path, expected_num_weights=3, xla_n=11 + GELU, mixed_n=7 + GELU,
+                   scale=lambda layer: _terms(layer, x))
     layer = FactorizedDense(12, rank=3, activation="gelu")
     layer.build((None, 7))
     # d*r + r*units + units instead of d*units + units.
     assert layer.count_params() == 7 * 3 + 3 * 12 + 12
 
 
+@pytest.mark.numerics
 def test_golden_values_against_numpy():
-    layer = FactorizedDense(4, rank=2, activation="relu")
+    layer = FactorizedDense(4, rank=2, activation="relu", dtype="float64")
     layer.build((None, 3))
     rng = np.random.default_rng(1)
     a, b, bias = rng.normal(size=(3, 2)), rng.normal(size=(2, 4)), rng.normal(size=4)
-    layer.set_weights([a.astype("float32"), b.astype("float32"), bias.astype("float32")])
+    layer.set_weights([a, b, bias])
     x = rng.normal(size=(5, 3))
     expected = np.maximum(x @ a @ b + bias, 0.0)
-    np.testing.assert_allclose(layer(x.astype("float32")), expected, rtol=1e-5, atol=1e-6)
+    # float64: sums of 3 and 2 and the bias (relu is exact): 6 roundings of the terms.
+    assert_close(layer(x), expected, n=6, dtype="float64", scale=_terms(layer, x))
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("use_bias", [True, False])
 def test_merged_dense_equals_factorized(use_bias):
     layer = FactorizedDense(64, rank=8, activation="gelu", use_bias=use_bias,
@@ -35,14 +53,15 @@ def test_merged_dense_equals_factorized(use_bias):
     factorized = keras.ops.convert_to_numpy(layer(x))
     kernel, bias = layer.merged()
     assert kernel.shape == (32, 64) and kernel.dtype == np.float32
-    np.testing.assert_allclose(
-        kernel, np.asarray(layer.input_kernel, np.float64) @ np.asarray(layer.output_kernel),
-        rtol=1e-6, atol=1e-7,
-    )
+    # A B in float64 (8 roundings of 1e-16), rounded once to float32.
+    assert_close(kernel, np.asarray(layer.input_kernel, np.float64)
+                 @ np.asarray(layer.output_kernel), n=1)
     dense = keras.layers.Dense(64, activation="gelu", use_bias=use_bias)
     dense.build((None, 32))
     dense.set_weights([kernel] + ([bias] if use_bias else []))
-    np.testing.assert_allclose(dense(x), factorized, rtol=1e-5, atol=1e-5)
+    # Dense: the merged kernel (1), a sum of 32, the bias, gelu; factorized: sums of 32 and
+    # 8, the bias, gelu: at most 41 + GELU roundings of the terms |x| |A| |B|.
+    assert_close(dense(x), factorized, n=41 + GELU, scale=_terms(layer, x))
 
 
 def test_mixed_precision():

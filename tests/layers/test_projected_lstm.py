@@ -4,33 +4,39 @@ import pytest
 import tensorflow as tf
 
 from tests.layers.layer_checks import run_layer_test
+from tests.layers.lstm_reference import STEP_ROUNDINGS_16
 from tests.layers.lstm_reference import lstmp
+from tests.layers.lstm_reference import step_roundings
+from tests.numerics import assert_close
 from tfeff.layers import ProjectedLSTM
 
-
+@pytest.mark.numerics
 def test_layer_checks(tmp_path):
     x = np.random.default_rng(0).normal(size=(2, 5, 4)).astype("float32")
+    # 5 steps (lstm_reference.step_roundings); in float16 also the inputs' cast. The
+    # outputs are below 1, the LSTM's scale.
     run_layer_test(ProjectedLSTM, dict(units=6, projection_dim=3, name="lstmp"), x, tmp_path,
-                   expected_num_weights=4)
-    layer = ProjectedLSTM(6, 3)
-    layer.build((None, 5, 4))
-    assert layer.count_params() == 4 * 24 + 3 * 24 + 24 + 6 * 3
+                   expected_num_weights=4, xla_n=5 * step_roundings(4, 3, 6),
+                   mixed_n=1 + 5 * STEP_ROUNDINGS_16, scale=1.0)
 
 
+@pytest.mark.numerics
 def test_equals_numpy_recurrence_both_directions_with_padding():
     rng = np.random.default_rng(1)
-    x = rng.normal(size=(2, 6, 4)).astype("float32")
+    x = rng.normal(size=(2, 6, 4))
     mask = np.array([[1, 1, 1, 1, 0, 0], [1] * 6], bool)
     for backwards in (False, True):
-        layer = ProjectedLSTM(5, 3, go_backwards=backwards)
+        layer = ProjectedLSTM(5, 3, go_backwards=backwards, dtype="float64")
         out = layer(x, mask=mask).numpy()
-        w = [keras.ops.convert_to_numpy(v).astype("float64") for v in layer.weights]
+        w = [keras.ops.convert_to_numpy(v) for v in layer.weights]
         for b in range(2):
             n = mask[b].sum()
-            seq = x[b, :n].astype("float64")
+            seq = x[b, :n]
             ref, _, _ = lstmp(seq[::-1] if backwards else seq, *w)
             ref = ref[::-1] if backwards else ref
-            np.testing.assert_allclose(out[b, :n], ref, rtol=1e-5, atol=1e-6)
+            # float64: up to 6 steps; outputs below 1, the LSTM's scale.
+            assert_close(out[b, :n], ref, n=6 * step_roundings(4, 3, 5), dtype="float64",
+                         scale=1.0)
             assert np.all(out[b, n:] == 0)
 
 
@@ -60,12 +66,15 @@ def test_integer_inputs_and_masks_that_are_not_right_padded_are_refused():
         tf.function(lambda a, m: layer(a, mask=m))(x, left)
 
 
+@pytest.mark.numerics
 def test_right_padded_full_and_empty_rows_equal_the_unpadded_prefix():
-    x = np.random.default_rng(4).normal(size=(3, 5, 3)).astype("float32")
+    x = np.random.default_rng(4).normal(size=(3, 5, 3))
     mask = np.array([[1] * 5, [1, 1, 1, 0, 0], [0] * 5], bool)
     for backwards in (False, True):
-        layer = ProjectedLSTM(5, 3, go_backwards=backwards)
+        # float64: other batch shapes may take other kernels; up to 5 steps.
+        layer = ProjectedLSTM(5, 3, go_backwards=backwards, dtype="float64")
         out = layer(x, mask=mask).numpy()
-        np.testing.assert_allclose(out[0], layer(x[:1]).numpy()[0], atol=1e-6)
-        np.testing.assert_allclose(out[1, :3], layer(x[1:2, :3]).numpy()[0], atol=1e-6)
+        bound = dict(n=5 * step_roundings(3, 3, 5), dtype="float64", scale=1.0)
+        assert_close(out[0], layer(x[:1]).numpy()[0], **bound)
+        assert_close(out[1, :3], layer(x[1:2, :3]).numpy()[0], **bound)
         assert np.all(out[1, 3:] == 0) and np.all(out[2] == 0)

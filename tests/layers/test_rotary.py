@@ -1,8 +1,11 @@
+import math
+
 import keras
 import numpy as np
 import pytest
 
 from tests.layers.layer_checks import run_layer_test
+from tests.numerics import assert_close
 from tfeff.layers import AnchorMultiHeadAttention
 from tfeff.layers import RotaryMultiHeadAttention
 from tfeff.layers.rotary import apply_rotary
@@ -29,6 +32,59 @@ def rotate_reference(x, max_wavelength=10000.0):
             turned = pair @ rotation.T
             out[:, t, :, i], out[:, t, :, i + half] = turned[..., 0], turned[..., 1]
     return out
+
+
+def rotation_roundings(positions, max_wavelength=10000.0):
+    """float32 roundings of `apply_rotary`, at the scale of the pairs it turns.
+
+    The angle t * max_wavelength ** e (pow ~4, an inexact exponent e's rounding times
+    ln(max_wavelength), the product) is off by that many roundings of t <= positions - 1
+    radians, and so is the turned pair (relative to its size); cos and sin (~2) and
+    x1 cos - x2 sin (3) add 5.
+    """
+    angle = 4 + math.ceil(math.log(max_wavelength)) + 1
+    return angle * max(1, positions - 1) + 5
+
+
+def attention_terms(layer, x, rotary=False, max_wavelength=10000.0):
+    """The sizes of an attention layer's values on `x` (queries = keys = values), in
+    float64: q and k (batch, n, heads, key_dim), rotated or not, and the largest output's
+    terms O = sum_h max_s |v_s W_o,h| + |b_o| (a softmax's weights sum to 1)."""
+    wq, bq, wk, bk, wv, bv, wo, bo = (np.asarray(w, np.float64) for w in layer.get_weights())
+    x = np.asarray(x, np.float64)
+    q, k, v = (np.einsum("bnd,dhk->bnhk", x, w) + b for w, b in ((wq, bq), (wk, bk), (wv, bv)))
+    if rotary:
+        q, k = rotate_reference(q, max_wavelength), rotate_reference(k, max_wavelength)
+    vo = np.abs(np.einsum("bshv,hvo->bsho", v, wo)).max(axis=1).sum(axis=1)  # (batch, out)
+    return q, k, float(np.max(vo + np.abs(bo)))
+
+
+def mha_bound(layer, x, rotary=False, max_wavelength=10000.0, dtype="float32"):
+    """`assert_close`'s n and scale for scaled dot-product attention (MultiHeadAttention,
+    rotated or not) on `x`, against float64 or another implementation.
+
+    An error e of the scores moves the output by at most 2 e O (the softmax's weights
+    change by p (e_s - sum p e)). The scores' error is that of q and k (dim + 1 each, the
+    rotation's), of the scaling and of the dot of key_dim, at the scale S of the dot's
+    terms |q| |k| / sqrt(key_dim). The value path: v (dim + 1), the softmax's
+    normalization (exp ~4, a sum over n, a division), the sum over n, the output's over
+    heads * value_dim, the bias. So n = 2 S (the scores' roundings) + (the value path's),
+    at the scale O. In float16 (sums kept in float32) the values stored in 16 bits
+    instead: q, k and v (the casts of x, W and b and the sum: 4 each; a rotation's cast),
+    the scaled query and the scores (2); the probabilities, the context, W_o, the output
+    and its bias (6).
+    """
+    q, k, out = attention_terms(layer, x, rotary, max_wavelength)
+    _, n, heads, key_dim = q.shape
+    scores = float(np.einsum("bnhk,bshk->bhns", np.abs(q), np.abs(k)).max()) / math.sqrt(key_dim)
+    if dtype == "float16":
+        score, value = 2 * (4 + bool(rotary)) + 2, 4 + 6
+    else:
+        rotation = rotation_roundings(n, max_wavelength) if rotary else 0
+        value_dim = np.shape(layer.get_weights()[4])[-1]
+        score = 2 * (x.shape[-1] + 1 + rotation) + 1 + key_dim
+        value = x.shape[-1] + 1 + (4 + n + 1) + n + heads * value_dim + 1
+    return dict(n=math.ceil(2 * scores * score + value), scale=out)
 
 
 def _inputs(batch=2, n=7, seed=0):
@@ -58,25 +114,33 @@ def attention_reference(layer, x, key_mask):
     return np.einsum("bnhk,hko->bno", context, wo) + bo
 
 
+@pytest.mark.numerics
 def test_rotation_matches_a_float64_rotation_matrix_reference():
     x = np.random.default_rng(1).normal(size=(2, 9, 3, 8)).astype("float32")
-    np.testing.assert_allclose(apply_rotary(x), rotate_reference(x), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(apply_rotary(x, 50.0), rotate_reference(x, 50.0),
-                               rtol=1e-5, atol=1e-5)
-    # Position 0 is not turned; norms are kept everywhere.
+    # Always float32 (callers cast back); a pair is at most sqrt(2) max|x|.
+    scale = math.sqrt(2) * float(np.abs(x).max())
+    assert_close(apply_rotary(x), rotate_reference(x), n=rotation_roundings(9), scale=scale)
+    assert_close(apply_rotary(x, 50.0), rotate_reference(x, 50.0),
+                 n=rotation_roundings(9, 50.0), scale=scale)
+    # Position 0 is not turned; norms are kept everywhere: a wrong angle keeps them, cos
+    # and sin (2) and the products (3) round, and NumPy's float32 norms (a sum of 8
+    # squares, the sqrt: 10 each).
     out = keras.ops.convert_to_numpy(apply_rotary(x))
     np.testing.assert_array_equal(out[:, 0], x[:, 0])
-    np.testing.assert_allclose(np.linalg.norm(out, axis=-1), np.linalg.norm(x, axis=-1),
-                               rtol=1e-5)
+    assert_close(np.linalg.norm(out, axis=-1), np.linalg.norm(x, axis=-1), n=25)
 
 
+@pytest.mark.numerics
 def test_rotation_matches_keras_hub_rotary_embedding():
     keras_hub = pytest.importorskip("keras_hub")
     x = np.random.default_rng(2).normal(size=(2, 11, 4, 16)).astype("float32")
     expected = keras_hub.layers.RotaryEmbedding(max_wavelength=10000)(x)
-    np.testing.assert_allclose(apply_rotary(x), expected, rtol=1e-5, atol=1e-6)
+    # Two float32 rotations (keras-hub's angle takes a reciprocal more: 1).
+    assert_close(apply_rotary(x), expected, n=rotation_roundings(11) + 1,
+                 scale=math.sqrt(2) * float(np.abs(x).max()))
 
 
+@pytest.mark.numerics
 def test_rotated_scores_depend_on_the_offset_only():
     rng = np.random.default_rng(3)
     n = 8
@@ -84,17 +148,23 @@ def test_rotated_scores_depend_on_the_offset_only():
     k = np.broadcast_to(rng.normal(size=(1, 1, 1, 6)), (1, n, 1, 6)).astype("float32")
     scores = np.einsum("ik,jk->ij", np.asarray(apply_rotary(q))[0, :, 0],
                        np.asarray(apply_rotary(k))[0, :, 0])
+    # Each score: q's and k's rotations and a float32 dot of 6, of terms |q| |k| (pairs
+    # at most sqrt(2) times their entries).
+    bound = dict(n=2 * rotation_roundings(n) + 6, scale=2 * float(np.abs(q[0, 0, 0]) @ np.abs(
+        k[0, 0, 0])))
     for offset in range(-n + 1, n):
         diagonal = np.diagonal(scores, offset)
-        np.testing.assert_allclose(diagonal, diagonal[0], rtol=1e-4, atol=1e-5)
-    assert np.ptp(np.diagonal(scores, 0)) < 1e-4 and abs(scores[0, 0] - scores[0, 3]) > 1e-3
+        assert_close(diagonal, np.full_like(diagonal, diagonal[0]), **bound)
+    assert abs(scores[0, 0] - scores[0, 3]) > 1e-3
 
 
+@pytest.mark.numerics
 def test_rotary_attention_golden_against_numpy():
     layer = RotaryMultiHeadAttention(HEADS, KEY_DIM, bias_initializer="random_normal")
     x, mask = _inputs()
     out = layer(x, x, value_mask=mask)
-    np.testing.assert_allclose(out, attention_reference(layer, x, mask), rtol=1e-5, atol=1e-5)
+    # float32 always (the rotation is): the bound of mha_bound.
+    assert_close(out, attention_reference(layer, x, mask), **mha_bound(layer, x, True))
     # Same weights without rotation give a different answer: the positions are used.
     plain = keras.layers.MultiHeadAttention(HEADS, KEY_DIM)
     plain.build((None, None, DIM), (None, None, DIM))
@@ -114,11 +184,15 @@ def test_anchor_attention_exact_mode_is_rotary_attention():
                                   rotary(x, x, value_mask=mask))
 
 
+@pytest.mark.numerics
 def test_standard_layer_checks(tmp_path):
     x, _ = _inputs()
     kwargs = dict(num_heads=HEADS, key_dim=KEY_DIM, max_wavelength=500, name="rotary")
+    bound = lambda dtype: lambda layer: mha_bound(layer, x, True, 500, dtype)  # noqa: E731
     run_layer_test(RotaryMultiHeadAttention, kwargs, (x, x), tmp_path, expected_num_weights=8,
-                   mixed_atol=2e-2, mixed_rtol=2e-2)
+                   xla_n=lambda layer: bound("float32")(layer)["n"],
+                   mixed_n=lambda layer: bound("float16")(layer)["n"],
+                   scale=lambda layer: bound("float32")(layer)["scale"])
     layer = RotaryMultiHeadAttention.from_config(
         RotaryMultiHeadAttention(**kwargs).get_config())
     assert layer.max_wavelength == 500.0

@@ -4,6 +4,9 @@ import pytest
 import tensorflow as tf
 
 from tests.layers.layer_checks import run_layer_test
+from tests.layers.softmax_reference import log_prob_bound
+from tests.layers.softmax_reference import log_softmax_roundings
+from tests.numerics import assert_close
 from tfeff.layers import FixedEmbedding, FullSoftmax, SampledSoftmax
 
 V, D = 50, 12
@@ -19,6 +22,7 @@ def _set_random(layer, seed=0):
     layer.set_weights([rng.normal(0, 0.5, w.shape).astype("float32") for w in layer.weights])
 
 
+@pytest.mark.numerics
 def test_full_softmax_equals_reference():
     layer = FullSoftmax(V, ignore_index=0)
     layer.build((None, D))
@@ -28,14 +32,18 @@ def test_full_softmax_equals_reference():
     t = rng.integers(0, V, size=(3, 7)).astype("int32")
     w, b = (np.asarray(v.numpy(), np.float64) for v in layer.weights)
     ref = _log_softmax(x.astype(np.float64) @ w.T + b)
-    np.testing.assert_allclose(layer.log_prob(x).numpy(), ref, atol=1e-5)
+    bound = log_prob_bound(layer, x)  # float32 always
+    assert_close(layer.log_prob(x).numpy(), ref, **bound)
     lp, loss = layer(x, t, return_loss=True)
     expected = np.where(t != 0, np.take_along_axis(ref, t[..., None], -1)[..., 0], 0)
-    np.testing.assert_allclose(lp.numpy(), expected, atol=1e-5)
-    np.testing.assert_allclose(loss.numpy(), -expected[t != 0].mean(), atol=1e-5)
+    assert_close(lp.numpy(), expected, **bound)
+    # The mean over the kept targets: a sum of at most 21 and a division more.
+    assert_close(loss.numpy(), -expected[t != 0].mean(), n=bound["n"] + 22,
+                 scale=bound["scale"])
     np.testing.assert_array_equal(layer.predict(x).numpy(), ref.argmax(-1))
 
 
+@pytest.mark.numerics
 def test_full_softmax_tied_to_an_embedding_shares_and_trains_it():
     embedding = keras.layers.Embedding(V, D)
     embedding.build((None,))
@@ -45,7 +53,7 @@ def test_full_softmax_tied_to_an_embedding_shares_and_trains_it():
     layer(x, np.arange(5))
     assert layer.trainable_weights == []  # the matrix is the embedding's
     ref = _log_softmax(x.astype(np.float64) @ embedding.embeddings.numpy().T)
-    np.testing.assert_allclose(layer.log_prob(x).numpy(), ref, atol=1e-5)
+    assert_close(layer.log_prob(x).numpy(), ref, **log_prob_bound(layer, x))
     with tf.GradientTape() as tape:
         _, loss = layer(x, np.arange(5), return_loss=True)
     (g,) = tape.gradient(loss, [embedding.embeddings])
@@ -85,6 +93,7 @@ def test_sampled_loss_converges_to_full_loss():
     assert errors[2] < 0.01, errors
 
 
+@pytest.mark.numerics
 def test_fixed_variant_uses_the_frozen_table(tmp_path):
     rng = np.random.default_rng(6)
     table = rng.normal(size=(V, D)).astype("float32")
@@ -96,15 +105,27 @@ def test_fixed_variant_uses_the_frozen_table(tmp_path):
     t = np.arange(6, dtype="int32")
     layer(x, t)
     assert layer.weights == []  # nothing to train: a ranking loss against fixed vectors
-    np.testing.assert_allclose(layer.log_prob(x).numpy(), _log_softmax(x @ table.T), atol=1e-5)
+    # Against NumPy's float32 log-softmax: two float32 implementations.
+    assert_close(layer.log_prob(x).numpy(), _log_softmax(x @ table.T), **log_prob_bound(layer, x))
     # The projection in front of it trains against the fixed targets.
     kwargs = dict(vocabulary_size=V, num_sampled=10, use_bias=False,
                   output_embedding=FixedEmbedding(path), seed=0, name="sampled_fixed")
-    run_layer_test(SampledSoftmax, kwargs, rng.normal(size=(64, D)).astype("float32"),
-                   tmp_path, targets=rng.integers(0, V, 64).astype("int32"),
-                   expected_num_weights=0)
+    h = rng.normal(size=(64, D)).astype("float32")
+    run_layer_test(SampledSoftmax, kwargs, h, tmp_path,
+                   targets=rng.integers(0, V, 64).astype("int32"), expected_num_weights=0,
+                   **_checks_bounds(h, sampled=True))
     with pytest.raises(ValueError, match="dimension"):
         SampledSoftmax(V, num_sampled=10, output_embedding=FixedEmbedding(path)).build((None, D + 1))
+
+
+def _checks_bounds(h, sampled=False):
+    """run_layer_test's bounds: a log-probability's (softmax_reference.log_prob_bound). In
+    training a sampled logit also subtracts log(expected count) (~5 roundings, |log| < 3
+    here). float16 (the log-softmax in float32): the logits' casts of x and W and their
+    rounding, twice."""
+    extra, shift = (10, 3.0) if sampled else (0, 0.0)
+    return dict(xla_n=lambda layer: log_prob_bound(layer, h)["n"] + extra, mixed_n=6 + extra,
+                scale=lambda layer: log_prob_bound(layer, h)["scale"] + shift)
 
 
 @pytest.mark.parametrize("num_sampled", [0, V, V + 1, 2.5])
@@ -113,20 +134,22 @@ def test_num_sampled_is_validated(num_sampled):
         SampledSoftmax(V, num_sampled=num_sampled)
 
 
+@pytest.mark.numerics
 def test_standard_layer_checks(tmp_path):
     rng = np.random.default_rng(8)
     t = (np.minimum(rng.zipf(1.3, size=64), V) - 1).astype("int32")
     h = rng.normal(size=(64, D))
     h = h.astype("float32")
     run_layer_test(FullSoftmax, dict(vocabulary_size=V, name="full"), h, tmp_path, targets=t,
-                   expected_num_weights=2)
+                   expected_num_weights=2, **_checks_bounds(h))
     run_layer_test(SampledSoftmax, dict(vocabulary_size=V, num_sampled=20, seed=3,
                                         name="sampled"), h, tmp_path, targets=t,
-                   expected_num_weights=2)
+                   expected_num_weights=2, **_checks_bounds(h, sampled=True))
     run_layer_test(FullSoftmax, dict(vocabulary_size=V, name="full_distribution"), h, tmp_path,
-                   fit=False)
+                   fit=False, **_checks_bounds(h))
 
 
+@pytest.mark.numerics
 def test_the_portable_sampler_follows_tensorflows_log_uniform_distribution():
     """Off TensorFlow, negatives come from `log_uniform_sample` with expected counts
     num_sampled * P(c): the counts of TensorFlow's sampler drawing with replacement, and
@@ -138,15 +161,16 @@ def test_the_portable_sampler_follows_tensorflows_log_uniform_distribution():
     true = tf.constant([[0], [1], [7], [799_999], [123_456]], tf.int64)
     sampled, true_expected, sampled_expected = tf.random.log_uniform_candidate_sampler(
         true, num_true=1, num_sampled=s, unique=False, range_max=v, seed=3)
-    np.testing.assert_allclose(s * log_uniform_probability(sampled, v).numpy(),
-                               sampled_expected.numpy(), rtol=1e-5)
-    np.testing.assert_allclose(s * log_uniform_probability(true[:, 0], v).numpy(),
-                               true_expected.numpy()[:, 0], rtol=1e-5)
+    # Relative, per class: float32 1 / (c + 1), log1p (~4), the float32 log(v + 1) and
+    # the division (2) against TensorFlow's float64 formula rounded to float32 (1).
+    for ids, expected in ((sampled, sampled_expected), (true[:, 0], true_expected[:, 0])):
+        ratio = s * log_uniform_probability(ids, v).numpy() / expected.numpy().astype(np.float64)
+        assert_close(ratio, np.ones(ratio.shape), n=8, scale=1.0)
     draws = log_uniform_sample(400_000, 50, seed=keras.random.SeedGenerator(0)).numpy()
     assert draws.min() == 0 and draws.max() == 49
     frequencies = np.bincount(draws, minlength=50) / draws.size
     p = log_uniform_probability(np.arange(50), 50).numpy()
-    np.testing.assert_allclose(p.sum(), 1.0, rtol=1e-5)
+    assert_close(p.sum(), 1.0, n=8 + 50, scale=1.0)  # 8 per class, a float32 sum of 50
     # Binomial standard error of the largest class (p ~ 0.18) is 6e-4.
     np.testing.assert_allclose(frequencies, p, atol=3e-3)
     assert np.abs(frequencies - p).max() > 0  # real draws, not the probabilities
@@ -176,6 +200,15 @@ def _sampled_reference(x, t, keep, w, b, candidates, q_true, q_sampled):
     return loss, gw, gb, gx
 
 
+def _sampled_bound(layer, x, candidates, q, tokens):
+    """n and scale of the sampled loss over [true, candidates] against float64: logits of
+    input_dim + 1 (the bias) + 5 (log of the expected count) roundings of terms up to
+    Z = |x| |w| + |b| + |log q|, the log-softmax over them, the mean over `tokens`."""
+    z = log_prob_bound(layer, x)["scale"] + float(np.abs(np.log(q)).max())
+    return dict(n=log_softmax_roundings(D + 6, len(candidates) + 1) + tokens + 1, scale=z)
+
+
+@pytest.mark.numerics
 def test_sampled_loss_and_gradient_equal_the_formula_for_fixed_candidates():
     """Fixed negatives (a repeat, and accidental hits of two targets), ignored targets:
     the loss and its gradients equal a float64 computation, and only the rows of the
@@ -198,17 +231,24 @@ def test_sampled_loss_and_gradient_equal_the_formula_for_fixed_candidates():
     keep = (t != -1).reshape(-1)
     ref = _sampled_reference(x.reshape(-1, D), t.reshape(-1), keep, w, b, candidates,
                              q_true.reshape(-1), q_sampled)
-    np.testing.assert_allclose(float(loss), ref[0], rtol=1e-6)
+    bound = _sampled_bound(layer, x, candidates, np.concatenate([q_true.ravel(), q_sampled]),
+                           keep.sum())
+    assert_close(float(loss), ref[0], **bound)
     assert log_probs.shape == t.shape and float(log_probs[1, 0]) == 0.0  # ignored
-    np.testing.assert_allclose(-float(np.sum(log_probs)) / keep.sum(), ref[0], rtol=1e-6)
+    assert_close(-float(np.sum(log_probs)) / keep.sum(), ref[0], **bound)
     assert isinstance(gw, tf.IndexedSlices)  # sparse: a gather of the named rows
     touched = {int(i) for i in gw.indices.numpy()}
     assert touched == ({3, 7, 11, 30} | set(candidates.tolist()) | {0})  # ignored -> row 0
-    np.testing.assert_allclose(tf.convert_to_tensor(gw).numpy(), ref[1], atol=1e-6)
-    np.testing.assert_allclose(tf.convert_to_tensor(gb).numpy(), ref[2], atol=1e-6)
-    np.testing.assert_allclose(gx.numpy().reshape(-1, D), ref[3], atol=1e-6)
+    # dz = (p - onehot) / N: p off by the log-probability's roundings (relative, at Z),
+    # and |dz| sums to at most 2 over a row; a gradient sums dz times |x| or |w| over the
+    # 5 tokens or the 7 columns, with the product and the division.
+    grad = dict(n=bound["n"] + 9, scale=2 * bound["scale"] * max(np.abs(x).max(), np.abs(w).max()))
+    assert_close(tf.convert_to_tensor(gw).numpy(), ref[1], **grad)
+    assert_close(tf.convert_to_tensor(gb).numpy(), ref[2], **grad)
+    assert_close(gx.numpy().reshape(-1, D), ref[3], **grad)
 
 
+@pytest.mark.numerics
 def test_a_training_call_is_the_formula_with_the_candidates_it_drew():
     """Reset to the same seed, the layer's own draw is read back: the training loss equals
     `sampled_loss` with those candidates and the float64 formula with TensorFlow's
@@ -228,4 +268,5 @@ def test_a_training_call_is_the_formula_with_the_candidates_it_drew():
     assert float(loss) == float(layer.sampled_loss(x, t, (candidates, q_true, q_sampled))[1])
     w, b = (np.asarray(v.numpy(), np.float64) for v in (layer.embeddings, layer.bias))
     ref = _sampled_reference(x, t, np.ones(8, bool), w, b, candidates, q_true, q_sampled)
-    np.testing.assert_allclose(float(loss), ref[0], rtol=1e-6)
+    assert_close(float(loss), ref[0], **_sampled_bound(
+        layer, x, candidates, np.concatenate([q_true, q_sampled]), 8))

@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.layers.softmax_reference import log_prob_bound
+from tests.layers.softmax_reference import normalization_roundings
+from tests.numerics import assert_close
 from tfeff.layers import AdaptiveSoftmax
 from tfeff.layers import ContinuousOutput
 from tfeff.layers import FixedEmbedding
@@ -26,6 +29,7 @@ def _data(seed=0):
             rng.integers(0, V, size=(3, 4)).astype("int32"))
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("kind", sorted(FACTORIES))
 def test_targets_add_the_mean_nll_and_return_loss_adds_nothing(kind):
     layer = FACTORIES[kind]()
@@ -34,25 +38,31 @@ def test_targets_add_the_mean_nll_and_return_loss_adds_nothing(kind):
     assert len(layer.losses) == 1
     full = layer.log_prob(x).numpy()
     expected = np.take_along_axis(full, t[..., None], -1)[..., 0]
-    np.testing.assert_allclose(log_probs.numpy(), expected, atol=1e-5)
-    np.testing.assert_allclose(layer.losses[0].numpy(), -expected.mean(), atol=1e-5)
+    # The targets' path against the full distribution's (adaptive: tails on other rows),
+    # float32 both; the loss also sums 12 and divides, both ways.
+    bound = log_prob_bound(layer, x)
+    mean = dict(n=bound["n"] + 13, scale=bound["scale"])
+    assert_close(log_probs.numpy(), expected, **bound)
+    assert_close(layer.losses[0].numpy(), -expected.mean(), **mean)
     log_probs2, loss = layer(x, t, return_loss=True)
     assert layer.losses == []  # a new call clears; return_loss adds nothing
-    np.testing.assert_allclose(log_probs2.numpy(), expected, atol=1e-5)
-    np.testing.assert_allclose(loss.numpy(), -expected.mean(), atol=1e-5)
+    assert_close(log_probs2.numpy(), expected, **bound)
+    assert_close(loss.numpy(), -expected.mean(), **mean)
     # No targets: the full distribution.
     np.testing.assert_allclose(layer(x).numpy(), full, atol=1e-6)
     with pytest.raises(ValueError, match="return_loss=True` needs `targets"):
         layer(x, return_loss=True)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("kind", sorted(FACTORIES))
 def test_log_prob_and_predict_before_any_call_build_the_layer(kind):
     x, _ = _data(1)
     layer = FACTORIES[kind]()
     log_probs = layer.log_prob(x).numpy()
     assert layer.built and log_probs.shape == (3, 4, V)
-    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, atol=1e-5)
+    assert_close(np.exp(log_probs).sum(-1), np.ones((3, 4)), n=normalization_roundings(V),
+                 scale=1.0)
     fresh = FACTORIES[kind]()
     best = fresh.predict(x).numpy()
     assert fresh.built and best.shape == (3, 4)
@@ -89,6 +99,7 @@ def test_ignored_and_masked_targets_are_not_checked():
     assert log_probs.numpy()[0, 0] == 0 and log_probs.numpy()[2, 3] == 0
 
 
+@pytest.mark.numerics
 def test_a_keras_mask_on_the_inputs_ignores_padded_targets():
     """An encoder with `mask_zero=True` masks its padding: those targets add no loss."""
     ids = np.array([[3, 4, 0, 0], [5, 6, 7, 0]], "int32")
@@ -102,7 +113,9 @@ def test_a_keras_mask_on_the_inputs_ignores_padded_targets():
     np.testing.assert_array_equal(out == 0, ids == 0)
     model.compile(optimizer="sgd")
     loss = model.evaluate([ids, targets], verbose=0)
-    np.testing.assert_allclose(loss, -out[ids != 0].mean(), rtol=1e-5)
+    # The same log-probabilities, reduced by the layer (a masked sum of 8, a division)
+    # and by NumPy (a float32 mean of 5).
+    assert_close(loss, -out[ids != 0].mean(), n=15, scale=float(np.abs(out).max()))
 
 
 @pytest.mark.parametrize("kind", sorted(FACTORIES))
@@ -134,6 +147,7 @@ def _unit(x):
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("kind", sorted(HEADS))
 def test_every_head_answers_the_output_head_contract(kind):
     """features -> per_position_loss / ranking_scores / log_prob, the same calls for every
@@ -154,16 +168,26 @@ def test_every_head_answers_the_output_head_contract(kind):
         kernel, bias = (keras.ops.convert_to_numpy(w).astype(np.float64)
                         for w in head.projection.weights)
         predicted = hidden.astype(np.float64) @ kernel + bias
-        np.testing.assert_allclose(features, predicted, rtol=1e-5, atol=1e-6)
+        # float32 always. The projection: a sum of 6 and the bias, of terms T.
+        terms = np.abs(hidden) @ np.abs(kernel) + np.abs(bias)
+        assert_close(features, predicted, n=7, scale=float(terms.max()))
         cosines = _unit(predicted) @ _unit(TABLE).T
         expected = 1.0 - np.take_along_axis(cosines, safe_t[..., None], -1)[..., 0]
-        np.testing.assert_allclose(scores, cosines, atol=1e-5)
+        # Cosines: the features' 7 roundings relative to their norm (at most R times T),
+        # two normalizations (a sum of 3 squares, rsqrt, the product: ~8 each), the
+        # table's cast to float32, a dot of 3, 1 - cos: of values up to 1.
+        ratio = np.linalg.norm(terms, axis=-1) / np.linalg.norm(predicted, axis=-1)
+        bound = dict(n=int(np.ceil(7 * ratio.max())) + 21, scale=1.0)
+        assert_close(scores, cosines, **bound)
         with pytest.raises(ValueError, match="no distribution over the vocabulary"):
             head.log_prob(features)
     else:
         np.testing.assert_array_equal(features, hidden)  # a softmax scores the hidden states
         log_probs = keras.ops.convert_to_numpy(head.log_prob(features)).astype(np.float64)
-        np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, atol=1e-5)
+        assert_close(np.exp(log_probs).sum(-1), np.ones((3, 4)), n=normalization_roundings(V),
+                     scale=1.0)
         np.testing.assert_array_equal(scores, log_probs)
         expected = -np.take_along_axis(log_probs, safe_t[..., None], -1)[..., 0]
-    np.testing.assert_allclose(loss, np.where(mask, expected, 0.0), rtol=1e-5, atol=1e-5)
+        # The targets' path against the full distribution's, float32 both.
+        bound = log_prob_bound(head, hidden)
+    assert_close(loss, np.where(mask, expected, 0.0), **bound)
