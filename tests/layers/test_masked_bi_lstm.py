@@ -221,33 +221,50 @@ def test_use_cudnn_true_raises_without_gpu():
 
 
 @pytest.mark.gpu
-def test_cudnn_path_matches_portable_path():
-    """Run on a GPU machine: `pytest -m gpu` (CI has no GPU). In float64, which cuDNN
-    takes: TF32 stays out, and the bound holds whatever the kernels."""
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_cudnn_path_matches_portable_path(dtype):
+    """Run on a GPU machine: `pytest -m gpu` (CI has no GPU). cuDNN in `dtype` against the
+    portable path in float64: in float64 the bound holds whatever the kernels; in float32
+    with TF32 off (TensorFlow's default on recent NVIDIA GPUs rounds matmul inputs to 10
+    mantissa bits, a bound of the order of the values at this depth)."""
     assert tf.config.list_logical_devices("GPU"), "this test needs a GPU"
     rng = np.random.default_rng(6)
     x = rng.normal(size=(5, 9, 8))
     mask = np.array([[1] * 9, [1] * 5 + [0] * 4, [1] + [0] * 8, [0] * 9, [1] * 8 + [0]], bool)
+    if dtype == "float32":
+        x = x.astype("float32").astype("float64")  # both sides see the same inputs
     portable = MaskedBiLSTM(16, 4, num_layers=2, use_cudnn=False, dtype="float64")
     portable.build(x.shape)
     _randomize(portable, 7)
-    cudnn = MaskedBiLSTM.from_config({**portable.get_config(), "use_cudnn": True})
+    cudnn = MaskedBiLSTM.from_config({**portable.get_config(), "use_cudnn": True,
+                                      "dtype": dtype})
     cudnn.build(x.shape)
     cudnn.set_weights(portable.get_weights())
     state = [rng.normal(size=(5, d)) for d in (4, 16, 4, 16) * 2]
-    var = tf.Variable(x)
+    if dtype == "float32":
+        state = [s.astype("float32").astype("float64") for s in state]
+        portable.set_weights(cudnn.get_weights())  # the float32 weights, exactly widened
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
     results = []
-    for layer in (portable, cudnn):
-        with tf.GradientTape() as tape:
-            out = _call_with_state_tape(layer, var, state, mask)
-            loss = tf.reduce_sum(out[0] * tf.sin(tf.range(8, dtype=tf.float64)))
-            loss += sum(tf.reduce_sum(s) for s in out[1:])
-        grads = tape.gradient(loss, [var] + layer.trainable_weights)
-        results.append(([o.numpy() for o in out], [g.numpy() for g in grads]))
+    try:
+        for layer in (portable, cudnn):
+            var = tf.Variable(x.astype(layer.compute_dtype))
+            with tf.GradientTape() as tape:
+                out = _call_with_state_tape(layer, var, [s.astype(layer.compute_dtype)
+                                                         for s in state], mask)
+                out = [tf.cast(o, tf.float64) for o in out]
+                loss = tf.reduce_sum(out[0] * tf.sin(tf.range(8, dtype=tf.float64)))
+                loss += sum(tf.reduce_sum(s) for s in out[1:])
+            grads = tape.gradient(loss, [var] + layer.trainable_weights)
+            results.append(([o.numpy() for o in out],
+                            [tf.cast(g, tf.float64).numpy() for g in grads]))
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
     # The forward pass, the chain back again and a weight gradient's sum over 5 * 9.
     n = 2 * roundings(portable, 9) + 5 * 9
     for a, b in zip(results[0][0] + results[0][1], results[1][0] + results[1][1]):
-        _close(b, a, n)
+        _close(b, a, n, dtype)
 
 
 def _call_with_state_tape(layer, x, state, mask):
