@@ -25,7 +25,8 @@ backend's custom-gradient hook.
 `log_vmf_normalizer(kappa, m)` is log C_m(kappa), computed in-graph without
 SciPy. It is evaluated in float64 whatever the input dtype (on JAX only with
 `jax.config.update("jax_enable_x64", True)`; without it JAX computes float32,
-about 1e-6 relative) and is accurate for
+whose rounding the recurrence accumulates: the gradient's relative error grows
+with m, to about 1e-4 at m = 300) and is accurate for
 every m >= 2 and kappa from 1e-6 to well beyond 1e4: for large orders it uses
 the uniform (Debye) asymptotic expansion of the modified Bessel function, and
 for small orders it walks down from a large order with the (stable) backward
