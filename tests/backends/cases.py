@@ -515,9 +515,9 @@ def without_tensorflow():
 
 if __name__ == "__main__":
     # Writes OUT.npz with every case under the backend of KERAS_BACKEND, as
-    # "float32/..."; on JAX also the float64 cases with jax_enable_x64, as "x64/...";
-    # and the lines of `without_tensorflow`: TensorFlow is unimportable in this process,
-    # so every case also shows that the neutral core runs without it.
+    # "float32/..."; on JAX also the float64 cases with jax_enable_x64 (`keras_x64`), as
+    # "x64/..."; and the lines of `without_tensorflow`: TensorFlow is unimportable in this
+    # process, so every case also shows that the neutral core runs without it.
     sys.modules["tensorflow"] = None
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))))
@@ -527,8 +527,8 @@ if __name__ == "__main__":
                "without_tensorflow": np.array(without_tensorflow())}
     results.update({f"float32/{k}": v for k, v in run_all().items()})
     if keras.backend.backend() == "jax":
-        import jax
+        from tests.numerics import keras_x64
 
-        jax.config.update("jax_enable_x64", True)
-        results.update({f"x64/{k}": v for k, v in run_all(FLOAT64_CASES).items()})
+        with keras_x64():  # jax_enable_x64 (and Keras' float64 types)
+            results.update({f"x64/{k}": v for k, v in run_all(FLOAT64_CASES).items()})
     np.savez(sys.argv[1], **results)

@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+from tests.numerics import assert_close
+
 # Loads every embedder given in a fresh interpreter that never imports tfeff.
 FRESH = r"""
 import json, os, sys
@@ -78,6 +80,35 @@ def fit(words, pieces, budget, subwords):
     return words, pieces
 
 
+def stack_roundings(kind, model, tokens):
+    """The float32 roundings (tests/numerics.py) of the longest path from the token vectors
+    to any layer of the stack of `model` (a `kind` of `Reference`) on `tokens` model tokens.
+
+    An exported embedder runs the stack batched and padded in a graph, a reference or
+    another batch alone: their sums may split differently. A dot or sum of K counts K, a
+    function (exp, tanh, sigmoid, erf, rsqrt) 4, an elementwise step 1.
+    """
+    if kind == "bert":
+        d, f = model.hidden_dim, model.intermediate_dim
+        r = (model.relaxed or {}).get("ffn_rank", 0)  # a factorized dense's second product
+        norm = 2 * d + 8  # the mean's and variance's sums, rsqrt, 4 elementwise
+        attention = ((d + 1) + (d // model.num_heads + 1)  # projection, scaled scores
+                     + (tokens + 6) + tokens  # softmax over the tokens, times the values
+                     + (d + 1) + 1 + norm)  # output projection, residual, layer norm
+        ffn = (d + r + 1) + 8 + (f + r + 1) + 1 + norm  # dense, gelu, dense, residual, norm
+        return 2 + norm + model.num_layers * (attention + ffn)
+    # biLSTMs: a step (gates: a dot over the input and the projection, the bias; sigmoids
+    # and tanh, the cell, tanh; the projection over the units) on a path across every step
+    # and layer, each layer normalized and added to its input.
+    p = model.projection_dim
+    if kind == "masked_elmo":
+        width, token = 2 * p, 0  # the layers' input: both directions
+    else:
+        width, token = p, model.embedding_dim + 1  # after the token projection
+    step = (width + p + 1) + 12 + 3 + 5 + model.units
+    return token + (tokens + model.num_layers - 1) * step + model.num_layers * (2 * p + 10)
+
+
 class Reference:
     """One sentence at a time through the library pieces, no batching or padding.
 
@@ -136,13 +167,31 @@ class Reference:
         return self.embed(*self.split(sentence))
 
     def tokens(self, row):
-        """(words, layers, mask) of one row of a token matrix ("" is padding)."""
+        """(words, layers, mask, roundings) of one row of a token matrix ("" is padding)."""
         while row and not row[-1]:
             row = row[:-1]
         words, pieces = fit(row, [self.word_pieces(w) for w in row], self.max_tokens,
                             self.subwords)
         words, layers = self.embed(words, pieces)
-        return words, layers, np.array([bool(p) for p in pieces], bool)
+        return (words, layers, np.array([bool(p) for p in pieces], bool),
+                self.roundings(words, pieces))
+
+    def roundings(self, words, pieces):
+        """The float32 roundings (tests/numerics.py) of the longest path to any layer of the
+        stack of one sentence (`words` split into model `pieces`): `stack_roundings`, after
+        the token vectors and before the pooling."""
+        vector = 0  # a table row, exact
+        if self.kind in ("fasttext", "elmo_fixed"):  # n-gram rows summed, times 1/n, - mean
+            ft = self.fasttext_model
+            vector = 3 + max([len(ft.get_subwords(w)[1]) for w in ["<s>", "</s>"] + words])
+        elif getattr(self.model, "input_embedding", None) == "alone":  # codebooks, two dots
+            e = self.model.token_embedding
+            vector = e.num_codebooks + 1 + e.base_dim + 1 + e.intermediate_dim
+        if self.kind == "fasttext":
+            return vector
+        pooling = max(map(len, pieces), default=0) + 1 if self.pooling == "mean" else 0
+        tokens = 2 + sum(len(p) for p in pieces)  # with the boundaries
+        return vector + stack_roundings(self.kind, self.model, tokens) + pooling
 
     def embed(self, words, pieces):
         flat = [p for word in pieces for p in word]
@@ -171,16 +220,19 @@ class Reference:
         return words, pool(stack, counts, self.pooling)
 
 
-def assert_matches(out, reference, sentences, prefix="", rtol=1e-4, atol=1e-5):
-    """Exported outputs (`layers`, `mask`, `tokens` under `prefix`) equal the reference."""
+def assert_matches(out, reference, sentences, prefix=""):
+    """Exported outputs (`layers`, `mask`, `tokens` under `prefix`) equal the reference, to
+    the rounding of each sentence's stack (`Reference.roundings`) at its largest value."""
     layers, mask, tokens = out[prefix + "layers"], out[prefix + "mask"], out[prefix + "tokens"]
     assert layers.shape[0] == len(sentences)
     for i, sentence in enumerate(sentences):
-        words, ref = reference(sentence)
+        words, pieces = reference.split(sentence)
+        words, ref = reference.embed(words, pieces)
         n = len(words)
         assert mask[i].sum() == n and mask[i, :n].all(), (sentence, mask[i])
         assert [t.decode() for t in tokens[i, :n]] == words, sentence
-        np.testing.assert_allclose(layers[i, :, :n], ref, rtol=rtol, atol=atol, err_msg=sentence)
+        assert_close(layers[i, :, :n], ref, n=reference.roundings(words, pieces),
+                     err_msg=sentence)
         assert not layers[i, :, n:].any() and not tokens[i, n:].astype(bool).any()
 
 

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.export.embedder_reference import Reference
+from tests.numerics import assert_close
 from tfeff.data import fasttext_tables
 from tfeff.export import export_model_dir, load_embedder
 from tfeff.training import restore_model
@@ -34,18 +36,20 @@ def exported(trained_dir, tmp_path_factory):
     return model_dir, path
 
 
-def _library_embeddings(model_dir, sentences, max_tokens=64, predictions=False):
+def _library_embeddings(model_dir, sentences, max_tokens=64):
     """The same computation through the library: fixed table rows / fastText + model.
 
-    With `predictions`, also the in-memory model's forward and backward
-    predictions (`ElmoLM.head_inputs`) at the words: what `predict` promises.
+    Returns the stacks, the in-memory model's forward and backward predictions
+    (`ElmoLM.head_inputs`) at the words (what `predict` promises) and the float32
+    roundings of each sentence's stack (`Reference.roundings`).
     """
     import fasttext
 
     model, _, _, _ = restore_model(model_dir)
     ft = fasttext.load_model(os.path.join(model_dir, "fasttext.bin"))
     mean = np.load(fasttext_tables.mean_path(os.path.join(model_dir, "vocabulary_vectors.npy")))
-    outs, predicted = [], []
+    counter = Reference("elmo_fixed", model, fasttext_model=ft, vector_mean=mean)
+    outs, predicted, roundings = [], [], []
     for s in sentences:
         words = ["<s>"] + s.split()[:max_tokens] + ["</s>"]
         vec = np.stack([ft.get_word_vector(w) for w in words])[None] - mean
@@ -53,9 +57,11 @@ def _library_embeddings(model_dir, sentences, max_tokens=64, predictions=False):
         outs.append(stack.numpy()[0, :, 1:-1])
         predicted.append({name: np.asarray(model.head_inputs(h))[0, 1:-1]
                           for name, h in (("forward", forward), ("backward", backward))})
-    return (outs, predicted) if predictions else outs
+        roundings.append(counter.roundings(words[1:-1], [[w] for w in words[1:-1]]))
+    return outs, predicted, roundings
 
 
+@pytest.mark.numerics
 def test_reload_in_fresh_process_equals_library(exported, tmp_path):
     model_dir, path = exported
     out_file = str(tmp_path / "out.npz")
@@ -64,18 +70,19 @@ def test_reload_in_fresh_process_equals_library(exported, tmp_path):
                        capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     out = np.load(out_file, allow_pickle=True)
-    lib = _library_embeddings(model_dir, SENTENCES)
+    lib, _, roundings = _library_embeddings(model_dir, SENTENCES)
     assert out["layers"].shape[:2] == (len(SENTENCES), 3)
     for i, ref in enumerate(lib):
         n = ref.shape[1]
         assert out["mask"][i].sum() == n
-        np.testing.assert_allclose(out["layers"][i, :, :n], ref, rtol=1e-4, atol=1e-5)
+        assert_close(out["layers"][i, :, :n], ref, n=roundings[i], err_msg=SENTENCES[i])
         assert not out["layers"][i, :, n:].any()
     assert out["mask"][1].sum() == 0 and out["mask"][2].sum() == 0  # empty, whitespace
     assert out["mask"][4].sum() == 64  # truncated to max_tokens
     assert [t.decode() for t in out["tokens"][3][:3]] == ["zzqx", "blorf", "unseenword"]
 
 
+@pytest.mark.numerics
 def test_signatures_and_unseen_word_vectors(exported):
     model_dir, path = exported
     loaded = load_embedder(path)
@@ -85,9 +92,12 @@ def test_signatures_and_unseen_word_vectors(exported):
     assert pred["forward"].shape[:2] == (2, 3) and not pred["mask"].numpy()[1].any()
     assert np.isfinite(pred["forward"].numpy()).all()
     # What the signature promises: the in-memory model's predictions at each word.
-    _, expected = _library_embeddings(model_dir, sentences, predictions=True)
+    _, expected, roundings = _library_embeddings(model_dir, sentences)
+    model = restore_model(model_dir)[0]
     for name in ("forward", "backward"):
-        np.testing.assert_allclose(pred[name].numpy()[0], expected[0][name], rtol=1e-4, atol=1e-5)
+        # The top layer's roundings, then the output projection (a dot over it, the bias).
+        assert_close(pred[name].numpy()[0], expected[0][name],
+                     n=roundings[0] + model.projection_dim + 1, err_msg=name)
         assert expected[1][name].shape[0] == 0 and not pred[name].numpy()[1].any()
 
 
@@ -100,6 +110,7 @@ def test_export_refuses_to_overwrite_and_needs_a_checkpoint(exported, tmp_path):
     assert not os.path.exists(str(tmp_path / "out"))
 
 
+@pytest.mark.numerics
 def test_literal_unk_and_pad_get_the_input_they_get_in_training(exported):
     """A literal `<unk>` or `<pad>` in text is the unknown word in training (the LM
     pipeline's `<unk>` id, whose fixed vector is zero) and in the export alike."""
@@ -117,11 +128,14 @@ def test_literal_unk_and_pad_get_the_input_they_get_in_training(exported):
     model, _, _, _ = restore_model(model_dir)
     stack, _, _ = model.encode(model.token_embedding(ids), ids > 0)
     out = load_embedder(path).signatures["embed"](sentences=tf.constant([sentence]))
-    np.testing.assert_allclose(out["layers"].numpy()[0], stack.numpy()[0, :, 1:-1],
-                               rtol=1e-4, atol=1e-5)
-    # What the strings used to get (fastText's vectors of "<unk>", "<pad>") is far from it.
     ft = fasttext.load_model(os.path.join(model_dir, "fasttext.bin"))
     mean = np.load(fasttext_tables.mean_path(os.path.join(model_dir, "vocabulary_vectors.npy")))
+    # The model's table rows against the export's fastText vectors minus the mean.
+    words = sentence.split()
+    roundings = Reference("elmo_fixed", model, fasttext_model=ft, vector_mean=mean).roundings(
+        words, [[w] for w in words])
+    assert_close(out["layers"].numpy()[0], stack.numpy()[0, :, 1:-1], n=roundings)
+    # What the strings used to get (fastText's vectors of "<unk>", "<pad>") is far from it.
     vectors = model.token_embedding(ids).numpy()
     assert not vectors[0, [2, 5]].any()  # the unknown word's fixed vector is zero
     vectors[0, [2, 5]] = np.stack([ft.get_word_vector(w) for w in ("<unk>", "<pad>")]) - mean

@@ -3,6 +3,7 @@ import pytest
 import tensorflow as tf
 from scipy import special
 
+from tests.numerics import assert_close
 from tfeff import losses
 
 
@@ -24,6 +25,7 @@ def _ratio_reference(v, x):
 KAPPAS = np.logspace(-3, 4, 29)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("dim", [2, 3, 16, 64, 300])
 def test_log_vmf_normalizer_value_and_gradient(dim):
     v = dim / 2 - 1
@@ -35,56 +37,72 @@ def test_log_vmf_normalizer_value_and_gradient(dim):
     ref = np.array([v * np.log(k) - dim / 2 * np.log(2 * np.pi) - _log_iv_reference(v, k)
                     for k in KAPPAS])
     ref_grad = -np.array([_ratio_reference(v, k) for k in KAPPAS])
+    # float64 on both sides: what differs is the expansion's truncation (below 1e-11 of
+    # I_v at orders >= 60, the recurrence's start) and roundings of logs up to 1e4 (1e-12);
+    # the kernels change only the last bits (1e-16 of the values). Errors seen: 3e-11.
     np.testing.assert_allclose(value.numpy(), ref, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-7, atol=1e-12)
 
 
+@pytest.mark.numerics
 def test_vmf_nll_matches_numpy_with_regularizers():
     rng = np.random.default_rng(0)
     pred = rng.normal(size=(5, 300)) * rng.uniform(0.01, 30, size=(5, 1))
     target = rng.normal(size=(5, 300))
     # Keras order: (y_true, y_pred). vMF is not symmetric, so the old
     # (predictions, targets) order would fail this reference.
-    nll = losses.vmf_nll(tf.constant(target, tf.float32), tf.constant(pred, tf.float32),
+    nll = losses.vmf_nll(tf.constant(target, tf.float64), tf.constant(pred, tf.float64),
                          regularization1=0.02, regularization2=0.1).numpy()
     kappa = np.linalg.norm(pred, axis=1)
-    log_c = np.array([149 * np.log(k) - 150 * np.log(2 * np.pi) - _log_iv_reference(149, k)
-                      for k in kappa])
+    log_i = np.array([_log_iv_reference(149, k) for k in kappa])
+    log_c = 149 * np.log(kappa) - 150 * np.log(2 * np.pi) - log_i
     unit = target / np.linalg.norm(target, axis=1, keepdims=True)
     ref = -log_c - 0.1 * np.sum(pred * unit, axis=1) + 0.02 * kappa
-    np.testing.assert_allclose(nll, ref, rtol=1e-5)
-    loss = losses.VonMisesFisherLoss(regularization1=0.02, regularization2=0.1)
-    np.testing.assert_allclose(float(loss(target, pred)), ref.mean(), rtol=1e-5)
-    per_position = losses.VonMisesFisherLoss(0.02, 0.1, reduction=None)
-    np.testing.assert_allclose(per_position(target, pred), ref, rtol=1e-5)
-    swapped = losses.vmf_nll(tf.constant(pred, tf.float32), tf.constant(target, tf.float32),
+    # float64: kappa (a sum of 300 squares, sqrt: 304 roundings, moving log C by at most
+    # kappa times that), the normalizer (Debye at order 149: ~20 roundings of its logs,
+    # truncation below 1e-13), the unit target and the dot (305 + 300), the rest (5); the
+    # terms' size is the scale (log C cancels logs of up to 1500 down to -400).
+    terms = (149 * np.abs(np.log(kappa)) + 150 * np.log(2 * np.pi) + np.abs(log_i)
+             + 0.1 * np.sum(np.abs(pred * unit), axis=1) + 0.02 * kappa).max()
+    assert_close(nll, ref, n=935, dtype="float64", scale=terms)
+    loss = losses.VonMisesFisherLoss(regularization1=0.02, regularization2=0.1, dtype="float64")
+    assert_close(float(loss(target, pred)), ref.mean(), n=940, dtype="float64", scale=terms)
+    per_position = losses.VonMisesFisherLoss(0.02, 0.1, reduction=None, dtype="float64")
+    assert_close(per_position(target, pred), ref, n=935, dtype="float64", scale=terms)
+    swapped = losses.vmf_nll(tf.constant(pred, tf.float64), tf.constant(target, tf.float64),
                              regularization1=0.02, regularization2=0.1).numpy()
     assert np.abs(swapped - ref).max() > 1.0  # the order is observable
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("regularization1,regularization2", [(0.0, 1.0), (0.02, 0.1)])
 def test_vmf_gradient_at_a_zero_prediction_is_the_dot_term_alone(regularization1,
                                                                    regularization2):
     """At e_hat = 0 the norm sits at its floor, where kappa (so -log C and the
     regularization1 term) is flat: the gradient is the dot term's, -lambda_2 * t / ||t||."""
-    target = np.array([[1.0, -2.0, 0.5, 0.0, 3.0, 1.0, -1.0, 2.0]], np.float32)
-    pred = tf.zeros((1, 8))
+    target = np.array([[1.0, -2.0, 0.5, 0.0, 3.0, 1.0, -1.0, 2.0]])
+    pred = tf.zeros((1, 8), tf.float64)
     with tf.GradientTape() as tape:
         tape.watch(pred)
         loss = losses.vmf_nll(tf.constant(target), pred, regularization1, regularization2)
     expected = -regularization2 * target / np.linalg.norm(target)
-    np.testing.assert_allclose(tape.gradient(loss, pred).numpy(), expected, rtol=1e-6)
+    # float64: the unit target (a sum of 8 squares, rsqrt, a product) times lambda_2.
+    assert_close(tape.gradient(loss, pred), expected, n=14, dtype="float64")
 
 
+@pytest.mark.numerics
 def test_cosine_and_l2_golden_values():
     p = tf.constant([[1.0, 0.0], [1.0, 1.0], [3.0, 4.0]])
     t = tf.constant([[0.0, 2.0], [2.0, 2.0], [-3.0, -4.0]])
-    np.testing.assert_allclose(losses.cosine_distance(t, p).numpy(), [1.0, 0.0, 2.0], atol=1e-6)
-    np.testing.assert_allclose(losses.l2_distance(t, p).numpy(), [5.0, 2.0, 100.0])
-    np.testing.assert_allclose(float(losses.CosineDistance()(t, p)), 1.0, atol=1e-6)
-    np.testing.assert_allclose(float(losses.L2Distance()(t, p)), 107.0 / 3, rtol=1e-6)
+    # float32 cosine: each unit vector (a sum of 2 squares, rsqrt, a product: 7), their
+    # product and its sum of 2, 1 - cos: 18 roundings of terms of size 1 (1 - 1 cancels to
+    # 0); the mean of 3 more. The squared distances are exact, their mean rounds once.
+    assert_close(losses.cosine_distance(t, p), [1.0, 0.0, 2.0], n=18, scale=1.0)
+    np.testing.assert_array_equal(losses.l2_distance(t, p).numpy(), [5.0, 2.0, 100.0])
+    assert_close(float(losses.CosineDistance()(t, p)), 1.0, n=21, scale=1.0)
+    assert_close(float(losses.L2Distance()(t, p)), 107.0 / 3, n=1)
     weighted = losses.L2Distance(reduction="sum")(t, p, sample_weight=[1.0, 0.0, 0.5])
-    np.testing.assert_allclose(float(weighted), 55.0, rtol=1e-6)
+    assert float(weighted) == 55.0  # 5 + 0 + 50, exact
 
 
 @pytest.mark.parametrize("loss", [
@@ -101,7 +119,8 @@ def test_loss_classes_serialize_with_their_arguments(loss):
     assert type(clone) is type(loss) and clone.get_config() == loss.get_config()
     rng = np.random.default_rng(1)
     t, p = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 3, 4))
-    np.testing.assert_allclose(clone(t, p), loss(t, p), rtol=1e-6)
+    # The same function of the same arguments on the same kernels: the same bits.
+    np.testing.assert_array_equal(clone(t, p), loss(t, p))
 
 
 @pytest.mark.parametrize("fn", [losses.cosine_distance, losses.l2_distance, losses.vmf_nll])

@@ -1,9 +1,12 @@
 import numpy as np
+import pytest
 
+from tests.numerics import rounding_bound
 from tfeff.data import Vocabulary
 from tfeff.training import evaluation
 
 
+@pytest.mark.numerics
 def test_target_ranks_equal_brute_force_cosine_ranks():
     rng = np.random.default_rng(0)
     table = rng.normal(size=(50, 6)).astype("float32")
@@ -13,8 +16,15 @@ def test_target_ranks_equal_brute_force_cosine_ranks():
     unit = lambda a: a / np.linalg.norm(a, axis=-1, keepdims=True)  # noqa: E731
     sims = unit(preds.astype(np.float64)) @ unit(table.astype(np.float64)).T
     sims[:, :2] = -np.inf  # <pad> and <unk> never compete
-    expected = (sims > sims[np.arange(30), targets][:, None]).sum(1)
+    target_sims = sims[np.arange(30), targets][:, None]
+    expected = (sims > target_sims).sum(1)
     np.testing.assert_array_equal(ranks, expected)
+    # The ranks hold whatever the float32 kernels: no other cosine is within twice their
+    # rounding (two unit vectors: sums of 6 squares, sqrt, divisions; a dot of 6: 28
+    # roundings of 1) of the target's.
+    gaps = np.abs(sims - target_sims)
+    gaps[np.arange(30), targets] = np.inf
+    assert gaps.min() > 2 * rounding_bound(28, 1.0)
 
 
 def test_log_prob_ranks_equal_brute_force_and_return_target_log_probs():

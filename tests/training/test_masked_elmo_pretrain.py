@@ -57,6 +57,7 @@ def test_masked_perplexity_falls_with_training(runs):
     assert np.abs(keras.ops.convert_to_numpy(model.carried_states[0])).sum() > 0
 
 
+@pytest.mark.numerics
 def test_export_reproduces_the_trained_model(runs):
     from tests.export.embedder_reference import check_model_dir_export
 
@@ -72,8 +73,8 @@ def test_resume_is_exact(runs):
         pretrain(load_config(DEMO, TINY + [f"train.steps={steps}"]), other, verbose=0)
     a, _, _, _ = restore_model(straight)
     b, _, _, _ = restore_model(other)
-    for x, y in zip(_weights(a), _weights(b)):
-        np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-6)
+    for x, y in zip(_weights(a), _weights(b)):  # the same steps in one process: same bits
+        np.testing.assert_array_equal(y, x)
 
 
 def test_config_errors(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO
+from tests.numerics import assert_close
 from tfeff import layers as tfeff_layers
 from tfeff import losses as tfeff_losses
 from tfeff.config import ConfigError
@@ -85,23 +86,44 @@ def loss_and_gradients(model, batch):
 
 # One model per family (CoRe's relaxed BERT: anchor attention, factorized feed-forward),
 # about 5 s each; the other compilable ELMo output layers and the standard BERT run with
-# `make test-slow`.
+# `make test-slow`. With each, the roundings (tests/numerics.py) of its loss's longest path
+# at the TINY sizes: an LSTM step (gates: a dot of 16 + 16, sigmoids and tanh, the cell,
+# the projection: a dot of 8: ~55) on a path of 8 steps and the layer (~500), the output
+# and the loss (a softmax over 60 or vMF, the mean of 64 targets: ~150); masked ELMo two
+# mask sets of 8 steps (~1050); a transformer layer (projections 16, scores 8, softmax over
+# 8, context 8, output 16, two layer norms of ~40, feed-forward 16 and 32, gelu: ~220), the
+# embeddings' layer norm, the head (~80 or vMF) and the loss (log-softmax over 60: ~70).
 _SLOW = pytest.mark.slow
 XLA_MODELS = [
-    pytest.param("elmo_c", (), id="elmo_c"),
-    pytest.param("bert_core", ("core.coarse_steps=0", "core.plateau_patience=0"),
+    pytest.param("elmo_c", (), 650, id="elmo_c"),
+    pytest.param("bert_core", ("core.coarse_steps=0", "core.plateau_patience=0"), 450,
                  id="bert_relaxed"),
-    pytest.param("masked_elmo", (), id="masked_elmo"),
-    pytest.param("elmo_a", (), id="elmo_a", marks=_SLOW),
-    pytest.param("elmo_sub", (), id="elmo_sub", marks=_SLOW),
-    pytest.param("bert", (), id="bert", marks=_SLOW),
-    pytest.param("transformer_lm", ("model.num_anchors=2",), id="transformer_lm_anchors",
+    pytest.param("masked_elmo", (), 1050, id="masked_elmo"),
+    pytest.param("elmo_a", (), 650, id="elmo_a", marks=_SLOW),
+    pytest.param("elmo_sub", (), 650, id="elmo_sub", marks=_SLOW),
+    pytest.param("bert", (), 450, id="bert", marks=_SLOW),
+    pytest.param("transformer_lm", ("model.num_anchors=2",), 450, id="transformer_lm_anchors",
                  marks=_SLOW),
 ]
 
 
-@pytest.mark.parametrize("demo, overrides", XLA_MODELS)
-def test_xla_loss_and_gradients_equal_eager(demo, overrides):
+def _gradient_scale(path, gradients):
+    """The size of the terms of the gradient of `path` (`gradients`: path -> gradient).
+
+    Its own largest value, except for attention's query and key: their gradient goes
+    through the softmax's Jacobian p (dL/dp - sum p dL/dp), which cancels terms of the size
+    of the value projection's gradient (dL/dp_j = dL/dcontext . v_j) down to 1e-2 of it.
+    """
+    own = float(np.max(np.abs(gradients[path])))
+    layer, projection, weight = (path.rsplit("/", 2) + ["", ""])[:3]
+    if projection in ("query", "key"):
+        return max(own, float(np.max(np.abs(gradients[f"{layer}/value/{weight}"]))))
+    return own
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("demo, overrides, n", XLA_MODELS)
+def test_xla_loss_and_gradients_equal_eager(demo, overrides, n):
     config = tiny_config(demo, *overrides)
     model = tiny_model(config)
     assert not precision.jit_blockers(model), demo
@@ -113,10 +135,13 @@ def test_xla_loss_and_gradients_equal_eager(demo, overrides):
         v.assign(value)
     xla_loss, xla_grads = tf.function(loss_and_gradients, jit_compile=True)(model, batch)
     assert np.isfinite(float(eager_loss)) and float(eager_loss) > 0
-    np.testing.assert_allclose(float(xla_loss), float(eager_loss), rtol=1e-5, atol=1e-5)
+    assert_close(float(xla_loss), float(eager_loss), n=n, err_msg="loss")
     assert len(xla_grads) == len(eager_grads) == len(model.trainable_variables)
-    for v, a, b in zip(model.trainable_variables, xla_grads, eager_grads):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5, err_msg=v.path)
+    # A gradient: the path forward and back, and a weight's sum over the 64 rows.
+    gradients = {v.path: g.numpy() for v, g in zip(model.trainable_variables, eager_grads)}
+    for v, a in zip(model.trainable_variables, xla_grads):
+        assert_close(a.numpy(), gradients[v.path], n=2 * n + 64,
+                     scale=_gradient_scale(v.path, gradients), err_msg=v.path)
     assert any(float(tf.reduce_max(tf.abs(g))) > 1e-4 for g in eager_grads)  # not all zero
 
 
@@ -181,11 +206,12 @@ def _bf16(x):
     return tf.cast(tf.constant(x, tf.float32), tf.bfloat16)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("loss", ["cosine", "l2", "vmf"])
 def test_continuous_losses_and_the_vmf_normalizer_compute_in_float32(loss):
     """The continuous output's per-position loss of bfloat16 predictions is float32 and
-    equals the float32 loss of the same (bfloat16-rounded) values to float32 rounding;
-    the vMF normalizer of a bfloat16 kappa is computed in float64 and equals it too."""
+    equals the float32 loss of the same (bfloat16-rounded) values bit for bit; the vMF
+    normalizer of a bfloat16 kappa is computed in float64 and rounded once to float32."""
     rng = np.random.default_rng(0)
     with precision.dtype_policy("mixed_bfloat16"):
         head = tfeff_layers.ContinuousOutput(16, loss=loss)
@@ -196,14 +222,27 @@ def test_continuous_losses_and_the_vmf_normalizer_compute_in_float32(loss):
     reference = {"cosine": tfeff_losses.cosine_distance, "l2": tfeff_losses.l2_distance,
                  "vmf": tfeff_losses.vmf_nll}[loss](tf.cast(y_true, tf.float32),
                                                     tf.cast(y_pred, tf.float32))
-    np.testing.assert_allclose(out.numpy(), reference.numpy(), rtol=1e-6, atol=1e-6)
+    # The same function of the same float32 values on the same kernels.
+    np.testing.assert_array_equal(out.numpy(), reference.numpy())
     kappa = _bf16([0.5, 40.0, 300.0])
     log_c = tfeff_losses.log_vmf_normalizer(tf.cast(kappa, tf.float32), 16)
     assert log_c.dtype == tf.float32
     exact = tfeff_losses.log_vmf_normalizer(tf.cast(kappa, tf.float64), 16).numpy()
-    np.testing.assert_allclose(log_c.numpy(), exact, rtol=1e-6)
+    assert_close(log_c.numpy(), exact, n=1)  # the float64 value, rounded to float32
 
 
+# TensorFlow picks oneDNN's bfloat16 matrix product from the CPU's own features (AVX-512
+# BF16 here); where `ONEDNN_MAX_CPU_ISA` caps oneDNN below AVX-512 (`make test-isa`
+# emulating an older CPU), oneDNN lacks that kernel and the process dies (a segmentation
+# fault; `TF_ENABLE_ONEDNN_OPTS=0` runs it). An artifact of the emulation: a CPU without
+# AVX-512 never takes that path.
+_ONEDNN_BELOW_AVX512 = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() in (
+    "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2")
+
+
+@pytest.mark.numerics
+@pytest.mark.skipif(_ONEDNN_BELOW_AVX512, reason="TensorFlow's bfloat16 matmul crashes with "
+                    "ONEDNN_MAX_CPU_ISA below AVX-512")
 @pytest.mark.parametrize("layer", ["full", "adaptive", "sampled"])
 def test_softmax_log_sum_exp_is_float32_under_mixed_bfloat16(layer):
     """Target log-probabilities and the full log-distribution come out float32, and equal
@@ -222,23 +261,30 @@ def test_softmax_log_sum_exp_is_float32_under_mixed_bfloat16(layer):
     assert log_probs.dtype == tf.float32
     target_log_probs = head(x, targets, training=False)
     assert target_log_probs.dtype == tf.float32
-    np.testing.assert_allclose(
-        target_log_probs.numpy(), np.take_along_axis(log_probs.numpy(),
-                                                     targets.numpy()[:, None], 1)[:, 0],
-        rtol=1e-5, atol=1e-5)
+    # Both paths take the same bfloat16 logits (the same rows times the same weights) and
+    # differ by a float32 log-softmax: max, subtraction, exp, a sum of up to 300, log,
+    # subtraction (adaptive: two over at most 102): 310 roundings of the log-sum-exp's
+    # size. A bfloat16 log-sum-exp would be off by 2**-8 of it.
+    scale = float(np.abs(log_probs.numpy()).max())
+    assert_close(target_log_probs.numpy(),
+                 np.take_along_axis(log_probs.numpy(), targets.numpy()[:, None], 1)[:, 0],
+                 n=310, scale=scale)
     sampled, _ = head(x, targets, training=True, return_loss=True)
     assert sampled.dtype == tf.float32
-    # The full distribution normalizes in float32: probabilities sum to 1 (to float32).
-    np.testing.assert_allclose(np.exp(log_probs.numpy().astype("float64")).sum(-1), 1.0,
-                               rtol=1e-5)
+    # The full distribution normalizes in float32: probabilities sum to 1 (to float32: an
+    # error d in every log-probability moves the sum by at most d).
+    assert_close(np.exp(log_probs.numpy().astype("float64")).sum(-1), 1.0, n=310,
+                 scale=scale)
     if layer == "full":
         logits = tf.cast(tf.matmul(x, tf.cast(head.embeddings, tf.bfloat16),
                                    transpose_b=True), tf.float64)
         logits += tf.cast(head.bias, tf.float64)
         exact = (logits - tf.reduce_logsumexp(logits, -1, keepdims=True)).numpy()
-        np.testing.assert_allclose(log_probs.numpy(), exact, atol=1e-5)
+        # The same bfloat16 logits, the bias added and the log-softmax in float32.
+        assert_close(log_probs.numpy(), exact, n=311, scale=scale)
 
 
+@pytest.mark.numerics
 def test_layer_norms_normalize_in_float32_under_mixed_bfloat16():
     """Each model's layer norms run under the mixed policy and normalize in float32:
     inputs with a large common offset (1000 + noise of 0.5) keep their variance, which
@@ -261,8 +307,12 @@ def test_layer_norms_normalize_in_float32_under_mixed_bfloat16():
     expected = (xf - xf.mean(-1, keepdims=True)) / np.sqrt(xf.var(-1, keepdims=True)
                                                           + norm.epsilon)
     expected = expected * norm.gamma.numpy() + norm.beta.numpy()
-    np.testing.assert_allclose(tf.cast(out, tf.float32).numpy(), expected, rtol=2**-7,
-                               atol=2**-7)
+    # The output's rounding to bfloat16 (1), and the float32 normalization: means and
+    # variances of 16 values of 1000 (~40 roundings of 1000) divided by a deviation of
+    # 0.5, 40 * 2**-24 * 2000 = 1.2 * 2**-8: 2 roundings of bfloat16 at the output's size
+    # (at least 1). bfloat16 arithmetic would lose the deviation altogether.
+    assert_close(tf.cast(out, tf.float32).numpy(), expected, n=2, dtype="bfloat16",
+                 scale=max(1.0, float(np.abs(expected).max())))
 
 
 def test_mixed_bfloat16_training_tracks_float32():
