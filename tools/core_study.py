@@ -14,7 +14,7 @@ time is its file's modification time, counted from the start of training
 (data preparation excluded, the conversion and the second graph trace
 included). Afterwards each checkpoint is evaluated on the same held-out
 batches: the coarse phase's checkpoints as the model they convert to
-(`exact_attention=True`, what the conversion checks equal to 1e-5).
+(`exact_attention=True`, what the conversion checks equal to float32 rounding).
 
 Output in --results_dir: `core_study.md` (the table), `core_study.json`
 (every point) and `core_study.png` (both curves against wall time, like the

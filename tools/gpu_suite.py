@@ -704,7 +704,8 @@ def core_training_table(by_part):
         errors = ", ".join(f"{k} {v:.1e}" for k, v in switch["relative_errors"].items())
         lines += [f"The switch at step {switch['step']} ({switch['seconds']:.0f} s): "
                   f"`merge_relaxed_bert` took {switch['merge_s']:.1f} s, its float32 check "
-                  f"passed (relative errors {errors}; it refuses above 1e-5).", ""]
+                  f"passed (relative errors {errors}; it refuses above the float32 rounding "
+                  f"bound of the model's longest path).", ""]
     if summary:
         def seconds(value):
             return f"{value:.0f} s" if value is not None else "not reached"

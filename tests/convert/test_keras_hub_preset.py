@@ -21,6 +21,7 @@ from tfeff.convert import ConversionError
 from tfeff.convert import write_keras_hub_preset
 from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.data.mlm_dataset import bert_tokenizer
+from tfeff.models.relaxed_merge import check_tolerances
 from tfeff.models.relaxed_merge import probe_inputs
 from tfeff.training import pretrain
 from tfeff.training import restore_model
@@ -68,8 +69,10 @@ def _sentences(model_dir):
     return [s.format(*(w.capitalize() for w in words)) for s in SENTENCES]
 
 
-def _compare(model_dir, preset_dir):
-    """Relative errors of the preset's `BertMaskedLM` against the tfeff model."""
+def _compare(model_dir, preset_dir, bounds=None):
+    """Relative errors of the preset's `BertMaskedLM` against the tfeff model; `bounds`, a
+    dict, gets the float32 rounding bounds of two implementations of the model
+    (`check_tolerances`)."""
     bert, _, _, _ = restore_model(model_dir)
     masked_lm = keras_hub.models.BertMaskedLM.from_preset(preset_dir)
     x = probe_inputs(bert)
@@ -78,6 +81,8 @@ def _compare(model_dir, preset_dir):
     mask = x["padding_mask"].astype(bool)
     theirs = masked_lm.backbone(inputs)["sequence_output"]
     logits = masked_lm({**inputs, "mask_positions": x["masked_positions"]})
+    if bounds is not None:
+        bounds.update(check_tolerances(bert, x["token_ids"].shape[1]))
     return {
         "sequence_output": _relative_error(np.asarray(ours["sequence_output"])[mask],
                                            np.asarray(theirs)[mask]),
@@ -85,6 +90,7 @@ def _compare(model_dir, preset_dir):
     }
 
 
+@pytest.mark.numerics
 def test_the_preset_loads_with_from_preset_and_reproduces_the_run(run):
     """After 4 steps from the initializers the feed-forward inputs are tiny, where erf
     and tanh GELU agree to float32 rounding; `test_erf_gelu...` below has larger ones."""
@@ -116,6 +122,7 @@ def moved(run, tmp_path_factory):
     return model_dir
 
 
+@pytest.mark.numerics
 def test_erf_gelu_converts_to_about_1e_3(moved, tmp_path):
     """The run uses BERT's erf GELU (`bert_base_core.yaml`'s) and keras-hub's BERT the
     tanh approximation: the encoder agrees to about 1e-3 (relative), not exactly; the
@@ -129,10 +136,12 @@ def test_erf_gelu_converts_to_about_1e_3(moved, tmp_path):
     assert 1e-6 < loaded["mlm_logits"] <= 3e-3, loaded
 
 
+@pytest.mark.numerics
 def test_a_gelu_approximate_model_converts_exactly(moved, tmp_path):
     """The same weights read as a `gelu_approximate` model (keras-hub's activation and
-    epsilon): the encoder is reproduced to float32 rounding; the masked-LM head, whose
-    keras-hub GELU is erf, stays approximate."""
+    epsilon): the encoder is reproduced to float32 rounding (two float32 implementations,
+    keras-hub's and tfeff's: `check_tolerances`); the masked-LM head, whose keras-hub
+    GELU is erf, stays approximate."""
     model_dir = str(tmp_path / "approximate")
     shutil.copytree(moved, model_dir)
     path = os.path.join(model_dir, "config.yaml")
@@ -142,9 +151,11 @@ def test_a_gelu_approximate_model_converts_exactly(moved, tmp_path):
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump(config, f)
     _, errors = write_keras_hub_preset(model_dir, str(tmp_path / "preset"))
-    loaded = _compare(model_dir, str(tmp_path / "preset"))
-    print("gelu_approximate:", loaded)
-    assert errors["sequence_output"] <= 1e-5 and loaded["sequence_output"] <= 1e-5, loaded
+    bounds = {}
+    loaded = _compare(model_dir, str(tmp_path / "preset"), bounds)
+    print("gelu_approximate:", loaded, "float32 bound:", bounds["sequence_output"])
+    bound = bounds["sequence_output"]  # about 1e-4 (this model: 2 layers of width 32)
+    assert errors["sequence_output"] <= bound and loaded["sequence_output"] <= bound, loaded
     assert 1e-6 < loaded["mlm_logits"] <= 3e-3, loaded
 
 

@@ -7,6 +7,8 @@ import pytest
 from tests.models.bert_reference import hf_bert_forward
 from tests.models.bert_reference import hf_mlm_logits
 from tests.layers.test_rotary import rotate_reference
+from tests.models.float64 import tf_gelu_roundings
+from tests.numerics import assert_close
 from tfeff.convert import write_hf_bert
 from tfeff.models.relaxed_merge import probe_inputs
 from tfeff.convert.hf_bert import read_weights
@@ -14,6 +16,10 @@ from tfeff.models import Bert
 
 SIZES = dict(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=24,
              max_sequence_length=20)
+# Against NumPy in float64: heads of 4, whose attention scale 1/sqrt(4) is exact where Keras
+# rounds a Python float to float32 even in a float64 model (1/sqrt(8) by 2e-8;
+# tests/models/float64.py).
+GOLDEN = {**SIZES, "num_heads": 4}
 
 
 def make_bert(seed=0, **kwargs):
@@ -36,41 +42,62 @@ def batch(bert, seed=0):
     return x
 
 
+def assert_golden(bert, out, expected, logits, tensors, mask, float32_roundings):
+    """`out` of a float64 `bert` against the float64 NumPy BERT: `float32_roundings` per
+    layer in the sequence output, plus TensorFlow's GELU constant in the product after
+    each GELU and one for the ~500 float64 roundings; the head's GELU (its product over
+    the hidden size), the logits' cast to float32 and the float32 bias more in the
+    logits, whose cast rounds their value before the bias."""
+    sequence = bert.num_layers * (float32_roundings
+                                  + tf_gelu_roundings(bert.intermediate_dim)) + 1
+    assert_close(np.asarray(out["sequence_output"])[mask], expected[mask], n=sequence,
+                 err_msg="sequence_output")
+    scale = np.abs(logits).max() + np.abs(tensors["cls.predictions.bias"]).max()
+    assert_close(out["mlm_logits"], logits, n=sequence + tf_gelu_roundings(bert.hidden_dim) + 2,
+                 scale=scale, err_msg="mlm_logits")
+
+
+@pytest.mark.numerics
 @pytest.mark.parametrize("activation", ["gelu", "gelu_approximate"])
 def test_golden_against_a_numpy_bert_in_hugging_face_layout(tmp_path, activation):
     """The forward pass equals a float64 NumPy BERT written from the Hugging Face
     definition, reading the tensors that write_hf_bert produced (so the layout
-    and the transposes are checked too)."""
-    bert = make_bert(activation=activation)
+    and the transposes are checked too); in float64, to float64 rounding but for
+    GELU's float32 constant."""
+    bert = make_bert(activation=activation, **GOLDEN)
     write_hf_bert(bert, tmp_path / "hf")
     tensors = read_weights(tmp_path / "hf" / "model.safetensors")
     cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
     x = batch(bert)
-    out = bert(x)
+    bert64 = Bert.from_config({**bert.get_config(), "dtype": "float64"})
+    bert64.build()
+    bert64.set_weights(bert.get_weights())
     mask = x["padding_mask"].astype(bool)
     expected = hf_bert_forward(tensors, cfg, x["token_ids"], x["segment_ids"], x["padding_mask"])
-    np.testing.assert_allclose(np.asarray(out["sequence_output"])[mask], expected[mask],
-                               rtol=1e-4, atol=1e-4)
     logits = hf_mlm_logits(tensors, cfg, expected, x["masked_positions"])
-    np.testing.assert_allclose(out["mlm_logits"], logits, rtol=1e-4, atol=1e-4)
+    assert_golden(bert64, bert64(x), expected, logits, tensors, mask, 0)
 
 
+@pytest.mark.numerics
 def test_mlm_head_scores_only_masked_positions_and_is_tied():
-    bert = make_bert()
+    bert = make_bert(dtype="float64")
     x = batch(bert)
     out = bert(x)
     n = x["token_ids"].shape[1]
     all_positions = np.broadcast_to(np.arange(n), (3, n)).astype("int32")
     full = np.asarray(bert({**x, "masked_positions": all_positions})["mlm_logits"])
-    np.testing.assert_allclose(
-        out["mlm_logits"], np.take_along_axis(full, x["masked_positions"][:, :, None], 1),
-        rtol=1e-5, atol=1e-5)
+    # The head on other shapes in float64, then each side's cast to float32 and float32
+    # bias: 2 float32 roundings, and under one for the float64 rest.
+    assert_close(out["mlm_logits"],
+                 np.take_along_axis(full, x["masked_positions"][:, :, None], 1), n=3,
+                 scale=np.abs(full).max() + np.abs(np.asarray(bert.mlm_bias)).max())
     assert out["mlm_logits"].shape == (3, x["masked_positions"].shape[1], 40)
     # Tied: no output embedding of its own.
     assert not [w for w in bert.weights if w.shape == (16, 40) or w.shape == (40, 16)
                 and "token_embedding" not in w.path]
 
 
+@pytest.mark.numerics
 def test_loss_is_the_weighted_mean_cross_entropy_plus_nsp():
     bert = make_bert(use_nsp=True)
     x = batch(bert)
@@ -82,31 +109,38 @@ def test_loss_is_the_weighted_mean_cross_entropy_plus_nsp():
     nsp_logits = np.asarray(out["nsp_logits"], np.float64)
     nsp_logp = nsp_logits - np.log(np.exp(nsp_logits).sum(-1, keepdims=True))
     nsp = -nsp_logp[np.arange(3), x["nsp_labels"]].mean()
-    np.testing.assert_allclose(float(bert.compute_loss(x, None, out)), mlm + nsp, rtol=1e-5)
+    # float32 from the same logits: a log-softmax over V (shift, exp, sum, log: V + 10
+    # roundings), the weights' product and sum over the 3 p masked positions, the division,
+    # the sum of the two (NSP's path is shorter). A cross-entropy's terms are up to
+    # 2 max|logit| + log V.
+    p = x["masked_positions"].shape[1]
+    scale = sum(2 * np.abs(z).max() + np.log(z.shape[-1]) for z in (logits, nsp_logits))
+    assert_close(float(bert.compute_loss(x, None, out)), mlm + nsp,
+                 n=bert.vocabulary_size + 10 + 1 + 3 * p + 2, scale=scale)
 
 
+@pytest.mark.numerics
 def test_rotary_positions_golden_against_the_numpy_bert(tmp_path):
     """A rotary Bert is the learned-position one without the position table and
     with queries and keys rotated (RoFormer), in float64 NumPy."""
-    learned = make_bert()
+    learned = make_bert(**GOLDEN)
     write_hf_bert(learned, tmp_path / "hf")
     tensors = read_weights(tmp_path / "hf" / "model.safetensors")
     cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
-    rotary = Bert(40, **SIZES, position_embedding="rotary", name="bert")
+    rotary = Bert(40, **GOLDEN, position_embedding="rotary", name="bert", dtype="float64")
     rotary.build()
     assert not [w.path for w in rotary.weights if "position" in w.path]
     source = {w.path: w for w in learned.weights}
     for w in rotary.weights:
-        w.assign(source[w.path])
+        w.assign(keras.ops.cast(source[w.path], "float64"))
     x = batch(rotary)
-    out = rotary(x)
     mask = x["padding_mask"].astype(bool)
     expected = hf_bert_forward(tensors, cfg, x["token_ids"], x["segment_ids"],
                                x["padding_mask"], rotate=rotate_reference)
-    np.testing.assert_allclose(np.asarray(out["sequence_output"])[mask], expected[mask],
-                               rtol=1e-4, atol=1e-4)
     logits = hf_mlm_logits(tensors, cfg, expected, x["masked_positions"])
-    np.testing.assert_allclose(out["mlm_logits"], logits, rtol=1e-4, atol=1e-4)
+    # The rotation computes in float32: rounding_counts' 5 n + 8 (its angles up to n).
+    n = x["token_ids"].shape[1]
+    assert_golden(rotary, rotary(x), expected, logits, tensors, mask, 5 * n + 8)
 
 
 def test_rotary_positions_are_refused_by_the_bert_converters(tmp_path):
@@ -132,6 +166,7 @@ def test_reading_a_hugging_face_bert_with_relative_positions_is_refused(tmp_path
         read_hf_bert(tmp_path / "hf")
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("relaxed, position", [
     (None, "learned"),
     ({"num_anchors": 3, "ffn_rank": 4, "anchor_selection": "strided"}, "learned"),
@@ -146,9 +181,11 @@ def test_padding_never_leaks(relaxed, position):
     changed["token_ids"] = np.where(mask, x["token_ids"], 7).astype("int32")
     changed["segment_ids"] = np.where(mask, x["segment_ids"], 1).astype("int32")
     a, b = bert(x), bert(changed)
-    np.testing.assert_allclose(np.asarray(a["sequence_output"])[mask],
-                               np.asarray(b["sequence_output"])[mask], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(a["mlm_logits"], b["mlm_logits"], rtol=1e-5, atol=1e-5)
+    # Bit-identical: a real position's values go through the same arithmetic (padded keys
+    # get attention weights of exactly 0; every other step is per position).
+    np.testing.assert_array_equal(np.asarray(a["sequence_output"])[mask],
+                                  np.asarray(b["sequence_output"])[mask])
+    np.testing.assert_array_equal(a["mlm_logits"], b["mlm_logits"])
 
 
 @pytest.mark.parametrize("relaxed, position", [
@@ -163,8 +200,8 @@ def test_config_round_trip_save_load_and_fit(tmp_path, relaxed, position):
     x = batch(bert)
     bert.save(tmp_path / "bert.keras")
     reloaded = keras.saving.load_model(tmp_path / "bert.keras")
-    for key, value in bert(x).items():
-        np.testing.assert_allclose(reloaded(x)[key], value, rtol=1e-6, atol=1e-6)
+    for key, value in bert(x).items():  # the same weights and computation: bit-identical
+        np.testing.assert_array_equal(reloaded(x)[key], value)
     bert.compile(optimizer=keras.optimizers.Adam(3e-3))
     losses = bert.fit(x, epochs=25, batch_size=3, verbose=0).history["loss"]
     assert losses[-1] < 0.6 * losses[0]
@@ -186,19 +223,23 @@ def test_relaxed_model_uses_the_core_layers_and_fewer_parameters():
     assert standard.count_params() - relaxed.count_params() == 2 * per_layer
 
 
+@pytest.mark.numerics
 def test_alone_input_embedding_scores_against_its_table():
     bert = Bert(40, **SIZES, input_embedding="alone",
                 alone={"intermediate_dim": 32, "num_codebooks": 2, "codebook_size": 4, "seed": 3},
-                name="bert")
+                name="bert", dtype="float64")
     bert.build()
     x = batch(bert)
     out = bert(x)
     table = np.asarray(bert.token_embedding.embedding_table(), np.float64)
     h = np.take_along_axis(np.asarray(out["sequence_output"], np.float64),
                            x["masked_positions"][:, :, None], 1)
-    h = np.asarray(bert.mlm_norm(bert.mlm_dense(h.astype("float32"))), np.float64)
-    np.testing.assert_allclose(out["mlm_logits"], h @ table.T + np.asarray(bert.mlm_bias),
-                               rtol=1e-4, atol=1e-4)
+    h = np.asarray(bert.mlm_norm(bert.mlm_dense(h)), np.float64)
+    logits = h @ table.T
+    # float64 but for the model's cast of the logits to float32 and its float32 bias: 2
+    # roundings, and under one for the float64 rest.
+    assert_close(out["mlm_logits"], logits + np.asarray(bert.mlm_bias), n=3,
+                 scale=np.abs(logits).max() + np.abs(np.asarray(bert.mlm_bias)).max())
     # The embedding's parameters do not grow with the vocabulary.
     bigger = Bert(4000, **SIZES, input_embedding="alone", alone=bert.alone, name="bert")
     bigger.build()

@@ -3,8 +3,10 @@
 Imported by the test under TensorFlow, and run as a script on another backend
 (`KERAS_BACKEND=jax` or `torch`: `python -m tests.models.transformer_lm_backend OUT.npz`): the
 same ids, fixed vectors and weights, so the outputs, the embedding stack and the
-loss must agree. The script also trains one model a few `fit` steps on that backend
-(`fit/loss`, the loss per epoch). It imports no TensorFlow of its own.
+loss must agree: computed in float64 (`keras_x64`), to float64 rounding but for the
+parts that compute in float32 whatever the model's dtype (`float32_roundings`). The script
+also trains one model a few `fit` steps on that backend, in float32 (`fit/loss`, the
+loss per epoch). It imports no TensorFlow of its own.
 """
 
 import sys
@@ -53,24 +55,50 @@ def _run(fn):
     return fn()
 
 
+def float32_roundings(name):
+    """`{"features": n, "loss": n}`: the float32 roundings along the longest path of case
+    `name`'s float64 outputs (the stack's are the features'), the float64 rest adding
+    under one (tests/numerics.py's count)."""
+    from tests.models.float64 import tf_gelu_roundings
+
+    case, n = CASES[name], IDS.shape[1]
+    k, m = TINY["hidden_dim"] // TINY["num_heads"], case.get("num_anchors", 0)
+    # Rotation in float32 (tfeff.models.relaxed_merge.rounding_counts' 5 n + 8). Anchor
+    # attention scores in float32: the queries' cast and normalization over the head size
+    # k (k + 6), their scores against the m anchors and softmax, the anchors' against the
+    # n keys and softmax. TensorFlow's GELU has a float32 constant (tf_gelu_roundings).
+    rotary = 5 * n + 8 if case.get("position_embedding") == "rotary" else 0
+    anchors = 3 * k + m + n + 23 if m else 0
+    features = TINY["num_layers"] * (
+        rotary + anchors + tf_gelu_roundings(TINY["intermediate_dim"])) + 1
+    # The loss in float32: the logits' cast and bias, a log-softmax over 12 ids (22) or
+    # the continuous loss of 6-dim vectors (about 30), the sum over 13 targets per
+    # direction, the division, the sum of the directions.
+    return {"features": features, "loss": features + 2 + 30 + 13 + 2}
+
+
 def run_cases():
-    """`{case/key: array}` of every case on the current backend."""
+    """`{case/key: array}` of every case on the current backend, in float64."""
     import keras
 
+    from tests.models.float64 import float64_models
+    from tests.numerics import keras_x64
+
     out = {}
-    for name in CASES:
-        lm = model(name)
+    with keras_x64(), float64_models():
+        for name in CASES:
+            lm = model(name)
 
-        def forward(lm=lm):
-            outputs = lm(IDS)
-            return (outputs, lm.embedding_layers(IDS, IDS > 0),
-                    lm.compute_loss(x=IDS, y_pred=outputs, training=False))
+            def forward(lm=lm):
+                outputs = lm(IDS)
+                return (outputs, lm.embedding_layers(IDS, IDS > 0),
+                        lm.compute_loss(x=IDS, y_pred=outputs, training=False))
 
-        outputs, stack, loss = _run(forward)
-        for direction, value in outputs.items():
-            out[f"{name}/{direction}"] = keras.ops.convert_to_numpy(value)
-        out[f"{name}/stack"] = keras.ops.convert_to_numpy(stack)
-        out[f"{name}/loss"] = keras.ops.convert_to_numpy(loss)
+            outputs, stack, loss = _run(forward)
+            for direction, value in outputs.items():
+                out[f"{name}/{direction}"] = keras.ops.convert_to_numpy(value)
+            out[f"{name}/stack"] = keras.ops.convert_to_numpy(stack)
+            out[f"{name}/loss"] = keras.ops.convert_to_numpy(loss)
     return out
 
 

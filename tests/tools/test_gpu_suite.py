@@ -118,6 +118,7 @@ def test_the_parts_measure_equal_models_without_tensorflow(suite):
     assert 0 < profile["busy_ms_per_step"] < 2000 * elmo_c["step_s"]
 
 
+@pytest.mark.numerics
 def test_core_training_runs_both_schedules_on_the_same_steps(suite):
     out, first, _ = suite
     assert first.returncode == 0, first.stderr[-4000:]
@@ -136,7 +137,20 @@ def test_core_training_runs_both_schedules_on_the_same_steps(suite):
     assert [p["phase"] for p in two["points"]] == ["relaxed", "standard"]
     switch = two["switch"]
     assert switch["step"] == 10 and switch["merge_s"] > 0
-    assert max(switch["relative_errors"].values()) <= 1e-5
+    # Each output within what float32 rounding can put between the relaxed model and the
+    # merged one on the check's probe (check_tolerances: twice the rounding of its longest
+    # path), whatever the kernels.
+    from tfeff.models import Bert
+    from tfeff.models.relaxed_merge import check_tolerances
+
+    s, n = two["sizes"], two["sequence_length"]
+    relaxed = Bert(vocabulary, num_layers=s["layers"], hidden_dim=s["hidden"],
+                   num_heads=s["heads"], intermediate_dim=s["intermediate"],
+                   max_sequence_length=n, position_embedding=s["position_embedding"],
+                   relaxed=s["relaxed"])
+    bounds = check_tolerances(relaxed, min(n, 32))  # probe_inputs' length
+    errors = switch["relative_errors"]
+    assert errors and all(errors[k] <= bounds[k] for k in errors), (errors, bounds)
     assert switch["seconds"] == pytest.approx(two["points"][0]["seconds"], abs=1.0)
     assert standard["params"] == two["params"]  # the merged model is the standard one
     summary = data["core_training"]

@@ -96,6 +96,7 @@ def _cli(*args):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.numerics
 def test_convert_cli_writes_a_standard_directory_that_pretraining_continues(core_run, tmp_path):
     relaxed_dir = os.path.join(core_run[0], "coarse")
     out = str(tmp_path / "standard")
@@ -106,11 +107,14 @@ def test_convert_cli_writes_a_standard_directory_that_pretraining_continues(core
     assert config.model.relaxed is None and not config.core.enabled
     standard, _, step, _ = restore_model(out)
     relaxed, _, _, _ = restore_model(relaxed_dir)
+    from tfeff.models.relaxed_merge import check_tolerances
     from tfeff.models.relaxed_merge import compare_outputs
     from tfeff.models.relaxed_merge import probe_inputs
     x = probe_inputs(relaxed)
     errors = compare_outputs(relaxed(x, exact_attention=True), standard(x), x["padding_mask"])
-    assert step == 120 and max(errors.values()) <= 1e-5
+    # Each output within twice the float32 rounding of its longest path (rounding_counts).
+    bounds = check_tolerances(relaxed, x["token_ids"].shape[1])
+    assert step == 120 and all(errors[k] <= bounds[k] for k in errors), (errors, bounds)
     results = pretrain(load_config(os.path.join(out, "config.yaml"), ["train.steps=150"]), out,
                        verbose=0)
     assert results["step"] == 150 and len(results["history"]["train"]["loss"]) == 1
@@ -144,6 +148,7 @@ def test_convert_cli_refuses_with_a_clear_message_and_writes_nothing(core_run, t
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".convert-")]
 
 
+@pytest.mark.numerics
 def test_embedder_export_reproduces_the_relaxed_model(core_run, tmp_path):
     """The coarse phase's relaxed BERT (anchor attention, factorized FFN) exports; a
     standard BERT is the same code path minus those layers (tests/export)."""

@@ -35,8 +35,9 @@ _KERAS_HUB_PRESET = flags.DEFINE_string(
     "of --model_dir (instead of --output_dir).")
 _OVERWRITE = flags.DEFINE_bool(
     "overwrite", False, "Replace an existing --keras_hub_preset that holds a keras-hub preset.")
-_RTOL = flags.DEFINE_float("rtol", 1e-5, "Largest accepted relative error of the merge's "
-                           "check (--output_dir).")
+_RTOL = flags.DEFINE_float("rtol", None, "Largest accepted relative error of the merge's "
+                           "check (--output_dir); default: derived from the model's size "
+                           "(float32 rounding along its longest path).")
 
 
 def _merge(model_dir, output_dir, rtol):

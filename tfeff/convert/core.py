@@ -21,7 +21,7 @@ from tfeff.training import model_directory
 __all__ = ["ConversionError", "convert_model_dir", "merge_relaxed_bert"]
 
 
-def convert_model_dir(model_dir, output_dir, rtol=1e-5):
+def convert_model_dir(model_dir, output_dir, rtol=None):
     """Converts a relaxed BERT model directory into a standard one (`tfeff-convert-core`).
 
     `output_dir` gets `config.yaml` (the same config with `model.relaxed`
@@ -37,7 +37,9 @@ def convert_model_dir(model_dir, output_dir, rtol=1e-5):
         output_dir: the standard model directory to write; it must not exist or
             be empty.
         rtol: the largest accepted relative error of the check (the standard
-            model against the relaxed one run with exact attention).
+            model against the relaxed one run with exact attention). Default:
+            derived from the model's size, the float32 rounding bound of
+            `merge_relaxed_bert`'s check (`check_tolerances`).
 
     Returns:
         `(step, errors)`: the step and the check's relative errors.
