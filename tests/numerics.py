@@ -84,6 +84,12 @@ def keras_x64():
     layer normalization of float64 tensors run in float32 (TensorFlow's backend does
     not consult the rule for these). Emptying the demotion table is Keras' equivalent
     of JAX's `jax_enable_x64`, which this also turns on where JAX is loaded.
+
+    A few float32 constants remain on every backend, TensorFlow's included: a Python
+    float that Keras casts through float32 (the attention scale 1/sqrt(head size), exact
+    only for head sizes that are powers of 4) and the constants of `tf.nn.gelu`. Each
+    costs under one float32 rounding of the values it scales; tests/models/float64.py
+    counts them where a model uses them.
     """
     import sys
 
