@@ -261,14 +261,15 @@ def main(argv=None):
             continue
         start = time.perf_counter()
         first, last, difference = run_case(name, build, workdir, args.epochs)
-        ok = np.isfinite(last) and last < first and difference <= 1e-5
+        # The reloaded model runs the same computation on the same machine: the same outputs.
+        ok = np.isfinite(last) and last < first and difference == 0
         print(f"{name:<26} {kind:<6} {first:>11.4f} {last:>10.4f} {difference:>12.2e} "
               f"{time.perf_counter() - start:>5.1f}{'' if ok else '  FAILED'}", flush=True)
         if not ok:
             failures.append(name)
     if failures:
         print(f"error: failed: {', '.join(failures)} (the loss must fall and the reloaded "
-              "model must give the same outputs to 1e-5)", file=sys.stderr)
+              "model must give the same outputs)", file=sys.stderr)
         return 1
     print(f"ok: every case trained, saved and reloaded; files in {workdir}")
     return 0

@@ -32,7 +32,8 @@ errors seen are one to two orders of magnitude below it (they grow like the squa
 of the count on random data), which is the margin that makes the bound hold on another
 machine.
 
-`python -m pytest -m numerics` selects the tests that compare implementations;
+`python -m pytest -m "numerics and not slow and not gpu"` selects the tests that compare
+implementations (the default suite's share of them);
 `make test-isa` runs them again under other CPU kernels and thread counts
 (docs/contributing/testing.md).
 """

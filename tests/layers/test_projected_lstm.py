@@ -10,6 +10,7 @@ from tests.layers.lstm_reference import step_roundings
 from tests.numerics import assert_close
 from tfeff.layers import ProjectedLSTM
 
+
 @pytest.mark.numerics
 def test_layer_checks(tmp_path):
     x = np.random.default_rng(0).normal(size=(2, 5, 4)).astype("float32")
@@ -18,6 +19,9 @@ def test_layer_checks(tmp_path):
     run_layer_test(ProjectedLSTM, dict(units=6, projection_dim=3, name="lstmp"), x, tmp_path,
                    expected_num_weights=4, xla_n=5 * step_roundings(4, 3, 6),
                    mixed_n=1 + 5 * STEP_ROUNDINGS_16, scale=1.0)
+    layer = ProjectedLSTM(6, 3)
+    layer.build((None, 5, 4))
+    assert layer.count_params() == 4 * 24 + 3 * 24 + 24 + 6 * 3
 
 
 @pytest.mark.numerics

@@ -70,7 +70,9 @@ class MaskedBiLSTM(keras.layers.Layer):
     * JAX: portable (`"auto"`), a `ValueError` (True): JAX has no cuDNN LSTM
       with a projection (`jax.experimental.rnn` has none).
 
-    The fused paths must match the portable one to 1e-5: `pytest -m gpu`
+    The fused paths must match the portable one to the rounding of the
+    computation (in float64 to about 1e-12 of the values; in float32, with
+    TF32 off on GPUs, within a bound counted from the recurrence): `pytest -m gpu`
     checks outputs, states and gradients on a GPU machine (TensorFlow's in
     this process, torch's in a subprocess); `python -m
     tests.layers.torch_lstm_parity --device cuda` checks the torch path on a
