@@ -53,6 +53,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from tests.layers.lstm_reference import lstmp  # noqa: E402
+from tests.layers.lstm_reference import step_roundings  # noqa: E402
+from tests.layers.masked_bi_lstm_reference import roundings  # noqa: E402
 from tests.numerics import UNIT_ROUNDOFF  # noqa: E402
 from tests.numerics import assert_close  # noqa: E402
 from tests.numerics import keras_x64  # noqa: E402
@@ -66,20 +68,15 @@ KWARGS = dict(units=UNITS, projection_dim=PROJ, num_layers=LAYERS, return_state=
 BATCH, STEPS = 5, 9
 
 # Roundings along the longest path from an input to an output or a gradient
-# (tests/numerics.py). One LSTM step: the gate pre-activations (sums of length
-# 2 * PROJ over the input, PROJ over the state, plus the bias), four activations
-# (sigmoid/tanh, 4 each), the cell update (3), tanh(c) * o (5) and the projection
-# (a sum of length UNITS). The state carries every step's error to the next, so a
-# layer costs STEPS steps, then its layer norm (sums of length PROJ for the mean and
-# the variance, rsqrt, scale and shift: 3 * PROJ + 8) and the residual (1). The
-# gradients run the chain back again and sum a weight's gradient over BATCH * STEPS.
-_STEP = (2 * PROJ + PROJ + 1) + 4 * 4 + 3 + 5 + UNITS
-_LAYER = STEPS * _STEP + (3 * PROJ + 8) + 1
-N_ROUNDINGS = 2 * LAYERS * _LAYER + BATCH * STEPS
-# Mixed precision keeps the sums in float32; what is rounded to 16 bits along the
-# path are the values stored per step: gate pre-activations, the four activations,
-# c and h (7), and per layer the norm's output and the residual (2).
-N_ROUNDINGS_16 = 2 * LAYERS * (STEPS * 7 + 2)
+# (tests/numerics.py), counted by the float64 reference's `roundings`: a layer's
+# STEPS LSTM steps (the state carries every step's error to the next), its layer norm
+# and residual; layers add up. The gradients run the chain back again and sum a
+# weight's gradient over BATCH * STEPS. In mixed precision (sums stay float32) the
+# count is of the values stored in 16 bits on the way, forward and back.
+_SHAPED = MaskedBiLSTM(**KWARGS)
+_STEP = step_roundings(2 * PROJ, PROJ, UNITS)
+N_ROUNDINGS = 2 * roundings(_SHAPED, STEPS) + BATCH * STEPS
+N_ROUNDINGS_16 = 2 * roundings(_SHAPED, STEPS, "float16")
 
 
 class TorchPath(MaskedBiLSTM):
