@@ -6,7 +6,7 @@ DEMO_DIR ?= runs/demo
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-isa test-slow test-gpu bench bench-gpu gpu-data docs install install-test clean
+.PHONY: demo test test-isa test-slow test-gpu bench bench-gpu gpu-data gpu-wheels docs install install-test clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -101,24 +101,54 @@ bench: $(VENV)/.installed-bench
 # (tools/gpu_suite.py; docs/benchmarks.md): BERT-base MLM steps beside keras-hub and
 # Hugging Face, CoRe's relaxed model, the output layers at 800K words (and PyTorch's
 # adaptive softmax), Masked ELMo's encoder, CoRe's two-phase training on real English. Made
-# for a GPU machine; GPU_PRESET=cpu runs small sizes here. The training parts read masked-LM
-# arrays made here with TensorFlow (`make gpu-data`; the h100 preset's come from WordNet:
-# apt-get install wordnet-base) and carried to the GPU machine. The paper-size step
-# benchmark of every config alone: tools/benchmark_gpu.py.
+# for a GPU machine with JAX and PyTorch and no network: `make gpu-wheels gpu-data` here
+# (the wheels it lacks and the training parts' arrays, made with TensorFlow; the h100
+# preset's come from WordNet: apt-get install wordnet-base), then `make bench-gpu` there. It
+# installs nothing and needs no .venv: BENCH_PYTHON is the venv's where there is one, else
+# python3; each run stops inside GPU_DEADLINE_S, writes GPU_ARCHIVE and resumes from it.
+# GPU_PRESET=cpu runs small sizes here.
 GPU_PRESET ?= h100
+GPU_PYTHON_VERSION ?= 3.12
+GPU_DEADLINE_S ?= 540
+GPU_OUT ?= runs/bench/gpu_$(GPU_PRESET)
+GPU_ARCHIVE ?= $(GPU_OUT).tgz
+BENCH_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 GPU_DATA_h100 = runs/gpu_data/wordnet_128.npz
 GPU_DATA_cpu = runs/gpu_data/synthetic_32.npz
-runs/gpu_data/wordnet_128.npz: | $(VENV)/.installed-test
+runs/gpu_data/wordnet_128.npz:
+	$(MAKE) $(VENV)/.installed-test
 	$(PY) tools/english_corpus.py --output_dir runs/english
 	$(PY) tools/mlm_arrays.py --train_files runs/english/train.txt \
 		--heldout_files runs/english/heldout.txt --sequence_length 128 \
 		--vocabulary_size 8192 --output $@
-runs/gpu_data/synthetic_32.npz: | $(VENV)/.installed-test
+runs/gpu_data/synthetic_32.npz:
+	$(MAKE) $(VENV)/.installed-test
 	$(PY) tools/mlm_arrays.py --synthetic 500 --sequence_length 32 --vocabulary_size 400 \
 		--output $@
 gpu-data: $(GPU_DATA_$(GPU_PRESET))
-bench-gpu: $(VENV)/.installed-test $(GPU_DATA_$(GPU_PRESET))
-	$(PY) tools/gpu_suite.py --preset $(GPU_PRESET) --out runs/bench/gpu_$(GPU_PRESET)
+# The pure-Python wheels a GPU machine with JAX, PyTorch and transformers lacks (keras,
+# keras-hub, keras' namex and optree), for its Python, at the versions installed here.
+gpu-wheels: $(VENV)/.installed-test
+	mkdir -p runs/gpu_wheels
+	$(PY) -m pip download -q --no-deps --only-binary=:all: \
+		--python-version $(GPU_PYTHON_VERSION) --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 --platform any -d runs/gpu_wheels \
+		"keras==$$($(PY) -c 'import keras; print(keras.__version__)')" \
+		"keras-hub==$$($(PY) -c 'import keras_hub; print(keras_hub.__version__)')" \
+		"namex==$$($(PY) -c 'import importlib.metadata as m; print(m.version("namex"))')" \
+		"optree==$$($(PY) -c 'import importlib.metadata as m; print(m.version("optree"))')"
+	ls runs/gpu_wheels
+# Where the wheels of gpu-wheels are carried (runs/gpu_wheels/), they are installed into
+# runs/gpu_site first, without network or build step.
+bench-gpu: $(if $(filter cpu,$(GPU_PRESET)),$(GPU_DATA_cpu))
+	set -e; if [ -d runs/gpu_wheels ] && ! $(BENCH_PYTHON) -c 'import keras' 2>/dev/null; then \
+	    $(BENCH_PYTHON) -m pip install -q --no-index --no-deps --target runs/gpu_site \
+	        runs/gpu_wheels/*.whl; fi; \
+	PYTHONPATH=$$(pwd)/runs/gpu_site$${PYTHONPATH:+:$$PYTHONPATH} $(BENCH_PYTHON) \
+	    tools/gpu_suite.py --preset $(GPU_PRESET) --out $(GPU_OUT) \
+	    --deadline_s $(GPU_DEADLINE_S) --archive $(GPU_ARCHIVE) \
+	    $$(test -f $(GPU_ARCHIVE) && echo --resume_from $(GPU_ARCHIVE))
 
 clean:
 	rm -rf $(VENV) runs build site *.egg-info

@@ -78,6 +78,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 
 import numpy as np
@@ -796,9 +797,20 @@ def main(argv=None):
     parser.add_argument("--core_data", default=None,
                         help="the arrays file of the CoRe training parts (tools/mlm_arrays.py; "
                         "default: the preset's, relative to the working folder)")
+    parser.add_argument("--archive", default=None,
+                        help="also write the results folder, without its `work/` folder, as "
+                        "one .tar.gz here after every part (a job's output folder), so a run "
+                        "cut anywhere leaves what it finished")
+    parser.add_argument("--resume_from", default=None,
+                        help="first unpack an archive written by --archive into --out (the "
+                        "parts it holds are not run again)")
     parser.add_argument("--run_part", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.core_data = args.core_data or PRESETS[args.preset]["core_data"]
+    for flag in ("out", "archive", "resume_from", "core_data"):
+        value = getattr(args, flag)
+        if value is not None and not value.strip():
+            parser.error(f"--{flag} is empty")
     if args.run_part:  # a part's own process
         work_dir = os.path.join(args.out, "work")
         os.makedirs(work_dir, exist_ok=True)
@@ -817,6 +829,13 @@ def main(argv=None):
                      f"{', '.join(known)}")
     pending = [p for p, _, section, *_ in _parts(args.preset) if section == "core_training"
                and p in chosen and not os.path.exists(os.path.join(args.out, "parts", f"{p}.json"))]
+    if args.resume_from:
+        try:
+            unpack_archive(args.resume_from, args.out, args.preset)
+        except ValueError as e:
+            parser.error(f"--resume_from {args.resume_from}: {e}")
+        pending = [p for p in pending
+                   if not os.path.exists(os.path.join(args.out, "parts", f"{p}.json"))]
     if pending and not os.path.isfile(args.core_data):
         parser.error(f"--core_data {args.core_data}: no such file, which the parts "
                      f"{', '.join(pending)} train on; make it where TensorFlow is installed "
@@ -864,7 +883,12 @@ def main(argv=None):
             print(f"{part}: FAILED after {seconds:.0f} s (not written; a rerun retries it)"
                   f"\n{detail or f'over the {limit} s limit'}", file=sys.stderr, flush=True)
         write_results(args.out, args.preset, command, environment)
+        if args.archive:
+            write_archive(args.out, args.archive)
     write_results(args.out, args.preset, command, environment)
+    if args.archive:
+        write_archive(args.out, args.archive)
+        print(f"archive: {args.archive} (resume with --resume_from {args.archive})", flush=True)
     with open(os.path.join(args.out, "results.md"), encoding="utf-8") as f:
         print(f.read())
     if failed:
@@ -875,6 +899,65 @@ def main(argv=None):
               "rerun the same command to resume", file=sys.stderr)
         return 3
     return 0
+
+
+# What an archive holds: the results folder without `work/` (word tables, traces).
+ARCHIVED = ("environment.json", "results.json", "results.md", "core_training.png", "parts")
+
+
+def write_archive(out, path):
+    """The results folder `out` without `work/` as one .tar.gz at `path`, its members named
+    relative to `out` (`parts/PART.json`, `results.md`, ...); written atomically."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            for name in ARCHIVED:
+                if name == "parts":
+                    for part in sorted(os.listdir(os.path.join(out, "parts"))):
+                        if part.endswith(".json"):
+                            tar.add(os.path.join(out, "parts", part), f"parts/{part}")
+                elif os.path.isfile(os.path.join(out, name)):
+                    tar.add(os.path.join(out, name), name)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def unpack_archive(path, out, preset):
+    """Unpacks an archive of `write_archive` into `out`; a part file `out` has already is
+    kept. Raises ValueError (the caller names the file) for a file that is not such an
+    archive, a member outside the archive's names, or another preset's results."""
+    if not os.path.isfile(path):
+        raise ValueError("no such file")
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            members = tar.getmembers()
+            for m in members:
+                top = m.name.split("/")[0]
+                if (top not in ARCHIVED or not m.isfile() or os.path.isabs(m.name)
+                        or ".." in m.name.split("/")
+                        or (top == "parts" and (m.name.count("/") != 1
+                                                or not m.name.endswith(".json")))):
+                    raise ValueError(f"member {m.name!r} is not part of a results archive "
+                                     "(tools/gpu_suite.py --archive)")
+            results = next((m for m in members if m.name == "results.json"), None)
+            if results is None:
+                raise ValueError("no results.json in it (not a tools/gpu_suite.py --archive)")
+            archived = json.load(tar.extractfile(results))["preset"]
+            if archived != preset:
+                raise ValueError(f"results of the {archived} preset, not {preset}")
+            os.makedirs(os.path.join(out, "parts"), exist_ok=True)
+            for m in members:
+                target = os.path.join(out, m.name)
+                if m.name.startswith("parts/") and os.path.exists(target):
+                    continue
+                with open(target + ".tmp", "wb") as f:
+                    f.write(tar.extractfile(m).read())
+                os.replace(target + ".tmp", target)
+    except (tarfile.TarError, EOFError, OSError, KeyError, json.JSONDecodeError) as e:
+        raise ValueError(f"not a readable .tar.gz results archive ({type(e).__name__}: {e})")
 
 
 # A part is not started with less time than this before the deadline.

@@ -2,11 +2,13 @@
 results that resume part by part."""
 
 import importlib.util
+import io
 import json
 import math
 import os
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -59,12 +61,22 @@ def suite(tmp_path_factory):
     load_tool("mlm_arrays").build([train], [heldout], core_data, sequence_length=32,
                                   vocabulary_size=300)
     command = [sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"), "--preset", "cpu",
-               "--out", str(out), "--parts", ",".join(PARTS), "--core_data", core_data]
-    first = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
+               "--parts", ",".join(PARTS), "--core_data", core_data]
+    first = subprocess.run(command + ["--out", str(out), "--archive", str(root / "first.tgz")],
+                           env=env, capture_output=True, text=True, cwd=REPO)
     second = None  # the rerun needs a complete first run (its failure is the first test's)
     if first.returncode == 0:
-        os.remove(out / "parts" / "bert_hf_torch_32.json")
-        second = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
+        # A fresh machine: a new results folder, resumed from the first run's archive less
+        # one part (as if the job had been cut before it).
+        with tarfile.open(root / "first.tgz") as src, \
+                tarfile.open(root / "cut.tgz", "w:gz") as dst:
+            for member in src.getmembers():
+                if member.name != "parts/bert_hf_torch_32.json":
+                    dst.addfile(member, src.extractfile(member))
+        second = subprocess.run(command + ["--out", str(root / "out2"), "--resume_from",
+                                           str(root / "cut.tgz"), "--archive",
+                                           str(root / "second.tgz")],
+                                env=env, capture_output=True, text=True, cwd=REPO)
     return out, first, second
 
 
@@ -178,7 +190,21 @@ def test_core_training_without_its_data_is_refused_before_anything_runs(tmp_path
     assert not (tmp_path / "out").exists()
 
 
-def test_a_rerun_resumes_only_the_missing_part_and_rewrites_the_tables(suite):
+def test_the_archive_holds_the_results_without_work(suite):
+    out, first, _ = suite
+    assert first.returncode == 0, first.stderr[-4000:]
+    assert (out / "work").is_dir()  # word tables, the trace: left out of the archive
+    with tarfile.open(out.parent / "first.tgz") as tar:
+        names = tar.getnames()
+        assert (json.load(tar.extractfile("results.json"))
+                == json.loads((out / "results.json").read_text()))
+    assert sorted(names) == sorted(["environment.json", "results.json", "results.md",
+                                    *[f"parts/{p}.json" for p in PARTS]]
+                                   + (["core_training.png"]
+                                      if (out / "core_training.png").exists() else []))
+
+
+def test_a_run_resumed_from_an_archive_runs_only_the_missing_part(suite):
     out, first, second = suite
     assert second is not None, first.stderr[-4000:]
     assert second.returncode == 0, second.stderr[-4000:]
@@ -188,6 +214,17 @@ def test_a_rerun_resumes_only_the_missing_part_and_rewrites_the_tables(suite):
             assert f"{part}: done earlier" in lines
     assert any(line.startswith("bert_hf_torch_32: ") and "earlier" not in line
                for line in lines), second.stdout
+    out2 = out.parent / "out2"
+    # The parts it did not run are the first run's, byte for byte; the machine is the
+    # first run's; the new archive holds every part.
+    for part in PARTS:
+        if part != "bert_hf_torch_32":
+            assert ((out2 / "parts" / f"{part}.json").read_bytes()
+                    == (out / "parts" / f"{part}.json").read_bytes())
+    assert (out2 / "environment.json").read_bytes() == (out / "environment.json").read_bytes()
+    with tarfile.open(out.parent / "second.tgz") as tar:
+        assert {f"parts/{p}.json" for p in PARTS} <= set(tar.getnames())
+    out = out2
     text = (out / "results.md").read_text()
     assert "| tfeff `Bert`, JAX, XLA |" in text and "| tfeff `Bert`, PyTorch eager |" in text
     rows = json.loads((out / "results.json").read_text())["rows"]
@@ -195,10 +232,44 @@ def test_a_rerun_resumes_only_the_missing_part_and_rewrites_the_tables(suite):
     relaxed = next(r for r in rows if r["part"] == "core_relaxed_jax_32")
     ratio = f"{standard['step_s'] / relaxed['step_s']:.2f}x"
     assert any(line.startswith("| 32 |") and ratio in line for line in text.splitlines()), text
-    assert "`python tools/gpu_suite.py --preset cpu --out" in text
+    assert "`python tools/gpu_suite.py --preset cpu --parts" in text and "--resume_from" in text
     assert "ELMo-C: " in text and "words/s against the target of 200,000" in text
     assert "Parity of the torch LSTM path on cpu: equal to the portable path" in text
     assert "| `torch.nn.AdaptiveLogSoftmaxWithLoss` | 0.1M |" in text
+
+
+def _archive(path, members):
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize("members, message", [
+    ({"results.json": b'{"preset": "h100"}'}, "results of the h100 preset, not cpu"),
+    ({"results.json": b'{"preset": "cpu"}', "../escape.json": b"{}"},
+     "member '../escape.json' is not part of a results archive"),
+    ({"results.json": b'{"preset": "cpu"}', "work/table.npy": b""},
+     "member 'work/table.npy' is not part of a results archive"),
+    ({"parts/x.json": b"{}"}, "no results.json in it"),
+    (None, "no such file"),
+    (b"not gzip", "not a readable .tar.gz results archive"),
+])
+def test_an_archive_that_is_not_one_is_refused_naming_it(tmp_path, members, message):
+    path = tmp_path / "in.tgz"
+    if isinstance(members, dict):
+        _archive(path, members)
+    elif members is not None:
+        path.write_bytes(members)
+    done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"),
+                           "--preset", "cpu", "--out", str(tmp_path / "out"),
+                           "--parts", "bert_tfeff_jax_32", "--resume_from", str(path)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2, done.stderr
+    assert f"--resume_from {path}: {message}" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "escape.json").exists()
+    assert not (tmp_path / "out" / "parts").exists() or not os.listdir(tmp_path / "out" / "parts")
 
 
 def test_unknown_parts_are_named_and_nothing_runs(tmp_path):
