@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
+from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.layers.input_checks import check_right_padded
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
@@ -199,15 +200,15 @@ class Bert(keras.Model):
             self.alone["seed"] = self.token_embedding.seed
         else:
             self.alone = None
-            self.token_embedding = keras.layers.Embedding(
+            self.token_embedding = TableEmbedding(
                 vocabulary_size, hidden_dim, embeddings_initializer=init(),
                 name="token_embedding", **common)
         self.position_embedding = None
         if position_embedding == "learned":
-            self.position_embedding = keras.layers.Embedding(
+            self.position_embedding = TableEmbedding(
                 max_sequence_length, hidden_dim, embeddings_initializer=init(),
                 name="position_embedding", **common)
-        self.segment_embedding = keras.layers.Embedding(
+        self.segment_embedding = TableEmbedding(
             num_segments, hidden_dim, embeddings_initializer=init(),
             name="segment_embedding", **common)
         self.embeddings_norm = keras.layers.LayerNormalization(

@@ -7,6 +7,7 @@ from keras import ops
 
 from tfeff import layers as tfeff_layers
 from tfeff.layers import tf_dynamic_rows
+from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.layers.input_checks import check_right_padded
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
@@ -246,7 +247,7 @@ class ElmoLM(keras.Model):
             # A drawn seed is part of the model: keep it for get_config.
             self.alone["seed"] = self.token_embedding.seed
         elif input_embedding == "trainable":
-            self.token_embedding = keras.layers.Embedding(
+            self.token_embedding = TableEmbedding(
                 vocabulary_size, self.embedding_dim, mask_zero=True,
                 embeddings_initializer=keras.initializers.RandomNormal(stddev=0.05),
                 name="trainable_token_embedding",

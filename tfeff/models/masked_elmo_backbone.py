@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
+from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.layers.input_checks import check_right_padded
 
 INPUT_EMBEDDINGS = ("trainable", "alone")
@@ -91,7 +92,7 @@ class MaskedElmoBackbone(keras.Model):
                 vocabulary_size, self.hidden_dim, name="alone_token_embedding", **options)
             self.alone["seed"] = self.token_embedding.seed
         else:
-            self.token_embedding = keras.layers.Embedding(
+            self.token_embedding = TableEmbedding(
                 vocabulary_size, self.hidden_dim,
                 embeddings_initializer=keras.initializers.RandomNormal(stddev=0.02),
                 name="token_embedding")

@@ -16,6 +16,7 @@ from keras import ops
 
 from tfeff import layers as tfeff_layers
 from tfeff.layers.anchor_multi_head_attention import hash_uniform
+from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.layers.input_checks import check_right_padded
 from tfeff.layers.rotary import apply_rotary
 from tfeff.models.bert_layer import derived_seed
@@ -515,7 +516,7 @@ class TransformerLM(keras.Model):
         for d, direction in enumerate(self.directions):
             table = None
             if position_embedding == "learned":
-                table = keras.layers.Embedding(
+                table = TableEmbedding(
                     self.max_sequence_length, self.hidden_dim, embeddings_initializer=init(),
                     name=f"{direction}_position_embedding")
             setattr(self, f"{direction}_position_embedding", table)
@@ -552,7 +553,7 @@ class TransformerLM(keras.Model):
             # A drawn seed is part of the model: keep it for get_config.
             self.alone["seed"] = self.token_embedding.seed
         else:
-            self.token_embedding = keras.layers.Embedding(
+            self.token_embedding = TableEmbedding(
                 self.vocabulary_size, self.token_embedding_dim, mask_zero=True,
                 embeddings_initializer=keras.initializers.RandomNormal(stddev=0.05),
                 name="trainable_token_embedding")
