@@ -185,6 +185,48 @@ def test_corrupted_checkpoint_is_named_and_fallback_resumes_exactly(data_dir, re
     _assert_bit_identical(_checkpoint(model_dir, STEPS), _checkpoint(reference, STEPS))
 
 
+def test_a_lost_checkpoint_index_is_refused_then_rebuilt_from_the_files(data_dir, reference,
+                                                                       tmp_path):
+    """Checkpoints without a usable index are never trained over from step 0: refused
+    (garbage, empty, missing), naming the files; --restore_fallback restores the newest
+    readable one, writes the index again, and the run ends as the uninterrupted one."""
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    directory = os.path.join(model_dir, "checkpoints")
+    shutil.copytree(os.path.join(reference, "checkpoints"), directory)
+    for step in (50, 60):
+        os.remove(_checkpoint(model_dir, step) + ".index")
+        os.remove(_checkpoint(model_dir, step) + ".data-00000-of-00001")
+    index = os.path.join(directory, "checkpoint")
+    before = {name: os.path.getmtime(os.path.join(directory, name))
+              for name in os.listdir(directory) if name.startswith("ckpt-")}
+    for content in (b"\x00garbage{", b"", None):
+        if content is None:
+            os.remove(index)
+        else:
+            with open(index, "wb") as f:
+                f.write(content)
+        refused = _run(model_dir)
+        assert refused.returncode == 1, refused.stderr[-3000:]
+        problem = {b"": "cannot be parsed", None: "is missing"}.get(content, "cannot be")
+        assert f"{index} (the checkpoint index) {problem}" in refused.stderr, refused.stderr
+        assert ("holds the checkpoints ckpt-40, ckpt-30, ckpt-20, ckpt-10: not starting from "
+                "step 0 over them") in refused.stderr
+        assert f"--restore_fallback to restore the newest readable one ({_checkpoint(model_dir, 40)})" \
+            in refused.stderr and "Traceback" not in refused.stderr
+        assert {name: os.path.getmtime(os.path.join(directory, name)) for name in
+                os.listdir(directory) if name.startswith("ckpt-")} == before
+
+    done = _run(model_dir, "--restore_fallback")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"Restored {_checkpoint(model_dir, 40)}" in done.stderr
+    _assert_bit_identical(_checkpoint(model_dir, STEPS), _checkpoint(reference, STEPS))
+    # The index lists the files again, with their times, so the older ones rotate out.
+    state = tf.train.get_checkpoint_state(directory)
+    assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
+        f"ckpt-{s}" for s in (10, 20, 30, 40, 50, 60)]
+    assert len(state.all_model_checkpoint_timestamps) == 6
+
+
 def test_flipped_byte_fails_its_checksum(reference, tmp_path):
     for name in os.listdir(os.path.join(reference, "checkpoints")):
         if name.startswith("ckpt-20."):

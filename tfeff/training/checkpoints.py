@@ -10,6 +10,7 @@ model variable was found.
 
 import logging
 import os
+import re
 import time
 
 import tensorflow as tf
@@ -86,25 +87,79 @@ def checkpoint_step(prefix):
     return int(prefix.rsplit("-", 1)[-1])
 
 
-def select_checkpoint(directory, fallback=False):
-    """The newest readable checkpoint of `directory` and its tensor names, or `(None, set())`.
+INDEX_FILE = "checkpoint"
 
-    Raises:
-        CheckpointError: the newest checkpoint (or, with `fallback`, every
-            one) is unreadable; the message names it and the way out.
-    """
+
+def checkpoint_files(directory):
+    """The checkpoints whose `.index` file lies in `directory`, newest first: what the
+    directory holds, whatever its checkpoint index says."""
+    prefixes = [p[:-len(".index")] for p in
+                tf.io.gfile.glob(os.path.join(directory, "ckpt-*.index"))]
+    return sorted((p for p in prefixes if re.fullmatch(r"ckpt-\d+", os.path.basename(p))),
+                  key=checkpoint_step, reverse=True)
+
+
+def has_checkpoints(directory):
+    """Whether `directory` holds a checkpoint index or a checkpoint's files."""
+    return (tf.io.gfile.exists(os.path.join(directory, INDEX_FILE))
+            or bool(checkpoint_files(directory)))
+
+
+def _read_index(directory):
+    """`(state, None)`, or `(None, why)` when the index cannot be used: missing, or not
+    parsable (TensorFlow raises for an empty one and only logs other failures)."""
+    if not tf.io.gfile.exists(os.path.join(directory, INDEX_FILE)):
+        return None, "is missing"
     try:
         state = tf.train.get_checkpoint_state(directory)
     except (tf.errors.OpError, ValueError) as e:
-        raise CheckpointError(
-            f"{os.path.join(directory, 'checkpoint')} (the checkpoint index) cannot be "
-            f"parsed: {error_message(e)}") from e
+        return None, f"cannot be parsed ({error_message(e)})"
+    if state is None or not (state.model_checkpoint_path
+                             or state.all_model_checkpoint_paths):
+        return None, "cannot be read or parsed"
+    return state, None
+
+
+def select_checkpoint(directory, fallback=False):
+    """The newest readable checkpoint of `directory` and its tensor names, or `(None, set())`.
+
+    The checkpoint index (`directory/checkpoint`) lists the checkpoints. When it is
+    missing or unreadable while checkpoint files are there, the directory is never
+    taken for a fresh one: without `fallback` that is refused, naming the files; with
+    it, the newest readable checkpoint on disk is chosen and the index is written
+    again from the files (their modification times as the checkpoints' times, so
+    that they are rotated as usual).
+
+    Raises:
+        CheckpointError: the newest checkpoint (or, with `fallback`, every
+            one) is unreadable, or the index is unusable; the message names the
+            files and the way out.
+    """
+    index = os.path.join(directory, INDEX_FILE)
+    state, problem = _read_index(directory)
+    on_disk = checkpoint_files(directory)
     if state is None:
-        return None, set()
-    # The names only: a copied or moved model directory still lists its old paths.
-    candidates = [os.path.join(directory, os.path.basename(p)) for p in
-                  (list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path])]
-    candidates = sorted(set(candidates), key=checkpoint_step, reverse=True)
+        if not on_disk:
+            if problem == "is missing":
+                return None, set()
+            raise CheckpointError(
+                f"{index} (the checkpoint index) {problem}, and {directory} holds no "
+                "checkpoint files: delete that file to start from step 0.")
+        if not fallback:
+            names = ", ".join(os.path.basename(p) for p in on_disk)
+            raise CheckpointError(
+                f"{index} (the checkpoint index) {problem}, but {directory} holds the "
+                f"checkpoints {names}: not starting from step 0 over them. Rerun tfeff-pretrain "
+                f"with --restore_fallback to restore the newest readable one ({on_disk[0]}) "
+                "and write the index again.", on_disk[0])
+        logging.warning("%s (the checkpoint index) %s; choosing among the checkpoint files "
+                        "%s", index, problem, ", ".join(os.path.basename(p) for p in on_disk))
+        candidates = on_disk
+    else:
+        # The names only: a copied or moved model directory still lists its old paths.
+        candidates = [os.path.join(directory, os.path.basename(p)) for p in
+                      (list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path])]
+        candidates = sorted(set(candidates), key=checkpoint_step, reverse=True)
     errors = []
     for prefix in candidates:
         try:
@@ -120,8 +175,22 @@ def select_checkpoint(directory, fallback=False):
             continue
         if errors:
             logging.warning("Falling back to %s", prefix)
+        if state is None:
+            _write_index(directory, [p for p in on_disk
+                                     if checkpoint_step(p) <= checkpoint_step(prefix)])
+            logging.warning("Wrote %s again from the checkpoint files", index)
         return prefix, names
     raise CheckpointError(f"no readable checkpoint in {directory}: " + "; ".join(errors))
+
+
+def _write_index(directory, prefixes):
+    """The checkpoint index of `prefixes` (newest first), relative names, each
+    checkpoint's time its index file's modification time."""
+    oldest_first = list(reversed(prefixes))
+    times = [tf.io.gfile.stat(p + ".index").mtime_nsec / 1e9 for p in oldest_first]
+    tf.compat.v1.train.update_checkpoint_state(
+        directory, os.path.basename(prefixes[0]), [os.path.basename(p) for p in oldest_first],
+        all_model_checkpoint_timestamps=times, last_preserved_timestamp=min(times) - 1)
 
 
 # Checkpoints chosen in turn by `restore_newest` before it gives up.
@@ -217,6 +286,10 @@ def relative_checkpoint_state(directory):
         return  # select_checkpoint reports it
     if state is None or not os.path.isabs(state.model_checkpoint_path):
         return
+    # The times too: without them `tf.train.CheckpointManager` never deletes the listed
+    # checkpoints.
     tf.compat.v1.train.update_checkpoint_state(
         directory, os.path.basename(state.model_checkpoint_path),
-        [os.path.basename(p) for p in state.all_model_checkpoint_paths])
+        [os.path.basename(p) for p in state.all_model_checkpoint_paths],
+        all_model_checkpoint_timestamps=list(state.all_model_checkpoint_timestamps) or None,
+        last_preserved_timestamp=state.last_preserved_timestamp or None)

@@ -153,13 +153,22 @@ class ResumableTraining:
             directory, f".worker-{self.info.index}")
         if self.info.is_chief:
             checkpoints.relative_checkpoint_state(directory)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, save_dir,
-                                                  max_to_keep=max_to_keep)
+        self._save_dir, self._max_to_keep, self._manager = save_dir, max_to_keep, None
         self.restored = None
         self._restored_names = set()
         self._iterator = None
 
     # -- restore / save
+
+    @property
+    def manager(self):
+        """The `tf.train.CheckpointManager`, made on first use: after `restore`, which may
+        write the checkpoint index again (`select_checkpoint`), so that it reads the
+        index that `restore` chose from."""
+        if self._manager is None:
+            self._manager = tf.train.CheckpointManager(self.checkpoint, self._save_dir,
+                                                       max_to_keep=self._max_to_keep)
+        return self._manager
 
     def restore(self, fallback=False):
         """Restores the newest readable checkpoint (`select_checkpoint`); returns its step or 0."""

@@ -280,7 +280,7 @@ class BertFamily(Family):
         results = {"history": {}, "preempted": False}
         t0 = time.time()
         refined_dir = _path(model_dir, model_directory.CHECKPOINT_DIR)
-        if config.two_phase and tf.train.latest_checkpoint(refined_dir) is None:
+        if config.two_phase and not checkpoints.has_checkpoints(refined_dir):
             coarse_dir = _path(model_dir, COARSE_DIR)
             coarse_cfg = coarse_config(config)
             switch_path = _path(coarse_dir, SWITCH_FILE)
