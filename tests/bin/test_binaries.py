@@ -154,3 +154,50 @@ def test_pretrain_refuses_a_nan_learning_rate_by_name(tmp_path):
     assert "error: " + DEMO + ": `train.learning_rate` must be a finite number, got nan" \
         in r.stderr
     assert not os.path.exists(tmp_path / "m")
+
+
+# Every path flag of every binary, with values for the binary's other required flags.
+_PATH_FLAGS = [
+    ("pretrain", "config", ["--model_dir", "m"]), ("pretrain", "model_dir", ["--config", DEMO]),
+    ("export", "model_dir", ["--output", "o"]), ("export", "fasttext", ["--output", "o"]),
+    ("export", "output", ["--model_dir", "m"]),
+    ("embed", "embedder", ["--input", "i", "--output", "o"]),
+    ("embed", "input", ["--embedder", "e", "--output", "o"]),
+    ("embed", "output", ["--embedder", "e", "--input", "i"]),
+    ("convert_core", "model_dir", ["--output_dir", "o"]),
+    ("convert_core", "output_dir", ["--model_dir", "m"]),
+    ("convert_core", "keras_hub_preset", ["--model_dir", "m"]),
+]
+
+
+def test_every_path_flag_refuses_an_empty_value_before_anything_runs(tmp_path):
+    """`--model_dir=` (an unset variable) once made the current directory the model
+    directory and overwrote the user's files there. Each binary runs in a folder holding a
+    file; every empty or blank path flag is refused by name, exit 1, no traceback, and
+    nothing in the folder changes. The binaries run side by side (each is a process)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    runs = []
+    for i, (binary, flag, others) in enumerate(_PATH_FLAGS):
+        folder = tmp_path / f"{binary}-{flag}"
+        folder.mkdir()
+        (folder / "config.yaml").write_text("# the user's own\n")
+        value = " " if i % 2 else ""
+        runs.append((binary, flag, folder, subprocess.Popen(
+            [sys.executable, "-m", f"tfeff.bin.{binary}", f"--{flag}={value}", *others],
+            cwd=folder, env={**env, "PYTHONPATH": REPO}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)))
+    for binary, flag, folder, process in runs:
+        _, stderr = process.communicate(timeout=180)
+        assert process.returncode == 1, (binary, flag, stderr[-2000:])
+        assert f"--{flag} is empty: give a path" in stderr, (binary, flag, stderr[-2000:])
+        assert "Traceback" not in stderr
+        assert sorted(os.listdir(folder)) == ["config.yaml"]
+        assert (folder / "config.yaml").read_text() == "# the user's own\n"
+
+
+@pytest.mark.parametrize("rtol", ["nan", "-1e-3"])
+def test_convert_core_refuses_an_rtol_that_is_not_a_positive_number(rtol, tmp_path):
+    r = _run(["tfeff.bin.convert_core", "--model_dir", str(tmp_path), "--output_dir",
+              str(tmp_path / "o"), f"--rtol={rtol}"], tmp_path)
+    assert r.returncode == 1 and "--rtol must be a finite number above 0" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "o").exists()

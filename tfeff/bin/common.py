@@ -1,7 +1,9 @@
 """Shared helpers of the binaries: the error boundary and logging set-up."""
 
+import math
 import sys
 
+from absl import flags
 from absl import logging
 
 from tfeff.config import ConfigError
@@ -19,6 +21,26 @@ USER_ERRORS = (ConfigError, CorpusError, FileNotFoundError, FileExistsError, Val
 _ENVIRONMENT_OP_ERRORS = ("NotFoundError", "PermissionDeniedError", "FailedPreconditionError",
                           "ResourceExhaustedError", "DataLossError", "UnavailableError",
                           "AlreadyExistsError")
+
+
+def DEFINE_path(name, default, help, required=False):  # noqa: N802 (absl's naming)
+    """An absl string flag that names a file or directory: an empty or blank value (an
+    unset shell variable, `--model_dir=`) is refused before anything runs, instead of
+    meaning the current directory."""
+    holder = flags.DEFINE_string(name, default, help, required=required)
+    flags.register_validator(
+        name, lambda value: value is None or bool(value.strip()),
+        message=f"--{name} is empty: give a path (is a shell variable unset?)")
+    return holder
+
+
+def DEFINE_positive_float(name, default, help):  # noqa: N802 (absl's naming)
+    """An absl float flag that must be finite and positive when given."""
+    holder = flags.DEFINE_float(name, default, help)
+    flags.register_validator(
+        name, lambda value: value is None or (math.isfinite(value) and value > 0),
+        message=f"--{name} must be a finite number above 0")
+    return holder
 
 
 def _environment_error(error):

@@ -26,16 +26,16 @@ from absl import flags
 
 from tfeff.bin import common
 
-_MODEL_DIR = flags.DEFINE_string(
+_MODEL_DIR = common.DEFINE_path(
     "model_dir", None, "Relaxed BERT model directory (--output_dir), or standard BERT model "
     "directory (--keras_hub_preset).", required=True)
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Standard model directory to write.")
-_KERAS_HUB_PRESET = flags.DEFINE_string(
+_OUTPUT_DIR = common.DEFINE_path("output_dir", None, "Standard model directory to write.")
+_KERAS_HUB_PRESET = common.DEFINE_path(
     "keras_hub_preset", None, "keras-hub preset directory to write from the standard BERT "
     "of --model_dir (instead of --output_dir).")
 _OVERWRITE = flags.DEFINE_bool(
     "overwrite", False, "Replace an existing --keras_hub_preset that holds a keras-hub preset.")
-_RTOL = flags.DEFINE_float("rtol", None, "Largest accepted relative error of the merge's "
+_RTOL = common.DEFINE_positive_float("rtol", None, "Largest accepted relative error of the merge's "
                            "check (--output_dir); default: derived from the model's size "
                            "(float32 rounding along its longest path).")
 

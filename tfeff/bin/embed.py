@@ -14,9 +14,9 @@ from absl import logging
 
 from tfeff.bin import common
 
-_EMBEDDER = flags.DEFINE_string("embedder", None, "A tfeff-export SavedModel.", required=True)
-_INPUT = flags.DEFINE_string("input", None, "UTF-8 text, one sentence per line.", required=True)
-_OUTPUT = flags.DEFINE_string("output", None, "Output directory.", required=True)
+_EMBEDDER = common.DEFINE_path("embedder", None, "A tfeff-export SavedModel.", required=True)
+_INPUT = common.DEFINE_path("input", None, "UTF-8 text, one sentence per line.", required=True)
+_OUTPUT = common.DEFINE_path("output", None, "Output directory.", required=True)
 _FORMAT = flags.DEFINE_enum("format", "npy", ["npy", "hdf5"], "Array format.")
 _LAYERS = flags.DEFINE_list("layers", None, "Layer indices to write (default: all).")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Sentences per batch.")

@@ -14,11 +14,11 @@ from absl import logging
 
 from tfeff.bin import common
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "A tfeff-pretrain model directory.")
-_FASTTEXT = flags.DEFINE_string(
+_MODEL_DIR = common.DEFINE_path("model_dir", None, "A tfeff-pretrain model directory.")
+_FASTTEXT = common.DEFINE_path(
     "fasttext", None, "Instead of --model_dir: export fastText vectors alone (.bin or .vec), "
     "a one-layer context-free embedder.")
-_OUTPUT = flags.DEFINE_string("output", None, "SavedModel directory to write.", required=True)
+_OUTPUT = common.DEFINE_path("output", None, "SavedModel directory to write.", required=True)
 _OVERWRITE = flags.DEFINE_bool(
     "overwrite", False, "Replace an earlier export at --output (never a model directory, an "
     "input or other data).")

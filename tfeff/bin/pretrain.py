@@ -18,8 +18,8 @@ from absl import flags
 
 from tfeff.bin import common
 
-FLAGS = flags.DEFINE_string("config", None, "YAML config file.", required=True)
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "Output/resume directory.", required=True)
+FLAGS = common.DEFINE_path("config", None, "YAML config file.", required=True)
+_MODEL_DIR = common.DEFINE_path("model_dir", None, "Output/resume directory.", required=True)
 _OVERRIDE = flags.DEFINE_multi_string("override", [], "key.sub=value (repeatable).")
 _STRATEGY = flags.DEFINE_enum(
     "strategy", "default", ["default", "mirrored", "multi_worker"], "tf.distribute strategy."
