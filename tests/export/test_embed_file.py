@@ -169,3 +169,27 @@ def test_killed_run_resumes_and_equals_an_uninterrupted_one(embedder, tmp_path):
                      n=ROUNDINGS, err_msg=f"layer {k}")
     assert open(os.path.join(out, "tokens.txt")).read() == \
         open(tmp_path / "fresh" / "tokens.txt").read()
+
+
+def test_a_second_writer_of_one_output_is_refused_at_once_naming_the_first(embedder, tmp_path):
+    """Two runs on one --output once mixed their arrays (one float16, one float32 under a
+    float32 `embeddings.json`). While another process holds the output's lock (here this
+    test's), tfeff-embed exits 1 naming it and touches nothing; once it is free the run
+    writes the output and removes its lock file."""
+    from tfeff.data import files
+
+    text = _write(tmp_path / "in.txt", [b"the dogs run .", b"a cat"])
+    output = tmp_path / "out"
+    held = files.lock(str(output) + ".lock", "tfeff-embed")
+    try:
+        refused = _cli("--embedder", embedder, "--input", text, "--output", str(output))
+    finally:
+        held.close()
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    assert (f"{output} is being written by tfeff-embed (pid {os.getpid()} on "
+            in refused.stderr), refused.stderr[-3000:]
+    assert "Traceback" not in refused.stderr
+    assert sorted(os.listdir(tmp_path)) == ["in.txt", "out.lock"]
+    done = _cli("--embedder", embedder, "--input", text, "--output", str(output))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path)) == ["in.txt", "out"]

@@ -49,7 +49,7 @@ BASE = [
     "eval.max_targets=100",
 ]
 DATA_FILES = ("corpus", "vocabulary.txt", "fasttext.bin", "vocabulary_vectors.npy",
-              "vocabulary_vectors.mean.npy")
+              "vocabulary_vectors.mean.npy", ".tfeff-model-dir")
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
 
 
@@ -225,6 +225,54 @@ def test_a_lost_checkpoint_index_is_refused_then_rebuilt_from_the_files(data_dir
     assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
         f"ckpt-{s}" for s in (10, 20, 30, 40, 50, 60)]
     assert len(state.all_model_checkpoint_timestamps) == 6
+
+
+def test_a_directory_of_the_users_own_files_is_refused_and_left_as_it_was(tmp_path):
+    """The user's own config (with its comments) and corpus in the directory given as
+    --model_dir: refused, naming them, nothing written."""
+    model_dir = tmp_path / "mine"
+    (model_dir / "corpus").mkdir(parents=True)
+    config = model_dir / "config.yaml"
+    shutil.copy(DEMO, config)
+    (model_dir / "corpus" / "train.txt").write_text("my own text\n")
+    before = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
+    refused = subprocess.run(
+        [sys.executable, "-m", "tfeff.bin.pretrain", "--config", str(config), "--model_dir",
+         str(model_dir)], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    assert (f"{model_dir} holds config.yaml, corpus but is not a directory tfeff made"
+            in refused.stderr), refused.stderr[-3000:]
+    assert "Traceback" not in refused.stderr
+    after = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
+    # Only the lock file is new (empty, held by nobody now).
+    assert {p: b for p, b in after.items() if p.name != ".tfeff-lock"} == before
+
+
+def test_a_second_run_is_refused_at_once_and_a_killed_one_holds_nothing(data_dir, tmp_path):
+    """Two tfeff-pretrain on one directory: the second is refused, naming the first (its
+    pid); after the first is killed the directory is free again and the run resumes."""
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    lock = os.path.join(model_dir, ".tfeff-lock")
+    first = subprocess.Popen(_command(model_dir, overrides=["train.steps=100000"]), cwd=REPO,
+                             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        assert _wait_for(lambda: _latest_step(model_dir) >= 10, first), \
+            first.stderr.read()[-3000:] if first.poll() is not None else "no checkpoint"
+        second = _run(model_dir)
+        assert second.returncode == 1, second.stderr[-3000:]
+        assert (f"{model_dir} is in use by tfeff-pretrain (pid {first.pid} on "
+                in second.stderr), second.stderr[-3000:]
+        assert "one run writes a model directory at a time" in second.stderr
+        with open(os.path.join(model_dir, "config.yaml")) as f:
+            assert "steps: 100000" in f.read()  # the first run's, untouched
+    finally:
+        first.kill()
+        first.wait()
+    assert os.path.exists(lock)  # left behind by the killed run, and no obstacle
+    done = _run(model_dir)  # resumes (the first run may be past STEPS: nothing more then)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"Restored {os.path.join(model_dir, 'checkpoints', 'ckpt-')}" in done.stderr
 
 
 def test_flipped_byte_fails_its_checksum(reference, tmp_path):
@@ -404,7 +452,7 @@ def test_a_run_without_a_checkpoint_restarts_with_a_corrected_config(data_dir, t
                                           rf"{re.escape(str(empty))}$"):
         pretrain(load_config(DEMO, BASE + files + [f"data.train_files={empty}"]), model_dir,
                  verbose=0)
-    assert os.listdir(model_dir) == ["config.yaml"]
+    assert sorted(os.listdir(model_dir)) == [".tfeff-lock", ".tfeff-model-dir", "config.yaml"]
     corrected = load_config(DEMO, BASE + files + [f"data.train_files={corpus}/train.txt"])
     resolve_config(corrected, model_dir)
     assert load_config(os.path.join(model_dir, "config.yaml")).data.train_files == \

@@ -92,6 +92,7 @@ def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_
     source, _ = trained_dir
     model_dir = str(tmp_path / variant)
     shutil.copytree(os.path.join(source, "corpus"), os.path.join(model_dir, "corpus"))
+    shutil.copy(os.path.join(source, ".tfeff-model-dir"), model_dir)  # the data are tfeff's
     if variant not in ("sub", "alone"):  # subword LMs learn their own WordPiece vocabulary
         for name in ("vocabulary.txt", "fasttext.bin", "vocabulary_vectors.npy",
                      "vocabulary_vectors.mean.npy"):

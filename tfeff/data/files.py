@@ -5,8 +5,12 @@ A reader never sees a half-written file, and a killed writer leaves at most a
 """
 
 import contextlib
+import datetime
+import fcntl
 import functools
 import os
+import socket
+import sys
 import uuid
 
 import tensorflow as tf
@@ -154,3 +158,29 @@ def atomic_local_path(path):
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def lock(path, what):
+    """An exclusive lock on the local file `path` (created if missing), for `what`
+    (e.g. "tfeff-pretrain"): the open file, which holds the lock until it is closed or the
+    process ends, however it ends (the kernel's `flock`: a killed process holds nothing).
+    The file then says who holds it.
+
+    Raises:
+        FileExistsError: another process holds it; the message names that process.
+    """
+    handle = open(path, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise FileExistsError(holder) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{what} (pid {os.getpid()} on {socket.gethostname()}, since "
+                 f"{datetime.datetime.now().isoformat(timespec='seconds')}: "
+                 f"{' '.join(sys.argv)[:300]})\n")
+    handle.flush()
+    return handle

@@ -22,6 +22,7 @@ progress record is saved, so an interrupted run continues where it stopped
 """
 
 import array
+import contextlib
 import hashlib
 import json
 import logging
@@ -279,10 +280,34 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
     layers = list(range(num_layers)) if layers is None else sorted(set(int(k) for k in layers))
     if not layers or layers[0] < 0 or layers[-1] >= num_layers:
         raise ValueError(f"`layers` must be indices in [0, {num_layers}). Received: {layers}")
+
+    # One writer per output: a second run on the same --output is refused at once (its
+    # .partial would be shared); the lock file goes when this run ends.
+    lock_path = output.rstrip("/") + ".lock"
+    try:
+        held = files.lock(lock_path, "tfeff-embed")
+    except FileExistsError as e:
+        raise FileExistsError(f"{output} is being written by {e}: one run writes an output "
+                              "at a time. Wait for it to end or stop it (a killed run holds "
+                              "nothing)") from None
+    try:
+        return _embed_locked(embedder, meta, input_path, embedder_path, output, partial,
+                             recheck, output_format, layers, dtype, on_invalid_utf8,
+                             batch_size, chunk_lines, resume, progress)
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(lock_path)
+        held.close()
+
+
+def _embed_locked(embedder, meta, input_path, embedder_path, output, partial, recheck,
+                  output_format, layers, dtype, on_invalid_utf8, batch_size, chunk_lines,
+                  resume, progress):
+    """`embed_file`'s work once the output is locked (`layers`: the checked indices)."""
+    dim = meta["dim"]
     settings = {"format": output_format, "layers": layers, "dtype": dtype,
                 "on_invalid_utf8": on_invalid_utf8}
     fingerprint = _fingerprint(input_path, embedder_path, settings)
-
     progress_path = os.path.join(partial, PROGRESS_FILE)
     state = _read_json(progress_path) if os.path.exists(progress_path) else None
     if state is not None and not (resume and state["fingerprint"] == fingerprint):

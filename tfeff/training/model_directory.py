@@ -23,9 +23,17 @@ Layout of `model_dir`:
     checkpoints/              tf.train.CheckpointManager checkpoints
     logs/                     TensorBoard scalars (train/*, validation/*)
     eval.json                 held-out top-k accuracy and the unigram baseline
+    .tfeff-model-dir          the mark of a directory tfeff made (`claim`)
+    .tfeff-lock               the lock of the run writing there, with its holder (`claim`)
+
+tfeff writes into a directory only what it owns: a new or empty directory, or one
+it made (its mark, or, from before the mark, its own resolved `config.yaml` and
+only its own file names). Any other directory is refused, naming what is in it.
 """
 
 import contextlib
+import datetime
+import json
 import logging
 import os
 import re
@@ -35,6 +43,7 @@ import tensorflow as tf
 
 from tfeff import config as config_lib
 from tfeff import data as data_lib
+from tfeff.data import files
 from tfeff.training import checkpoints
 from tfeff.training.callbacks import ScalarLogger
 from tfeff.training.errors import TrainingError
@@ -103,6 +112,13 @@ def _differences(a, b, prefix=""):
 
 # What `prepare_data` derives from the `data` and `fasttext` sections (and reuses
 # whenever it is there).
+MARK_FILE = ".tfeff-model-dir"
+LOCK_FILE = ".tfeff-lock"
+# Every name tfeff writes at the top of a model directory (a directory made before the
+# mark existed is recognized by these names and its resolved config.yaml).
+OWNED_NAMES = (CONFIG_FILE, "corpus", VOCABULARY_FILE, FASTTEXT_FILE, VECTORS_FILE,
+               data_lib.mean_path(VECTORS_FILE), WORDPIECE_CORPUS_FILE, CHECKPOINT_DIR,
+               "logs", EVAL_FILE, "coarse", MARK_FILE, LOCK_FILE)
 DERIVED_DATA = ("corpus", VOCABULARY_FILE, FASTTEXT_FILE, VECTORS_FILE,
                 data_lib.mean_path(VECTORS_FILE), WORDPIECE_CORPUS_FILE)
 _CHECKPOINT_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
@@ -253,6 +269,97 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
     return model, optimizer, checkpoints.checkpoint_step(latest)
 
 
+# The locks this process holds: real path -> open lock file (the lock lives as long as
+# the file stays open, and ends with the process however it ends).
+_HELD = {}
+
+
+def _is_local(path):
+    return "://" not in path
+
+
+def _own_config(path):
+    """Whether `path` is a config.yaml that tfeff wrote: a config every key of which is
+    present, as `resolve_config` writes it (a user's config sets only what it changes)."""
+    import yaml
+
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            written = yaml.safe_load(f.read())
+        return written == config_lib.to_dict(config_lib.load_config(path))
+    except Exception:  # noqa: BLE001 (any file that does not load is not tfeff's)
+        return False
+
+
+def _listing(names):
+    return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+
+def check_ownership(model_dir):
+    """Raises FileExistsError naming the entries of `model_dir` when it is not a directory
+    tfeff may write into (module docstring); marks a new or older tfeff directory."""
+    mark = file_path(model_dir, MARK_FILE)
+    if tf.io.gfile.exists(mark):
+        return
+    entries = sorted(tf.io.gfile.listdir(model_dir)) if tf.io.gfile.isdir(model_dir) else []
+    entries = [e.rstrip("/") for e in entries if e.rstrip("/") != LOCK_FILE]
+    foreign = [e for e in entries if e not in OWNED_NAMES]
+    if entries and foreign:
+        raise FileExistsError(
+            f"{model_dir} holds files tfeff did not write ({_listing(foreign)}): "
+            "tfeff-pretrain writes into a new or empty directory, or one it made; give "
+            "another --model_dir (the config, the corpus and other inputs can stay where they "
+            "are)")
+    if entries and not _own_config(file_path(model_dir, CONFIG_FILE)):
+        raise FileExistsError(
+            f"{model_dir} holds {_listing(entries)} but is not a directory tfeff made "
+            f"(no {MARK_FILE}, no config.yaml written by tfeff): give a new or empty "
+            f"--model_dir, or copy {MARK_FILE} along with files copied from a model "
+            "directory")
+    files.write_text_atomic(mark, json.dumps(
+        {"made_by": "tfeff", "since": datetime.datetime.now(datetime.timezone.utc)
+         .isoformat(timespec="seconds")}) + "\n")
+
+
+def claim(model_dir, what="tfeff-pretrain"):
+    """Takes `model_dir` for this process (once per process; `release` gives it back):
+    checks that tfeff may write there (`check_ownership`) and locks it, so that a second
+    run is refused at once, naming the holder. The lock is the kernel's (`flock`) on
+    `.tfeff-lock`: a killed run holds nothing. Remote directories are not locked.
+
+    Raises:
+        FileExistsError: the directory is not tfeff's, or another process writes there.
+    """
+    key = os.path.realpath(model_dir) if _is_local(model_dir) else model_dir
+    if key in _HELD:
+        return
+    tf.io.gfile.makedirs(model_dir)
+    handle = None
+    if _is_local(model_dir):
+        try:
+            handle = files.lock(file_path(model_dir, LOCK_FILE), what)
+        except FileExistsError as e:
+            raise FileExistsError(
+                f"{model_dir} is in use by {e}: one run writes a model directory at a time. "
+                "Wait for it to end or stop it (a killed run holds nothing)") from None
+        try:
+            check_ownership(model_dir)
+        except BaseException:
+            handle.close()
+            raise
+    else:
+        check_ownership(model_dir)
+    _HELD[key] = handle
+
+
+def release(model_dir):
+    """Gives back a directory `claim` took (nothing if this process holds none)."""
+    key = os.path.realpath(model_dir) if _is_local(model_dir) else model_dir
+    handle = _HELD.pop(key, None)
+    if handle is not None:
+        handle.close()
+
+
 def check_writable(directory):
     """Creates `directory` and writes a probe file; TrainingError naming it otherwise."""
     try:
@@ -300,6 +407,7 @@ def start_run(config, model_dir, strategy, devices, prepare, check_inputs=None):
 
     def chief_prepare():
         if info.is_chief:
+            claim(model_dir)
             resolve_config(config, model_dir)
         return prepare()
 

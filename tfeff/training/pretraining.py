@@ -35,8 +35,12 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
     raises `tfeff.training.errors.TrainingError` from the family's run; the
     directory stays resumable.
     """
-    return get_family(config).pretrain(config, model_dir, strategy, devices, verbose=verbose,
-                                       restore_fallback=restore_fallback, callbacks=callbacks)
+    try:
+        return get_family(config).pretrain(config, model_dir, strategy, devices,
+                                           verbose=verbose, restore_fallback=restore_fallback,
+                                           callbacks=callbacks)
+    finally:
+        model_directory.release(model_dir)
 
 
 def prepare_data(config, model_dir):
@@ -50,7 +54,11 @@ def prepare_data(config, model_dir):
     Returns:
         The `DataArtifacts`.
     """
-    return get_family(config).prepare_data(config, model_dir)
+    model_directory.claim(model_dir, "tfeff.training.prepare_data")
+    try:
+        return get_family(config).prepare_data(config, model_dir)
+    finally:
+        model_directory.release(model_dir)
 
 
 def build_model(config, vocabulary_size, vectors_path=None):
