@@ -270,9 +270,80 @@ def test_a_second_run_is_refused_at_once_and_a_killed_one_holds_nothing(data_dir
         first.kill()
         first.wait()
     assert os.path.exists(lock)  # left behind by the killed run, and no obstacle
+    # What a run killed while saving leaves (TensorFlow's checkpoint being written, a
+    # temporary sibling): removed by the next run.
+    leftovers = [os.path.join("checkpoints", "ckpt-99990_temp"),
+                 "vocabulary.txt.tmp-0badf00d", "fasttext.bin.tmp-deadbeef.txt"]
+    os.makedirs(os.path.join(model_dir, leftovers[0]))
+    with open(os.path.join(model_dir, leftovers[0], "part-00000-of-00001.data"), "wb") as f:
+        f.write(b"\0" * 1024)
+    for name in leftovers[1:]:
+        with open(os.path.join(model_dir, name), "w") as f:
+            f.write("half")
     done = _run(model_dir)  # resumes (the first run may be past STEPS: nothing more then)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"Restored {os.path.join(model_dir, 'checkpoints', 'ckpt-')}" in done.stderr
+    assert "Removed what an interrupted run left in" in done.stderr
+    assert not any(os.path.exists(os.path.join(model_dir, name)) for name in leftovers)
+
+
+def _children(pid):
+    """The pids whose parent is `pid` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_kill_during_fasttext_takes_its_child_and_sigterm_exits_42_leaving_nothing(
+        tmp_path):
+    """SIGKILL while fastText trains: its child process dies too (it once trained on);
+    SIGTERM there: exit 42 (resumable), the child gone, no temporary left, and the
+    first run's leftovers removed."""
+    model_dir = str(tmp_path / "m")
+    slow = ["fasttext.epoch=2000", "fasttext.threads=1"]
+
+    def fasttext_running(process):
+        def ready():
+            temporaries = [n for n in os.listdir(model_dir) if n.startswith("fasttext.bin.tmp-")] \
+                if os.path.isdir(model_dir) else []
+            return bool(temporaries) and bool(_children(process.pid))
+        assert _wait_for(ready, process), process.stderr.read()[-3000:]
+        return _children(process.pid)
+
+    killed = subprocess.Popen(_command(model_dir, overrides=slow), cwd=REPO, env=ENV,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    children = fasttext_running(killed)
+    killed.kill()
+    killed.wait()
+    assert _wait_for(lambda: not any(_alive(c) for c in children), killed, timeout=20), children
+    left = [n for n in os.listdir(model_dir) if ".tmp-" in n]
+    assert left  # the killed run could not clean up; the next run does
+
+    stopped = subprocess.Popen(_command(model_dir, overrides=slow), cwd=REPO, env=ENV,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    children = fasttext_running(stopped)
+    stopped.send_signal(signal.SIGTERM)
+    _, stderr = stopped.communicate(timeout=60)
+    assert stopped.returncode == 42, stderr[-3000:]
+    assert "stopped by SIGTERM outside a training step" in stderr and "Traceback" not in stderr
+    assert not any(_alive(c) for c in children)
+    assert not [n for n in os.listdir(model_dir) if ".tmp-" in n]
+    assert not os.path.exists(os.path.join(model_dir, "fasttext.bin"))
 
 
 def test_flipped_byte_fails_its_checksum(reference, tmp_path):

@@ -6,12 +6,13 @@ r"""tfeff-pretrain: prepare data, pretrain, evaluate. Resumes from `--model_dir`
 
 Exit status: 0 when training finished, 1 on bad input or a training fault
 (the message says what happened and the directory stays resumable), 42
-(`PREEMPTED_EXIT_CODE`) after SIGTERM: a checkpoint was saved and rerunning
+(`PREEMPTED_EXIT_CODE`) after SIGTERM at any point: during training a checkpoint
+was saved; before it (data, fastText) nothing half-written is left; rerunning
 the same command resumes.
 """
 
+import signal
 import sys
-
 
 from absl import app
 from absl import flags
@@ -34,6 +35,17 @@ _RESTORE_FALLBACK = flags.DEFINE_bool(
 _DETERMINISTIC = flags.DEFINE_bool(
     "deterministic", None,
     "Enable TensorFlow op determinism (sets train.deterministic): bit-identical resumes on CPU.")
+
+
+class _Terminated(BaseException):
+    """SIGTERM outside training (which saves a checkpoint and stops by itself): raised in
+    the main thread, so that every `finally` removes its temporaries and a child process
+    (fastText's) is killed on the way out."""
+
+
+def _terminate(signum, frame):
+    del signum, frame
+    raise _Terminated
 
 
 def main(argv):
@@ -61,7 +73,17 @@ def main(argv):
         for line in get_family(config).summary_lines(results):
             print(line)
 
-    common.run_main(body)
+    def terminable():
+        signal.signal(signal.SIGTERM, _terminate)  # training installs its own, then this
+        try:
+            body()
+        except _Terminated:
+            print("stopped by SIGTERM outside a training step (preparing the data, building, "
+                  "evaluating): nothing half-written is left; rerun the same command to "
+                  "resume", file=sys.stderr)
+            sys.exit(PREEMPTED_EXIT_CODE)
+
+    common.run_main(terminable)
 
 
 def run():

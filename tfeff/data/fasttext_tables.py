@@ -453,9 +453,17 @@ def _remember_checked(path, header):
 
 
 _TRAIN_SCRIPT = """
-import json, sys
-import fasttext
+import json, os, signal, sys
 text_path, model_path, kwargs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+parent = int(sys.argv[4])
+try:  # Linux: killed with its parent, however the parent ends
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+except (OSError, AttributeError):
+    pass
+if os.getppid() != parent:  # the parent ended before the line above
+    sys.exit(4)
+import fasttext
 try:
     model = fasttext.train_unsupervised(text_path, **kwargs)
 except RuntimeError as e:
@@ -467,7 +475,8 @@ model.save_model(model_path)
 
 def _train_in_child_process(text_path, model_path, kwargs, corpus_patterns):
     done = subprocess.run(
-        [sys.executable, "-c", _TRAIN_SCRIPT, text_path, model_path, json.dumps(kwargs)],
+        [sys.executable, "-c", _TRAIN_SCRIPT, text_path, model_path, json.dumps(kwargs),
+         str(os.getpid())],
         capture_output=True, text=True, check=False,
     )
     if done.returncode != 0:

@@ -344,12 +344,44 @@ def claim(model_dir, what="tfeff-pretrain"):
                 "Wait for it to end or stop it (a killed run holds nothing)") from None
         try:
             check_ownership(model_dir)
+            sweep_leftovers(model_dir)
         except BaseException:
             handle.close()
             raise
     else:
         check_ownership(model_dir)
     _HELD[key] = handle
+
+
+# What a killed run leaves: tfeff's temporary siblings (`files.temporary_sibling`, the
+# text fastText trains on), TensorFlow's checkpoint being written, the write probe.
+_LEFTOVER = re.compile(r"^(?:.+\.tmp-[0-9a-f]{8}(?:\.txt|\.old)?|ckpt-\d+_temp.*"
+                       r"|\.tfeff-write-test-\d+)$")
+
+
+def sweep_leftovers(model_dir):
+    """Removes what a killed run left in `model_dir` and its checkpoint folders (the
+    caller holds the directory's lock, so no run is writing them); returns their names."""
+    swept = []
+    for folder in (model_dir, file_path(model_dir, CHECKPOINT_DIR),
+                   file_path(model_dir, "coarse"),
+                   os.path.join(model_dir, "coarse", CHECKPOINT_DIR)):
+        if not tf.io.gfile.isdir(folder):
+            continue
+        for entry in tf.io.gfile.listdir(folder):
+            name = entry.rstrip("/")
+            if not _LEFTOVER.match(name):
+                continue
+            path = os.path.join(folder, name)
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            else:
+                tf.io.gfile.remove(path)
+            swept.append(os.path.relpath(path, model_dir))
+    if swept:
+        logging.info("Removed what an interrupted run left in %s: %s", model_dir,
+                     ", ".join(sorted(swept)))
+    return swept
 
 
 def release(model_dir):
