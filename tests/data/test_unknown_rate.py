@@ -73,4 +73,4 @@ def test_pretraining_stops_before_fasttext_and_leaves_no_vocabulary(tmp_path):
     model_dir = str(tmp_path / "model")
     with pytest.raises(CorpusError, match=rf"{train}: 9\d% of the words .*data.min_count"):
         pretrain(config, model_dir, verbose=0)
-    assert os.listdir(model_dir) == ["config.yaml"]
+    assert sorted(os.listdir(model_dir)) == [".tfeff-lock", ".tfeff-model-dir", "config.yaml"]

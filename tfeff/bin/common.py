@@ -27,7 +27,9 @@ def DEFINE_path(name, default, help, required=False):  # noqa: N802 (absl's nami
     """An absl string flag that names a file or directory: an empty or blank value (an
     unset shell variable, `--model_dir=`) is refused before anything runs, instead of
     meaning the current directory."""
-    holder = flags.DEFINE_string(name, default, help, required=required)
+    # The binary's own flag (its --help, the reference), not this module's.
+    caller = sys._getframe(1).f_globals["__name__"]
+    holder = flags.DEFINE_string(name, default, help, required=required, module_name=caller)
     flags.register_validator(
         name, lambda value: value is None or bool(value.strip()),
         message=f"--{name} is empty: give a path (is a shell variable unset?)")
@@ -36,7 +38,8 @@ def DEFINE_path(name, default, help, required=False):  # noqa: N802 (absl's nami
 
 def DEFINE_positive_float(name, default, help):  # noqa: N802 (absl's naming)
     """An absl float flag that must be finite and positive when given."""
-    holder = flags.DEFINE_float(name, default, help)
+    caller = sys._getframe(1).f_globals["__name__"]
+    holder = flags.DEFINE_float(name, default, help, module_name=caller)
     flags.register_validator(
         name, lambda value: value is None or (math.isfinite(value) and value > 0),
         message=f"--{name} must be a finite number above 0")

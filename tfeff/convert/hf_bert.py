@@ -154,7 +154,9 @@ def _not_hf_bert(path):
     if not os.path.isdir(path):
         return "a file, not a directory"
     names = set(os.listdir(path))
-    other = sorted(names - {CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE})
+    # Visible names first (a model directory's own hidden files say less).
+    other = sorted(names - {CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE},
+                   key=lambda name: (name.startswith("."), name))
     if other:
         return f"it holds {', '.join(other[:5])}, which write_hf_bert does not write"
     if not {CONFIG_FILE, WEIGHTS_FILE} <= names:
