@@ -1,3 +1,4 @@
+import json
 import os
 import re
 import subprocess
@@ -118,8 +119,13 @@ def test_export_refuses_max_tokens_0(tmp_path, fasttext_model):
 @pytest.mark.parametrize("error, line", [
     ("op", "error: FailedPreconditionError: /some/dir; Is a directory"),
     ("memory", "error: out of memory: Unable to allocate 8.0 EiB"),
+    # A read-only output, a full disk: the user's, not a bug (once a traceback).
+    ("permission", "error: PermissionError: [Errno 13] Permission denied: '/ro/out'"),
+    ("full", "error: OSError: [Errno 28] No space left on device: '/full/out'"),
 ])
 def test_environment_errors_are_one_line_and_exit_1(error, line, capsys):
+    import errno
+
     import tensorflow as tf
 
     from tfeff.bin import common
@@ -128,6 +134,10 @@ def test_environment_errors_are_one_line_and_exit_1(error, line, capsys):
         if error == "op":
             raise tf.errors.FailedPreconditionError(None, None, "/some/dir; Is a directory\n"
                                                     "\tdetails TensorFlow adds")
+        if error == "permission":
+            raise PermissionError(errno.EACCES, "Permission denied", "/ro/out")
+        if error == "full":
+            raise OSError(errno.ENOSPC, "No space left on device", "/full/out")
         raise MemoryError("Unable to allocate 8.0 EiB")
 
     with pytest.raises(SystemExit) as exit_:
@@ -138,11 +148,16 @@ def test_environment_errors_are_one_line_and_exit_1(error, line, capsys):
     def bug():
         raise KeyError("a bug")
 
+    def os_bug():  # an OSError that is not about the user's files
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
     def shape_bug():
         raise tf.errors.InvalidArgumentError(None, None, "Incompatible shapes")
 
     with pytest.raises(KeyError):  # a bug keeps its traceback
         common.run_main(bug)
+    with pytest.raises(OSError):
+        common.run_main(os_bug)
     with pytest.raises(tf.errors.InvalidArgumentError):
         common.run_main(shape_bug)
 
@@ -156,43 +171,56 @@ def test_pretrain_refuses_a_nan_learning_rate_by_name(tmp_path):
     assert not os.path.exists(tmp_path / "m")
 
 
-# Every path flag of every binary, with values for the binary's other required flags.
-_PATH_FLAGS = [
-    ("pretrain", "config", ["--model_dir", "m"]), ("pretrain", "model_dir", ["--config", DEMO]),
-    ("export", "model_dir", ["--output", "o"]), ("export", "fasttext", ["--output", "o"]),
-    ("export", "output", ["--model_dir", "m"]),
-    ("embed", "embedder", ["--input", "i", "--output", "o"]),
-    ("embed", "input", ["--embedder", "e", "--output", "o"]),
-    ("embed", "output", ["--embedder", "e", "--input", "i"]),
-    ("convert_core", "model_dir", ["--output_dir", "o"]),
-    ("convert_core", "output_dir", ["--model_dir", "m"]),
-    ("convert_core", "keras_hub_preset", ["--model_dir", "m"]),
-]
+# Every path flag of every binary.
+_PATH_FLAGS = {"pretrain": ["config", "model_dir"],
+               "export": ["model_dir", "fasttext", "output"],
+               "embed": ["embedder", "input", "output"],
+               "convert_core": ["model_dir", "output_dir", "keras_hub_preset"]}
+_CHECK_FLAGS = """
+import json, sys
+from absl import flags
+from tfeff.bin import common
+out = {}
+for binary, names in json.loads(sys.argv[1]).items():
+    module = __import__(f"tfeff.bin.{binary}", fromlist=["x"])
+    for name in names:
+        for value in ("", "  "):
+            try:
+                setattr(flags.FLAGS, name, value)  # runs the flag's validators
+                out[f"{binary} --{name}={value!r}"] = None
+            except flags.IllegalFlagValueError as e:
+                out[f"{binary} --{name}={value!r}"] = str(e)
+    for flag in flags.FLAGS.get_key_flags_for_module(module):  # the next may reuse names
+        delattr(flags.FLAGS, flag.name)
+print(json.dumps(out))
+"""
 
 
 def test_every_path_flag_refuses_an_empty_value_before_anything_runs(tmp_path):
     """`--model_dir=` (an unset variable) once made the current directory the model
-    directory and overwrote the user's files there. Each binary runs in a folder holding a
-    file; every empty or blank path flag is refused by name, exit 1, no traceback, and
-    nothing in the folder changes. The binaries run side by side (each is a process)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    runs = []
-    for i, (binary, flag, others) in enumerate(_PATH_FLAGS):
-        folder = tmp_path / f"{binary}-{flag}"
-        folder.mkdir()
-        (folder / "config.yaml").write_text("# the user's own\n")
-        value = " " if i % 2 else ""
-        runs.append((binary, flag, folder, subprocess.Popen(
-            [sys.executable, "-m", f"tfeff.bin.{binary}", f"--{flag}={value}", *others],
-            cwd=folder, env={**env, "PYTHONPATH": REPO}, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)))
-    for binary, flag, folder, process in runs:
-        _, stderr = process.communicate(timeout=180)
-        assert process.returncode == 1, (binary, flag, stderr[-2000:])
-        assert f"--{flag} is empty: give a path" in stderr, (binary, flag, stderr[-2000:])
-        assert "Traceback" not in stderr
-        assert sorted(os.listdir(folder)) == ["config.yaml"]
-        assert (folder / "config.yaml").read_text() == "# the user's own\n"
+    directory and overwrote the user's files there. Through tfeff-pretrain, in a folder
+    holding the user's config: exit 1 naming the flag, nothing touched. Every other path
+    flag of every binary (their own definitions, imported in one process) refuses an empty
+    and a blank value with the same message."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+    (tmp_path / "config.yaml").write_text("# the user's own\n")
+    run = subprocess.Popen([sys.executable, "-m", "tfeff.bin.pretrain", "--config", DEMO,
+                            "--model_dir="], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    checked = subprocess.run([sys.executable, "-c", _CHECK_FLAGS, json.dumps(_PATH_FLAGS)],
+                             cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    _, stderr = run.communicate(timeout=180)
+    assert run.returncode == 1, stderr[-2000:]
+    assert "--model_dir is empty: give a path" in stderr and "Traceback" not in stderr
+    assert sorted(os.listdir(tmp_path)) == ["config.yaml"]
+    assert (tmp_path / "config.yaml").read_text() == "# the user's own\n"
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    results = json.loads(checked.stdout.strip().splitlines()[-1])
+    assert len(results) == 2 * sum(map(len, _PATH_FLAGS.values()))
+    for case, message in results.items():
+        flag = case.split()[1].split("=")[0]
+        assert message is not None and f"{flag} is empty: give a path" in message, (case,
+                                                                                     message)
 
 
 @pytest.mark.parametrize("rtol", ["nan", "-1e-3"])

@@ -54,3 +54,33 @@ def test_a_model_that_fails_its_check_is_not_kept(tmp_path):
         train_fasttext(str(corpus), str(model_dir / "fasttext.bin"), dim=16, bucket=2000,
                        epoch=1)
     assert not os.listdir(model_dir)
+
+
+def test_a_model_cut_short_on_a_full_disk_blames_the_disk_not_the_corpus(fasttext_model,
+                                                                          tmp_path,
+                                                                          monkeypatch):
+    """fastText writes its model without checking its writes, so a full disk left a
+    truncated file, which was reported as a corpus too small ("use more text"). The
+    model here is a real one cut in half; the disk's free space is what the check reads."""
+    import collections
+    import errno
+    import shutil
+
+    from tfeff.data import fasttext_tables
+
+    path = tmp_path / "model.bin"
+    shutil.copy(fasttext_model[0], path)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(fasttext_tables.shutil, "disk_usage",
+                        lambda _: usage(1 << 30, (1 << 30) - 4096, 4096))
+    with pytest.raises(OSError) as full:
+        fasttext_tables._check_trained_model(str(path), "corpus.txt")
+    assert full.value.errno == errno.ENOSPC and full.value.filename == str(path)
+    assert "fastText could not write its whole model" in str(full.value)
+    assert "4,096 bytes are free on that disk" in str(full.value)
+    monkeypatch.setattr(fasttext_tables.shutil, "disk_usage",
+                        lambda _: usage(1 << 40, 1 << 30, (1 << 40) - (1 << 30)))
+    with pytest.raises(WordVectorsError, match="use more text"):
+        fasttext_tables._check_trained_model(str(path), "corpus.txt")

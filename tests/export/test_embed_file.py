@@ -193,3 +193,83 @@ def test_a_second_writer_of_one_output_is_refused_at_once_naming_the_first(embed
     done = _cli("--embedder", embedder, "--input", text, "--output", str(output))
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(os.listdir(tmp_path)) == ["in.txt", "out"]
+
+
+def test_every_line_ending_convention_embeds_the_same_lines(embedder, tmp_path):
+    """A lone-CR (classic Mac OS) or CRLF input embeds line for line as its LF twin."""
+    lines = [ln for ln in LINES if b"\xc3\x28" not in ln]
+    outputs = {}
+    for name, ending in (("lf", b"\n"), ("crlf", b"\r\n"), ("cr", b"\r")):
+        source = tmp_path / f"{name}.txt"
+        source.write_bytes(ending.join(lines) + ending)
+        outputs[name] = embed_file(embedder, str(source), str(tmp_path / name))
+    for name in ("crlf", "cr"):
+        assert outputs[name]["lines"] == outputs["lf"]["lines"] == len(lines)
+        assert outputs[name]["tokens"] == outputs["lf"]["tokens"]
+        assert ((tmp_path / name / "tokens.txt").read_text()
+                == (tmp_path / "lf" / "tokens.txt").read_text())
+        np.testing.assert_array_equal(read_embeddings(str(tmp_path / name), 1)[1],
+                                      read_embeddings(str(tmp_path / "lf"), 1)[1])
+
+
+def test_lines_cut_to_max_tokens_are_reported_and_recorded(embedder, tmp_path, caplog):
+    """A 100-word line and the embedder's max_tokens of 64: once cut without a word."""
+    source = _write(tmp_path / "in.txt", [ln for ln in LINES if b"\xc3\x28" not in ln])
+    with caplog.at_level("WARNING"):
+        meta = embed_file(embedder, source, str(tmp_path / "out"))
+    assert meta["truncated_lines"] == [6]  # "the " * 100, the 6th line here
+    assert json.loads((tmp_path / "out" / "embeddings.json").read_text())[
+        "truncated_lines"] == [6]
+    assert (f"1 line(s) of {source} are longer than the embedder's max_tokens (64 tokens)"
+            in caplog.text)
+    assert len((tmp_path / "out" / "tokens.txt").read_text().splitlines()[5].split()) == 64
+
+
+def test_an_export_whose_metadata_is_missing_newer_or_wrong_is_refused(embedder, tmp_path):
+    """tfeff-embed once ran into KeyError, IndexError or a broadcast error (no
+    embedder.json, a wrong num_layers) or used a future format unchecked: exit 1, one
+    line naming the file."""
+    import shutil
+
+    text = _write(tmp_path / "in.txt", [b"the dogs run ."])
+    cases = {"missing": (lambda meta: None, "has no assets.extra/embedder.json"),
+             "newer": (lambda meta: {**meta, "format_version": 99},
+                       "says format_version 99, but this tfeff reads exports up to"),
+             "layers": (lambda meta: {**meta, "num_layers": 5},
+                        "says num_layers=5, but the SavedModel's `embed` returns 3")}
+    runs = {}
+    for name, (change, _) in cases.items():
+        copy = tmp_path / name
+        shutil.copytree(embedder, copy)
+        path = copy / "assets.extra" / "embedder.json"
+        meta = change(json.loads(path.read_text()))
+        if meta is None:
+            path.unlink()
+        else:
+            path.write_text(json.dumps(meta))
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        runs[name] = subprocess.Popen(
+            [sys.executable, "-m", "tfeff.bin.embed", "--embedder", str(copy), "--input", text,
+             "--output", str(tmp_path / f"out_{name}")], cwd=REPO, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for name, process in runs.items():
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 1, (name, stderr[-3000:])
+        assert cases[name][1] in stderr and "Traceback" not in stderr, (name, stderr[-3000:])
+        assert not os.path.exists(tmp_path / f"out_{name}")
+
+
+def test_the_arrays_are_given_their_disk_blocks_before_any_write(tmp_path):
+    """A memory-mapped output is a sparse file: on a full disk a write through the map
+    found no block and the process died of SIGBUS. Its blocks are now allocated when it
+    is made (a full disk then fails there with ENOSPC, one line)."""
+    from tfeff.export.embed_file import _reserve
+
+    path = tmp_path / "layer_0.npy"
+    array = np.lib.format.open_memmap(path, mode="w+", dtype="float32", shape=(1 << 16, 16))
+    del array
+    size = os.path.getsize(path)
+    assert os.stat(path).st_blocks * 512 < size // 2  # sparse: (almost) nothing allocated
+    _reserve(str(path))
+    assert os.stat(path).st_blocks * 512 >= size
+    assert os.path.getsize(path) == size

@@ -6,6 +6,7 @@ checkpoint deleted between its choice and its restore makes the newest one chose
 import glob
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -347,3 +348,38 @@ def test_checkpoints_that_stay_missing_or_keep_vanishing_give_an_error_naming_th
     assert str(info.value) == (
         f"every checkpoint of {model_copy} vanished while it was being read "
         f"({', '.join(deleted)} were deleted): is a run still training there? Try again.")
+
+
+def test_export_refuses_nan_vectors_and_a_second_writer_and_sweeps_a_killed_ones(model_copy,
+                                                                                  tmp_path):
+    """export_model_dir (tfeff-export's work): a vectors table with NaN rows (once exported
+    as it was) is refused naming the rows; while another process writes the output (its
+    lock) the export is refused naming it; what a killed export left beside the output
+    goes with the next one."""
+    output = str(tmp_path / "export")
+    broken = str(tmp_path / "broken")
+    shutil.copytree(model_copy, broken)
+    vectors = os.path.join(broken, "vocabulary_vectors.npy")
+    table = np.load(vectors)
+    table[5] = np.nan
+    np.save(vectors, table)
+    with pytest.raises(ValueError, match=re.escape(
+            f"The embedding table `{vectors}` holds NaN or Inf in 1 of its {len(table)} rows "
+            "(ids 5)")):
+        export_model_dir(broken, output)
+    assert not os.path.exists(output)
+
+    from tfeff.data import files
+
+    held = files.lock(output + ".lock", "tfeff-export")  # another writer's lock (flock is
+    try:                                                 # per open file, as a process's)
+        with pytest.raises(FileExistsError, match=re.escape(
+                f"{output} is being written by tfeff-export (pid {os.getpid()} on ")):
+            export_model_dir(model_copy, output)
+    finally:
+        held.close()
+    leftover = tmp_path / "export.tmp-0badf00d"  # a killed export's SavedModel in progress
+    leftover.mkdir()
+    (leftover / "saved_model.pb").write_bytes(b"half")
+    export_model_dir(model_copy, output)
+    assert sorted(os.listdir(tmp_path)) == ["broken", "export", "models"]

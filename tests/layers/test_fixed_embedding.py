@@ -33,3 +33,18 @@ def test_in_memory_table_is_not_serializable_and_bad_tables_are_rejected(tmp_pat
         FixedEmbedding(str(tmp_path / "missing.npy"))
     with pytest.raises(tf.errors.InvalidArgumentError):
         FixedEmbedding(np.eye(2, dtype="float32"))(np.array([5]))
+
+
+def test_a_table_with_nan_or_inf_rows_is_refused_naming_them(tmp_path):
+    """NaN rows once reached training as a NaN loss (with the advice to skip steps) and
+    an export as they were."""
+    table = np.ones((10, 3), "float32")
+    table[[2, 7]] = np.nan
+    table[9, 1] = np.inf
+    path = tmp_path / "vectors.npy"
+    np.save(path, table)
+    with pytest.raises(ValueError, match=rf"The embedding table `{path}` holds NaN or Inf in 3 "
+                                         r"of its 10 rows \(ids 2, 7, 9\)"):
+        FixedEmbedding(str(path))
+    with pytest.raises(ValueError, match=r"table` holds NaN or Inf in 3 of its 10 rows"):
+        FixedEmbedding(table)

@@ -1,3 +1,5 @@
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -325,6 +327,28 @@ def test_a_mask_that_is_not_right_padded_is_refused():
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=r"(?s)MaskedBiLSTM `bi` needs a right-padded.*after a False:\] \[1\]"):
         tf.function(lambda a, m: layer(a, mask=m))(x, mask)
+
+
+@pytest.mark.parametrize("layer_class", ["MaskedBiLSTM", "ProjectedLSTM"])
+def test_a_mask_of_another_shape_than_the_inputs_is_refused(layer_class):
+    """A mask of batch 3 for 2 input rows once gave a third row that was never input."""
+    from tfeff.layers import ProjectedLSTM
+
+    x = np.random.default_rng(6).normal(size=(2, 4, 4)).astype("float32")
+    layer = (MaskedBiLSTM(4, 2, num_layers=1, use_cudnn=False, name="m")
+             if layer_class == "MaskedBiLSTM" else ProjectedLSTM(4, 2, name="m"))
+    for mask in (np.ones((3, 4), bool), np.ones((2, 5), bool), np.ones((2, 4, 1), bool)):
+        with pytest.raises(ValueError, match=rf"{layer_class} `m` needs a `mask` of shape "
+                                             r"\(batch, time\) equal to its inputs' first two "
+                                             r"dimensions. Received: mask.shape="
+                                             + re.escape(str(mask.shape))):
+            layer(x, mask=mask)
+    # Unknown shapes in a graph: checked when the graph runs.
+    spec = [tf.TensorSpec((None, None, 4), tf.float32), tf.TensorSpec((None, None), tf.bool)]
+    graph = tf.function(lambda a, m: layer(a, mask=m), input_signature=spec)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"{layer_class} `m` needs a `mask` of shape \(batch, time\)"):
+        graph(x, np.ones((3, 4), bool))
 
 
 @pytest.mark.numerics

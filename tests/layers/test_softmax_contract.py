@@ -191,3 +191,13 @@ def test_every_head_answers_the_output_head_contract(kind):
         # The targets' path against the full distribution's, float32 both.
         bound = log_prob_bound(head, hidden)
     assert_close(loss, np.where(mask, expected, 0.0), **bound)
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_float_targets_are_refused_by_name(kind):
+    """A float target (3.7) was once cast to class 3 silently."""
+    layer = FACTORIES[kind]()
+    x, t = _data()
+    with pytest.raises(ValueError, match=rf"`{kind}` takes integer class ids as `targets`, "
+                                         r"not float32 \(a float id such as 3.7"):
+        layer(x, t.astype("float32") + 0.7)

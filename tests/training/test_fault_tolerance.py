@@ -349,6 +349,50 @@ def test_a_kill_during_fasttext_takes_its_child_and_sigterm_exits_42_leaving_not
     assert not os.path.exists(os.path.join(model_dir, "fasttext.bin"))
 
 
+def test_a_vocabulary_edited_between_runs_is_refused_by_name(data_dir, tmp_path):
+    """vocabulary.txt with two lines swapped after a run once trained on with the ids of
+    the old order: the rerun exits 1 naming the file, and trains nothing."""
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    done = _run(model_dir, overrides=["train.steps=10"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    path = os.path.join(model_dir, "vocabulary.txt")
+    lines = open(path, encoding="utf-8").readlines()
+    lines[10], lines[11] = lines[11], lines[10]
+    open(path, "w", encoding="utf-8").writelines(lines)
+    refused = _run(model_dir, overrides=["train.steps=20"])
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    assert f"{path} changed since tfeff made it" in refused.stderr and \
+        "Traceback" not in refused.stderr
+    assert _latest_step(model_dir) == 10
+
+
+@pytest.mark.parametrize("fault", ["nan_vectors", "vectors_directory", "huge_lexicon"])
+def test_bad_inputs_of_pretrain_are_named_before_training(fault, data_dir, tmp_path):
+    """NaN rows in the vectors table (once reported as a NaN loss with the advice to skip
+    steps), fasttext.pretrained naming a directory (once IsADirectoryError), a synthetic
+    lexicon of 1e12 words (once minutes without a word): exit 1, one line, no step."""
+    model_dir = _copy_data(data_dir, str(tmp_path / "m"))
+    overrides, expected = [], None
+    if fault == "nan_vectors":
+        path = os.path.join(model_dir, "vocabulary_vectors.npy")
+        table = np.load(path)
+        table[[7, 9]] = np.nan
+        np.save(path, table)
+        expected = f"The embedding table `{path}` holds NaN or Inf in 2 of its"
+    elif fault == "vectors_directory":
+        os.remove(os.path.join(model_dir, "vocabulary_vectors.npy"))
+        overrides = [f"fasttext.pretrained={tmp_path}"]
+        expected = f"The word-vector file {tmp_path} is a directory"
+    else:
+        overrides = ["data.synthetic.lexicon_size=1000000000000"]
+        expected = "`data.synthetic.lexicon_size` must be between 20 and 1,000,000"
+    refused = _run(model_dir, overrides=overrides, timeout=120)
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    assert expected in refused.stderr and "Traceback" not in refused.stderr, \
+        refused.stderr[-3000:]
+    assert _latest_step(model_dir) == 0
+
+
 def test_flipped_byte_fails_its_checksum(reference, tmp_path):
     for name in os.listdir(os.path.join(reference, "checkpoints")):
         if name.startswith("ckpt-20."):
@@ -401,13 +445,15 @@ def test_unwritable_model_dir_is_reported(tmp_path):
 
 
 def _poison_one_word(model_dir, batches_hit=0.2):
-    """A NaN row in the fixed table for a word in about `batches_hit` of the batches."""
+    """A row in the fixed table, for a word in about `batches_hit` of the batches, that
+    overflows float32 in the model's first product (finite itself: a NaN table is refused
+    before training)."""
     counts = np.array([int(line.split("\t")[1]) for line in
                        open(os.path.join(model_dir, "vocabulary.txt"), encoding="utf-8")])
     per_batch = counts / counts.sum() * 64 * 12  # tokens per batch, roughly
     word = int(np.argmin(np.abs(per_batch - batches_hit)))
     table = np.load(os.path.join(model_dir, "vocabulary_vectors.npy"))
-    table[word] = np.nan
+    table[word] = np.finfo("float32").max
     np.save(os.path.join(model_dir, "vocabulary_vectors.npy"), table)
 
 
@@ -546,6 +592,18 @@ def test_a_run_without_a_checkpoint_restarts_with_a_corrected_config(data_dir, t
             for name in os.listdir(prepared)} == before
     assert open(os.path.join(prepared, "config.yaml"), "rb").read() == written
     resolve_config(load_config(DEMO, BASE + ["model.units=16"]), prepared)  # data unchanged
+    # A corrected fasttext.pretrained (after a refused .vec) leaves the vocabulary valid:
+    # only the files made from the fastText section are named.
+    vectors_only = _copy_data(data_dir, str(tmp_path / "vectors_only"))
+    for name in ("fasttext.bin", "vocabulary_vectors.npy", "vocabulary_vectors.mean.npy"):
+        os.remove(os.path.join(vectors_only, name))
+    resolve_config(load_config(DEMO, BASE), vectors_only)
+    resolve_config(load_config(DEMO, BASE + ["fasttext.pretrained=/elsewhere/good.vec"]),
+                   vectors_only)
+    with pytest.raises(ConfigError, match=r"old config \(fasttext.bin, vocabulary_vectors.npy, "
+                       r"vocabulary_vectors.mean.npy\) .* these keys differ: fasttext.dim: 64 "
+                       r"-> 32\. Remove"):
+        resolve_config(load_config(DEMO, BASE + ["fasttext.dim=32"]), prepared)
 
 
 def _sharded(data_dir, tmp_path, num_shards):

@@ -1,5 +1,6 @@
 """Shared helpers of the binaries: the error boundary and logging set-up."""
 
+import errno
 import math
 import sys
 
@@ -46,10 +47,20 @@ def DEFINE_positive_float(name, default, help):  # noqa: N802 (absl's naming)
     return holder
 
 
+# OSErrors about the user's files and disks, not the binary: a permission, a read-only
+# or full file system, a directory where a file was expected and the like.
+_ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
+                       errno.EISDIR, errno.ENOTDIR, errno.ENOENT, errno.EEXIST, errno.EBUSY,
+                       errno.EIO, errno.EFBIG, errno.ENAMETOOLONG}
+
+
 def _environment_error(error):
     """Whether `error` is the environment's (a directory given as a file, a permission,
-    a device or the process out of memory), not a bug of the binary."""
+    a full or read-only disk, a device or the process out of memory), not a bug of the
+    binary."""
     if isinstance(error, MemoryError):
+        return True
+    if isinstance(error, OSError) and error.errno in _ENVIRONMENT_ERRNOS:
         return True
     tf = sys.modules.get("tensorflow")
     return tf is not None and isinstance(

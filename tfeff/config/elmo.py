@@ -24,7 +24,7 @@ class SyntheticCorpusConfig:
         num_train_sentences: sentences of the training file, > 0.
         num_heldout_sentences: sentences of the held-out file, > 0.
         seed: the language and its sentences are a function of this seed.
-        lexicon_size: number of content words, >= 20.
+        lexicon_size: number of content words, 20 to 1,000,000.
         paragraph_sentences: mean sentences per paragraph (document); 0: no
             paragraph breaks.
     """
@@ -40,8 +40,11 @@ class SyntheticCorpusConfig:
         positive(self.paragraph_sentences, join(prefix, "paragraph_sentences"), allow_zero=True)
         positive(self.num_train_sentences, join(prefix, "num_train_sentences"))
         positive(self.num_heldout_sentences, join(prefix, "num_heldout_sentences"))
-        if self.lexicon_size < 20:
-            raise ConfigError(f"`{join(prefix, 'lexicon_size')}` must be >= 20")
+        if not 20 <= self.lexicon_size <= 1_000_000:
+            raise ConfigError(
+                f"`{join(prefix, 'lexicon_size')}` must be between 20 and 1,000,000 (the "
+                f"generator makes every word before the first sentence). Received: "
+                f"{self.lexicon_size:,}")
 
 
 def validate_corpus_source(data_config, prefix):

@@ -13,6 +13,8 @@ import logging
 
 import tensorflow as tf
 
+from tfeff.data import files as files_lib
+
 INVALID_UTF8_POLICIES = ("error", "skip", "replace")
 
 
@@ -126,7 +128,7 @@ def _decoded_lines(patterns, on_invalid_utf8):
     skipped = 0
     for path in files:
         with tf.io.gfile.GFile(path, "rb") as f:
-            for number, raw in enumerate(f, start=1):
+            for number, raw in enumerate(files_lib.raw_lines(f), start=1):
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:

@@ -6,9 +6,11 @@ and read back with `mmap_mode="r"`. They are ELMo-C's fixed input layer and
 its fixed output targets.
 """
 
+import errno
 import json
 import logging
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -216,9 +218,13 @@ def check_word_vectors_file(path):
 
     Raises:
         FileNotFoundError: no such file.
+        ValueError: a directory.
     """
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"Word-vector file not found: {path}")
+    if tf.io.gfile.isdir(path):
+        raise ValueError(f"The word-vector file {path} is a directory: name the fastText .bin "
+                         "or .vec file in it (fasttext.pretrained).")
     if path.endswith((".vec", ".txt")):
         with tf.io.gfile.GFile(path, "rb") as f:
             _vec_header(f, path)
@@ -432,11 +438,24 @@ def _write_fasttext_text(corpus_patterns, on_invalid_utf8, path):
             "Is the text split into words with spaces?")
 
 
+# Free bytes under which a truncated model just written is put down to a full disk.
+_FULL_DISK_BYTES = 64 << 20
+
+
 def _check_trained_model(path, corpus_patterns):
     """`check_fasttext_model` of a model fastText has just trained, before it is put in place."""
     try:
         return check_fasttext_model(path)
     except WordVectorsError as e:
+        # fastText writes its model without checking the writes: a full disk leaves a
+        # file shorter than its header says, which is the disk's fault, not the corpus'.
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+        if ("shorter than" in e.problem or "(truncated)" in e.problem
+                or "inside its header" in e.problem or "inside the dictionary" in e.problem) \
+                and free < _FULL_DISK_BYTES:
+            raise OSError(errno.ENOSPC, f"fastText could not write its whole model ({e.problem}); "
+                          f"{free:,} bytes are free on that disk: free space, then rerun",
+                          path) from e
         raise WordVectorsError(
             f"fastText training on {corpus_patterns} gave an unusable model: {e.problem}. "
             "It was not kept. fastText updates nothing on a corpus too small or too "

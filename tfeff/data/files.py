@@ -9,6 +9,8 @@ import datetime
 import fcntl
 import functools
 import os
+import re
+import shutil
 import socket
 import sys
 import uuid
@@ -184,3 +186,65 @@ def lock(path, what):
                  f"{' '.join(sys.argv)[:300]})\n")
     handle.flush()
     return handle
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def raw_lines(f, block=1 << 20):
+    """The lines of the binary file object `f` without their ends, whichever convention
+    ends them: `\\n` (Unix), `\\r\\n` (Windows) or a lone `\\r` (classic Mac OS). Streams
+    in blocks, so a file of one convention or another costs the same memory."""
+    pending = b""
+    while True:
+        data = f.read(block)
+        if not data:
+            if pending.endswith(b"\r"):
+                pending = pending[:-1]
+            if pending:
+                yield pending
+            return
+        data = pending + data
+        held = b""
+        if data.endswith(b"\r"):  # perhaps the first half of a \r\n: wait for the next block
+            data, held = data[:-1], b"\r"
+        parts = _LINE_END.split(data)
+        pending = parts.pop() + held
+        yield from parts
+
+
+@contextlib.contextmanager
+def exclusive_output(path, what):
+    """Holds `<path>.lock` (`lock`) while a `what` (e.g. "tfeff-embed") writes `path`, then
+    removes it; on entry removes what a killed writer of `path` left (its temporary
+    siblings, `<path>.tmp-XXXXXXXX[.old]`). Remote paths are not locked.
+
+    Raises:
+        FileExistsError: another process writes `path`; the message names it.
+    """
+    if "://" in path:
+        yield
+        return
+    path = path.rstrip("/")
+    lock_path = path + ".lock"
+    try:
+        held = lock(lock_path, what)
+    except FileExistsError as e:
+        raise FileExistsError(f"{path} is being written by {e}: one run writes it at a time. "
+                              "Wait for it to end or stop it (a killed run holds nothing)") \
+            from None
+    try:
+        pattern = re.compile(re.escape(os.path.basename(path)) + r"\.tmp-[0-9a-f]{8}(\.old)?$")
+        parent = os.path.dirname(path) or "."
+        for name in os.listdir(parent) if os.path.isdir(parent) else []:
+            if pattern.match(name):
+                leftover = os.path.join(parent, name)
+                if os.path.isdir(leftover) and not os.path.islink(leftover):
+                    shutil.rmtree(leftover, ignore_errors=True)
+                else:
+                    os.remove(leftover)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(lock_path)
+        held.close()

@@ -1,6 +1,8 @@
 """tf.data primitives every family's pipeline uses: vocabulary lookup tables, the
 non-blank lines of text files, and block shuffling that replays exactly on resume."""
 
+import re
+
 import tensorflow as tf
 
 from tfeff.data import vocabulary as vocabulary_lib
@@ -32,17 +34,51 @@ def unknown_for_padding(ids):
                            tf.constant(vocabulary_lib.UNK_ID, t.dtype), t), ids)
 
 
+# How much of a file shows its line-end convention.
+_SNIFF_BYTES = 1 << 20
+
+
+def _ends_lines_with_lone_cr(path):
+    """Whether the first MiB of `path` ends a line with a lone `\\r`."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        head = f.read(_SNIFF_BYTES)
+    if head.endswith(b"\r"):
+        head = head[:-1]
+    return re.search(rb"\r(?!\n)", head) is not None
+
+
+def _whole_file_lines(path):
+    """The lines of file `path` (a tensor), read whole, split at `\\r\\n`, `\\r` or `\\n`."""
+    text = tf.strings.regex_replace(tf.io.read_file(path), "\r\n?", "\n")
+    return tf.data.Dataset.from_tensor_slices(tf.strings.split(text, "\n"))
+
+
 def line_dataset(file_list, on_invalid_utf8="error"):
     """The non-blank lines of `file_list` (str paths), in order, as a `tf.data.Dataset`.
 
-    A line is blank when it holds no word (`tfeff.data.words`), as in `text_lines`.
+    A line is blank when it holds no word (`tfeff.data.words`), as in `text_lines`. A line
+    ends at `\\n`, `\\r\\n` or a lone `\\r` (a file whose first MiB ends lines with a lone
+    `\\r` is read whole).
 
     `on_invalid_utf8="skip"` drops lines that are not valid UTF-8 and
     `"replace"` substitutes U+FFFD; `"error"` leaves them to fail later.
     """
     ds = tf.data.Dataset.from_tensor_slices(file_list)
+    read = tf.data.TextLineDataset
+    lone_cr = [_ends_lines_with_lone_cr(path) for path in file_list]
+    if any(lone_cr):
+        # TextLineDataset ends lines at "\n" and deletes every "\r": a file whose lines end
+        # with a lone "\r" (classic Mac OS) is read whole and split as `files.raw_lines`
+        # splits it; the others as before.
+        def read(path, whole):
+            return tf.data.Dataset.choose_from_datasets(
+                [tf.data.TextLineDataset(path), _whole_file_lines(path)],
+                tf.data.Dataset.from_tensors(tf.cast(whole, tf.int64)).repeat(),
+                stop_on_empty_dataset=True)
+
+        ds = tf.data.Dataset.from_tensor_slices((file_list, lone_cr))
     ds = ds.interleave(
-        tf.data.TextLineDataset,
+        read,
         cycle_length=min(len(file_list), 4),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,

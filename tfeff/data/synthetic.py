@@ -28,6 +28,8 @@ _ADJ_SUFFIXES = ("ful", "ous", "ish", "al", "ic", "y")
 _PREPOSITIONS = ("in", "on", "near", "under", "behind", "with", "beside")
 _DET_SINGULAR = ("the", "a", "this", "every", "one")
 _DET_PLURAL = ("the", "these", "some", "many", "two", "all")
+# The largest lexicon: made word by word before the first sentence (seconds at this size).
+MAX_LEXICON_SIZE = 1_000_000
 _ZIPF_EXPONENT = 1.07
 _ZIPF_SHIFT = 2.7
 # Random streams: each split's sentences, and each split's paragraph lengths.
@@ -206,7 +208,7 @@ def synthetic_corpus(num_sentences, seed=0, split="train", lexicon_size=3000):
 
     Raises:
         ValueError: `num_sentences` is not a non-negative integer,
-            `lexicon_size` is not an integer >= 20, or `split` is unknown
+            `lexicon_size` is not an integer in [20, 1,000,000], or `split` is unknown
             (raised when iteration starts: this is a generator).
     """
     if not isinstance(num_sentences, int) or num_sentences < 0:
@@ -214,9 +216,10 @@ def synthetic_corpus(num_sentences, seed=0, split="train", lexicon_size=3000):
             "Received an invalid value for `num_sentences`, expected a non-negative "
             f"integer. Received: num_sentences={num_sentences}"
         )
-    if not isinstance(lexicon_size, int) or lexicon_size < 20:
+    if not isinstance(lexicon_size, int) or not 20 <= lexicon_size <= MAX_LEXICON_SIZE:
         raise ValueError(
-            "Received an invalid value for `lexicon_size`, expected an integer >= 20. "
+            "Received an invalid value for `lexicon_size`, expected an integer in "
+            f"[20, {MAX_LEXICON_SIZE:,}] (the lexicon is made before the first sentence). "
             f"Received: lexicon_size={lexicon_size}"
         )
     if split not in _SPLITS:

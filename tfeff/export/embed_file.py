@@ -8,7 +8,11 @@ Output directory layout (`output_format="npy"`):
   line numbers never shift. Files open with `np.load(..., mmap_mode="r")`.
 * `tokens.txt`: line `i` holds line `i`'s tokens, space-separated (the
   embedder's tokens: truncated to its `max_tokens`, split as its tokenizer does).
-* `embeddings.json`: the embedder, input, sizes, layers and the skipped lines.
+* `embeddings.json`: the embedder, input, sizes, layers, the skipped (or
+  replaced) lines and the lines cut to the embedder's `max_tokens`
+  (`truncated_lines`, 1-based; also logged as a warning).
+
+A line ends at `\\n`, `\\r\\n` or a lone `\\r`, as everywhere in tfeff.
 
 With `output_format="hdf5"`, `embeddings.h5` holds the same arrays as datasets
 (`layer_<k>`, `offsets`) next to `tokens.txt` and `embeddings.json`.
@@ -22,7 +26,7 @@ progress record is saved, so an interrupted run continues where it stopped
 """
 
 import array
-import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -37,7 +41,7 @@ import tensorflow as tf
 
 from tfeff.data import files
 from tfeff.data.corpus import CorpusError
-from tfeff.export.embedder import load_embedder, read_metadata
+from tfeff.export.embedder import check_metadata_matches, load_embedder, read_metadata
 
 FORMATS = ("npy", "hdf5")
 INVALID_UTF8 = ("error", "skip", "replace")
@@ -50,7 +54,7 @@ _MAX_REPORTED = 20
 def _lines(path, on_invalid_utf8, bad_lines, quiet=False):
     """`(index, text)` per line of `path`; invalid UTF-8 handled as the policy says."""
     with tf.io.gfile.GFile(path, "rb") as f:
-        for index, raw in enumerate(f):
+        for index, raw in enumerate(files.raw_lines(f)):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -116,6 +120,20 @@ class _Progress:
         sys.stderr.flush()
 
 
+def _reserve(path):
+    """Allocates the disk blocks of the (sparse) memory-mapped file `path` now: a disk
+    too small for it fails here with ENOSPC, naming it, instead of a bus error (SIGBUS)
+    when a write through the map finds no block."""
+    try:
+        with open(path, "r+b") as f:
+            os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without it
+            return
+        raise OSError(e.errno, f"cannot reserve {os.path.getsize(path):,} bytes for {path} "
+                      f"({e.strerror}): free space, then rerun to resume") from e
+
+
 class _Writer:
     """The per-layer arrays of the partial directory (npy memmaps or HDF5 datasets)."""
 
@@ -138,6 +156,9 @@ class _Writer:
                 k: np.lib.format.open_memmap(os.path.join(directory, f"layer_{k}.npy"), mode=mode,
                                              dtype=dtype, shape=(total, dim) if create else None)
                 for k in layers}
+            if create:
+                for k in layers:
+                    _reserve(os.path.join(directory, f"layer_{k}.npy"))
 
     def write(self, start, vectors):
         """`vectors` `(layers_all, n, dim)` -> rows `start:start + n` of every kept layer."""
@@ -190,13 +211,17 @@ def _read_json(path):
 
 
 def _tokenize_pass(embedder, input_path, directory, on_invalid_utf8, batch_size):
-    """Pass 1: tokens per line -> offsets.npy and tokens.txt; returns (lines, bad lines)."""
-    bad = []
+    """Pass 1: tokens per line -> offsets.npy and tokens.txt; returns (lines, bad lines,
+    the 1-based numbers of the lines cut to the embedder's `max_tokens`)."""
+    bad, truncated = [], []
     counts = array.array("q")  # 8 bytes per line, whatever the file size
     with open(os.path.join(directory, "tokens.txt"), "w", encoding="utf-8") as out:
         for chunk in _chunks(_lines(input_path, on_invalid_utf8, bad), batch_size * 16):
             result = embedder.signatures["tokenize"](sentences=tf.constant([t for _, t in chunk]))
             tokens, mask = result["tokens"].numpy(), result["mask"].numpy()
+            if "truncated" in result:  # exports older than this output do not say
+                truncated += [i + 1 for (i, _), cut in zip(chunk, result["truncated"].numpy())
+                              if cut]
             for row_tokens, row_mask in zip(tokens, mask):
                 kept = [t.decode("utf-8") for t, m in zip(row_tokens, row_mask) if m]
                 counts.append(len(kept))
@@ -204,7 +229,7 @@ def _tokenize_pass(embedder, input_path, directory, on_invalid_utf8, batch_size)
     offsets = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(np.frombuffer(counts, np.int64), out=offsets[1:])
     np.save(os.path.join(directory, "offsets.npy"), offsets)
-    return len(counts), bad
+    return len(counts), bad, truncated
 
 
 def embed_file(embedder_path, input_path, output, *, output_format="npy", layers=None,
@@ -270,8 +295,10 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
             import h5py  # noqa: F401
         except ImportError as e:
             raise ValueError("output_format='hdf5' needs h5py (pip install h5py)") from e
-    meta = read_metadata(embedder_path)
+    meta = read_metadata(embedder_path, required=True)
     embedder = load_embedder(embedder_path)
+    if "embed" in embedder.signatures:
+        check_metadata_matches(embedder_path, meta, embedder)
     if "tokenize" not in embedder.signatures:
         raise ValueError(
             f"{embedder_path} has no `tokenize` signature: it was exported by an older "
@@ -283,21 +310,10 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
 
     # One writer per output: a second run on the same --output is refused at once (its
     # .partial would be shared); the lock file goes when this run ends.
-    lock_path = output.rstrip("/") + ".lock"
-    try:
-        held = files.lock(lock_path, "tfeff-embed")
-    except FileExistsError as e:
-        raise FileExistsError(f"{output} is being written by {e}: one run writes an output "
-                              "at a time. Wait for it to end or stop it (a killed run holds "
-                              "nothing)") from None
-    try:
+    with files.exclusive_output(output, "tfeff-embed"):
         return _embed_locked(embedder, meta, input_path, embedder_path, output, partial,
                              recheck, output_format, layers, dtype, on_invalid_utf8,
                              batch_size, chunk_lines, resume, progress)
-    finally:
-        with contextlib.suppress(OSError):
-            os.remove(lock_path)
-        held.close()
 
 
 def _embed_locked(embedder, meta, input_path, embedder_path, output, partial, recheck,
@@ -319,8 +335,8 @@ def _embed_locked(embedder, meta, input_path, embedder_path, output, partial, re
         shutil.rmtree(partial, ignore_errors=True)
         os.makedirs(partial)
         try:
-            lines, bad = _tokenize_pass(embedder, input_path, partial, on_invalid_utf8,
-                                        batch_size)
+            lines, bad, truncated = _tokenize_pass(embedder, input_path, partial,
+                                                   on_invalid_utf8, batch_size)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)  # nothing half-written is left
             raise
@@ -328,7 +344,8 @@ def _embed_locked(embedder, meta, input_path, embedder_path, output, partial, re
         writer = _Writer(partial, output_format, layers, int(offsets[-1]), dim, dtype, True)
         state = {"fingerprint": fingerprint, "lines": lines, "lines_done": 0,
                  "skipped_lines": bad if on_invalid_utf8 == "skip" else [],
-                 "replaced_lines": bad if on_invalid_utf8 == "replace" else []}
+                 "replaced_lines": bad if on_invalid_utf8 == "replace" else [],
+                 "truncated_lines": truncated}
         writer.flush()
         _write_json(progress_path, state)
     else:
@@ -366,6 +383,12 @@ def _embed_locked(embedder, meta, input_path, embedder_path, output, partial, re
             _write_json(progress_path, state)
             bar.update(state["lines_done"])
         bar.update(state["lines"], force=True)
+    except BaseException:
+        logging.warning("%s keeps the %d line(s) embedded so far: rerunning the same command "
+                        "resumes from line %d (another input, embedder or setting, or "
+                        "--noresume, removes it)", partial, state["lines_done"],
+                        state["lines_done"] + 1)
+        raise
     finally:
         writer.close()
 
@@ -376,12 +399,21 @@ def _embed_locked(embedder, meta, input_path, embedder_path, output, partial, re
         "dtype": dtype, "max_tokens": meta.get("max_tokens"),
         "subword_pooling": meta.get("subword_pooling"),
         "skipped_lines": state["skipped_lines"], "replaced_lines": state["replaced_lines"],
+        "truncated_lines": state.get("truncated_lines", []),
         "files": ([HDF5_FILE] if output_format == "hdf5" else
                   [f"layer_{k}.npy" for k in layers]) + ["offsets.npy", "tokens.txt"],
     }
     _write_json(os.path.join(partial, METADATA_FILE), result)
     os.remove(progress_path)
     files.move_directory_into_place(partial, output, recheck)
+    cut = result["truncated_lines"]
+    if cut:
+        logging.warning(
+            "%d line(s) of %s are longer than the embedder's max_tokens (%s tokens) and were "
+            "embedded up to their last whole word that fits: %s%s (embeddings.json: "
+            "truncated_lines; split such lines, or export with a larger --max_tokens)",
+            len(cut), input_path, meta.get("max_tokens"), cut[:_MAX_REPORTED],
+            " ..." if len(cut) > _MAX_REPORTED else "")
     if state["skipped_lines"] or state["replaced_lines"]:
         what = "skipped" if state["skipped_lines"] else "embedded with U+FFFD"
         lines_ = state["skipped_lines"] or state["replaced_lines"]

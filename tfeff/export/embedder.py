@@ -340,14 +340,18 @@ class EmbedderModule(tf.Module):
         return {k: v[:n] for k, v in self._outputs(*self._given_words(rows)).items()}
 
     def _tokenize(self, sentences):
-        words, pieces = self._sentence_words(sentences)
+        all_words = self.tokenization.words(sentences)
+        words, pieces = self._split(all_words)
+        # Whether a row lost words to `max_tokens` (its leading words are what is embedded).
+        truncated = all_words.row_lengths() > words.row_lengths()
         if self.subword_pooling == "none":
             flat = pieces.merge_dims(1, 2)
             tokens = self.tokenization.token_strings(flat).to_tensor(default_value="")
-            return {"tokens": tokens,
+            return {"tokens": tokens, "truncated": truncated,
                     "mask": tf.sequence_mask(flat.row_lengths(), maxlen=tf.shape(tokens)[1])}
         has = tf.ragged.map_flat_values(lambda p: p > 0, pieces.row_lengths(axis=2))
-        return {"tokens": words.to_tensor(default_value=""), "mask": has.to_tensor(False)}
+        return {"tokens": words.to_tensor(default_value=""), "mask": has.to_tensor(False),
+                "truncated": truncated}
 
     def _predict(self, sentences):
         rows, n = self._some_rows(sentences)
@@ -657,6 +661,13 @@ def export_embedder(model, path, *, embedder=None, family=None, vocabulary=None,
         tokenization=tokenization, lower_case=lower_case, max_tokens=max_tokens,
         subword_pooling=subword_pooling)
     metadata = module.metadata()
+    with files.exclusive_output(path, "tfeff-export"):
+        _write_export(module, path, metadata, extra_files, recheck)
+    return metadata
+
+
+def _write_export(module, path, metadata, extra_files, recheck):
+    """`export_embedder`'s writing, through a temporary sibling of `path`."""
     tmp = files.temporary_sibling(path)
     try:
         tf.saved_model.save(module, tmp, signatures=module.signatures())
@@ -671,7 +682,6 @@ def export_embedder(model, path, *, embedder=None, family=None, vocabulary=None,
     finally:
         if tf.io.gfile.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
-    return metadata
 
 
 def _not_an_export(path):
@@ -749,20 +759,60 @@ def _check_reload(module, path):
         raise RuntimeError("The exported embedder fails on an empty batch.")
 
 
-def read_metadata(path):
+def read_metadata(path, required=False):
     """`assets.extra/embedder.json` of an export (`{}` for exports older than it).
 
     Args:
         path: the export directory.
+        required: refuse an export without it (instead of `{}`).
 
     Returns:
         The metadata as a dict (see `EmbedderModule.metadata`).
+
+    Raises:
+        ValueError: naming the file, when it is missing (`required`), is not JSON,
+            lacks a key, or was written by a newer tfeff (`format_version`).
     """
     meta = os.path.join(path, EXTRA_DIR, METADATA_FILE)
     if not tf.io.gfile.exists(meta):
+        if required:
+            raise ValueError(
+                f"{path} has no {EXTRA_DIR}/{METADATA_FILE}: it is not an export of this "
+                "tfeff (or one older than that file); export it again with tfeff-export.")
         return {}
-    with tf.io.gfile.GFile(meta) as f:
-        return json.load(f)
+    try:
+        with tf.io.gfile.GFile(meta) as f:
+            data = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{meta} is not valid JSON ({e}): export again with tfeff-export.") \
+            from e
+    version = data.get("format_version") if isinstance(data, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ValueError(f"{meta} has no integer `format_version`: not a tfeff export's "
+                         "metadata; export again with tfeff-export.")
+    if version > FORMAT_VERSION:
+        raise ValueError(f"{meta} says format_version {version}, but this tfeff reads exports "
+                         f"up to format_version {FORMAT_VERSION}: upgrade tfeff, or export "
+                         "again with this one.")
+    for key, kind in (("num_layers", int), ("dim", int)):
+        value = data.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{meta}: `{key}` must be a positive integer. Received: "
+                             f"{key}={value!r}; export again with tfeff-export.")
+    return data
+
+
+def check_metadata_matches(path, meta, loaded):
+    """Raises ValueError naming `embedder.json` when its `num_layers` or `dim` is not what
+    the SavedModel's `embed` signature returns (its static shape)."""
+    shape = loaded.signatures["embed"].structured_outputs["layers"].shape
+    for key, axis in (("num_layers", 1), ("dim", -1)):
+        actual = shape[axis] if shape.rank else None
+        if actual is not None and actual != meta[key]:
+            raise ValueError(
+                f"{os.path.join(path, EXTRA_DIR, METADATA_FILE)} says {key}={meta[key]}, but "
+                f"the SavedModel's `embed` returns {actual}: the file does not belong to this "
+                "export; export again with tfeff-export.")
 
 
 def load_embedder(path):

@@ -58,7 +58,7 @@ class FixedEmbedding(IdEmbeddingMixin, keras.layers.Layer):
 
     Raises:
         ValueError: `table` is a path that cannot be read as a `.npy` file,
-            or the table is not a non-empty 2-D array.
+            or the table is not a non-empty 2-D array of finite values.
 
     Example:
 
@@ -85,7 +85,17 @@ class FixedEmbedding(IdEmbeddingMixin, keras.layers.Layer):
                 "Received an invalid `table`, expected a non-empty 2-D array "
                 f"(vocabulary_size, dim). Received shape: {array.shape}"
             )
-        self._table = _HostTable(np.ascontiguousarray(array, dtype=np.float32))
+        values = np.ascontiguousarray(array, dtype=np.float32)
+        bad = np.flatnonzero(~np.isfinite(values).all(axis=1))
+        if bad.size:
+            source = f"`{table}`" if self.table_path else "`table`"
+            raise ValueError(
+                f"The embedding table {source} holds NaN or Inf in {bad.size} of its "
+                f"{values.shape[0]} rows (ids {', '.join(str(i) for i in bad[:5])}"
+                f"{', ...' if bad.size > 5 else ''}): a fixed table must be finite; make it "
+                "again (for a model directory: delete vocabulary_vectors.npy and rerun "
+                "tfeff-pretrain, which makes it from the word vectors).")
+        self._table = _HostTable(values)
         self.vocabulary_size, self.output_dim = (int(d) for d in array.shape)
         self.mask_zero = bool(mask_zero)
         self.supports_masking = self.mask_zero

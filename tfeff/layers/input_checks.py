@@ -3,6 +3,8 @@
 * `check_float_inputs`: layers that compute on float vectors reject integer
   (token id) and other non-float inputs with a message naming the layer,
   instead of a backend's op-level dtype error or a silent integer result.
+* `check_mask_shape`: a mask's (batch, time) must be the inputs' (a mask of
+  another batch once returned rows that were never input).
 * `check_right_padded`: the recurrent layers and models run each sequence
   from its first position and reverse it by its length, so their masks must
   be right-padded (True at the real positions, then False). A mask in which
@@ -30,6 +32,26 @@ def check_float_inputs(layer, inputs, what="inputs"):
     raise ValueError(
         f"{type(layer).__name__} `{layer.name}` takes float vectors (e.g. the output of an "
         f"embedding layer), not {dtype} `{what}`.{hint} Received: {what}.dtype={dtype}")
+
+
+def check_mask_shape(layer, inputs, mask, what="mask"):
+    """Raises ValueError unless `mask`'s shape is `inputs`' (batch, time): a mask of
+    another batch or length would mask rows or steps that were never input. Shapes
+    unknown while tracing are checked when they are known (a TensorFlow graph: at run
+    time, an `InvalidArgumentError` with the same message)."""
+    message = (f"{type(layer).__name__} `{layer.name}` needs a `{what}` of shape (batch, "
+               "time) equal to its inputs' first two dimensions.")
+    static_mask, static_inputs = tuple(mask.shape), tuple(inputs.shape)[:2]
+    if len(static_mask) != 2 or any(
+            a is not None and b is not None and a != b
+            for a, b in zip(static_mask, static_inputs)):
+        raise ValueError(f"{message} Received: {what}.shape={static_mask}, "
+                         f"inputs.shape={tuple(inputs.shape)}")
+    if keras.backend.backend() == "tensorflow" and None in static_mask + static_inputs:
+        import tensorflow as tf
+
+        if not tf.executing_eagerly():
+            tf.debugging.assert_equal(tf.shape(mask), tf.shape(inputs)[:2], message=message)
 
 
 def check_right_padded(layer, mask, what="mask"):

@@ -12,6 +12,7 @@ import keras
 from keras import ops
 
 from tfeff.layers.input_checks import check_float_inputs
+from tfeff.layers.input_checks import check_mask_shape
 from tfeff.layers.input_checks import check_right_padded
 from tfeff.layers.projected_lstm import forget_bias_initializer
 from tfeff.layers.projected_lstm import reverse_sequence
@@ -347,6 +348,7 @@ class MaskedBiLSTM(keras.layers.Layer):
         if mask is None:
             mask = ops.ones((batch_size, time), dtype="bool")
         else:
+            check_mask_shape(self, x, mask)
             mask = check_right_padded(self, mask)
         mask = ops.cast(mask, "bool")
         lengths = ops.sum(ops.cast(mask, "int32"), axis=1)  # (batch,)

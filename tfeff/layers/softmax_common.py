@@ -55,6 +55,12 @@ def flatten_inputs(layer, inputs, targets, mask):
 
     Kept targets are checked against `[0, layer.vocabulary_size)`.
     """
+    dtype = keras.backend.standardize_dtype(targets.dtype)
+    if "int" not in dtype:
+        raise ValueError(
+            f"{type(layer).__name__} `{layer.name}` takes integer class ids as `targets`, not "
+            f"{dtype} (a float id such as 3.7 would silently become class 3). Received: "
+            f"targets.dtype={dtype}")
     dim = inputs.shape[-1]
     x = ops.reshape(inputs, (-1, dim))
     t = ops.reshape(ops.cast(targets, "int32"), (-1,))

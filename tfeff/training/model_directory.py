@@ -23,7 +23,9 @@ Layout of `model_dir`:
     checkpoints/              tf.train.CheckpointManager checkpoints
     logs/                     TensorBoard scalars (train/*, validation/*)
     eval.json                 held-out top-k accuracy and the unigram baseline
-    .tfeff-model-dir          the mark of a directory tfeff made (`claim`)
+    .tfeff-model-dir          the mark of a directory tfeff made (`claim`), with the
+                              SHA-256 of vocabulary.txt and vocabulary_vectors.npy
+                              (`check_fingerprints`)
     .tfeff-lock               the lock of the run writing there, with its holder (`claim`)
 
 tfeff writes into a directory only what it owns: a new or empty directory, or one
@@ -33,6 +35,7 @@ only its own file names). Any other directory is refused, naming what is in it.
 
 import contextlib
 import datetime
+import hashlib
 import json
 import logging
 import os
@@ -110,8 +113,6 @@ def _differences(a, b, prefix=""):
     return out
 
 
-# What `prepare_data` derives from the `data` and `fasttext` sections (and reuses
-# whenever it is there).
 MARK_FILE = ".tfeff-model-dir"
 LOCK_FILE = ".tfeff-lock"
 # Every name tfeff writes at the top of a model directory (a directory made before the
@@ -119,8 +120,17 @@ LOCK_FILE = ".tfeff-lock"
 OWNED_NAMES = (CONFIG_FILE, "corpus", VOCABULARY_FILE, FASTTEXT_FILE, VECTORS_FILE,
                data_lib.mean_path(VECTORS_FILE), WORDPIECE_CORPUS_FILE, CHECKPOINT_DIR,
                "logs", EVAL_FILE, "coarse", MARK_FILE, LOCK_FILE)
+# What `prepare_data` derives from the `data` and `fasttext` sections (and reuses
+# whenever it is there).
 DERIVED_DATA = ("corpus", VOCABULARY_FILE, FASTTEXT_FILE, VECTORS_FILE,
                 data_lib.mean_path(VECTORS_FILE), WORDPIECE_CORPUS_FILE)
+# The config sections each derived file is made from: a change of another section
+# leaves it valid (a corrected fasttext.pretrained does not touch the vocabulary).
+_MADE_FROM = {"corpus": ("data",), VOCABULARY_FILE: ("data", "family"),
+              FASTTEXT_FILE: ("data", "fasttext", "family"),
+              VECTORS_FILE: ("data", "fasttext", "family"),
+              data_lib.mean_path(VECTORS_FILE): ("data", "fasttext", "family"),
+              WORDPIECE_CORPUS_FILE: ("data", "family")}
 _CHECKPOINT_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
 
 
@@ -203,12 +213,16 @@ def resolve_config(config, model_dir):
                      and d.split(".")[0].split(":")[0] in ("data", "fasttext", "family")]
             given = {os.path.realpath(p) for c in (saved_dict, new_dict)
                      for p in (c.get("fasttext") or {}).get("pretrained", "").split(",") if p}
+            sections = {d.split(".")[0].split(":")[0] for d in stale}
             derived = [name for name in DERIVED_DATA
-                       if tf.io.gfile.exists(file_path(model_dir, name))
+                       if sections & set(_MADE_FROM[name])
+                       and tf.io.gfile.exists(file_path(model_dir, name))
                        and os.path.realpath(file_path(model_dir, name)) not in given
                        # corpus/ is tfeff's only when it was generated (synthetic data)
                        and (name != "corpus" or saved_dict["data"].get("synthetic"))]
-            if stale and derived:
+            if derived:
+                stale = [d for d in stale if d.split(".")[0].split(":")[0]
+                         in {s for n in derived for s in _MADE_FROM[n]}]
                 raise config_lib.ConfigError(
                     f"{model_dir} has no checkpoint yet, but it holds data prepared with its "
                     f"old config ({', '.join(derived)}) that the new one would reuse although "
@@ -384,6 +398,53 @@ def sweep_leftovers(model_dir):
     return swept
 
 
+# The prepared files a run's checkpoints rest on (ids, fixed vectors): their SHA-256 is
+# kept in the mark, and a file changed since tfeff made it is refused.
+FINGERPRINTED = (VOCABULARY_FILE, VECTORS_FILE)
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_fingerprints(model_dir, made_now):
+    """Checks the `FINGERPRINTED` files of `model_dir` against the fingerprints in its
+    mark, then records them; `made_now`: the names this run made (recorded, not checked).
+
+    Raises:
+        ValueError: naming the files that changed since tfeff made them.
+    """
+    mark = file_path(model_dir, MARK_FILE)
+    try:
+        with tf.io.gfile.GFile(mark) as f:
+            data = json.load(f)
+    except (tf.errors.OpError, OSError, ValueError):
+        data = {"made_by": "tfeff"}
+    recorded = dict(data.get("files") or {})
+    changed = []
+    for name in FINGERPRINTED:
+        path = file_path(model_dir, name)
+        if not tf.io.gfile.exists(path):
+            recorded.pop(name, None)
+            continue
+        digest = _sha256(path)
+        if name not in made_now and recorded.get(name, digest) != digest:
+            changed.append(name)
+        recorded[name] = digest
+    if changed:
+        raise ValueError(
+            f"{', '.join(file_path(model_dir, n) for n in changed)} changed since tfeff made "
+            "it: the model's ids and vectors are tied to the file as it was. Put the "
+            "original back; or, before the first checkpoint, delete it to have it made anew; "
+            "or train in a new --model_dir")
+    if recorded != data.get("files"):
+        files.write_text_atomic(mark, json.dumps({**data, "files": recorded}, indent=1) + "\n")
+
+
 def release(model_dir):
     """Gives back a directory `claim` took (nothing if this process holds none)."""
     key = os.path.realpath(model_dir) if _is_local(model_dir) else model_dir
@@ -438,10 +499,16 @@ def start_run(config, model_dir, strategy, devices, prepare, check_inputs=None):
     check_writable(model_dir)
 
     def chief_prepare():
+        made_before = set()
         if info.is_chief:
             claim(model_dir)
             resolve_config(config, model_dir)
-        return prepare()
+            made_before = {n for n in FINGERPRINTED
+                           if tf.io.gfile.exists(file_path(model_dir, n))}
+        prepared = prepare()
+        if info.is_chief:
+            check_fingerprints(model_dir, made_now=set(FINGERPRINTED) - made_before)
+        return prepared
 
     prepared = chief_first(strategy, chief_prepare)
     keras.utils.set_random_seed(config.train.seed)
