@@ -945,7 +945,11 @@ def unpack_archive(path, out, preset):
             results = next((m for m in members if m.name == "results.json"), None)
             if results is None:
                 raise ValueError("no results.json in it (not a tools/gpu_suite.py --archive)")
-            archived = json.load(tar.extractfile(results))["preset"]
+            data = json.load(tar.extractfile(results))
+            if not isinstance(data, dict) or "preset" not in data:
+                raise ValueError("its results.json names no preset (not a tools/gpu_suite.py "
+                                 "--archive)")
+            archived = data["preset"]
             if archived != preset:
                 raise ValueError(f"results of the {archived} preset, not {preset}")
             os.makedirs(os.path.join(out, "parts"), exist_ok=True)

@@ -45,3 +45,18 @@ def test_the_corpus_readers_see_the_same_lines_in_every_convention(tmp_path):
         assert list(text_lines(path, with_location=True))[-1] == (path, 5, "last line")
         lines = [t.decode("utf-8") for t in line_dataset([path]).as_numpy_iterator()]
         assert [t.strip() for t in lines] == expected, name
+
+
+def test_a_file_ends_its_lines_with_a_lone_cr_when_most_of_its_line_ends_are_one(tmp_path):
+    """A classic Mac OS file is read whole and split; a Unix file with a stray `\\r` is
+    not read whole (its size could be anything)."""
+    from tfeff.data.pipeline import _ends_lines_with_lone_cr
+
+    mac = tmp_path / "mac.txt"
+    mac.write_bytes(b"a b\rc d\re f\r")
+    unix = tmp_path / "unix.txt"
+    unix.write_bytes(b"a b\nc\rd\ne f\ng\n")
+    windows = tmp_path / "windows.txt"
+    windows.write_bytes(b"a b\r\nc d\r\n")
+    assert [_ends_lines_with_lone_cr(str(p)) for p in (mac, unix, windows)] == [
+        True, False, False]

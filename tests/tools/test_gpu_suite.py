@@ -253,6 +253,7 @@ def _archive(path, members):
     ({"results.json": b'{"preset": "cpu"}', "work/table.npy": b""},
      "member 'work/table.npy' is not part of a results archive"),
     ({"parts/x.json": b"{}"}, "no results.json in it"),
+    ({"results.json": b"[1, 2]"}, "its results.json names no preset"),
     (None, "no such file"),
     (b"not gzip", "not a readable .tar.gz results archive"),
 ])

@@ -199,22 +199,25 @@ def test_a_lost_checkpoint_index_is_refused_then_rebuilt_from_the_files(data_dir
     index = os.path.join(directory, "checkpoint")
     before = {name: os.path.getmtime(os.path.join(directory, name))
               for name in os.listdir(directory) if name.startswith("ckpt-")}
-    for content in (b"\x00garbage{", b"", None):
-        if content is None:
-            os.remove(index)
-        else:
-            with open(index, "wb") as f:
-                f.write(content)
-        refused = _run(model_dir)
-        assert refused.returncode == 1, refused.stderr[-3000:]
-        problem = {b"": "cannot be parsed", None: "is missing"}.get(content, "cannot be")
-        assert f"{index} (the checkpoint index) {problem}" in refused.stderr, refused.stderr
-        assert ("holds the checkpoints ckpt-40, ckpt-30, ckpt-20, ckpt-10: not starting from "
-                "step 0 over them") in refused.stderr
-        assert f"--restore_fallback to restore the newest readable one ({_checkpoint(model_dir, 40)})" \
-            in refused.stderr and "Traceback" not in refused.stderr
-        assert {name: os.path.getmtime(os.path.join(directory, name)) for name in
-                os.listdir(directory) if name.startswith("ckpt-")} == before
+    names = ("holds the checkpoints ckpt-40, ckpt-30, ckpt-20, ckpt-10: not starting from "
+             "step 0 over them")
+    for content in (b"\x00garbage{", b""):  # what the run reads first (in-process)
+        with open(index, "wb") as f:
+            f.write(content)
+        problem = "cannot be parsed" if content == b"" else "cannot be"
+        with pytest.raises(errors.CheckpointError, match=re.escape(
+                f"{index} (the checkpoint index) {problem}")) as refused:
+            checkpoints.select_checkpoint(directory)
+        assert names in str(refused.value)
+    os.remove(index)
+    refused = _run(model_dir)  # through the binary
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    assert f"{index} (the checkpoint index) is missing" in refused.stderr, refused.stderr
+    assert names in refused.stderr and "Traceback" not in refused.stderr
+    assert (f"--restore_fallback to restore the newest readable one "
+            f"({_checkpoint(model_dir, 40)})") in refused.stderr
+    assert {name: os.path.getmtime(os.path.join(directory, name)) for name in
+            os.listdir(directory) if name.startswith("ckpt-")} == before
 
     done = _run(model_dir, "--restore_fallback")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -243,9 +246,7 @@ def test_a_directory_of_the_users_own_files_is_refused_and_left_as_it_was(tmp_pa
     assert (f"{model_dir} holds config.yaml, corpus but is not a directory tfeff made"
             in refused.stderr), refused.stderr[-3000:]
     assert "Traceback" not in refused.stderr
-    after = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
-    # Only the lock file is new (empty, held by nobody now).
-    assert {p: b for p, b in after.items() if p.name != ".tfeff-lock"} == before
+    assert {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()} == before
 
 
 def test_a_second_run_is_refused_at_once_and_a_killed_one_holds_nothing(data_dir, tmp_path):
@@ -280,11 +281,14 @@ def test_a_second_run_is_refused_at_once_and_a_killed_one_holds_nothing(data_dir
     for name in leftovers[1:]:
         with open(os.path.join(model_dir, name), "w") as f:
             f.write("half")
-    done = _run(model_dir)  # resumes (the first run may be past STEPS: nothing more then)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert f"Restored {os.path.join(model_dir, 'checkpoints', 'ckpt-')}" in done.stderr
-    assert "Removed what an interrupted run left in" in done.stderr
-    assert not any(os.path.exists(os.path.join(model_dir, name)) for name in leftovers)
+    from tfeff.training import model_directory
+
+    model_directory.claim(model_dir)  # what the next run does first: free, and swept
+    try:
+        assert not any(os.path.exists(os.path.join(model_dir, name)) for name in leftovers)
+        assert _latest_step(model_dir) >= 10  # the checkpoints the next run resumes from
+    finally:
+        model_directory.release(model_dir)
 
 
 def _children(pid):
@@ -366,31 +370,30 @@ def test_a_vocabulary_edited_between_runs_is_refused_by_name(data_dir, tmp_path)
     assert _latest_step(model_dir) == 10
 
 
-@pytest.mark.parametrize("fault", ["nan_vectors", "vectors_directory", "huge_lexicon"])
-def test_bad_inputs_of_pretrain_are_named_before_training(fault, data_dir, tmp_path):
+def test_bad_inputs_of_pretrain_are_named_before_training(data_dir, tmp_path):
     """NaN rows in the vectors table (once reported as a NaN loss with the advice to skip
-    steps), fasttext.pretrained naming a directory (once IsADirectoryError), a synthetic
-    lexicon of 1e12 words (once minutes without a word): exit 1, one line, no step."""
+    steps): exit 1, one line, no step. fasttext.pretrained naming a directory (once
+    IsADirectoryError) and a synthetic lexicon of 1e12 words (once minutes without a word)
+    are refused by the checks the run makes first."""
     model_dir = _copy_data(data_dir, str(tmp_path / "m"))
-    overrides, expected = [], None
-    if fault == "nan_vectors":
-        path = os.path.join(model_dir, "vocabulary_vectors.npy")
-        table = np.load(path)
-        table[[7, 9]] = np.nan
-        np.save(path, table)
-        expected = f"The embedding table `{path}` holds NaN or Inf in 2 of its"
-    elif fault == "vectors_directory":
-        os.remove(os.path.join(model_dir, "vocabulary_vectors.npy"))
-        overrides = [f"fasttext.pretrained={tmp_path}"]
-        expected = f"The word-vector file {tmp_path} is a directory"
-    else:
-        overrides = ["data.synthetic.lexicon_size=1000000000000"]
-        expected = "`data.synthetic.lexicon_size` must be between 20 and 1,000,000"
-    refused = _run(model_dir, overrides=overrides, timeout=120)
+    path = os.path.join(model_dir, "vocabulary_vectors.npy")
+    table = np.load(path)
+    table[[7, 9]] = np.nan
+    np.save(path, table)
+    refused = _run(model_dir, timeout=120)
     assert refused.returncode == 1, refused.stderr[-3000:]
-    assert expected in refused.stderr and "Traceback" not in refused.stderr, \
-        refused.stderr[-3000:]
+    assert f"The embedding table `{path}` holds NaN or Inf in 2 of its" in refused.stderr
+    assert "ids 7, 9" in refused.stderr and "Traceback" not in refused.stderr
     assert _latest_step(model_dir) == 0
+
+    from tfeff.data import check_word_vectors_file
+
+    with pytest.raises(ValueError, match=re.escape(
+            f"The word-vector file {tmp_path} is a directory")):
+        check_word_vectors_file(str(tmp_path))
+    with pytest.raises(ConfigError, match=re.escape(
+            "`data.synthetic.lexicon_size` must be between 20 and 1,000,000")):
+        load_config(DEMO, ["data.synthetic.lexicon_size=1000000000000"])
 
 
 def test_flipped_byte_fails_its_checksum(reference, tmp_path):

@@ -171,14 +171,24 @@ def lock(path, what):
     Raises:
         FileExistsError: another process holds it; the message names that process.
     """
-    handle = open(path, "a+", encoding="utf-8")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
+    while True:
+        handle = open(path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise FileExistsError(holder) from None
+        # The holder before may have removed the file between this open and the lock (its
+        # lock then covers a file no one else opens): lock the file the path names now.
+        try:
+            same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
         handle.close()
-        raise FileExistsError(holder) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"{what} (pid {os.getpid()} on {socket.gethostname()}, since "
@@ -227,6 +237,7 @@ def exclusive_output(path, what):
         return
     path = path.rstrip("/")
     lock_path = path + ".lock"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     try:
         held = lock(lock_path, what)
     except FileExistsError as e:

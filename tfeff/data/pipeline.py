@@ -39,26 +39,31 @@ _SNIFF_BYTES = 1 << 20
 
 
 def _ends_lines_with_lone_cr(path):
-    """Whether the first MiB of `path` ends a line with a lone `\\r`."""
+    """Whether `path` ends its lines with a lone `\\r` (classic Mac OS): more lone `\\r`
+    than `\\n` in its first MiB (a stray `\\r` in a Unix file does not make it one)."""
     with tf.io.gfile.GFile(path, "rb") as f:
         head = f.read(_SNIFF_BYTES)
     if head.endswith(b"\r"):
         head = head[:-1]
-    return re.search(rb"\r(?!\n)", head) is not None
+    return len(re.findall(rb"\r(?!\n)", head)) > head.count(b"\n")
 
 
 def _whole_file_lines(path):
-    """The lines of file `path` (a tensor), read whole, split at `\\r\\n`, `\\r` or `\\n`."""
-    text = tf.strings.regex_replace(tf.io.read_file(path), "\r\n?", "\n")
-    return tf.data.Dataset.from_tensor_slices(tf.strings.split(text, "\n"))
+    """The lines of file `path` (a tensor), read whole when iterated (not before), split at
+    `\\r\\n`, `\\r` or `\\n`."""
+    def split(name):
+        text = tf.strings.regex_replace(tf.io.read_file(name), "\r\n?", "\n")
+        return tf.strings.split(text, "\n")
+
+    return tf.data.Dataset.from_tensors(path).map(split).unbatch()
 
 
 def line_dataset(file_list, on_invalid_utf8="error"):
     """The non-blank lines of `file_list` (str paths), in order, as a `tf.data.Dataset`.
 
     A line is blank when it holds no word (`tfeff.data.words`), as in `text_lines`. A line
-    ends at `\\n`, `\\r\\n` or a lone `\\r` (a file whose first MiB ends lines with a lone
-    `\\r` is read whole).
+    ends at `\\n` or `\\r\\n`; a file whose lines end with a lone `\\r` (more of those than
+    `\\n` in its first MiB) is read whole and split at each of the three.
 
     `on_invalid_utf8="skip"` drops lines that are not valid UTF-8 and
     `"replace"` substitutes U+FFFD; `"error"` leaves them to fail later.

@@ -131,7 +131,7 @@ def _reserve(path):
         if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without it
             return
         raise OSError(e.errno, f"cannot reserve {os.path.getsize(path):,} bytes for {path} "
-                      f"({e.strerror}): free space, then rerun to resume") from e
+                      f"({e.strerror}): free space, then rerun") from e
 
 
 class _Writer:
@@ -341,7 +341,12 @@ def _embed_locked(embedder, meta, input_path, embedder_path, output, partial, re
             shutil.rmtree(partial, ignore_errors=True)  # nothing half-written is left
             raise
         offsets = np.load(os.path.join(partial, "offsets.npy"))
-        writer = _Writer(partial, output_format, layers, int(offsets[-1]), dim, dtype, True)
+        try:
+            writer = _Writer(partial, output_format, layers, int(offsets[-1]), dim, dtype,
+                             True)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)  # nothing embedded yet: nothing kept
+            raise
         state = {"fingerprint": fingerprint, "lines": lines, "lines_done": 0,
                  "skipped_lines": bad if on_invalid_utf8 == "skip" else [],
                  "replaced_lines": bad if on_invalid_utf8 == "replace" else [],

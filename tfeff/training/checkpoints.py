@@ -8,9 +8,12 @@ contract (`elmo_lm/forward_lstm_0/kernel`), and restoring asserts that every
 model variable was found.
 """
 
+import contextlib
 import logging
 import os
 import re
+import signal
+import threading
 import time
 
 import tensorflow as tf
@@ -75,6 +78,27 @@ def verify_checkpoint(prefix):
     return set(dtypes)
 
 
+@contextlib.contextmanager
+def signals_deferred(signals=(signal.SIGTERM, signal.SIGINT)):
+    """SIGTERM and SIGINT received inside the block are delivered when it ends: a
+    checkpoint's files and the index that names it are written together (a stop between
+    them left checkpoints without an index). Outside the main thread (where Python runs
+    signal handlers) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+                for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(received):
+            signal.raise_signal(sig)
+
+
 def files_missing(prefix):
     """Whether a file of checkpoint `prefix` is gone: its index or a data shard."""
     if not tf.io.gfile.exists(prefix + ".index"):
@@ -120,15 +144,15 @@ def _read_index(directory):
     return state, None
 
 
-def select_checkpoint(directory, fallback=False):
+def select_checkpoint(directory, fallback=False, write_index=True):
     """The newest readable checkpoint of `directory` and its tensor names, or `(None, set())`.
 
     The checkpoint index (`directory/checkpoint`) lists the checkpoints. When it is
     missing or unreadable while checkpoint files are there, the directory is never
     taken for a fresh one: without `fallback` that is refused, naming the files; with
-    it, the newest readable checkpoint on disk is chosen and the index is written
-    again from the files (their modification times as the checkpoints' times, so
-    that they are rotated as usual).
+    it, the newest readable checkpoint on disk is chosen and (with `write_index`: the
+    chief of a run) the index is written again from the files (their modification
+    times as the checkpoints' times, so that they are rotated as usual).
 
     Raises:
         CheckpointError: the newest checkpoint (or, with `fallback`, every
@@ -175,7 +199,7 @@ def select_checkpoint(directory, fallback=False):
             continue
         if errors:
             logging.warning("Falling back to %s", prefix)
-        if state is None:
+        if state is None and write_index:
             _write_index(directory, [p for p in on_disk
                                      if checkpoint_step(p) <= checkpoint_step(prefix)])
             logging.warning("Wrote %s again from the checkpoint files", index)

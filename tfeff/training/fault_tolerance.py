@@ -172,7 +172,8 @@ class ResumableTraining:
 
     def restore(self, fallback=False):
         """Restores the newest readable checkpoint (`select_checkpoint`); returns its step or 0."""
-        prefix, names = select_checkpoint(self.directory, fallback)
+        prefix, names = select_checkpoint(self.directory, fallback,
+                                          write_index=self.info.is_chief)
         if prefix is None:
             return 0
         # Model and optimizer must match exactly; the seed states and the input
@@ -219,7 +220,8 @@ class ResumableTraining:
                 f"{self.kept()}. The learning rate (train.learning_rate, train.warmup_steps) "
                 "or the data may be to blame.")
         try:
-            path = self.manager.save(checkpoint_number=step)
+            with checkpoints.signals_deferred():  # the files and the index, together
+                path = self.manager.save(checkpoint_number=step)
         except (OSError, tf.errors.OpError) as e:
             raise TrainingError(
                 f"could not write the checkpoint of step {step} to {self.directory}: "

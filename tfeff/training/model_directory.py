@@ -283,9 +283,10 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
     return model, optimizer, checkpoints.checkpoint_step(latest)
 
 
-# The locks this process holds: real path -> open lock file (the lock lives as long as
-# the file stays open, and ends with the process however it ends).
+# The locks this process holds: real path -> [open lock file, claims] (the lock lives
+# as long as the file stays open, and ends with the process however it ends).
 _HELD = {}
+_PROBE_PREFIX = ".tfeff-write-test-"
 
 
 def _is_local(path):
@@ -293,16 +294,28 @@ def _is_local(path):
 
 
 def _own_config(path):
-    """Whether `path` is a config.yaml that tfeff wrote: a config every key of which is
-    present, as `resolve_config` writes it (a user's config sets only what it changes)."""
+    """Whether `path` is a config.yaml that tfeff wrote (`resolve_config`): no comment, every
+    section of the resolved config, and nothing the resolved config does not hold (one
+    written by an older tfeff may lack a key added since). A user's config sets only what
+    it changes, or carries comments."""
     import yaml
 
     try:
         with tf.io.gfile.GFile(path) as f:
-            written = yaml.safe_load(f.read())
-        return written == config_lib.to_dict(config_lib.load_config(path))
+            text = f.read()
+        written = yaml.safe_load(text)
+        resolved = config_lib.to_dict(config_lib.load_config(path))
     except Exception:  # noqa: BLE001 (any file that does not load is not tfeff's)
         return False
+    if "#" in text or not isinstance(written, dict) or set(written) != set(resolved):
+        return False
+
+    def within(a, b):
+        if isinstance(a, dict) and isinstance(b, dict):
+            return set(a) <= set(b) and all(within(a[k], b[k]) for k in a)
+        return a == b
+
+    return within(written, resolved)
 
 
 def _listing(names):
@@ -316,7 +329,9 @@ def check_ownership(model_dir):
     if tf.io.gfile.exists(mark):
         return
     entries = sorted(tf.io.gfile.listdir(model_dir)) if tf.io.gfile.isdir(model_dir) else []
-    entries = [e.rstrip("/") for e in entries if e.rstrip("/") != LOCK_FILE]
+    # The lock file, and the write probes of the workers of a multi-worker run.
+    entries = [e.rstrip("/") for e in entries if e.rstrip("/") != LOCK_FILE
+               and not e.startswith(_PROBE_PREFIX)]
     foreign = [e for e in entries if e not in OWNED_NAMES]
     if entries and foreign:
         raise FileExistsError(
@@ -336,7 +351,7 @@ def check_ownership(model_dir):
 
 
 def claim(model_dir, what="tfeff-pretrain"):
-    """Takes `model_dir` for this process (once per process; `release` gives it back):
+    """Takes `model_dir` for this process (counted: as many `release` calls give it back):
     checks that tfeff may write there (`check_ownership`) and locks it, so that a second
     run is refused at once, naming the holder. The lock is the kernel's (`flock`) on
     `.tfeff-lock`: a killed run holds nothing. Remote directories are not locked.
@@ -345,13 +360,16 @@ def claim(model_dir, what="tfeff-pretrain"):
         FileExistsError: the directory is not tfeff's, or another process writes there.
     """
     key = os.path.realpath(model_dir) if _is_local(model_dir) else model_dir
-    if key in _HELD:
+    if key in _HELD:  # this process holds it already (an API call inside another)
+        _HELD[key][1] += 1
         return
     tf.io.gfile.makedirs(model_dir)
     handle = None
     if _is_local(model_dir):
+        lock_path = file_path(model_dir, LOCK_FILE)
+        made = not os.path.exists(lock_path)
         try:
-            handle = files.lock(file_path(model_dir, LOCK_FILE), what)
+            handle = files.lock(lock_path, what)
         except FileExistsError as e:
             raise FileExistsError(
                 f"{model_dir} is in use by {e}: one run writes a model directory at a time. "
@@ -360,17 +378,23 @@ def claim(model_dir, what="tfeff-pretrain"):
             check_ownership(model_dir)
             sweep_leftovers(model_dir)
         except BaseException:
+            if made:  # a refused directory is left as it was
+                with contextlib.suppress(OSError):
+                    os.remove(lock_path)
             handle.close()
             raise
     else:
         check_ownership(model_dir)
-    _HELD[key] = handle
+    _HELD[key] = [handle, 1]
 
 
-# What a killed run leaves: tfeff's temporary siblings (`files.temporary_sibling`, the
-# text fastText trains on), TensorFlow's checkpoint being written, the write probe.
-_LEFTOVER = re.compile(r"^(?:.+\.tmp-[0-9a-f]{8}(?:\.txt|\.old)?|ckpt-\d+_temp.*"
-                       r"|\.tfeff-write-test-\d+)$")
+# What a killed run leaves: temporary siblings of tfeff's own files
+# (`files.temporary_sibling`, the text fastText trains on) and TensorFlow's checkpoint
+# being written. Not other names' (an export inside the model directory has its own
+# lock), nor write probes (another worker's may be in use).
+_LEFTOVER = re.compile(
+    r"^(?:(?:" + "|".join(re.escape(n) for n in OWNED_NAMES)
+    + r")\.tmp-[0-9a-f]{8}(?:\.txt|\.old)?|ckpt-\d+_temp.*)$")
 
 
 def sweep_leftovers(model_dir):
@@ -413,7 +437,8 @@ def _sha256(path):
 
 def check_fingerprints(model_dir, made_now):
     """Checks the `FINGERPRINTED` files of `model_dir` against the fingerprints in its
-    mark, then records them; `made_now`: the names this run made (recorded, not checked).
+    mark, then records them; `made_now`: the names this run made (before the first
+    checkpoint recorded, not checked; after it checked too).
 
     Raises:
         ValueError: naming the files that changed since tfeff made them.
@@ -425,6 +450,7 @@ def check_fingerprints(model_dir, made_now):
     except (tf.errors.OpError, OSError, ValueError):
         data = {"made_by": "tfeff"}
     recorded = dict(data.get("files") or {})
+    steps = _checkpoint_steps(model_dir)
     changed = []
     for name in FINGERPRINTED:
         path = file_path(model_dir, name)
@@ -432,7 +458,9 @@ def check_fingerprints(model_dir, made_now):
             recorded.pop(name, None)
             continue
         digest = _sha256(path)
-        if name not in made_now and recorded.get(name, digest) != digest:
+        # Made anew before the first checkpoint: taken. After it, made anew or not, it must
+        # be the file the checkpoints were trained with.
+        if (name not in made_now or steps) and recorded.get(name, digest) != digest:
             changed.append(name)
         recorded[name] = digest
     if changed:
@@ -448,16 +476,20 @@ def check_fingerprints(model_dir, made_now):
 def release(model_dir):
     """Gives back a directory `claim` took (nothing if this process holds none)."""
     key = os.path.realpath(model_dir) if _is_local(model_dir) else model_dir
-    handle = _HELD.pop(key, None)
-    if handle is not None:
-        handle.close()
+    if key not in _HELD:
+        return
+    _HELD[key][1] -= 1
+    if _HELD[key][1] == 0:
+        handle, _ = _HELD.pop(key)
+        if handle is not None:
+            handle.close()
 
 
 def check_writable(directory):
     """Creates `directory` and writes a probe file; TrainingError naming it otherwise."""
     try:
         tf.io.gfile.makedirs(directory)
-        probe = os.path.join(directory, f".tfeff-write-test-{os.getpid()}")
+        probe = os.path.join(directory, f"{_PROBE_PREFIX}{os.getpid()}")
         with tf.io.gfile.GFile(probe, "w") as f:
             f.write("ok")
         tf.io.gfile.remove(probe)

@@ -107,7 +107,8 @@ def save_converted(standard, config, model_dir, step, position=0, directory=None
         checkpoint, directory or _path(model_dir, model_directory.CHECKPOINT_DIR),
         max_to_keep=config.train.keep_checkpoints,
     )
-    return manager.save(checkpoint_number=step)
+    with checkpoints.signals_deferred():  # the files and the index, together
+        return manager.save(checkpoint_number=step)
 
 
 class PlateauStopper(keras.callbacks.Callback):
