@@ -92,10 +92,10 @@ def test_the_lock_is_held_until_the_last_of_nested_claims_is_given_back(tmp_path
 
 def test_a_prepared_file_made_anew_after_the_first_checkpoint_must_be_the_same(tmp_path):
     model_dir = tmp_path / "m"
-    (model_dir / "checkpoints").mkdir(parents=True)
+    model_directory.claim(str(model_dir))  # a new directory: tfeff's
+    (model_dir / "checkpoints").mkdir()
     vocabulary = model_dir / "vocabulary.txt"
     vocabulary.write_text("<pad>\t0\n<unk>\t0\nthe\t5\na\t3\n")
-    model_directory.claim(str(model_dir))
     try:
         model_directory.check_fingerprints(str(model_dir), made_now={"vocabulary.txt"})
         recorded = json.loads((model_dir / ".tfeff-model-dir").read_text())["files"]
