@@ -5,9 +5,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
+# A benchmark script's CPU preset (25 s; the GPU suite's test runs its `measure`): `make
+# test-slow`.
+@pytest.mark.slow
 def test_cpu_preset_on_jax_times_the_configured_models(tmp_path):
     results = tmp_path / "gpu.md"
     command = [sys.executable, os.path.join(REPO, "tools", "benchmark_gpu.py"), "--preset",
