@@ -293,6 +293,11 @@ def _is_local(path):
     return "://" not in path
 
 
+def _held_key(model_dir):
+    """The key of `model_dir` in `_HELD`: its real path (a remote path as given)."""
+    return os.path.realpath(model_dir) if _is_local(model_dir) else model_dir
+
+
 def _own_config(path):
     """Whether `path` is a config.yaml that tfeff wrote (`resolve_config`): no comment, every
     section of the resolved config, and nothing the resolved config does not hold (one
@@ -359,7 +364,7 @@ def claim(model_dir, what="tfeff-pretrain"):
     Raises:
         FileExistsError: the directory is not tfeff's, or another process writes there.
     """
-    key = os.path.realpath(model_dir) if _is_local(model_dir) else model_dir
+    key = _held_key(model_dir)
     if key in _HELD:  # this process holds it already (an API call inside another)
         _HELD[key][1] += 1
         return
@@ -475,7 +480,7 @@ def check_fingerprints(model_dir, made_now):
 
 def release(model_dir):
     """Gives back a directory `claim` took (nothing if this process holds none)."""
-    key = os.path.realpath(model_dir) if _is_local(model_dir) else model_dir
+    key = _held_key(model_dir)
     if key not in _HELD:
         return
     _HELD[key][1] -= 1
