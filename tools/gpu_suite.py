@@ -100,7 +100,7 @@ PRESETS = {
                                     relaxed={"num_anchors": 32, "ffn_rank": 64}, seed=0,
                                     batch=32, steps=4000, warmup_steps=400,
                                     learning_rate=2e-4, every=200, eval_batch=64,
-                                    budget_s=150)),
+                                    budget_s=300)),
     "cpu": dict(vocabulary=2000, layers=2, hidden=64, heads=4, intermediate=256,
                 lengths={32: 8, 64: 4}, steps=2, warmup=1, part_limit_s=300,
                 word_vocabulary=5_000, benchmark_preset="cpu", lstm_preset="tiny",
@@ -247,9 +247,10 @@ def _keras_hub_bert(sizes, n):
     return keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None)
 
 
-def run_keras(implementation, sizes, n, steps, warmup):
+def run_keras(implementation, sizes, n, steps, warmup, profile_dir=None):
     """One Keras model's training step, bf16 compute (`mixed_bfloat16`), AdamW (weight
-    decay 0.01, as PyTorch's default)."""
+    decay 0.01, as PyTorch's default). With `profile_dir` on JAX, `profile_steps` more
+    steps are traced there and summarized (`tools/xla_profile.py`) as `profile`."""
     import keras
 
     keras.config.set_dtype_policy("mixed_bfloat16")
@@ -280,7 +281,26 @@ def run_keras(implementation, sizes, n, steps, warmup):
 
     benchmark_gpu.reset_peak_memory()
     median, loss = _median_step(step, warmup, steps)
-    return {"params": model.count_params(), "step_s": median, "loss": loss, **_on_device()}
+    row = {"params": model.count_params(), "step_s": median, "loss": loss, **_on_device()}
+    if profile_dir and jit:
+        row.update(_profile(step, sizes["profile_steps"], median, profile_dir))
+    return row
+
+
+def _profile(step, steps, step_s, profile_dir):
+    """`{"profile": ...}` of `steps` calls of `step` traced with `jax.profiler`, or
+    `{"profile_error": ...}`: a profiler that cannot trace costs the profile, not
+    the timing."""
+    import jax
+    import xla_profile
+
+    try:
+        with jax.profiler.trace(profile_dir):
+            for _ in range(steps):
+                step()
+        return {"profile": xla_profile.summarize(profile_dir, steps, step_s)}
+    except Exception as e:  # whatever the profiler or the trace's reader raised
+        return {"profile_error": f"{type(e).__name__}: {e}"}
 
 
 # ------------------------------------------------------------------ PyTorch parts
@@ -496,9 +516,12 @@ def run_part(preset, part, work_dir, core_data=None):
         return {"part": part, "section": section, "implementation": implementation,
                 **run_output_layer(implementation, sizes, work_dir),
                 "versions": _backend_versions()}
-    runner = run_hf if implementation.startswith("hf_") else run_keras
     try:
-        row = runner(implementation, sizes, n, sizes["steps"], sizes["warmup"])
+        if implementation.startswith("hf_"):
+            row = run_hf(implementation, sizes, n, sizes["steps"], sizes["warmup"])
+        else:
+            row = run_keras(implementation, sizes, n, sizes["steps"], sizes["warmup"],
+                            profile_dir=os.path.join(work_dir, f"profile_{part}"))
     except ImportError as e:  # a peer that is not installed: the table says so
         row = {"error": f"not installed: {e.name or e}"}
     tokens = sizes["lengths"][n] * n
@@ -585,6 +608,20 @@ def tables(preset, rows):
         lines += ["### CoRe: relaxed vs standard BERT training step (tfeff, JAX, bf16)", "",
                   "| n | standard ms | relaxed ms | standard / relaxed | standard memory | "
                   "relaxed memory |", "|---|---|---|---|---|---|", *core, ""]
+    profiled = [(part, implementation, length) for part, _, section, implementation, length
+                in _parts(preset) if section in ("peers", "core")
+                and ("profile" in by_part.get(part, {})
+                     or "profile_error" in by_part.get(part, {}))]
+    if profiled:
+        import xla_profile
+
+        lines += ["### Where the JAX steps' time goes (`tools/xla_profile.py`)", ""]
+        for part, implementation, length in profiled:
+            r = by_part[part]
+            lines += [f"{LABELS[implementation]}, n={length}:", ""]
+            lines += ([f"No profile: {r['profile_error']}"] if "profile_error" in r else
+                      [xla_profile.table(r["profile"], r["step_s"])])
+            lines.append("")
     output = {name: by_part[f"output_{name}_jax"] for name in OUTPUT_MODELS
               if f"output_{name}_jax" in by_part}
     if output:

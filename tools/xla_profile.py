@@ -18,6 +18,7 @@ streams' kernels); on a CPU, the XLA CPU client's threads' events.
 
 import glob
 import os
+import re
 
 # Bookkeeping events of the CPU client's threads, and its executor's spans that
 # enclose the ops, not work of their own.
@@ -55,11 +56,20 @@ def busy_ns(intervals):
     return total
 
 
+def kind(name):
+    """An op's kind: its name without the numbers XLA gives it, `.N` in HLO and on
+    the CPU, `_N` in a GPU kernel's name (`fusion.12`, `loop_add_fusion_3` ->
+    `fusion`, `loop_add_fusion`); a GPU library kernel's name is kept whole."""
+    return re.sub(r"([._]\d+)+$", "", name)
+
+
 def summarize(directory, steps, step_s=None, top=10):
     """The newest trace under `directory`, of `steps` training steps, as a dict:
     `busy_ms_per_step`, `ops_per_step`, `mean_op_us`, `busy_fraction` (of
-    `step_s`, when given), `top` (`[{name, ms_per_step, calls_per_step, share}]`)
-    and `source` (the planes and lines read)."""
+    `step_s`, when given), `top` (`[{name, ms_per_step, calls_per_step, share}]`),
+    `kinds` (the same for the ops' kinds, `kind`: the twelve layers'
+    `fusion.12`, `fusion.40`, ... count as one) and `source`
+    (the planes and lines read)."""
     from jax.profiler import ProfileData
 
     traces = sorted(glob.glob(os.path.join(directory, "**", "*.xplane.pb"), recursive=True),
@@ -74,15 +84,22 @@ def summarize(directory, steps, step_s=None, top=10):
     for name, _, duration in events:
         total, calls = by_name.get(name, (0.0, 0))
         by_name[name] = (total + duration, calls + 1)
-    ranked = sorted(by_name.items(), key=lambda item: -item[1][0])[:top]
+    by_kind = {}
+    for name, (total, calls) in by_name.items():
+        kind_total, kind_calls = by_kind.get(kind(name), (0.0, 0))
+        by_kind[kind(name)] = (kind_total + total, kind_calls + calls)
     summed = sum(total for total, _ in by_name.values())
+
+    def ranked(table):
+        return [{"name": name, "ms_per_step": total / steps / 1e6,
+                 "calls_per_step": calls / steps, "share": total / summed}
+                for name, (total, calls) in sorted(table.items(),
+                                                   key=lambda item: -item[1][0])[:top]]
+
     out = {"steps": steps, "busy_ms_per_step": busy / steps / 1e6,
            "ops_per_step": len(events) / steps,
            "mean_op_us": summed / len(events) / 1e3,
-           "top": [{"name": name, "ms_per_step": total / steps / 1e6,
-                    "calls_per_step": calls / steps, "share": total / summed}
-                   for name, (total, calls) in ranked],
-           "source": source}
+           "top": ranked(by_name), "kinds": ranked(by_kind), "source": source}
     if step_s:
         out["busy_fraction"] = busy / steps / 1e9 / step_s
     return out
@@ -98,4 +115,10 @@ def table(summary, step_s):
     for op in summary["top"]:
         lines.append(f"| `{op['name'][:60]}` | {op['ms_per_step']:.2f} | "
                      f"{op['calls_per_step']:,.0f} | {100 * op['share']:.1f}% |")
+    if summary.get("kinds"):
+        lines += ["", "| op kind | ms per step | calls per step | share of op time |",
+                  "|---|---|---|---|"]
+        for op in summary["kinds"]:
+            lines.append(f"| `{op['name'][:60]}` | {op['ms_per_step']:.2f} | "
+                         f"{op['calls_per_step']:,.0f} | {100 * op['share']:.1f}% |")
     return "\n".join(lines)

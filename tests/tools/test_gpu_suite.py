@@ -125,9 +125,15 @@ def test_the_parts_measure_equal_models_without_tensorflow(suite):
     assert rows["lstm_parity_torch"]["returncode"] == 0, rows["lstm_parity_torch"]["output"]
     # ELMo-C's step traced: ops found, busy for part of the step at most (the trace's steps
     # run a little slower than the timed ones).
-    profile = elmo_c["profile"]
-    assert profile["ops_per_step"] > 10 and profile["top"], profile
-    assert 0 < profile["busy_ms_per_step"] < 2000 * elmo_c["step_s"]
+    # So are the Keras BERT steps on JAX (not PyTorch's), and the report shows them.
+    for row in (elmo_c, rows["bert_tfeff_jax_32"], rows["bert_keras_hub_jax_32"],
+                rows["core_relaxed_jax_32"]):
+        profile = row["profile"]
+        assert profile["ops_per_step"] > 10 and profile["top"] and profile["kinds"], profile
+        assert 0 < profile["busy_ms_per_step"] < 2000 * row["step_s"]
+    assert "profile" not in rows["bert_tfeff_torch_32"]
+    report = (out / "results.md").read_text()
+    assert "keras-hub `BertMaskedLM`, JAX, XLA, n=32:\n\nDevice busy" in report
 
 
 @pytest.mark.numerics

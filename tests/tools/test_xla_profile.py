@@ -30,4 +30,22 @@ def test_a_traced_step_is_summarized_per_step(tmp_path):
     assert abs(sum(op["share"] for op in summary["top"]) - 1) < 1e-9  # all ops listed
     for op in summary["top"]:
         assert op["calls_per_step"] * 4 == round(op["calls_per_step"] * 4) > 0
+    kinds = {op["name"]: op for op in summary["kinds"]}
+    for op in summary["top"]:  # each op is counted in its kind
+        assert kinds[xla_profile.kind(op["name"])]["ms_per_step"] >= op["ms_per_step"]
+    assert abs(sum(op["share"] for op in summary["kinds"]) - 1) < 1e-9
+    assert sum(op["calls_per_step"] for op in summary["kinds"]) == summary["ops_per_step"]
     assert "ops per step" in xla_profile.table(summary, wall / 4)
+    assert "op kind" in xla_profile.table(summary, wall / 4)
+
+
+def test_an_ops_kind_drops_only_its_xla_numbers():
+    assert xla_profile.kind("fusion.12") == "fusion"
+    assert xla_profile.kind("loop_add_fusion.3.1") == "loop_add_fusion"
+    assert xla_profile.kind("cublas-gemm") == "cublas-gemm"
+    assert xla_profile.kind("gemm_fusion_dot.2") == "gemm_fusion_dot"
+    # GPU kernels (an H200's trace): XLA's fusions end in _N, cuBLAS' in their tiling
+    assert xla_profile.kind("loop_convert_multiply_fusion_11") == "loop_convert_multiply_fusion"
+    assert xla_profile.kind("fusion_2486") == "fusion"
+    assert (xla_profile.kind("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT")
+            == "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT")
