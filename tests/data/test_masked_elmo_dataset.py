@@ -114,6 +114,17 @@ def test_mask_sets_are_disjoint_with_the_configured_rate():
     assert out["masked_weights"][0].sum() == 4 * round(0.15 * 38)
 
 
+def test_mask_sets_never_choose_an_unknown_word():
+    rng = np.random.default_rng(2)
+    ids = rng.integers(5, 100, size=(8, 40)).astype(np.int32)
+    ids[:, ::3] = mlm.UNK_ID  # a literal <unk> every third token...
+    ids[:, 0] = mlm.CLS_ID  # ...but the first
+    out = me.mask_sets(ids, np.full(8, 40), np.random.default_rng(1), 2, 100, 10)
+    w = out["masked_weights"] > 0
+    assert w.sum() == 8 * 2 * round(0.15 * 26)  # 15% of the 26 known tokens, per set
+    assert not (out["masked_ids"][w] == mlm.UNK_ID).any()
+
+
 def test_mask_values_are_80_10_10():
     rng = np.random.default_rng(2)
     ids = rng.integers(5, 1000, size=(200, 100)).astype(np.int32)

@@ -164,3 +164,35 @@ def test_block_shuffle_permutes_each_block_by_seed_and_epoch():
             assert sorted(epoch[start:start + 16]) == list(range(start, min(start + 16, 100)))
     assert epochs[0] != list(range(100)) and epochs[0] != epochs[1] != epochs[2]
     assert order != [int(x[0]) for x in shuffle_and_repeat(ds, 16, 4, True).take(300)]
+
+
+def test_a_literal_unk_is_one_unknown_token_and_never_a_target(tmp_path):
+    """Real corpora hold literal `<unk>` words (WikiText: tens of thousands). They are the
+    unknown word: never split into `<`, `unk`, `>` pieces, never learned as pieces, never
+    masked (so never in the loss or the accuracy)."""
+    rng = np.random.default_rng(0)
+    nouns = ["cat", "dog", "lobster", "species", "river", "stone"]
+    lines = [" ".join(["the", rng.choice(nouns), "<unk>", "of", rng.choice(nouns),
+                       "x<unk>y" if i % 7 == 0 else "<unk>"]) for i in range(400)]
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = str(tmp_path / "vocabulary.txt")
+    vocab = data.learn_bert_vocabulary(str(corpus), 60, path)
+    # 800+ literal <unk>: split, `<`, `unk` and `>` would be the most frequent words.
+    assert not {"<", ">", "unk", "##unk"} & set(vocab.words), vocab.words
+    ids = mlm.bert_tokenizer(path).tokenize(tf.constant(["a x<unk>y <unk>"])).merge_dims(
+        1, 2).to_list()[0]
+    assert ids.count(mlm.UNK_ID) == 2 + ("a" not in vocab.words)  # one id per <unk>
+    n, p = 24, 8
+    seen = 0
+    for batch in data.mlm_dataset(str(corpus), path, batch_size=16, max_sequence_length=n,
+                                  max_predictions_per_seq=p).take(5):
+        original = _unmasked(batch)
+        w = batch["masked_weights"].numpy() > 0
+        assert (original == mlm.UNK_ID).sum() > 16  # a third of the tokens are <unk>
+        assert not (batch["masked_ids"].numpy()[w] == mlm.UNK_ID).any()
+        real = ((original > 0) & (original != mlm.CLS_ID) & (original != mlm.SEP_ID)
+                & (original != mlm.UNK_ID))
+        np.testing.assert_array_equal(w.sum(1), np.minimum(np.ceil(real.sum(1) * 0.15), p))
+        seen += w.sum()
+    assert seen > 0

@@ -134,7 +134,7 @@ class Reference:
             self.index = {w: i for i, w in enumerate(self.words)}
         if kind in ("masked_elmo", "bert"):
             self.tokenizer = bert_tokenizer(vocabulary_path, lower_case)
-            from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
+            from tfeff.data.wordpiece import BasicTokenizer  # keeps a literal <unk> whole
             self.basic = BasicTokenizer(lower_case=lower_case)
         if kind == "elmo_wordpiece":
             self.tokenizer = wordpiece_tokenizer(lookup_table(vocabulary_path, -1))

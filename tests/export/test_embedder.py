@@ -285,3 +285,26 @@ def test_word_and_wordpiece_tokenizations_map_literal_specials_as_training_does(
                                    tokenizer).to_list()[0][1:-1]
         assert served == trained, kind
         assert served[1] == 1  # <pad> is <unk>, never padding
+
+
+@pytest.mark.parametrize("lower_case", [False, True])
+def test_bert_tokenization_keeps_a_literal_unk_whole_as_training_does(tmp_path, lower_case):
+    """BERT's basic tokenizer would split `<unk>` into `<`, `unk`, `>`: in the export as in
+    the masked-LM pipeline it is one word, the unknown id, inside a word too."""
+    from tfeff.data.mlm_dataset import bert_tokenizer
+    from tfeff.export.embedder import Tokenization
+
+    words = ["<pad>", "<unk>", "<s>", "</s>", "[MASK]", "a", "of", "species", "lob", "##ster",
+             "<", ">", "unk", "x", "y", "##y"]
+    vocab = tmp_path / "v.txt"
+    vocab.write_text("".join(f"{w}\t1\n" for w in words), encoding="utf-8")
+    text = ["a species of <unk> lobster", "x<unk>y <unk>"]
+    tokenization = Tokenization("wordpiece", words, basic=True, lower_case=lower_case)
+    split = tokenization.words(tf.constant(text)).to_list()
+    assert split == [[b"a", b"species", b"of", b"<unk>", b"lobster"],
+                     [b"x", b"<unk>", b"y", b"<unk>"]]
+    served = [[p for word in line for p in word]
+              for line in tokenization.pieces(tokenization.words(tf.constant(text))).to_list()]
+    trained = bert_tokenizer(str(vocab), lower_case).tokenize(
+        tf.constant(text)).merge_dims(1, 2).to_list()
+    assert served == trained == [[5, 7, 6, 1, 8, 9], [13, 1, 14, 1]]

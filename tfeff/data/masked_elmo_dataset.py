@@ -21,8 +21,9 @@ The pipeline of Senay & Salin's Masked ELMo (NumPy on the host, fed to
    than the longest are filled with empty windows (fully padded rows, `reset`).
 3. **Mask sets** (`mask_sets`). Each batch gets `num_sets` mutually exclusive
    sets of masked positions (mask accumulation): per row, `round(mask_rate *
-   n)` of the n maskable tokens (not `[CLS]`/`[SEP]`), at most
-   `max_predictions_per_seq`, and at most `n // num_sets`, drawn without
+   n)` of the n maskable tokens (not `[CLS]`/`[SEP]`, nor `<unk>`: an unknown
+   word is never a target), at most `max_predictions_per_seq`, and at most
+   `n // num_sets`, drawn without
    replacement; each set is masked 80/10/10 (`[MASK]`, a random token, kept).
 
 Every random draw is a function of `(seed, epoch)` or `(seed, step)`, so a run
@@ -43,6 +44,7 @@ from tfeff.data.vocabulary import CLS_ID
 from tfeff.data.vocabulary import MASK_ID
 from tfeff.data.vocabulary import PAD_ID
 from tfeff.data.vocabulary import SEP_ID
+from tfeff.data.vocabulary import UNK_ID
 
 _LINES_PER_BATCH = 1024
 # Random replacement tokens are drawn from the regular (non-reserved) ids.
@@ -176,7 +178,8 @@ def mask_sets(ids, lengths, rng, num_sets, vocabulary_size, max_predictions_per_
     weights = np.zeros((batch, k, p), np.float32)
     for b in range(batch):
         row = ids[b, :lengths[b]]
-        candidates = np.flatnonzero((row != CLS_ID) & (row != SEP_ID) & (row != PAD_ID))
+        candidates = np.flatnonzero((row != CLS_ID) & (row != SEP_ID) & (row != PAD_ID)
+                                    & (row != UNK_ID))
         n = len(candidates)
         per_set = min(p, max(1, int(round(mask_rate * n))), n // k)
         if per_set == 0:

@@ -2,7 +2,8 @@
 
 * Vocabulary: text is split with BERT's basic tokenizer (whitespace as
   `tfeff.data.words` defines it, punctuation, CJK characters; optional
-  lower-casing; `BasicTokenizer` here), the words are counted
+  lower-casing; a literal `<unk>` kept whole: `tfeff.data.wordpiece.BasicTokenizer`),
+  the words are counted
   and `tensorflow_text`'s WordPiece learner builds the vocabulary (the tool
   behind BERT's). Reserved ids: `<pad>` 0 (BERT's [PAD]), `<unk>` 1 ([UNK]),
   `<s>` 2 ([CLS]), `</s>` 3 ([SEP]) and `[MASK]` 4.
@@ -14,7 +15,8 @@
   `[CLS] window [SEP]`, or with NSP `[CLS] A [SEP] B [SEP]` where A and B are
   the two halves of a window and, for half of the sequences, B is replaced
   by the second half of another sequence of the batch (`nsp_labels` 1).
-* Masking: `ceil(mask_rate * n)` of a sequence's n non-special tokens (at
+* Masking: `ceil(mask_rate * n)` of a sequence's n non-special tokens (`<unk>`
+  is special here: an unknown word is never a target; at
   most `max_predictions_per_seq`), each 80% `[MASK]`, 10% a random token,
   10% unchanged by default (tensorflow-text's `RandomItemSelector` and
   `MaskValuesChooser` semantics), drawn with stateless random ops keyed by
@@ -27,12 +29,10 @@ import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as text
-from tensorflow_text.python.ops import bert_tokenizer as text_bert
 
 from tfeff.data import corpus
 from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.data import wordpiece as wordpiece_lib
-from tfeff.data import words as words_lib
 from tfeff.data.pipeline import line_dataset
 from tfeff.data.pipeline import lookup_table
 from tfeff.data.pipeline import shuffle_and_repeat
@@ -41,20 +41,9 @@ from tfeff.data.vocabulary import MASK
 from tfeff.data.vocabulary import MASK_ID
 from tfeff.data.vocabulary import PAD_ID
 from tfeff.data.vocabulary import SEP_ID
+from tfeff.data.vocabulary import UNK_ID
+from tfeff.data.wordpiece import BasicTokenizer
 _LINES_PER_CHUNK = 256
-
-
-class BasicTokenizer(text_bert.BasicTokenizer):
-    """BERT's basic tokenizer, on text whose whitespace is normalized first.
-
-    tensorflow-text's tokenizer splits at ASCII whitespace only (a no-break
-    space stays inside a word); every masked-LM tokenizer of tfeff maps each
-    `tfeff.data.words.WHITESPACE` character to a space first, so words end
-    where they end for the word-level models. Offsets refer to the normalized text.
-    """
-
-    def tokenize_with_offsets(self, text_input):
-        return super().tokenize_with_offsets(words_lib.normalize_whitespace(text_input))
 
 
 def basic_words(lines, lower_case=False, batch_size=1024):
@@ -190,7 +179,8 @@ def _select_and_mask(ids, seed, max_predictions_per_seq, vocabulary_size, mask_r
     """BERT's masking with stateless draws: a function of `ids` and `seed` only.
 
     Per row, `ceil(mask_rate * n)` (at most `max_predictions_per_seq`) of its n
-    maskable tokens (not `[PAD]`, `[CLS]`, `[SEP]`) are drawn without
+    maskable tokens (not `[PAD]`, `[CLS]`, `[SEP]`, nor `<unk>`: an unknown word is
+    never a target, as for the word-level models) are drawn without
     replacement; each becomes `[MASK]`, a random id of `[0, vocabulary_size)` or
     stays, with the given rates (tensorflow-text's `RandomItemSelector` and
     `MaskValuesChooser` semantics, whose stateful draws a restored `tf.data`
@@ -201,7 +191,8 @@ def _select_and_mask(ids, seed, max_predictions_per_seq, vocabulary_size, mask_r
         sorted positions and their original ids, and the `(batch, p)` validity mask.
     """
     dense = ids.to_tensor(default_value=PAD_ID)
-    maskable = (dense != PAD_ID) & (dense != CLS_ID) & (dense != SEP_ID)
+    maskable = ((dense != PAD_ID) & (dense != CLS_ID) & (dense != SEP_ID)
+                & (dense != UNK_ID))
     maskable &= tf.sequence_mask(ids.row_lengths(), tf.shape(dense, out_type=tf.int64)[1])
     p = max_predictions_per_seq
     count = tf.reduce_sum(tf.cast(maskable, tf.float32), axis=1)

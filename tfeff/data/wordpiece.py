@@ -16,10 +16,43 @@ import tensorflow as tf
 import tensorflow_text as text
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
+from tensorflow_text.python.ops import bert_tokenizer as text_bert
+
 from tfeff.data import vocabulary as vocabulary_lib
+from tfeff.data import words as words_lib
 
 SUFFIX_INDICATOR = "##"
 MAX_BYTES_PER_WORD = 100
+# A literal `<unk>` in the text stands for this character while the basic tokenizer
+# runs (a private-use code point, kept whole; with its two spaces, as many UTF-8 bytes
+# as `<unk>`, so offsets do not move).
+_UNK_STANDIN = "\ue000"
+
+
+class BasicTokenizer(text_bert.BasicTokenizer):
+    """BERT's basic tokenizer, on text whose whitespace is normalized first, that
+    keeps a literal `<unk>` whole.
+
+    tensorflow-text's tokenizer splits at ASCII whitespace only (a no-break
+    space stays inside a word); every WordPiece tokenizer of tfeff maps each
+    `tfeff.data.words.WHITESPACE` character to a space first, so words end
+    where they end for the word-level models. It would also split `<unk>` at its
+    punctuation into `<`, `unk`, `>`; here a literal `<unk>`, even inside a word
+    (`a<unk>b` is `a`, `<unk>`, `b`), is the word `<unk>`, which WordPiece maps to
+    the unknown id as the word-level vocabularies do. (The private-use character
+    U+E000, which stands for it meanwhile, is read as `<unk>` too.) Offsets refer
+    to the normalized text, a `<unk>`'s to its five bytes.
+    """
+
+    def tokenize_with_offsets(self, text_input):
+        text_input = tf.strings.regex_replace(words_lib.normalize_whitespace(text_input),
+                                              vocabulary_lib.UNK, f" {_UNK_STANDIN} ")
+        tokens, starts, ends = super().tokenize_with_offsets(text_input)
+        unknown = tokens.flat_values == _UNK_STANDIN  # offsets: those of `<unk>`
+        return (tokens.with_flat_values(
+                    tf.where(unknown, vocabulary_lib.UNK, tokens.flat_values)),
+                starts.with_flat_values(starts.flat_values - tf.cast(unknown, starts.dtype)),
+                ends.with_flat_values(ends.flat_values + tf.cast(unknown, ends.dtype)))
 
 
 def wordpiece_tokenizer(table):

@@ -25,7 +25,8 @@ Tokenization happens in-graph:
   pre-training: the zero vector of the fixed input, the `<unk>` id otherwise;
 * ELMo-Sub: whitespace split, then WordPiece;
 * Masked ELMo and BERT: BERT's basic tokenizer (punctuation and CJK split,
-  optional lower-casing) and WordPiece, exactly as in pre-training.
+  optional lower-casing; a literal `<unk>` stays whole and is the unknown id)
+  and WordPiece, exactly as in pre-training.
 
 Outputs are always per word. For WordPiece models a word's vector is its first
 piece's (`subword_pooling="first"`, as the continuous-output paper does for
@@ -106,7 +107,7 @@ class Tokenization(tf.Module):
             default = vocabulary_lib.UNK_ID if pieces == "ids" else -1
             self.table = tf.lookup.StaticHashTable(init, default_value=default)
         if basic:
-            from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
+            from tfeff.data.wordpiece import BasicTokenizer
 
             self.basic = BasicTokenizer(lower_case=lower_case)
         if pieces == "wordpiece":
@@ -122,8 +123,8 @@ class Tokenization(tf.Module):
         pre-training (`tfeff.data.words`; the basic tokenizer sees the same whitespace)."""
         from tfeff.data import words as words_lib
 
-        if self.basic is not None:
-            return self.basic.tokenize(words_lib.normalize_whitespace(sentences))
+        if self.basic is not None:  # normalizes the whitespace itself
+            return self.basic.tokenize(sentences)
         return words_lib.split_tf(sentences)
 
     def pieces(self, words):

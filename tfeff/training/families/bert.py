@@ -39,6 +39,7 @@ from tfeff.data.vocabulary import CLS_ID
 from tfeff.data.vocabulary import MASK_ID
 from tfeff.data.vocabulary import PAD_ID
 from tfeff.data.vocabulary import SEP_ID
+from tfeff.data.vocabulary import UNK_ID
 from tfeff.models import experiment
 from tfeff.models.relaxed_merge import merge_relaxed_bert
 from tfeff.training import checkpoints
@@ -54,7 +55,7 @@ from tfeff.training.strategy import barrier
 from tfeff.training.strategy import shard_files
 
 COARSE_DIR = "coarse"
-NEVER_TARGETS = (PAD_ID, CLS_ID, SEP_ID, MASK_ID)
+NEVER_TARGETS = (PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID)
 SWITCH_FILE = "core_switch.json"
 _path = os.path.join
 
@@ -163,7 +164,7 @@ def unigram_log_probs(config, train_files, vocabulary_path):
     """Log-frequencies `(vocabulary_size,)` of the training tokens, add-one smoothed.
 
     Counted over the first `eval.unigram_max_tokens` tokens of the training
-    files. `[PAD]`, `[CLS]`, `[SEP]` and `[MASK]` are never targets and get
+    files. `[PAD]`, `<unk>`, `[CLS]`, `[SEP]` and `[MASK]` are never targets and get
     probability 0 (-inf); every other id at least one count.
     """
     d = config.data
