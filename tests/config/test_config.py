@@ -35,7 +35,28 @@ def test_yaml_round_trip_and_overrides(tmp_path):
 def test_bad_values_name_file_and_key(override, message):
     with pytest.raises(ConfigError, match=message) as info:
         load_config(DEMO, [override])
-    assert "demo_elmo_c.yaml" in str(info.value)
+    assert str(info.value).startswith(f"override `{override}` (applied to {DEMO}): ")
+
+
+def test_an_error_is_blamed_on_the_override_that_made_it_or_on_the_file(tmp_path):
+    with pytest.raises(ConfigError) as info:  # ELMo has no train.optimizer
+        load_config(DEMO, ["train.steps=7", "train.optimizer=adagrad"])
+    assert str(info.value).startswith(f"override `train.optimizer=adagrad` (applied to {DEMO}): "
+                                      "Unknown config key `train.optimizer`")
+    with pytest.raises(ConfigError) as info:  # a cross-key rule: the key it names
+        load_config(DEMO, ["model.output_layer=adaptive", "model.adaptive_cutoffs=[50, 10]"])
+    assert str(info.value).startswith("override `model.adaptive_cutoffs=[50, 10]`")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(open(DEMO, encoding="utf-8").read() + "\nextra_section: 1\n")
+    with pytest.raises(ConfigError) as info:  # the file is wrong whatever the overrides
+        load_config(str(broken), ["train.steps=7"])
+    assert str(info.value).startswith(f"{broken}: Unknown config key `extra_section`")
+    # An override may mend the file: then nothing is wrong.
+    zero = tmp_path / "zero.yaml"
+    zero.write_text(open(DEMO, encoding="utf-8").read().replace("steps:", "steps: 0 #", 1))
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(zero))}: `train.steps` must be"):
+        load_config(str(zero))
+    assert load_config(str(zero), ["train.steps=7"]).train.steps == 7
 
 
 def test_missing_file_and_bad_yaml(tmp_path):

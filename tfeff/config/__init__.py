@@ -1,6 +1,8 @@
 """Typed, strict experiment configs: dataclasses per model family, YAML files, overrides."""
 
+import copy
 import dataclasses
+import re
 
 from tfeff.config import base
 from tfeff.config.alone import AloneConfig
@@ -55,7 +57,7 @@ def config_from_dict(data, overrides=None):
             key, a wrong type or an impossible value raises it too, naming the
             key).
     """
-    data = base.apply_overrides(dict(data), overrides)
+    data = base.apply_overrides(copy.deepcopy(data), overrides)  # the caller's stays
     family = data.get("family")
     if family not in FAMILIES:
         raise ConfigError(
@@ -78,14 +80,41 @@ def load_config(path, overrides=None):
         The validated config dataclass of the file's `family`.
 
     Raises:
-        ConfigError: the config is invalid, naming the file and the offending
-            key (a missing, unreadable or non-YAML file raises it too).
+        ConfigError: the config is invalid, naming the offending key and the
+            file, or the override that made it invalid (a missing, unreadable
+            or non-YAML file raises it too).
     """
     data = base.read_yaml(path)
     try:
         return config_from_dict(data, overrides)
     except ConfigError as e:
+        overrides = list(overrides or [])
+        blamed = _override_of(str(e), overrides)
+        if blamed is not None:
+            raise ConfigError(f"override `{blamed}` (applied to {path}): {e}") from e
+        if overrides and _builds(data):  # valid alone: the overrides together broke it
+            listed = ", ".join(f"`{o}`" for o in overrides)
+            raise ConfigError(f"{path} with the overrides {listed}: {e}") from e
         raise ConfigError(f"{path}: {e}") from e
+
+
+def _override_of(message, overrides):
+    """The last of `overrides` whose key is a key the error `message` names in
+    backticks (or a section above or below it), or None."""
+    named = re.findall(r"`([A-Za-z_][\w.]*)", message)
+    for override in reversed(overrides):
+        key = override.split("=", 1)[0].strip()
+        if any(key == n or key.startswith(n + ".") or n.startswith(key + ".") for n in named):
+            return override
+    return None
+
+
+def _builds(data):
+    try:
+        config_from_dict(data)
+    except ConfigError:
+        return False
+    return True
 
 
 def to_dict(config):
