@@ -170,3 +170,13 @@ def test_dataset_argument_errors():
         data.masked_elmo_dataset([np.arange(5, 20)], 2, 8, 2, 30, num_sets=7)
     with pytest.raises(ValueError, match="batch_size"):
         data.masked_elmo_dataset([np.arange(5, 20)], 0, 8, 2, 30)
+
+
+def test_the_log_line_says_which_documents_it_counts(caplog):
+    documents = [np.arange(5, 12, dtype=np.int32), np.arange(5, 9, dtype=np.int32)]
+    with caplog.at_level("INFO"):
+        for name in ("training", "held-out"):
+            data.masked_elmo_dataset(documents, 2, 4, 2, 20, name=name)
+    assert [r.getMessage() for r in caplog.records if "Masked ELMo" in r.getMessage()] == [
+        "Masked ELMo training data: 2 documents (paragraphs), 11 tokens",
+        "Masked ELMo held-out data: 2 documents (paragraphs), 11 tokens"]

@@ -245,7 +245,7 @@ def masked_elmo_batches(documents, batch_size, max_sequence_length, max_predicti
 def masked_elmo_dataset(documents, batch_size, max_sequence_length, max_predictions_per_seq,
                         vocabulary_size, num_sets=1, mask_rate=0.15, mask_token_rate=0.8,
                         random_token_rate=0.1, seed=0, repeat=True, start_step=0,
-                        reverse_half=True):
+                        reverse_half=True, name="training"):
     """`tf.data.Dataset` of Masked ELMo batches (`masked_elmo_batches` arguments).
 
     Element spec: int32 `masked_token_ids` `(batch, K, n)`, `padding_mask`
@@ -274,6 +274,8 @@ def masked_elmo_dataset(documents, batch_size, max_sequence_length, max_predicti
         start_step: skip the batches before this step (a resumed run).
         reverse_half: walk the odd streams' windows in reverse order
             (bidirectional TBPTT).
+        name: what the documents are, in the log line that counts them
+            (`"training"`, `"held-out"`).
 
     Returns:
         The `tf.data.Dataset`, prefetched.
@@ -283,11 +285,13 @@ def masked_elmo_dataset(documents, batch_size, max_sequence_length, max_predicti
             `max_predictions_per_seq` or `num_sets` is not a positive integer,
             or `num_sets * mask_rate` is not in (0, 1].
     """
-    for name, value in (("batch_size", batch_size), ("max_sequence_length", max_sequence_length),
-                        ("max_predictions_per_seq", max_predictions_per_seq),
-                        ("num_sets", num_sets)):
+    for argument, value in (("batch_size", batch_size),
+                            ("max_sequence_length", max_sequence_length),
+                            ("max_predictions_per_seq", max_predictions_per_seq),
+                            ("num_sets", num_sets)):
         if not isinstance(value, (int, np.integer)) or value <= 0:
-            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value}")
+            raise ValueError(f"`{argument}` must be a positive integer. "
+                             f"Received: {argument}={value}")
     if not 0 < mask_rate * num_sets <= 1:
         raise ValueError(
             f"`num_sets` * `mask_rate` must be in (0, 1]: the {num_sets} mask sets are "
@@ -301,8 +305,8 @@ def masked_elmo_dataset(documents, batch_size, max_sequence_length, max_predicti
         "padding_mask": tf.TensorSpec((batch_size, n), tf.int32),
         "reset": tf.TensorSpec((batch_size,), tf.int32),
     }
-    logging.info("Masked ELMo data: %d documents, %d tokens", len(documents),
-                 sum(len(d) for d in documents))
+    logging.info("Masked ELMo %s data: %d documents (paragraphs), %d tokens", name,
+                 len(documents), sum(len(d) for d in documents))
     ds = tf.data.Dataset.from_generator(
         lambda: masked_elmo_batches(
             documents, batch_size, n, p, vocabulary_size, k, mask_rate, mask_token_rate,

@@ -66,6 +66,7 @@ def masked_elmo_dataset(config, documents, vocabulary_size, training, start_step
         random_token_rate=d.random_token_rate, seed=config.train.seed + (0 if training else 1),
         repeat=training if repeat is None else repeat, start_step=start_step,
         reverse_half=d.reverse_half_streams and training,
+        name="training" if training else "held-out",
     )
 
 
