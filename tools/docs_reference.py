@@ -77,8 +77,15 @@ def command_line_page():
     from absl import flags
 
     lines = [HEADER, "# Command-line reference", "",
-             "Every binary takes `--helpfull` for absl's full list (logging flags included). "
-             "The flags below are each binary's own.", ""]
+             "Every binary's `--help` prints its usage and its own flags, the ones below, at "
+             "once (nothing heavy is imported first); `--helpfull` adds absl's (logging "
+             "flags included).", "",
+             "On stderr a binary shows its own log lines, warnings and errors: TensorFlow's "
+             "and XLA's C++ notices (oneDNN, CPU features, `failed call to cuInit` on a "
+             "machine without a GPU, a generator dataset finalized at exit) and a few "
+             "informational lines of TensorFlow's Python logging are filtered out "
+             "(`tfeff.bin.quiet`). `--verbosity 1` shows everything, and absl's debug lines "
+             "(the held-out summary is also logged there).", ""]
     for command, module_name in _binaries():
         module = importlib.import_module(module_name)
         own = flags.FLAGS.get_key_flags_for_module(module)

@@ -28,6 +28,36 @@ def test_pretrain_exits_nonzero_with_a_clear_message(extra, message, tmp_path):
              tmp_path)
     assert r.returncode == 1
     assert re.search(message, r.stderr), r.stderr[-2000:]
+    # Said once, among tfeff's own lines: none of TensorFlow's C++ chatter (which
+    # TF_CPP_MIN_LOG_LEVEL does not silence) came through the filter.
+    assert len(re.findall(message, r.stderr)) == 1, r.stderr[-2000:]
+    assert not re.search(r"\.cc:\d+\]|absl::InitializeLog|cuInit", r.stderr), r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("binary, usage, flag_names", [
+    ("pretrain", "tfeff-pretrain --config configs/demo_elmo_c.yaml --model_dir runs/demo",
+     ["config", "model_dir", "override", "strategy", "on_nan", "restore_fallback",
+      "deterministic"]),
+    ("export", "tfeff-export --model_dir runs/demo --output runs/demo/export",
+     ["model_dir", "fasttext", "output", "overwrite", "max_tokens"]),
+    ("embed", "tfeff-embed --embedder runs/demo/export --input sentences.txt",
+     ["embedder", "input", "output", "format", "layers"]),
+    ("convert_core", "tfeff-convert-core --model_dir runs/relaxed --output_dir runs/standard",
+     ["model_dir", "output_dir", "keras_hub_preset", "overwrite", "rtol"]),
+])
+def test_help_shows_the_binarys_own_flags_and_an_example_without_importing_tensorflow(
+        binary, usage, flag_names):
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", f"tfeff.bin.{binary}",
+                        "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert usage in r.stdout
+    for name in flag_names:
+        assert re.search(rf"^  --(\[no\])?{name}\b", r.stdout, re.M), (name, r.stdout)
+    assert "--verbosity" not in r.stdout  # absl's flags only with --helpfull
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert imported and not {m for m in imported if m.split(".")[0] in (
+        "tensorflow", "keras", "jax", "torch", "tensorflow_text")}, sorted(imported)[:20]
 
 
 def test_pretrain_reports_invalid_utf8_with_file_and_line(tmp_path):

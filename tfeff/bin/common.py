@@ -1,20 +1,53 @@
-"""Shared helpers of the binaries: the error boundary and logging set-up."""
+"""Shared helpers of the binaries: the error boundary, `--help` and their flags.
+
+Importing it (and so a binary's module) imports neither TensorFlow nor Keras: a
+binary's `--help` answers at once, and the heavy imports happen in `main`.
+"""
 
 import errno
 import math
 import sys
 
+from absl import app
 from absl import flags
-from absl import logging
 
-from tfeff.config import ConfigError
-from tfeff.data import CorpusError
-from tfeff.training.errors import TrainingError
+_HELP = ("-h", "-?", "--help", "--helpshort")
 
-# Errors that mean "bad input" or a training fault that leaves the model
-# directory resumable: reported in one line, exit status 1.
-USER_ERRORS = (ConfigError, CorpusError, FileNotFoundError, FileExistsError, ValueError,
-               TrainingError)
+
+def user_errors():
+    """Errors that mean "bad input" or a training fault that leaves the model
+    directory resumable: reported in one line, exit status 1."""
+    from tfeff.config import ConfigError
+    from tfeff.data import CorpusError
+    from tfeff.training.errors import TrainingError
+
+    return (ConfigError, CorpusError, FileNotFoundError, FileExistsError, ValueError,
+            TrainingError)
+
+
+def _module_name(name):
+    """absl's name for a module's flags: `python -m` runs it as `__main__`, which absl
+    files under `sys.argv[0]`."""
+    return sys.argv[0] if name == "__main__" else name
+
+
+def run_app(main):
+    """`absl.app.run(main)`, but `--help` (`-h`, `--helpshort`) prints the binary's
+    docstring (its usage and examples) and its own flags only, and exits 0 before
+    anything heavy is imported; `--helpfull` is absl's, every library's flags. The
+    libraries' chatter on stderr is filtered out (`tfeff.bin.quiet`) unless
+    `--verbosity` is 1 or more."""
+    if any(arg in _HELP for arg in sys.argv[1:]):
+        module = sys.modules[main.__module__]
+        print((module.__doc__ or "").strip())
+        print("\nFlags:")
+        print(flags.FLAGS.module_help(_module_name(main.__module__)))
+        print("\n--helpfull lists absl's and the libraries' flags too.")
+        sys.exit(0)
+    from tfeff.bin import quiet
+
+    quiet.install(sys.argv[1:])
+    app.run(main)
 
 
 # TensorFlow's errors about files, devices and memory: the user's environment. The
@@ -29,7 +62,7 @@ def DEFINE_path(name, default, help, required=False):  # noqa: N802 (absl's nami
     unset shell variable, `--model_dir=`) is refused before anything runs, instead of
     meaning the current directory."""
     # The binary's own flag (its --help, the reference), not this module's.
-    caller = sys._getframe(1).f_globals["__name__"]
+    caller = _module_name(sys._getframe(1).f_globals["__name__"])
     holder = flags.DEFINE_string(name, default, help, required=required, module_name=caller)
     flags.register_validator(
         name, lambda value: value is None or bool(value.strip()),
@@ -39,7 +72,7 @@ def DEFINE_path(name, default, help, required=False):  # noqa: N802 (absl's nami
 
 def DEFINE_positive_float(name, default, help):  # noqa: N802 (absl's naming)
     """An absl float flag that must be finite and positive when given."""
-    caller = sys._getframe(1).f_globals["__name__"]
+    caller = _module_name(sys._getframe(1).f_globals["__name__"])
     holder = flags.DEFINE_float(name, default, help, module_name=caller)
     flags.register_validator(
         name, lambda value: value is None or (math.isfinite(value) and value > 0),
@@ -76,14 +109,12 @@ def run_main(fn):
     """Runs `fn()`; reports user errors without a traceback and exits non-zero."""
     try:
         fn()
-    except USER_ERRORS as e:
-        logging.error("%s: %s", type(e).__name__, e)
+    except user_errors() as e:  # printed once (a log line would repeat it on stderr)
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
     except Exception as e:  # noqa: BLE001  (re-raised unless it is the environment's)
         if not _environment_error(e):
             raise
-        logging.error("%s: %s", type(e).__name__, e)
         what = "out of memory" if isinstance(e, MemoryError) else type(e).__name__
         print(f"error: {what}: {_one_line(e)}", file=sys.stderr)
         sys.exit(1)

@@ -80,7 +80,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    common.run_app(main)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ resumes an interrupted run from `<output>.partial` (--noresume starts over).
 
 from absl import app
 from absl import flags
-from absl import logging
 
 from tfeff.bin import common
 
@@ -49,7 +48,6 @@ def main(argv):
             layers=layers, batch_size=_BATCH.value, chunk_lines=_CHUNK.value,
             on_invalid_utf8=_UTF8.value, dtype=_DTYPE.value, resume=_RESUME.value,
             overwrite=_OVERWRITE.value, progress=_PROGRESS.value)
-        logging.info("Embedded %s", result)
         print(f"embedded {result['lines']} lines ({result['tokens']} tokens) to {_OUTPUT.value}"
               + (f"; skipped {len(result['skipped_lines'])} invalid line(s)"
                  if result["skipped_lines"] else ""))
@@ -58,7 +56,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    common.run_app(main)
 
 
 if __name__ == "__main__":

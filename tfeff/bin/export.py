@@ -10,7 +10,6 @@ for the signatures. WordPiece embedders need `import tensorflow_text` before
 
 from absl import app
 from absl import flags
-from absl import logging
 
 from tfeff.bin import common
 
@@ -51,14 +50,13 @@ def main(argv):
             _MODEL_DIR.value, _OUTPUT.value, overwrite=_OVERWRITE.value,
             max_tokens=_MAX_TOKENS.value, subword_pooling=_POOLING.value,
         )
-        logging.info("Exported step %d to %s", step, _OUTPUT.value)
         print(f"exported step {step} to {_OUTPUT.value}")
 
     common.run_main(body)
 
 
 def run():
-    app.run(main)
+    common.run_app(main)
 
 
 if __name__ == "__main__":

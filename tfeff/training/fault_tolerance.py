@@ -369,8 +369,8 @@ class ResumableTraining:
             skips = on_nan == "skip" or isinstance(self.optimizer,
                                                    keras.optimizers.LossScaleOptimizer)
             epochs = -(-stop_step // every) * (2 if skips else 1)
-            fit = self.model.fit(
-                x, epochs=epochs, initial_epoch=start // every,
+            fit = self.model.fit(  # shuffle: the dataset is shuffled already
+                x, epochs=epochs, initial_epoch=start // every, shuffle=False,
                 steps_per_epoch=every, validation_data=validation_data,
                 validation_steps=validation_steps if validation_data is not None else None,
                 callbacks=all_callbacks, verbose=verbose if self.info.is_chief else 0,

@@ -114,7 +114,7 @@ class Family:
       `example_batch` (the structure of `train_dataset`'s, random ids) a model
       returns its outputs and `compute_loss(x=batch, y_pred=outputs)` its loss.
     * `evaluate` returns JSON-able held-out results; `eval_summary` turns them
-      into the lines `tfeff-pretrain` prints (`summary_lines`) and logs.
+      into the lines `tfeff-pretrain` prints (`summary_lines`).
     * `embedder` names the export module of the family's models (one of
       `tfeff.export.EMBEDDERS`; `"token_ids"` embeds any model with
       `embedding_layers`), and `embedder_options` gives its other arguments.
@@ -296,8 +296,8 @@ class Family:
         results["eval"]["train_seconds"] = results["train_seconds"]
         files.write_text_atomic(file_path(model_dir, model_directory.EVAL_FILE),
                                 json.dumps(results["eval"], indent=2) + "\n")
-        for line in self.eval_summary(results["eval"]):
-            logging.info("%s", line)
+        for line in self.eval_summary(results["eval"]):  # tfeff-pretrain prints them
+            logging.debug("%s", line)
 
 
 def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=None,
