@@ -64,33 +64,52 @@ class ScalarLogger(keras.callbacks.Callback):
 
 
 def resolve_verbose(verbose, stream=None):
-    """`(keras_verbose, log_lines)` for a `verbose` argument of `pretrain`.
+    """`(keras_verbose, progress)` for a `verbose` argument of `pretrain`.
 
-    `"auto"` keeps Keras' live progress bar when `stream` (default stdout) is
-    a terminal, and otherwise turns it off in favour of `ProgressLogger`'s one
-    line per `train.log_every` steps: a bar redrawn every step is megabytes of
-    carriage returns in a scheduler's log file. `0`, `1` and `2` are Keras'
-    own and never add lines.
+    `"auto"` turns Keras' progress bar off (it counts batches per checkpoint
+    interval, "Epoch 3/3 ... 1/250", and its ETA is the interval's) in favour of
+    `ProgressLogger` against the whole run: `progress` is `"live"`, one line
+    redrawn in place, when `stream` (default stdout) is a terminal, and `"lines"`,
+    one log line per `train.log_every` steps, otherwise (a bar redrawn every step
+    is megabytes of carriage returns in a scheduler's log file). `0`, `1` and `2`
+    are Keras' own and add no progress (`progress` None).
     """
     if verbose != "auto":
-        return verbose, False
+        return verbose, None
     stream = sys.stdout if stream is None else stream
     is_terminal = getattr(stream, "isatty", lambda: False)()
-    return (1, False) if is_terminal else (0, True)
+    return 0, ("live" if is_terminal else "lines")
+
+
+def format_duration(seconds):
+    """`"42s"`, `"7m05s"`, `"3h07m"`: whole seconds below an hour, minutes above."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 class ProgressLogger(keras.callbacks.Callback):
-    """Logs one line every `every` optimizer steps: step, loss, learning rate, steps/s.
+    """Progress against the whole run (`total_steps` optimizer steps), from any start.
 
-    For runs whose output is a file (nohup, batch schedulers), in place of
-    Keras' progress bar. Validation metrics get a line of their own at the end
-    of each checkpoint interval. Lines go to the `logging` module (stderr under
-    the binaries), e.g.:
+    Every `every` steps: step, loss, learning rate, the steps/s since the last
+    line, the time elapsed in this process and the estimated time left (the
+    steps left over the mean rate since this process' first line, so the
+    first step's tracing is left out; a resumed run estimates from where it
+    resumed). Validation metrics get a line of their own at the end of each
+    checkpoint interval. With `live=False` the lines go to the `logging` module
+    (stderr under the binaries), e.g.:
 
-        step 200/1500: loss 0.7412, learning rate 0.00294, 11.6 steps/s
+        step 200/1500 (13%): loss 0.7412, learning rate 0.00294, 11.6 steps/s, elapsed 19s, ETA 1m52s
+
+    With `live=True` (a terminal) the same line is redrawn in place on `stream`
+    at every step, at most ten times a second, and validation lines are written
+    below it.
     """
 
-    def __init__(self, every, total_steps, logger=None):
+    def __init__(self, every, total_steps, logger=None, live=False, stream=None):
         super().__init__()
         if not isinstance(every, int) or every < 1:
             raise ValueError(
@@ -98,31 +117,70 @@ class ProgressLogger(keras.callbacks.Callback):
                 f"Received: every={every!r}")
         self.every, self.total_steps = every, total_steps
         self.logger = logger or logging.getLogger("tfeff.training")
-        self._last = None
+        self.live, self.stream = live, stream
+        self._begin = self._first = self._last = None
+        self._drawn = 0.0
 
     def _step(self):
         return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
     def on_train_begin(self, logs=None):
-        self._last = (self._step(), time.perf_counter())
+        now = time.perf_counter()
+        self._begin, self._first = now, None
+        self._last = (self._step(), now)
+
+    def _line(self, step, now, rate, logs):
+        lr = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+        metrics = "".join(f"{k} {float(v):.4f}, " for k, v in (logs or {}).items())
+        eta = ""
+        if self._first is not None and step > self._first[0]:
+            mean = (step - self._first[0]) / max(now - self._first[1], 1e-9)
+            eta = f", ETA {format_duration((self.total_steps - step) / mean)}"
+        percent = 100 * step // max(self.total_steps, 1)
+        return (f"step {step}/{self.total_steps} ({percent}%): {metrics}learning rate "
+                f"{lr:.3g}, {rate:.2f} steps/s, elapsed {format_duration(now - self._begin)}"
+                f"{eta}")
 
     def on_train_batch_end(self, batch, logs=None):
         step = self._step()
-        if step % self.every or step == self._last[0]:
+        if step == self._last[0]:
             return
         now = time.perf_counter()
+        if self.live:
+            if now - self._drawn < 0.1 and step < self.total_steps:
+                return
+            rate = (step - self._last[0]) / max(now - self._last[1], 1e-9)
+            if self._first is None:
+                self._first = (step, now)
+            self._last, self._drawn = (step, now), now
+            self._write("\r" + self._line(step, now, rate, logs) + "\x1b[K")
+            return
+        if step % self.every:
+            return
         rate = (step - self._last[0]) / max(now - self._last[1], 1e-9)
+        if self._first is None:
+            self._first = (step, now)
         self._last = (step, now)
-        lr = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
-        metrics = ", ".join(f"{k} {float(v):.4f}" for k, v in (logs or {}).items())
-        self.logger.info("step %d/%d: %s%slearning rate %.3g, %.2f steps/s", step,
-                         self.total_steps, metrics, ", " if metrics else "", lr, rate)
+        self.logger.info("%s", self._line(step, now, rate, logs))
+
+    def _write(self, text):
+        stream = self.stream or sys.stdout
+        stream.write(text)
+        stream.flush()
 
     def on_epoch_end(self, epoch, logs=None):
         val = {k: v for k, v in (logs or {}).items() if k.startswith("val_")}
         if val:
-            self.logger.info("validation at step %d: %s", self._step(),
-                             ", ".join(f"{k[4:]} {float(v):.4f}" for k, v in val.items()))
+            line = "validation at step %d: %s" % (
+                self._step(), ", ".join(f"{k[4:]} {float(v):.4f}" for k, v in val.items()))
+            if self.live:
+                self._write("\n" + line + "\n")
+            else:
+                self.logger.info("%s", line)
+
+    def on_train_end(self, logs=None):
+        if self.live and self._drawn:
+            self._write("\n")
 
 
 class NonFiniteCallback(keras.callbacks.Callback):

@@ -320,9 +320,10 @@ class ResumableTraining:
             on_nan: `"stop"` or `"skip"` (see `NonFiniteCallback`).
             callbacks: more Keras callbacks.
             validation_data, validation_steps: as `model.fit`.
-            verbose: as `model.fit`, except that `"auto"` logs one line per
-                `log_every` steps (default `every`) instead of a progress bar
-                when stdout is not a terminal (`callbacks.resolve_verbose`).
+            verbose: as `model.fit`, except that `"auto"` shows progress against
+                `stop_step` instead of Keras' per-interval bar: one line redrawn
+                in place when stdout is a terminal, else one log line per
+                `log_every` steps (default `every`) (`callbacks.resolve_verbose`).
             log_every: steps between those lines.
             checkpoint_iterator: save the tf.data iterator in the checkpoints;
                 False for a pipeline whose batches are a function of the
@@ -359,9 +360,10 @@ class ResumableTraining:
         stop = callbacks_lib.StopAndSave(self, every, stop_step, preemption)
         nan = callbacks_lib.NonFiniteCallback(self.optimizer, on_nan, self.latest_checkpoint)
         all_callbacks = [nan, stop, *callbacks]
-        verbose, log_lines = callbacks_lib.resolve_verbose(verbose)
-        if log_lines and self.info.is_chief:
-            all_callbacks.append(callbacks_lib.ProgressLogger(log_every or every, stop_step))
+        verbose, progress = callbacks_lib.resolve_verbose(verbose)
+        if progress and self.info.is_chief:
+            all_callbacks.append(callbacks_lib.ProgressLogger(log_every or every, stop_step,
+                                                              live=progress == "live"))
         with preemption, _resource_errors(self):
             # Keras counts batches, the stop is by updates: skipped updates (on_nan:
             # skip, or a float16 loss scale that overflowed) need more batches, and

@@ -18,7 +18,8 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
         model_dir: output directory (created; resumed when it holds a run).
         strategy: `"default"`, `"mirrored"` or `"multi_worker"`.
         devices: device list for `"mirrored"`.
-        verbose: `"auto"`: Keras' progress bar when stdout is a terminal, else
+        verbose: `"auto"`: progress against `train.steps` with the time elapsed
+            and left, one line redrawn in place when stdout is a terminal, else
             one log line per `train.log_every` steps; `0`, `1`, `2`: Keras' own.
         restore_fallback: restore the newest readable checkpoint when the
             latest is corrupted (else `CheckpointError`).
