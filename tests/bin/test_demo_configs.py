@@ -14,7 +14,8 @@ import re
 import numpy as np
 import pytest
 
-from tests.demo_runs import CONFIGS, FULL, LOG_EVERY, TERMINAL, config as _config, steps
+from tests.conftest import REPO
+from tests.demo_runs import CONFIGS, FULL, LOG_EVERY, TERMINAL, config as _config, overrides, steps
 from tests.export.embedder_reference import run_fresh
 from tfeff.training import FAMILIES
 from tfeff.training import get_family
@@ -54,6 +55,21 @@ def test_pretrain_exits_0_and_prints_its_summary(runs, name):
     assert held_out and all(line.startswith("held-out ") for line in held_out), held_out
     start = lines.index(f"finished at step {steps(name)}")
     assert lines[start + 1:start + 1 + len(held_out)] == held_out, stdout[-2000:]
+    with open(os.path.join(model_dir, "eval.json")) as f:
+        results = json.load(f)
+    with open(os.path.join(model_dir, "vocabulary.txt"), encoding="utf-8") as f:
+        assert results["vocabulary_size"] == sum(1 for _ in f)  # what the summary says
+    if "targets" in results:  # a language model: the part of the held-out text it scored
+        assert 0 < results["targets"] <= results["heldout_targets"], results
+        from tfeff.config import load_config
+
+        loaded = load_config(os.path.join(REPO, "configs", f"{name}.yaml"),
+                             overrides(name)[1::2])  # the run's own overrides
+        assert results["targets"] == min(results["heldout_targets"], loaded.eval.max_targets)
+        assert results["unigram_median_rank"] >= 0
+    else:  # a masked LM: its batches, and a unigram baseline for a softmax output
+        assert results["batches"] >= 1 and isinstance(results["complete"], bool), results
+        assert ("unigram_accuracy" in results) == results["softmax"], results
     if name == FULL:
         # The one run long enough to learn (the demo's own training): its held-out
         # ranking beats the unigram baseline it printed, at every k.
@@ -70,18 +86,21 @@ def test_pretrain_exits_0_and_prints_its_summary(runs, name):
 def test_progress_is_a_bar_on_a_terminal_and_lines_in_a_log(runs, name):
     rc, stdout, stderr = runs[name]["pretrain"]
     assert rc == 0, stderr[-3000:]
-    lines = re.findall(r"step (\d+)/(\d+): loss [0-9.]+, .*learning rate \S+, [0-9.]+ steps/s",
-                       stderr)
-    if name == TERMINAL:
-        assert "\r" in stdout and "━" in stdout, stdout[:500]  # Keras' live bar
-        assert not lines, stderr[-2000:]
+    pattern = (r"step (\d+)/(\d+) \((\d+)%\): loss [0-9.]+, .*learning rate \S+, [0-9.]+ "
+               r"steps/s, elapsed \w+")
+    lines = re.findall(pattern, stderr)
+    if name == TERMINAL:  # one line redrawn in place against the whole run, no log lines
+        drawn = re.findall("\r" + pattern, stdout)
+        assert drawn and drawn[-1][0] == drawn[-1][1] == str(steps(name)), stdout[:500]
+        assert "━" not in stdout and not lines, stderr[-2000:]  # not Keras' bar
         return
     assert "\r" not in stdout and "━" not in stdout, stdout[:500]
     # One line per log_every steps (the CoRe run counts its two phases' steps).
     every = _config(name)["train"]["log_every"] if name == FULL else LOG_EVERY
     total = steps(name)
-    assert [int(s) for s, _ in lines] == list(range(every, total + 1, every)), lines
-    assert {int(t) for _, t in lines} <= {total, 2}, lines
+    assert [int(s) for s, _, _ in lines] == list(range(every, total + 1, every)), lines
+    assert {int(t) for _, t, _ in lines} <= {total, 2}, lines
+    assert all(int(p) == 100 * int(s) // int(t) for s, t, p in lines), lines
 
 
 @pytest.mark.parametrize("name", CONFIGS)

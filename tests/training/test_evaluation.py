@@ -77,3 +77,46 @@ def test_non_finite_outputs_are_an_error_never_a_perfect_score():
         evaluation.check_finite_results({"masked_tokens": 4, "mlm_loss": float("nan")}, "eval")
     with pytest.raises(NonFiniteOutputError, match=r"1 = inf \(eval.top_k.1\)"):
         evaluation.check_finite_results({"top_k": {"1": float("inf")}}, "eval")
+
+
+def test_unigram_ranks_and_log_probs_golden():
+    vocab = Vocabulary(["<pad>", "<unk>", "<s>", "</s>", "a", "b", "c"], [0, 0, 9, 9, 7, 5, 1])
+    # Ranks by count: <s> 0, </s> 1, a 2, b 3, c 4, then <pad>, <unk> (never predicted).
+    np.testing.assert_array_equal(evaluation.unigram_ranks([4, 6, 2, 5], vocab), [2, 4, 0, 3])
+    log_probs = evaluation.unigram_log_probs([3, 0, 1, 1, 0], never_targets=(0,))
+    # Add-one: 4, 1, 2, 2, 1 -> 0 for id 0; the rest over 6.
+    np.testing.assert_allclose(np.exp(log_probs), [0, 1 / 6, 2 / 6, 2 / 6, 1 / 6])
+
+
+def test_collect_predictions_scores_the_first_targets_and_counts_them_all():
+    """The same model and data read whole and cut at `max_targets`: the cut run scores the
+    first targets of the whole run and counts as many targets in all."""
+    import tensorflow as tf
+
+    from tfeff.models import ElmoLM
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(4, 30, size=(12, 9)).astype(np.int32)
+    ids[:, 0] = 2
+    ids[:, -1] = 3
+    ids[3, 5:] = 0  # a shorter row
+    ids[5, 2] = 1  # an <unk> target, left out
+    dataset = tf.data.Dataset.from_tensor_slices(ids).batch(4)
+    model = ElmoLM(vocabulary_size=30, embedding_dim=8, input_embedding="trainable",
+                   output_layer="full", num_layers=1, units=8, projection_dim=4,
+                   dropout_rate=0.0)
+    whole, whole_ids, whole_total = evaluation.collect_predictions(model, dataset, 10_000)
+    cut, cut_ids, cut_total = evaluation.collect_predictions(model, dataset, 25)
+    # 8 targets per row and direction; the short row loses its 4 forward targets past
+    # its end and 3 backward ones, the <unk> one in each direction.
+    assert whole_total == len(whole_ids) == 2 * 12 * 8 - 7 - 2
+    assert cut_total == whole_total and len(cut_ids) == 25
+    np.testing.assert_array_equal(cut_ids, whole_ids[:25])
+    np.testing.assert_array_equal(cut, whole[:25])
+    # The first batch's targets alternate between the directions: a cut inside it keeps
+    # both (forward: ids[:4, 1:], backward: ids[:4, :-1], row by row).
+    first = ids[:4]
+    forward = first[:, 1:][first[:, 1:] >= 2]
+    backward = first[:, :-1][(first[:, :-1] >= 2)]
+    np.testing.assert_array_equal(cut_ids[0:20:2], forward[:10])
+    np.testing.assert_array_equal(cut_ids[1:20:2], backward[:10])

@@ -102,6 +102,26 @@ def top_k_accuracy(ranks, ks):
     return {int(k): float(np.mean(ranks < k)) if len(ranks) else 0.0 for k in ks}
 
 
+def unigram_ranks(target_ids, vocabulary):
+    """Each target's rank (0 = most frequent) among the tokens ranked by their training
+    count: what a model that ignores the context would give (`<pad>` and `<unk>` are
+    never predicted). The baseline of `target_ranks` and `log_prob_ranks`.
+
+    Args:
+        target_ids: the true targets' ids.
+        vocabulary: the `tfeff.data.Vocabulary` whose counts rank the tokens.
+
+    Returns:
+        int64 ranks, one per target.
+    """
+    counts = np.asarray(vocabulary.counts, dtype=np.float64)
+    counts[: vocabulary_lib.BOS_ID] = -1  # never predict <pad>/<unk>
+    order = np.argsort(-counts, kind="stable")
+    rank_of = np.empty(len(order), dtype=np.int64)
+    rank_of[order] = np.arange(len(order))
+    return rank_of[np.asarray(target_ids, dtype=np.int64)]
+
+
 def unigram_top_k_accuracy(target_ids, vocabulary, ks):
     """Accuracy of always predicting the k most frequent tokens (the baseline).
 
@@ -114,35 +134,55 @@ def unigram_top_k_accuracy(target_ids, vocabulary, ks):
     Returns:
         `{k: accuracy}`, as `top_k_accuracy`.
     """
-    target_ids = np.asarray(target_ids)
-    counts = np.asarray(vocabulary.counts, dtype=np.float64)
-    counts[: vocabulary_lib.BOS_ID] = -1  # never predict <pad>/<unk>
-    order = np.argsort(-counts, kind="stable")
-    rank_of = np.empty(len(order), dtype=np.int64)
-    rank_of[order] = np.arange(len(order))
-    return top_k_accuracy(rank_of[target_ids], ks)
+    return top_k_accuracy(unigram_ranks(target_ids, vocabulary), ks)
+
+
+def unigram_log_probs(counts, never_targets):
+    """Add-one smoothed log-frequencies `(V,)` of tokens counted in the training text,
+    `-inf` for `never_targets` (ids no target can be): the context-free model whose
+    perplexity a language model's should fall far below.
+
+    Args:
+        counts: `(V,)` training counts of each id.
+        never_targets: ids that get probability 0.
+    """
+    smoothed = np.asarray(counts, dtype=np.float64) + 1.0
+    smoothed[list(never_targets)] = 0.0
+    with np.errstate(divide="ignore"):
+        return np.log(smoothed / smoothed.sum())
 
 
 def collect_predictions(model, dataset, max_targets):
-    """Runs a language model on batches of ids; returns `(predictions, target_ids)` of
-    every direction's targets that count.
+    """Runs a language model on batches of ids; returns `(predictions, target_ids,
+    total)`: the first `max_targets` of every direction's targets that count (each
+    batch's directions interleaved, so that a cut inside a batch keeps as many of
+    each), and how many the whole `dataset` holds (counted without the model past
+    the first `max_targets`, so a summary can say what part was scored).
 
     The model's contract: `model(ids)` is a dict of each direction's outputs,
     and `model.prediction_pairs(outputs, ids)` aligns them with their targets
     as `(direction, outputs, target_ids, valid)` (`ElmoLM.prediction_pairs`).
     """
-    preds, targets, total = [], [], 0
+    preds, targets, total, directions = [], [], 0, None
     for ids in dataset:
+        ids = ids.numpy()
+        if total >= max_targets:  # enough scored: count the rest (no features needed)
+            empty = {name: np.zeros(ids.shape + (0,), np.float32) for name in directions}
+            total += sum(int(valid.sum()) for *_, valid in model.prediction_pairs(empty, ids))
+            continue
         out = {name: value.numpy() for name, value in model(ids, training=False).items()}
-        for _, pred, tgt, valid in model.prediction_pairs(out, ids.numpy()):
-            preds.append(pred[valid])
-            targets.append(tgt[valid])
-            total += int(valid.sum())
-        if total >= max_targets:
-            break
+        directions = list(out)
+        pairs = [(pred[valid], tgt[valid]) for _, pred, tgt, valid
+                 in model.prediction_pairs(out, ids)]
+        # The directions' targets interleaved (f0 b0 f1 b1 ...): a cut keeps both.
+        order = np.argsort(np.concatenate([np.arange(len(t)) for _, t in pairs]),
+                           kind="stable")
+        preds.append(np.concatenate([p for p, _ in pairs])[order])
+        targets.append(np.concatenate([t for _, t in pairs])[order])
+        total += len(order)
     if not preds:
-        return np.zeros((0, 1), np.float32), np.zeros((0,), np.int64)
-    return np.concatenate(preds)[:max_targets], np.concatenate(targets)[:max_targets]
+        return np.zeros((0, 1), np.float32), np.zeros((0,), np.int64), 0
+    return np.concatenate(preds)[:max_targets], np.concatenate(targets)[:max_targets], total
 
 
 def log_prob_ranks(log_prob_fn, hidden, target_ids, block_size=512,

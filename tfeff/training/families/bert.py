@@ -35,17 +35,17 @@ import tensorflow as tf
 from tfeff import config as config_lib
 from tfeff import data as data_lib
 from tfeff.data import files
-from tfeff.data.vocabulary import CLS_ID
-from tfeff.data.vocabulary import MASK_ID
-from tfeff.data.vocabulary import PAD_ID
-from tfeff.data.vocabulary import SEP_ID
-from tfeff.data.vocabulary import UNK_ID
+from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.models import experiment
 from tfeff.models.relaxed_merge import merge_relaxed_bert
 from tfeff.training import checkpoints
+from tfeff.training import evaluation
 from tfeff.training import model_directory
 from tfeff.training.callbacks import write_scalar
 from tfeff.training.families.base import Family
+from tfeff.training.families.shared import MASKED_LM_NEVER_TARGETS
+from tfeff.training.families.shared import MaskedLMTally
+from tfeff.training.families.shared import dataset_exhausted
 from tfeff.training.families.shared import masked_lm_artifacts
 from tfeff.training.families.shared import masked_lm_example_batch
 from tfeff.training.families.shared import masked_lm_summary
@@ -55,7 +55,7 @@ from tfeff.training.strategy import barrier
 from tfeff.training.strategy import shard_files
 
 COARSE_DIR = "coarse"
-NEVER_TARGETS = (PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID)
+NEVER_TARGETS = MASKED_LM_NEVER_TARGETS
 SWITCH_FILE = "core_switch.json"
 _path = os.path.join
 
@@ -171,40 +171,33 @@ def unigram_log_probs(config, train_files, vocabulary_path):
     counts, _ = data_lib.token_counts(
         train_files, vocabulary_path, lower_case=d.lower_case,
         on_invalid_utf8=d.on_invalid_utf8, max_tokens=config.eval.unigram_max_tokens)
-    smoothed = counts.astype(np.float64) + 1.0
-    smoothed[list(NEVER_TARGETS)] = 0.0
-    with np.errstate(divide="ignore"):
-        return np.log(smoothed / smoothed.sum())
+    return evaluation.unigram_log_probs(counts, NEVER_TARGETS)
 
 
 def evaluate_bert(model, config, heldout_files, vocabulary_path, exact_attention=None,
                   unigram=None):
-    """Held-out masked-LM loss, perplexity and top-1 accuracy (masks drawn with a fixed seed).
+    """Held-out masked-LM loss, perplexity and top-1 accuracy (masks drawn with a fixed
+    seed) over the first `eval.max_batches` batches, and whether that was all of them.
 
-    With `unigram` (`unigram_log_probs`), also the unigram perplexity of the
-    same targets: the context-free baseline the model's perplexity should
-    fall far below.
+    With `unigram` (`unigram_log_probs`), also the unigram perplexity and accuracy
+    (always the most frequent token) of the same targets: the context-free
+    baseline the model should beat by far.
     """
     tf.random.set_seed(config.train.seed)
     ds = bert_dataset(config, heldout_files, vocabulary_path, False, seed=config.train.seed)
-    loss_sum, unigram_sum, correct, count = 0.0, 0.0, 0, 0.0
+    tally = MaskedLMTally(unigram)
     for batch in ds.take(config.eval.max_batches):
         logits = model(batch, training=False, exact_attention=exact_attention)["mlm_logits"]
         weights = batch["masked_weights"].numpy()
         ids = batch["masked_ids"].numpy()
         ce = keras.ops.convert_to_numpy(keras.losses.sparse_categorical_crossentropy(
             ids, logits, from_logits=True))
-        loss_sum += float((ce * weights).sum())
-        if unigram is not None:
-            unigram_sum -= float((np.where(weights > 0, unigram[ids], 0.0) * weights).sum())
-        correct += int(((np.argmax(logits, -1) == ids) * (weights > 0)).sum())
-        count += float(weights.sum())
-    mean = loss_sum / max(count, 1.0)
-    results = {"masked_tokens": int(count), "mlm_loss": mean, "perplexity": float(np.exp(mean)),
-               "accuracy": correct / max(count, 1.0)}
-    if unigram is not None:
-        results["unigram_perplexity"] = float(np.exp(unigram_sum / max(count, 1.0)))
-    return results
+        tally.add((ce * weights).sum(), ids, weights,
+                  np.argmax(keras.ops.convert_to_numpy(logits), -1))
+    vocabulary_size = len(vocabulary_lib.Vocabulary.load(vocabulary_path))
+    complete = (tally.batches < config.eval.max_batches
+                or dataset_exhausted(ds, config.eval.max_batches))
+    return tally.results(complete, vocabulary_size)
 
 
 class BertFamily(Family):

@@ -24,8 +24,12 @@ import tensorflow as tf
 from tfeff import data as data_lib
 from tfeff.data import files
 from tfeff.models import experiment
+from tfeff.training import evaluation
 from tfeff.training import model_directory
 from tfeff.training.families.base import Family
+from tfeff.training.families.shared import MASKED_LM_NEVER_TARGETS
+from tfeff.training.families.shared import MaskedLMTally
+from tfeff.training.families.shared import dataset_exhausted
 from tfeff.training.families.shared import masked_lm_artifacts
 from tfeff.training.families.shared import masked_lm_example_batch
 from tfeff.training.families.shared import masked_lm_summary
@@ -70,15 +74,25 @@ def masked_elmo_dataset(config, documents, vocabulary_size, training, start_step
     )
 
 
-def evaluate_masked_elmo(model, config, documents, vocabulary_size):
-    """Held-out masked loss, perplexity (softmax outputs) and top-1 accuracy.
+def unigram_log_probs(documents, vocabulary_size):
+    """Add-one smoothed log-frequencies `(vocabulary_size,)` of the tokens of the
+    training `documents` (`MASKED_LM_NEVER_TARGETS` get -inf)."""
+    counts = np.bincount(np.concatenate(documents) if documents else np.zeros(0, np.int64),
+                         minlength=vocabulary_size)[:vocabulary_size]
+    return evaluation.unigram_log_probs(counts, MASKED_LM_NEVER_TARGETS)
+
+
+def evaluate_masked_elmo(model, config, documents, vocabulary_size, unigram=None):
+    """Held-out masked loss, and for a softmax output perplexity and top-1 accuracy
+    beside the unigram baseline's (`unigram_log_probs`, when given), over the first
+    `eval.max_batches` batches.
 
     One mask set per batch (seeded: every call sees the same masks), windows
     read in document order with carried states as in training but without
     reversed streams, so each window's forward state comes from its left context.
     """
     ds = masked_elmo_dataset(config, documents, vocabulary_size, training=False)
-    loss_sum, correct, count = 0.0, 0, 0.0
+    tally = MaskedLMTally(unigram if not model.is_continuous else None)
     states = None
     for batch in ds.take(config.eval.max_batches):
         if states is not None:
@@ -86,19 +100,14 @@ def evaluate_masked_elmo(model, config, documents, vocabulary_size):
             states = [s * keep for s in states]
         outputs = model.set_outputs(batch, 0, states)
         states = outputs["states"] if model.tbptt_batch_size else None
-        weights = batch["masked_weights"][:, 0]
-        loss_sum += float(tf.reduce_sum(outputs["masked_losses"]))
-        count += float(tf.reduce_sum(weights))
-        if not model.is_continuous:
-            predicted = np.argmax(model.log_prob(outputs["masked_output"]).numpy(), -1)
-            correct += int(((predicted == batch["masked_ids"][:, 0].numpy())
-                            * (weights.numpy() > 0)).sum())
-    mean = loss_sum / max(count, 1.0)
-    result = {"masked_tokens": int(count), "mlm_loss": mean}
-    if not model.is_continuous:
-        result["perplexity"] = float(np.exp(mean))
-        result["accuracy"] = correct / max(count, 1.0)
-    return result
+        predicted = (None if model.is_continuous else
+                     np.argmax(model.log_prob(outputs["masked_output"]).numpy(), -1))
+        tally.add(tf.reduce_sum(outputs["masked_losses"]).numpy(),
+                  batch["masked_ids"][:, 0].numpy(), batch["masked_weights"][:, 0].numpy(),
+                  predicted)
+    complete = (tally.batches < config.eval.max_batches
+                or dataset_exhausted(ds, config.eval.max_batches))
+    return tally.results(complete, vocabulary_size, softmax=not model.is_continuous)
 
 
 class MaskedElmoFamily(Family):
@@ -155,8 +164,9 @@ class MaskedElmoFamily(Family):
                                    repeat=True).take(config.train.validation_steps)
 
     def evaluate(self, model, config, artifacts):
-        return evaluate_masked_elmo(model, config, artifacts.heldout_documents,
-                                    artifacts.vocabulary_size)
+        return evaluate_masked_elmo(
+            model, config, artifacts.heldout_documents, artifacts.vocabulary_size,
+            unigram=unigram_log_probs(artifacts.documents, artifacts.vocabulary_size))
 
     def eval_summary(self, results):
         return masked_lm_summary(results)

@@ -181,20 +181,27 @@ def lm_example_batch(vocabulary_size, batch_size=2, length=9, seed=0):
     return ids
 
 
+# What a summary line flagged below its baseline points to.
+SUMMARY_HELP = "docs/guides/pretraining.md#reading-the-summary"
+
+
 def evaluate_lm(model, config, artifacts):
-    """Held-out top-k accuracy (both directions) of a language model against the
-    unigram baseline.
+    """Held-out top-k accuracy and median rank (both directions) of a language model,
+    each beside its unigram baseline, and what was counted.
 
     Continuous outputs (`model.is_continuous`) rank the vocabulary by cosine
     with the prediction; softmax outputs rank it by `model.log_prob` and also
     report perplexity (of words, or of WordPiece tokens for subword models:
-    not comparable).
+    not comparable) beside the unigram model's (add-one smoothed training
+    counts). `targets` were scored of the `heldout_targets` the held-out files
+    hold (the first `eval.max_targets`).
     """
     vocab = artifacts.vocabulary
-    predictions, target_ids = evaluation.collect_predictions(
+    predictions, target_ids, total = evaluation.collect_predictions(
         model, lm_dataset(config, artifacts, heldout=True), config.eval.max_targets
     )
-    results = {"targets": int(len(target_ids)), "output_layer": config.model.output_layer,
+    results = {"targets": int(len(target_ids)), "heldout_targets": int(total),
+               "vocabulary_size": len(vocab), "output_layer": config.model.output_layer,
                "tokenization": config.data.tokenization}
     if model.is_continuous:
         table = data_lib.load_vocabulary_vectors(artifacts.vectors_path, len(vocab))
@@ -205,31 +212,61 @@ def evaluate_lm(model, config, artifacts):
         ranks, log_probs = evaluation.log_prob_ranks(model.log_prob, predictions, target_ids)
         results["perplexity"] = (float(np.exp(-np.mean(log_probs))) if len(log_probs)
                                  else None)
+        unigram = evaluation.unigram_log_probs(
+            vocab.counts, (vocabulary_lib.PAD_ID, vocabulary_lib.UNK_ID))
+        results["unigram_perplexity"] = (float(np.exp(-np.mean(unigram[target_ids])))
+                                         if len(target_ids) else None)
     ks = config.eval.top_k
+    baseline = evaluation.unigram_ranks(target_ids, vocab)
     results.update({
         "top_k": {str(k): v for k, v in evaluation.top_k_accuracy(ranks, ks).items()},
-        "unigram_top_k": {
-            str(k): v
-            for k, v in evaluation.unigram_top_k_accuracy(target_ids, vocab, ks).items()
-        },
+        "unigram_top_k": {str(k): v for k, v in evaluation.top_k_accuracy(baseline, ks).items()},
         "median_rank": float(np.median(ranks)) if len(ranks) else None,
+        "unigram_median_rank": float(np.median(baseline)) if len(baseline) else None,
     })
     return results
 
 
+def below_baseline_line(names):
+    """The line that flags results below their baseline, or none."""
+    if not names:
+        return []
+    return [f"below the unigram baseline ({', '.join(names)}): the model predicts worse than "
+            f"word frequencies alone; see {SUMMARY_HELP}"]
+
+
 def lm_summary(results):
-    """The held-out lines of `evaluate_lm`'s results: top-k accuracy against the
-    unigram baseline, then perplexity (softmax outputs) or the median rank."""
-    lines = [f"held-out top-{k} accuracy: {acc:.4f} (unigram baseline "
-             f"{results['unigram_top_k'][k]:.4f})" for k, acc in results["top_k"].items()]
+    """The held-out lines of `evaluate_lm`'s results: what was counted, top-k accuracy
+    and the median rank (or perplexity) against their unigram baselines, and a line
+    flagging any below its baseline."""
+    unit = "WordPiece tokens" if results["tokenization"] == "wordpiece" else "words"
+    total = results.get("heldout_targets", results["targets"])
+    part = (f"the first {results['targets']:,} of the {total:,} held-out targets "
+            "(eval.max_targets)" if total > results["targets"] else
+            f"all {results['targets']:,} held-out targets")
+    lines = [f"held-out: {part}, both directions, <unk> left out; vocabulary "
+             f"{results.get('vocabulary_size', 0):,} {unit}"]
+    below = []
+    for k, acc in results["top_k"].items():
+        base = results["unigram_top_k"][k]
+        lines.append(f"held-out top-{k} accuracy: {acc:.4f} (unigram baseline {base:.4f})")
+        if acc < base:
+            below.append(f"top-{k} accuracy")
+    if results.get("median_rank") is not None:
+        line = f"held-out median rank {results['median_rank']:g} (0 = first"
+        if results.get("unigram_median_rank") is not None:
+            line += f"; unigram baseline {results['unigram_median_rank']:g}"
+            if results["median_rank"] > results["unigram_median_rank"]:
+                below.append("median rank")
+        lines.append(line + ")")
     if results.get("perplexity") is not None:
-        unit = "WordPiece tokens" if results["tokenization"] == "wordpiece" else "words"
-        lines.append(f"held-out perplexity {results['perplexity']:.2f} ({unit}; "
-                     f"{results['targets']} targets, median rank {results['median_rank']:g})")
-    elif results.get("median_rank") is not None:
-        lines.append(f"held-out median rank {results['median_rank']:g} "
-                     f"({results['targets']} targets)")
-    return lines
+        line = f"held-out perplexity {results['perplexity']:.2f} ({unit}"
+        if results.get("unigram_perplexity") is not None:
+            line += f"; unigram baseline {results['unigram_perplexity']:.2f}"
+            if results["perplexity"] > results["unigram_perplexity"]:
+                below.append("perplexity")
+        lines.append(line + ")")
+    return lines + below_baseline_line(below)
 
 
 # -- masked language models
@@ -299,14 +336,87 @@ def masked_lm_example_batch(vocabulary_size, batch_size=2, length=9, seed=0, num
             "reset": np.ones(batch_size, np.int32)}
 
 
+# Ids no masked-LM target can be: never masked (`<unk>` included: an unknown word is
+# never a target), so the unigram baseline gives them probability 0.
+MASKED_LM_NEVER_TARGETS = (vocabulary_lib.PAD_ID, vocabulary_lib.UNK_ID, vocabulary_lib.CLS_ID,
+                           vocabulary_lib.SEP_ID, vocabulary_lib.MASK_ID)
+
+
+class MaskedLMTally:
+    """Sums a masked-LM evaluation over batches: the loss, the argmax hits, and the
+    unigram baseline's log-probabilities and hits on the same targets."""
+
+    def __init__(self, unigram=None):
+        self.unigram = unigram
+        self.guess = (int(np.argmax(unigram)) if unigram is not None else None)
+        self.loss = self.unigram_loss = 0.0
+        self.correct = self.unigram_correct = 0
+        self.count, self.batches = 0.0, 0
+
+    def add(self, loss_sum, ids, weights, predicted=None):
+        """One batch: the sum of its weighted losses, its target ids and weights
+        (NumPy), and the model's argmax ids (None for a continuous output)."""
+        hit = weights > 0
+        self.batches += 1
+        self.loss += float(loss_sum)
+        self.count += float(weights.sum())
+        if predicted is not None:
+            self.correct += int(((predicted == ids) & hit).sum())
+        if self.unigram is not None:
+            self.unigram_loss -= float((np.where(hit, self.unigram[ids], 0.0) * weights).sum())
+            self.unigram_correct += int(((ids == self.guess) & hit).sum())
+
+    def results(self, complete, vocabulary_size, softmax=True):
+        """The results dict (`masked_lm_summary`'s keys)."""
+        count = max(self.count, 1.0)
+        out = {"masked_tokens": int(self.count), "mlm_loss": self.loss / count,
+               "batches": self.batches, "complete": bool(complete),
+               "vocabulary_size": int(vocabulary_size), "softmax": bool(softmax)}
+        if softmax:
+            out.update(perplexity=float(np.exp(self.loss / count)),
+                       accuracy=self.correct / count)
+            if self.unigram is not None:
+                out.update(unigram_perplexity=float(np.exp(self.unigram_loss / count)),
+                           unigram_accuracy=self.unigram_correct / count)
+        return out
+
+
+def dataset_exhausted(dataset, taken):
+    """Whether `dataset` holds no batch after its first `taken` (a finite held-out set
+    read whole by `take(max_batches)`)."""
+    for _ in dataset.skip(taken).take(1):
+        return False
+    return True
+
+
 def masked_lm_summary(results):
-    """The held-out line of a masked-LM family's results (`mlm_loss`, `masked_tokens`;
-    `perplexity`, `unigram_perplexity` and `accuracy` when reported)."""
-    line = f"held-out masked-LM loss {results['mlm_loss']:.4f}"
+    """The held-out lines of a masked-LM family's results (`MaskedLMTally.results`):
+    what was counted, the loss, perplexity and accuracy beside the unigram baseline's,
+    and a line flagging any below it."""
+    batches = results.get("batches")
+    if batches is None:
+        scope = "held-out"
+    elif results.get("complete"):
+        scope = f"all {batches} held-out batches"
+    else:
+        scope = f"the first {batches} held-out batches (eval.max_batches; there are more)"
+    lines = [f"held-out: {results['masked_tokens']:,} masked tokens of {scope}, <unk> never "
+             f"masked; vocabulary {results.get('vocabulary_size', 0):,} WordPieces"]
+    if not results.get("softmax", True):
+        return lines + [f"held-out masked loss {results['mlm_loss']:.4f} (cosine distance "
+                        "to the target's fastText vector; no baseline)"]
+    below = []
+    line = f"held-out masked-LM loss {results['mlm_loss']:.4f} (nats)"
     if results.get("perplexity") is not None:
         line += f", perplexity {results['perplexity']:.2f}"
         if results.get("unigram_perplexity") is not None:
-            line += f" (unigram {results['unigram_perplexity']:.2f})"
+            line += f" (unigram baseline {results['unigram_perplexity']:.2f})"
+            if results["perplexity"] > results["unigram_perplexity"]:
+                below.append("perplexity")
     if results.get("accuracy") is not None:
         line += f", accuracy {results['accuracy']:.4f}"
-    return [f"{line} ({results['masked_tokens']} masked tokens)"]
+        if results.get("unigram_accuracy") is not None:
+            line += f" (unigram baseline {results['unigram_accuracy']:.4f})"
+            if results["accuracy"] < results["unigram_accuracy"]:
+                below.append("accuracy")
+    return lines + [line] + below_baseline_line(below)
