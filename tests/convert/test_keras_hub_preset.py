@@ -6,6 +6,7 @@ loaded back with keras-hub's own `from_preset` and compared with the tfeff model
 encoder outputs, masked-LM logits, tokenization and the reserved tokens' names.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -308,9 +309,13 @@ def test_cli_writes_a_preset_and_refuses_a_relaxed_directory(run, tmp_path, caps
 @pytest.mark.parametrize("args,message", [
     (["--output_dir", "o", "--keras_hub_preset", "p"], "exactly one of --output_dir"),
     ([], "exactly one of --output_dir"),
-    (["--output_dir", "o", "--overwrite"], "--overwrite applies to --keras_hub_preset only"),
+    (["--keras_hub_preset", "p", "--hf_dir", "h"], "exactly one of --output_dir"),
+    (["--output_dir", "o", "--overwrite"],
+     "--overwrite applies to --keras_hub_preset and --hf_dir only"),
     (["--keras_hub_preset", "p", "--rtol", "0.1"], "--rtol applies to --output_dir only"),
-    (["--keras_hub_preset", "p", "no-hub"], "needs keras-hub, which cannot be imported"),
+    (["--hf_dir", "h", "--rtol", "0.1"], "--rtol applies to --output_dir only"),
+    (["--keras_hub_preset", "p", "no-hub"], r"needs keras_hub, which cannot be imported .*'\.\[hub\]'"),
+    (["--hf_dir", "h", "no-safetensors"], r"needs safetensors, which cannot be imported .*'\.\[hf\]'"),
 ])
 def test_cli_usage_errors_name_the_flags(tmp_path, monkeypatch, args, message):
     """Refused before any work, with absl's usage error (exit status 1, no traceback); a
@@ -320,9 +325,10 @@ def test_cli_usage_errors_name_the_flags(tmp_path, monkeypatch, args, message):
 
     from tfeff.bin import convert_core
 
-    if "no-hub" in args:
-        args = args[:-1]
-        monkeypatch.setitem(sys.modules, "keras_hub", None)  # `import keras_hub` fails
+    for flag, module in (("no-hub", "keras_hub"), ("no-safetensors", "safetensors")):
+        if flag in args:
+            args = args[:-1]
+            monkeypatch.setitem(sys.modules, module, None)  # importing it fails
     try:
         flags.FLAGS(["tfeff-convert-core", "--model_dir", str(tmp_path), *args])
         with pytest.raises(app.UsageError, match=message):
@@ -330,3 +336,66 @@ def test_cli_usage_errors_name_the_flags(tmp_path, monkeypatch, args, message):
     finally:
         flags.FLAGS.unparse_flags()
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.numerics
+def test_a_hugging_face_directory_loads_in_transformers_and_computes_the_same(run, tmp_path):
+    """`write_hf_model_dir` (tfeff-convert-core --hf_dir): the real `transformers` loads the
+    tokenizer with the model's casing, tokenizing as tfeff did, and the model, whose
+    masked-LM logits and sequence output equal tfeff's to float32 rounding."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from tfeff.convert import write_hf_bert
+    from tfeff.convert import write_hf_model_dir
+
+    model_dir = run[0]
+    out = str(tmp_path / "hf")
+    with pytest.raises(ConversionError, match="model.relaxed is set.*merge it first"):
+        write_hf_model_dir(os.path.join(model_dir, "coarse"), out)  # the relaxed phase
+    assert not os.path.exists(out)
+    step = write_hf_model_dir(model_dir, out)
+    assert step == run[2]
+    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors",
+                                       "special_tokens_map.json", "tokenizer_config.json",
+                                       "vocab.txt"]
+    bert, _, _, config = restore_model(model_dir)
+    with open(os.path.join(out, "tokenizer_config.json"), encoding="utf-8") as f:
+        assert json.load(f)["do_lower_case"] is config.data.lower_case  # the run's casing
+    # A word of the vocabulary, capitalized and upper-cased: a tokenizer that lower-cases
+    # reads them as the word, one that does not, not. transformers without
+    # tokenizer_config.json lower-cases whatever the vocabulary.
+    vocabulary = os.path.join(model_dir, "vocabulary.txt")
+    words = vocabulary_lib.Vocabulary.load(vocabulary).words
+    word = next(w for w in words[5:] if w.isalpha() and w.islower() and len(w) > 3)
+    sentences = [f"the {word} , {word.capitalize()} !", f"{word.upper()} ({word})"]
+    for lower_case in (True, False):
+        directory = out if lower_case == config.data.lower_case else str(tmp_path / "other")
+        if directory != out:
+            write_hf_bert(bert, directory, vocabulary, lower_case=lower_case)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+        theirs = [tokenizer(s, add_special_tokens=False)["input_ids"] for s in sentences]
+        ours = bert_tokenizer(vocabulary, lower_case).tokenize(sentences).merge_dims(
+            1, 2).to_list()
+        assert theirs == ours, lower_case
+        assert (ours[0][1] == ours[0][3]) is lower_case  # "word" and "Word" alike or not
+        assert tokenizer("a")["input_ids"][0] == vocabulary_lib.CLS_ID
+    model = transformers.BertForPreTraining.from_pretrained(out, attn_implementation="eager")
+    model.eval()
+    x = probe_inputs(bert, 3, 12)
+    n = x["token_ids"].shape[1]
+    positions = np.broadcast_to(np.arange(n), x["token_ids"].shape).astype("int32")
+    mine = bert({**x, "masked_positions": positions}, training=False)
+    with torch.no_grad():
+        hf = model(input_ids=torch.tensor(x["token_ids"], dtype=torch.long),
+                   token_type_ids=torch.tensor(x["segment_ids"], dtype=torch.long),
+                   attention_mask=torch.tensor(x["padding_mask"], dtype=torch.long),
+                   output_hidden_states=True)
+    mask = np.asarray(x["padding_mask"], bool)
+    bounds = check_tolerances(bert, n)
+    for name, theirs_out, ours_out in (
+            ("mlm_logits", hf.prediction_logits.numpy(), np.asarray(mine["mlm_logits"])),
+            ("sequence_output", hf.hidden_states[-1].numpy(),
+             np.asarray(mine["sequence_output"]))):
+        error = _relative_error(ours_out[mask], theirs_out[mask])
+        assert error <= bounds[name], (name, error, bounds[name])

@@ -1,8 +1,9 @@
 """tfeff-convert-core: merge a relaxed (CoRe) BERT model directory into a standard one,
-or write a standard BERT model directory as a keras-hub preset.
+or write a standard BERT model directory as a keras-hub preset or a Hugging Face directory.
 
     tfeff-convert-core --model_dir runs/relaxed --output_dir runs/standard
     tfeff-convert-core --model_dir runs/standard --keras_hub_preset runs/standard-keras-hub
+    tfeff-convert-core --model_dir runs/standard --hf_dir runs/standard-hf
 
 With `--output_dir`, the standard model is checked against the relaxed one
 run with exact attention before anything is written; on any mismatch the
@@ -17,6 +18,14 @@ positions (a two-phase CoRe run after its switch, the output of
 (`tfeff.convert.write_keras_hub_preset`):
 `keras_hub.models.BertMaskedLM.from_preset(DIR)` loads it. `--overwrite`
 replaces an earlier preset. It needs keras-hub (`pip install -e '.[hub]'`).
+
+With `--hf_dir`, the same standard model is written as a Hugging Face BERT
+directory (`tfeff.convert.write_hf_model_dir`): `model.safetensors`,
+`config.json`, `vocab.txt`, `tokenizer_config.json` (the casing of
+`data.lower_case`) and `special_tokens_map.json`, which
+`transformers.BertForPreTraining.from_pretrained(DIR)` and
+`AutoTokenizer.from_pretrained(DIR)` load. It needs safetensors
+(`pip install -e '.[hf]'`); `--overwrite` replaces an earlier such directory.
 """
 
 import importlib
@@ -28,13 +37,17 @@ from tfeff.bin import common
 
 _MODEL_DIR = common.DEFINE_path(
     "model_dir", None, "Relaxed BERT model directory (--output_dir), or standard BERT model "
-    "directory (--keras_hub_preset).", required=True)
+    "directory (--keras_hub_preset, --hf_dir).", required=True)
 _OUTPUT_DIR = common.DEFINE_path("output_dir", None, "Standard model directory to write.")
 _KERAS_HUB_PRESET = common.DEFINE_path(
     "keras_hub_preset", None, "keras-hub preset directory to write from the standard BERT "
     "of --model_dir (instead of --output_dir).")
+_HF_DIR = common.DEFINE_path(
+    "hf_dir", None, "Hugging Face directory to write from the standard BERT of --model_dir "
+    "(weights, config.json, vocab.txt and the tokenizer files; instead of --output_dir).")
 _OVERWRITE = flags.DEFINE_bool(
-    "overwrite", False, "Replace an existing --keras_hub_preset that holds a keras-hub preset.")
+    "overwrite", False, "Replace an existing --keras_hub_preset or --hf_dir that this command "
+    "wrote.")
 _RTOL = common.DEFINE_positive_float("rtol", None, "Largest accepted relative error of the merge's "
                            "check (--output_dir); default: derived from the model's size "
                            "(float32 rounding along its longest path).")
@@ -56,27 +69,45 @@ def _write_preset(model_dir, preset_dir, overwrite):
           "errors vs tfeff: " + ", ".join(f"{k} {v:.2g}" for k, v in errors.items()))
 
 
+def _write_hf(model_dir, hf_dir, overwrite):
+    from tfeff.convert import write_hf_model_dir
+
+    step = write_hf_model_dir(model_dir, hf_dir, overwrite=overwrite)
+    print(f"wrote {model_dir} (step {step}) as the Hugging Face directory {hf_dir}")
+
+
+# What each output needs that tfeff itself does not: (module, extra).
+_NEEDS = {"keras_hub_preset": ("keras_hub", "hub"), "hf_dir": ("safetensors", "hf")}
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    if (_OUTPUT_DIR.value is None) == (_KERAS_HUB_PRESET.value is None):
-        raise app.UsageError("Pass exactly one of --output_dir and --keras_hub_preset.")
-    if _OVERWRITE.value and _KERAS_HUB_PRESET.value is None:
-        raise app.UsageError("--overwrite applies to --keras_hub_preset only.")
-    if _KERAS_HUB_PRESET.value is not None:
+    outputs = {name: value for name, value in (("output_dir", _OUTPUT_DIR.value),
+                                               ("keras_hub_preset", _KERAS_HUB_PRESET.value),
+                                               ("hf_dir", _HF_DIR.value)) if value is not None}
+    if len(outputs) != 1:
+        raise app.UsageError("Pass exactly one of --output_dir, --keras_hub_preset and "
+                             "--hf_dir.")
+    (output, path), = outputs.items()
+    if _OVERWRITE.value and output == "output_dir":
+        raise app.UsageError("--overwrite applies to --keras_hub_preset and --hf_dir only.")
+    if output != "output_dir":
         if flags.FLAGS["rtol"].present:
-            raise app.UsageError("--rtol applies to --output_dir only (the preset's check "
-                                 "has its own tolerances).")
+            raise app.UsageError(f"--rtol applies to --output_dir only (--{output} has no "
+                                 "merge to check).")
+        module, extra = _NEEDS[output]
         try:
-            importlib.import_module("keras_hub")
+            importlib.import_module(module)
         except ImportError as e:
-            raise app.UsageError(f"--keras_hub_preset needs keras-hub, which cannot be imported "
-                                 f"({e}): pip install -e '.[hub]' from a checkout of tfeff.")
-    if _OUTPUT_DIR.value is not None:
-        common.run_main(lambda: _merge(_MODEL_DIR.value, _OUTPUT_DIR.value, _RTOL.value))
+            raise app.UsageError(f"--{output} needs {module}, which cannot be imported "
+                                 f"({e}): pip install -e '.[{extra}]' from a checkout of tfeff.")
+    if output == "output_dir":
+        common.run_main(lambda: _merge(_MODEL_DIR.value, path, _RTOL.value))
+    elif output == "keras_hub_preset":
+        common.run_main(lambda: _write_preset(_MODEL_DIR.value, path, _OVERWRITE.value))
     else:
-        common.run_main(lambda: _write_preset(_MODEL_DIR.value, _KERAS_HUB_PRESET.value,
-                                              _OVERWRITE.value))
+        common.run_main(lambda: _write_hf(_MODEL_DIR.value, path, _OVERWRITE.value))
 
 
 def run():

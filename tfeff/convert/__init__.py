@@ -5,6 +5,7 @@ from tfeff.convert.core import convert_model_dir
 from tfeff.convert.core import merge_relaxed_bert
 from tfeff.convert.hf_bert import read_hf_bert
 from tfeff.convert.hf_bert import write_hf_bert
+from tfeff.convert.hf_bert import write_hf_model_dir
 from tfeff.convert.keras_hub_bert import from_keras_hub
 from tfeff.convert.keras_hub_bert import to_keras_hub
 from tfeff.convert.keras_hub_preset import write_keras_hub_preset
@@ -17,5 +18,6 @@ __all__ = [
     "read_hf_bert",
     "to_keras_hub",
     "write_hf_bert",
+    "write_hf_model_dir",
     "write_keras_hub_preset",
 ]

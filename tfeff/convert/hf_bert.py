@@ -1,4 +1,4 @@
-"""Hugging Face BERT layout: `config.json` + `model.safetensors` (+ `vocab.txt`).
+"""Hugging Face BERT layout: `config.json` + `model.safetensors` (+ the tokenizer's files).
 
 `write_hf_bert(bert, directory)` writes what `transformers.BertForPreTraining
 .from_pretrained(directory)` loads; `read_hf_bert(directory)` builds a tfeff
@@ -55,6 +55,9 @@ from tfeff.models import Bert
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 VOCAB_FILE = "vocab.txt"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS_FILE = "special_tokens_map.json"
+_WRITTEN = {CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_FILE}
 _HF_ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_new", "relu": "relu"}
 _FROM_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate",
                         "gelu_pytorch_tanh": "gelu_approximate", "relu": "relu"}
@@ -149,13 +152,35 @@ def hf_config(bert):
     }
 
 
+def tokenizer_files(bert, lower_case):
+    """`{file name: dict}` of the JSON files `transformers` reads beside `vocab.txt`:
+    `tokenizer_config.json` (BERT's tokenizer class, the model's length, and the
+    casing of tfeff's tokenizer: without it `AutoTokenizer` lower-cases, splitting a
+    cased vocabulary's "European" into `e ##ur ##op ##ea ##n`) and
+    `special_tokens_map.json` (BERT's names of the reserved ids 0-4).
+
+    Args:
+        bert: the `Bert` whose vocabulary is written.
+        lower_case: whether tfeff's tokenizer lower-cased and stripped accents
+            (`data.lower_case`); Hugging Face's `do_lower_case` does both.
+    """
+    pad, unk, cls, sep, mask = BERT_RESERVED_NAMES
+    special = {"pad_token": pad, "unk_token": unk, "cls_token": cls, "sep_token": sep,
+               "mask_token": mask}
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(lower_case),
+              "strip_accents": None, "tokenize_chinese_chars": True,
+              "model_max_length": bert.max_sequence_length,
+              "clean_up_tokenization_spaces": False, **special}
+    return {TOKENIZER_CONFIG_FILE: config, SPECIAL_TOKENS_FILE: special}
+
+
 def _not_hf_bert(path):
     """None when `path` holds what `write_hf_bert` writes and nothing else."""
     if not os.path.isdir(path):
         return "a file, not a directory"
     names = set(os.listdir(path))
     # Visible names first (a model directory's own hidden files say less).
-    other = sorted(names - {CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE},
+    other = sorted(names - _WRITTEN,
                    key=lambda name: (name.startswith("."), name))
     if other:
         return f"it holds {', '.join(other[:5])}, which write_hf_bert does not write"
@@ -182,7 +207,7 @@ def bert_vocabulary(vocabulary_path, vocabulary_size):
     return words, None
 
 
-def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
+def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False, lower_case=False):
     """Writes a standard `Bert` as a Hugging Face BERT directory.
 
     Args:
@@ -191,9 +216,13 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
         directory: output directory (written to a temporary sibling, then
             renamed).
         vocabulary_path: optional tfeff vocabulary file, written as
-            `vocab.txt` with BERT's names for the reserved tokens.
+            `vocab.txt` with BERT's names for the reserved tokens, with the
+            tokenizer files `AutoTokenizer.from_pretrained(directory)` reads
+            (`tokenizer_files`).
         overwrite: replace an existing directory that `write_hf_bert` wrote
             (nothing else: see `tfeff.data.files.check_output`).
+        lower_case: the model was trained on lower-cased, accent-stripped text
+            (`data.lower_case`): the tokenizer files say so.
 
     Returns:
         `directory`.
@@ -247,6 +276,9 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False):
         if words:
             with open(os.path.join(tmp, VOCAB_FILE), "w", encoding="utf-8") as f:
                 f.write("".join(w + "\n" for w in words))
+            for name, content in tokenizer_files(bert, lower_case).items():
+                with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+                    json.dump(content, f, indent=2)
         files.move_directory_into_place(tmp, directory, recheck)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -363,3 +395,73 @@ def read_hf_bert(directory, name="bert"):
         logging.info("%s: no %s; those weights are freshly initialized", weights_path,
                      ", ".join(fresh))
     return bert
+
+
+def standard_bert_problem(config, model_dir, what, holder):
+    """Why `model_dir` (its `config`) does not hold a standard BERT with learned
+    positions, which `what` (e.g. "Hugging Face directories") are written from and
+    `holder` (e.g. "Hugging Face's BertModel") can hold, naming the config key; or None."""
+    from tfeff.training import checkpoints
+    from tfeff.training import model_directory
+    from tfeff.training.families import bert as bp
+
+    where = os.path.join(model_dir, model_directory.CONFIG_FILE)
+    if config.family != "bert":
+        return (f"{where}: family {config.family!r}; {what} are written for BERT model "
+                "directories only (family: bert)")
+    if config.model.position_embedding != "learned":
+        return (f"{where}: model.position_embedding is {config.model.position_embedding!r}; "
+                f"{holder} has a learned absolute position table only "
+                "(position_embedding: learned)")
+    if bp.checkpoint_is_relaxed(config):
+        return (f"{where}: model.relaxed is set, so {model_dir} holds CoRe's relaxed BERT, "
+                f"whose anchor attention and factorized feed-forward layers {holder} does "
+                f"not have; merge it first: tfeff-convert-core --model_dir {model_dir} "
+                "--output_dir STANDARD, then convert STANDARD")
+    if config.two_phase and not checkpoints.has_checkpoints(
+            os.path.join(model_dir, model_directory.CHECKPOINT_DIR)):
+        return (f"{model_dir} is a two-phase CoRe run (core.coarse_steps: "
+                f"{config.core.coarse_steps}) that has not switched to the standard model yet: "
+                "continue it past the switch, or merge its relaxed model with "
+                f"tfeff-convert-core --model_dir {os.path.join(model_dir, bp.COARSE_DIR)} "
+                "--output_dir STANDARD")
+    return None
+
+
+def write_hf_model_dir(model_dir, directory, overwrite=False):
+    """Writes the standard BERT of a model directory as a Hugging Face directory: the
+    weights and `config.json` (`write_hf_bert`), `vocab.txt` and the tokenizer files
+    with the directory's `data.lower_case`, so that
+    `transformers.AutoTokenizer.from_pretrained(directory)` tokenizes as tfeff did and
+    `BertForPreTraining.from_pretrained(directory)` computes what the tfeff model
+    computes (`tfeff-convert-core --hf_dir`).
+
+    Args:
+        model_dir: a standard BERT model directory (`family: bert`) with learned
+            positions: a standard run, a two-phase CoRe run after its switch, or
+            the output of `tfeff-convert-core --output_dir`.
+        directory: the Hugging Face directory to write (see `write_hf_bert`).
+        overwrite: replace an earlier such directory.
+
+    Returns:
+        The step of the checkpoint written.
+
+    Raises:
+        ConversionError: `model_dir` holds no standard BERT with learned positions
+            (the message names the config key and what to do).
+    """
+    from tfeff.models.relaxed_merge import ConversionError
+    from tfeff.training import model_directory
+    from tfeff.training.families import bert as bp
+
+    config = model_directory.load_model_dir_config(model_dir)
+    problem = standard_bert_problem(config, model_dir, "Hugging Face directories",
+                                    "Hugging Face's BertModel")
+    if problem:
+        raise ConversionError(problem)
+    bert, _, step, _ = bp.BERT.restore(model_dir, config)
+    write_hf_bert(bert, directory,
+                  os.path.join(model_dir, model_directory.VOCABULARY_FILE),
+                  overwrite=overwrite, lower_case=config.data.lower_case)
+    return step
+

@@ -29,9 +29,9 @@ import shutil
 import tempfile
 
 import numpy as np
-import tensorflow as tf
 
 from tfeff.convert.hf_bert import bert_vocabulary
+from tfeff.convert.hf_bert import standard_bert_problem
 from tfeff.convert.keras_hub_bert import _copy
 from tfeff.convert.keras_hub_bert import _exact_in_keras_hub
 from tfeff.convert.keras_hub_bert import _import_keras_hub
@@ -75,31 +75,13 @@ def _not_a_preset(path):
 def _not_convertible(config, model_dir):
     """Why keras-hub's BERT cannot hold the model of `model_dir` (naming the config key),
     or None."""
-    where = os.path.join(model_dir, model_directory.CONFIG_FILE)
-    if config.family != "bert":
-        return (f"{where}: family {config.family!r}; keras-hub presets are written for BERT "
-                "model directories only (family: bert)")
-    m = config.model
-    if m.position_embedding != "learned":
-        return (f"{where}: model.position_embedding is {m.position_embedding!r}; keras-hub's "
-                "BertBackbone has a learned absolute position table only "
-                "(position_embedding: learned)")
-    if m.activation == "relu":
-        return (f"{where}: model.activation is 'relu'; keras-hub's BertBackbone always uses "
-                "GELU (exactly: gelu_approximate; approximately: gelu)")
-    if bp.checkpoint_is_relaxed(config):
-        return (f"{where}: model.relaxed is set, so {model_dir} holds CoRe's relaxed BERT, "
-                "whose anchor attention and factorized feed-forward layers keras-hub's BERT "
-                f"does not have; merge it first: tfeff-convert-core --model_dir {model_dir} "
-                "--output_dir STANDARD, then convert STANDARD")
-    if config.two_phase and tf.train.latest_checkpoint(
-            os.path.join(model_dir, model_directory.CHECKPOINT_DIR)) is None:
-        return (f"{model_dir} is a two-phase CoRe run (core.coarse_steps: "
-                f"{config.core.coarse_steps}) that has not switched to the standard model yet: "
-                "continue it past the switch, or merge its relaxed model with "
-                f"tfeff-convert-core --model_dir {os.path.join(model_dir, bp.COARSE_DIR)} "
-                "--output_dir STANDARD")
-    return None
+    if (config.family == "bert" and config.model.position_embedding == "learned"
+            and config.model.activation == "relu"):  # before the CoRe checks, as said first
+        return (f"{os.path.join(model_dir, model_directory.CONFIG_FILE)}: model.activation "
+                "is 'relu'; keras-hub's BertBackbone always uses GELU (exactly: "
+                "gelu_approximate; approximately: gelu)")
+    return standard_bert_problem(config, model_dir, "keras-hub presets",
+                                 "keras-hub's BertBackbone")
 
 
 def _masked_lm(keras_hub, bert, config, words):
