@@ -55,6 +55,11 @@ def test_pretrain_exits_0_and_prints_its_summary(runs, name):
     assert held_out and all(line.startswith("held-out ") for line in held_out), held_out
     start = lines.index(f"finished at step {steps(name)}")
     assert lines[start + 1:start + 1 + len(held_out)] == held_out, stdout[-2000:]
+    # Said once (stdout), and stderr holds tfeff's lines and real warnings only: none of
+    # the libraries' chatter, no warning tfeff's own calls cause.
+    assert stdout.count(held_out[0]) == 1 and held_out[0] not in stderr
+    assert not re.search(r"\.cc:\d+\]|absl::InitializeLog|shuffle=True|UserWarning|"
+                         r"Sharding callback|is deprecated|GeneratorDataset", stderr), stderr
     with open(os.path.join(model_dir, "eval.json")) as f:
         results = json.load(f)
     with open(os.path.join(model_dir, "vocabulary.txt"), encoding="utf-8") as f:
@@ -107,6 +112,8 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_in_a_log(runs, name):
 def test_export_loads_without_tfeff_and_embeds(runs, name):
     rc, stdout, stderr = runs[name]["export_run"]
     assert rc == 0, stderr[-3000:]
+    assert not re.search(r"\.cc:\d+\]|unsupported characters|Assets written|fingerprint",
+                         stderr), stderr
     assert re.search(rf"exported step {steps(name)} to ", stdout), stdout
     meta = json.load(open(os.path.join(runs[name]["export"], "assets.extra",
                                        "embedder.json")))

@@ -726,3 +726,22 @@ def test_out_of_memory_is_reported_and_a_smaller_batch_may_rerun(data_dir, tmp_p
                                                _checkpoint(model_dir, 2))
     with pytest.raises(ConfigError, match="data.batch_size: 2 -> 64"):
         resolve_config(load_config(DEMO, wide), model_dir)
+
+
+def test_the_checkpoint_index_is_written_as_tensorflow_reads_it_without_a_deprecation(
+        tmp_path, caplog):
+    """tfeff writes the `checkpoint` index itself: TensorFlow's reader gets every field
+    back, nothing is logged (TensorFlow's own writer logs a deprecation warning), and
+    the temporary file is gone."""
+    with caplog.at_level("INFO"):
+        checkpoints.write_checkpoint_state(
+            str(tmp_path), "ckpt-3", ["ckpt-1", "ckpt-2", "ckpt-3"],
+            [1795000000.25, 1795000100.5, 1795000200.75], 1794999999.0)
+    state = tf.train.get_checkpoint_state(str(tmp_path))
+    assert os.path.basename(state.model_checkpoint_path) == "ckpt-3"
+    assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
+        "ckpt-1", "ckpt-2", "ckpt-3"]
+    assert list(state.all_model_checkpoint_timestamps) == [1795000000.25, 1795000100.5,
+                                                           1795000200.75]
+    assert state.last_preserved_timestamp == 1794999999.0
+    assert os.listdir(tmp_path) == ["checkpoint"] and not caplog.records

@@ -9,12 +9,14 @@ model variable was found.
 """
 
 import contextlib
+import json
 import logging
 import os
 import re
 import signal
 import threading
 import time
+import uuid
 
 import tensorflow as tf
 
@@ -207,14 +209,30 @@ def select_checkpoint(directory, fallback=False, write_index=True):
     raise CheckpointError(f"no readable checkpoint in {directory}: " + "; ".join(errors))
 
 
+def write_checkpoint_state(directory, latest, paths, timestamps=None, last_preserved=None):
+    """Writes `directory`'s checkpoint index (what `tf.train.get_checkpoint_state`
+    reads) atomically: the `CheckpointState` text proto of `latest`, `paths` (oldest
+    first) and their times. TensorFlow's own writer,
+    `tf.compat.v1.train.update_checkpoint_state`, is deprecated and logs so."""
+    lines = [f"model_checkpoint_path: {json.dumps(latest)}"]
+    lines += [f"all_model_checkpoint_paths: {json.dumps(p)}" for p in paths]
+    lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in timestamps or ()]
+    if last_preserved is not None:
+        lines.append(f"last_preserved_timestamp: {float(last_preserved)!r}")
+    path = os.path.join(directory, INDEX_FILE)
+    temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with tf.io.gfile.GFile(temporary, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
 def _write_index(directory, prefixes):
     """The checkpoint index of `prefixes` (newest first), relative names, each
     checkpoint's time its index file's modification time."""
     oldest_first = list(reversed(prefixes))
     times = [tf.io.gfile.stat(p + ".index").mtime_nsec / 1e9 for p in oldest_first]
-    tf.compat.v1.train.update_checkpoint_state(
-        directory, os.path.basename(prefixes[0]), [os.path.basename(p) for p in oldest_first],
-        all_model_checkpoint_timestamps=times, last_preserved_timestamp=min(times) - 1)
+    write_checkpoint_state(directory, os.path.basename(prefixes[0]),
+                           [os.path.basename(p) for p in oldest_first], times, min(times) - 1)
 
 
 # Checkpoints chosen in turn by `restore_newest` before it gives up.
@@ -312,8 +330,8 @@ def relative_checkpoint_state(directory):
         return
     # The times too: without them `tf.train.CheckpointManager` never deletes the listed
     # checkpoints.
-    tf.compat.v1.train.update_checkpoint_state(
+    write_checkpoint_state(
         directory, os.path.basename(state.model_checkpoint_path),
         [os.path.basename(p) for p in state.all_model_checkpoint_paths],
-        all_model_checkpoint_timestamps=list(state.all_model_checkpoint_timestamps) or None,
-        last_preserved_timestamp=state.last_preserved_timestamp or None)
+        list(state.all_model_checkpoint_timestamps),
+        state.last_preserved_timestamp or None)

@@ -394,11 +394,11 @@ def claim(model_dir, what="tfeff-pretrain"):
 
 
 # What a killed run leaves: temporary siblings of tfeff's own files
-# (`files.temporary_sibling`, the text fastText trains on) and TensorFlow's checkpoint
-# being written. Not other names' (an export inside the model directory has its own
+# (`files.temporary_sibling`, the text fastText trains on, a checkpoint index being
+# rewritten) and TensorFlow's checkpoint being written. Not other names' (an export inside the model directory has its own
 # lock), nor write probes (another worker's may be in use).
 _LEFTOVER = re.compile(
-    r"^(?:(?:" + "|".join(re.escape(n) for n in OWNED_NAMES)
+    r"^(?:(?:" + "|".join(re.escape(n) for n in OWNED_NAMES + (checkpoints.INDEX_FILE,))
     + r")\.tmp-[0-9a-f]{8}(?:\.txt|\.old)?|ckpt-\d+_temp.*)$")
 
 
