@@ -196,8 +196,9 @@ def test_pretrain_refuses_a_nan_learning_rate_by_name(tmp_path):
     r = _run(["tfeff.bin.pretrain", "--config", DEMO, "--model_dir", str(tmp_path / "m"),
               "--on_nan", "skip", "--override", "train.learning_rate=.nan"], tmp_path)
     assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert "error: " + DEMO + ": `train.learning_rate` must be a finite number, got nan" \
-        in r.stderr
+    # The override is named, not the file (which is fine).
+    assert ("error: override `train.learning_rate=.nan` (applied to " + DEMO + "): "
+            "`train.learning_rate` must be a finite number, got nan") in r.stderr
     assert not os.path.exists(tmp_path / "m")
 
 
@@ -205,7 +206,7 @@ def test_pretrain_refuses_a_nan_learning_rate_by_name(tmp_path):
 _PATH_FLAGS = {"pretrain": ["config", "model_dir"],
                "export": ["model_dir", "fasttext", "output"],
                "embed": ["embedder", "input", "output"],
-               "convert_core": ["model_dir", "output_dir", "keras_hub_preset"]}
+               "convert_core": ["model_dir", "output_dir", "keras_hub_preset", "hf_dir"]}
 _CHECK_FLAGS = """
 import json, sys
 from absl import flags

@@ -52,7 +52,7 @@ def test_pretrain_exits_0_and_prints_its_summary(runs, name):
     with open(os.path.join(model_dir, "eval.json")) as f:
         held_out = get_family(_config(name)["family"]).eval_summary(json.load(f))
     lines = stdout.splitlines()
-    assert held_out and all(line.startswith("held-out ") for line in held_out), held_out
+    assert held_out and all(line.startswith("held-out") for line in held_out), held_out
     start = lines.index(f"finished at step {steps(name)}")
     assert lines[start + 1:start + 1 + len(held_out)] == held_out, stdout[-2000:]
     # Said once (stdout), and stderr holds tfeff's lines and real warnings only: none of
@@ -95,7 +95,8 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_in_a_log(runs, name):
                r"steps/s, elapsed \w+")
     lines = re.findall(pattern, stderr)
     if name == TERMINAL:  # one line redrawn in place against the whole run, no log lines
-        drawn = re.findall("\r" + pattern, stdout)
+        drawn = [re.match(pattern, part).groups() for part in stdout.split("\r")[1:]
+                 if re.match(pattern, part)]
         assert drawn and drawn[-1][0] == drawn[-1][1] == str(steps(name)), stdout[:500]
         assert "━" not in stdout and not lines, stderr[-2000:]  # not Keras' bar
         return

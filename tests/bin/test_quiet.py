@@ -28,7 +28,7 @@ CHATTER = [
     "not initialized. The process may be terminated.",
 ]
 # What must come through: tfeff's log lines (absl's Python format), an error line of
-# the binary, a C++ error the filter does not know, a traceback.
+# the binary, a C++ warning and error the filter does not know, a traceback.
 KEPT = [
     "I1126 03:02:22.716261 140525866765184 model_directory.py:95] Generating the synthetic "
     "corpus in /tmp/m/corpus",
@@ -36,6 +36,8 @@ KEPT = [
     "error: No file matches the corpus pattern `/no/such/*.txt`",
     "E0000 00:00:1795662140.842350   20627 bfc_allocator.cc:485] Allocator (GPU_0_bfc) ran out "
     "of memory trying to allocate 4.00GiB",
+    "W0000 00:00:1795662140.842351   20627 gpu_device.cc:2344] Cannot dlopen some GPU "
+    "libraries. Skipping registering GPU devices...",
     "Traceback (most recent call last):",
     '  File "x.py", line 1, in <module>',
 ]
@@ -51,7 +53,8 @@ def test_the_known_chatter_is_matched_and_nothing_else():
 @pytest.mark.parametrize("argv, expected", [
     ([], False), (["--config", "a.yaml"], False), (["--verbosity", "1"], True),
     (["--verbosity=0"], False), (["-v", "2"], True), (["-v=1"], True),
-    (["--verbosity=-1"], False), (["--verbosity", "x"], True),
+    (["--verbosity=-1"], False), (["--verbosity", "x"], True), (["--v=1"], True),
+    (["-verbosity=2"], True), (["--flagfile=flags.txt"], True), (["config.yaml", "-v"], False),
 ])
 def test_verbosity_one_or_more_turns_the_filter_off(argv, expected):
     assert quiet.verbose(argv) is expected

@@ -242,7 +242,8 @@ def test_convert_and_hugging_face_writers_refuse_their_inputs(model_copy, tmp_pa
     with pytest.raises(FileExistsError, match="holds checkpoints, config.yaml"):
         write_hf_bert(bert, model_copy, overwrite=True)
     assert _tree(model_copy) == before and sorted(os.listdir(hf)) == [
-        "config.json", "model.safetensors", "vocab.txt"]
+        "config.json", "model.safetensors", "special_tokens_map.json", "tokenizer_config.json",
+        "vocab.txt"]
     assert _leftovers(str(tmp_path)) == [] and _leftovers(os.path.dirname(model_copy)) == []
 
 

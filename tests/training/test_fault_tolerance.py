@@ -292,15 +292,18 @@ def test_a_second_run_is_refused_at_once_and_a_killed_one_holds_nothing(data_dir
 
 
 def _children(pid):
-    """The pids whose parent is `pid` (from /proc)."""
+    """The pids whose parent is `pid` (from /proc), but the binary's stderr filter
+    (`tfeff.bin.quiet`, which ends when the binary does)."""
     out = []
     for entry in os.listdir("/proc"):
         try:
             with open(f"/proc/{entry}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read()
         except (OSError, IndexError):
             continue
-        if int(fields[1]) == pid:
+        if int(fields[1]) == pid and b"tfeff.bin.quiet" not in command:
             out.append(int(entry))
     return out
 

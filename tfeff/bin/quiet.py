@@ -5,26 +5,27 @@ can configure anything and whatever `TF_CPP_MIN_LOG_LEVEL` says: the oneDNN and
 CPU-feature notices at import, `failed call to cuInit: ... UNKNOWN ERROR (303)`
 on every machine without a GPU, `Error occurred when finalizing GeneratorDataset
 iterator` at exit. `install` runs the binary's stderr through a small filter
-process (`python -m tfeff.bin.quiet`) that drops those lines (`NOISE`) and passes
-everything else through unchanged: a C++ `E` line it does not know, a Python
-traceback, a crash's last words (the filter outlives the binary and writes all it
-was given). It also drops two INFO messages of TensorFlow's Python logging
+process (`python -m tfeff.bin.quiet`) that drops those lines (`NOISE`: every C++
+INFO line, and the known WARNING and ERROR ones) and passes everything else
+through unchanged: a C++ warning or error it does not know, a Python traceback,
+a crash's last words (the filter outlives the binary and writes all it was given). It also drops two INFO messages of TensorFlow's Python logging
 (`PYTHON_NOISE`) from absl's log handler. `--verbosity 1` (or more) turns all of this off.
 """
 
-import atexit
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 
 # C++ log lines: `I1126 03:02:22.716261   20627 port.cc:153] ...` (level, date, time,
-# thread, source file). Every INFO and WARNING line of a .cc file is dropped; of the
-# ERROR lines, only those known to mean nothing.
+# thread, source file). Every INFO line of a .cc file is dropped; of the WARNING and
+# ERROR lines (a device's missing libraries, an allocator out of memory), only those
+# known to mean nothing.
 NOISE = re.compile(
-    r"^(?:[IW]\d{4} [\d:.]+ +\d+ [\w./-]+\.cc:\d+\] "
-    r"|E\d{4} [\d:.]+ +\d+ [\w./-]+\.cc:\d+\] (?:failed call to cuInit"
+    r"^(?:I\d{4} [\d:.]+ +\d+ [\w./-]+\.cc:\d+\] "
+    r"|[WE]\d{4} [\d:.]+ +\d+ [\w./-]+\.cc:\d+\] (?:failed call to cuInit"
     r"|oneDNN supports DT_INT64 only|Error occurred when finalizing GeneratorDataset iterator)"
     r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
     r"|To enable the following instructions: .*rebuild TensorFlow)")
@@ -42,19 +43,24 @@ class _Chatter(logging.Filter):
 
 
 def verbose(argv):
-    """Whether `argv` asks for absl's `--verbosity` (`-v`) 1 or more."""
+    """Whether `argv` asks for absl's `--verbosity` (`-v`, one dash or two) 1 or more, or
+    reads flags from a `--flagfile` (which may: nothing is hidden then)."""
     for i, arg in enumerate(argv):
-        for name in ("--verbosity", "-v"):
-            if arg == name and i + 1 < len(argv):
-                value = argv[i + 1]
-            elif arg.startswith(name + "="):
-                value = arg[len(name) + 1:]
-            else:
+        if not arg.startswith("-"):
+            continue
+        name, equals, value = arg.lstrip("-").partition("=")
+        if name == "flagfile":
+            return True
+        if name not in ("v", "verbosity"):
+            continue
+        if not equals:
+            if i + 1 >= len(argv):
                 continue
-            try:
-                return int(value) >= 1
-            except ValueError:
-                return True  # absl will refuse it; hide nothing meanwhile
+            value = argv[i + 1]
+        try:
+            return int(value) >= 1
+        except ValueError:
+            return True  # absl will refuse it; hide nothing meanwhile
     return False
 
 
@@ -67,32 +73,34 @@ def install(argv):
     from absl import logging as absl_logging
 
     absl_logging.get_absl_handler().addFilter(_Chatter())  # what every Python logger writes
-    sys.stderr.flush()
-    original = os.dup(2)
+    if sys.stderr is None:  # stderr closed (2>&-): nothing to filter
+        return False
+    try:
+        sys.stderr.flush()
+        original = os.dup(2)
+    except (OSError, ValueError):
+        return False
     try:
         child = subprocess.Popen([sys.executable, "-m", "tfeff.bin.quiet"],
                                  stdin=subprocess.PIPE, stdout=original,
                                  start_new_session=True)  # a Ctrl-C does not stop it first
     except OSError:  # no filter, no harm: the chatter shows
-        os.close(original)
         return False
+    finally:
+        os.close(original)  # the child holds it
+    # fd 2 is now the only writer: the filter ends when this process (and the children it
+    # started) have ended, after the interpreter's last words, which it filters too.
     os.dup2(child.stdin.fileno(), 2)
-    child.stdin.close()  # fd 2 is now the only writer: the filter ends when this process does
-
-    def drain():  # at exit: everything written before is on the terminal before the prompt
-        sys.stderr.flush()
-        os.dup2(original, 2)
-        try:
-            child.wait(timeout=5)  # a child process of ours may still hold the pipe
-        except subprocess.TimeoutExpired:
-            pass
-
-    atexit.register(drain)
+    child.stdin.close()
     return True
 
 
 def main():
-    """The filter: stdin to stdout, less the `NOISE` lines, line by line."""
+    """The filter: stdin to stdout, less the `NOISE` lines, line by line, until the
+    binary's end (a signal sent to the whole job, a scheduler's SIGTERM, does not stop it
+    before the binary's last words)."""
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
         if not NOISE.match(line.decode("utf-8", "replace")):

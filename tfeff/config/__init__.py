@@ -89,10 +89,10 @@ def load_config(path, overrides=None):
         return config_from_dict(data, overrides)
     except ConfigError as e:
         overrides = list(overrides or [])
-        blamed = _override_of(str(e), overrides)
-        if blamed is not None:
-            raise ConfigError(f"override `{blamed}` (applied to {path}): {e}") from e
-        if overrides and _builds(data):  # valid alone: the overrides together broke it
+        if overrides and _builds(data):  # valid alone: an override broke it
+            blamed = _override_of(str(e), overrides)
+            if blamed is not None:
+                raise ConfigError(f"override `{blamed}` (applied to {path}): {e}") from e
             listed = ", ".join(f"`{o}`" for o in overrides)
             raise ConfigError(f"{path} with the overrides {listed}: {e}") from e
         raise ConfigError(f"{path}: {e}") from e

@@ -432,7 +432,8 @@ def write_hf_model_dir(model_dir, directory, overwrite=False):
     """Writes the standard BERT of a model directory as a Hugging Face directory: the
     weights and `config.json` (`write_hf_bert`), `vocab.txt` and the tokenizer files
     with the directory's `data.lower_case`, so that
-    `transformers.AutoTokenizer.from_pretrained(directory)` tokenizes as tfeff did and
+    `transformers.AutoTokenizer.from_pretrained(directory)` tokenizes as tfeff did (but
+    for a literal `<unk>`, which it splits: write `[UNK]` in its text) and
     `BertForPreTraining.from_pretrained(directory)` computes what the tfeff model
     computes (`tfeff-convert-core --hf_dir`).
 

@@ -1,6 +1,7 @@
 """Training callbacks (TensorFlow-only): scalars, progress, non-finite updates, stop and save."""
 
 import logging
+import shutil
 import sys
 import time
 
@@ -153,7 +154,8 @@ class ProgressLogger(keras.callbacks.Callback):
             if self._first is None:
                 self._first = (step, now)
             self._last, self._drawn = (step, now), now
-            self._write("\r" + self._line(step, now, rate, logs) + "\x1b[K")
+            width = shutil.get_terminal_size((120, 24)).columns - 1  # a wrapped line
+            self._write("\r" + self._line(step, now, rate, logs)[:width] + "\x1b[K")
             return
         if step % self.every:
             return

@@ -216,7 +216,7 @@ def write_checkpoint_state(directory, latest, paths, timestamps=None, last_prese
     `tf.compat.v1.train.update_checkpoint_state`, is deprecated and logs so."""
     lines = [f"model_checkpoint_path: {json.dumps(latest)}"]
     lines += [f"all_model_checkpoint_paths: {json.dumps(p)}" for p in paths]
-    lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in timestamps or ()]
+    lines += [f"all_model_checkpoint_timestamps: {float(t)!r}" for t in timestamps or ()]
     if last_preserved is not None:
         lines.append(f"last_preserved_timestamp: {float(last_preserved)!r}")
     path = os.path.join(directory, INDEX_FILE)

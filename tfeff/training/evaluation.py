@@ -152,12 +152,13 @@ def unigram_log_probs(counts, never_targets):
         return np.log(smoothed / smoothed.sum())
 
 
-def collect_predictions(model, dataset, max_targets):
+def collect_predictions(model, dataset, max_targets, count_up_to=None):
     """Runs a language model on batches of ids; returns `(predictions, target_ids,
     total)`: the first `max_targets` of every direction's targets that count (each
     batch's directions interleaved, so that a cut inside a batch keeps as many of
     each), and how many the whole `dataset` holds (counted without the model past
-    the first `max_targets`, so a summary can say what part was scored).
+    the first `max_targets`, so a summary can say what part was scored; the count
+    stops once it reaches `count_up_to`, when given: a total of at least that).
 
     The model's contract: `model(ids)` is a dict of each direction's outputs,
     and `model.prediction_pairs(outputs, ids)` aligns them with their targets
@@ -167,6 +168,8 @@ def collect_predictions(model, dataset, max_targets):
     for ids in dataset:
         ids = ids.numpy()
         if total >= max_targets:  # enough scored: count the rest (no features needed)
+            if count_up_to is not None and total >= count_up_to:
+                break
             empty = {name: np.zeros(ids.shape + (0,), np.float32) for name in directions}
             total += sum(int(valid.sum()) for *_, valid in model.prediction_pairs(empty, ids))
             continue

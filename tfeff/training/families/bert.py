@@ -45,7 +45,7 @@ from tfeff.training.callbacks import write_scalar
 from tfeff.training.families.base import Family
 from tfeff.training.families.shared import MASKED_LM_NEVER_TARGETS
 from tfeff.training.families.shared import MaskedLMTally
-from tfeff.training.families.shared import dataset_exhausted
+from tfeff.training.families.shared import first_batches
 from tfeff.training.families.shared import masked_lm_artifacts
 from tfeff.training.families.shared import masked_lm_example_batch
 from tfeff.training.families.shared import masked_lm_summary
@@ -186,7 +186,7 @@ def evaluate_bert(model, config, heldout_files, vocabulary_path, exact_attention
     tf.random.set_seed(config.train.seed)
     ds = bert_dataset(config, heldout_files, vocabulary_path, False, seed=config.train.seed)
     tally = MaskedLMTally(unigram)
-    for batch in ds.take(config.eval.max_batches):
+    for batch in first_batches(ds, config.eval.max_batches, tally):
         logits = model(batch, training=False, exact_attention=exact_attention)["mlm_logits"]
         weights = batch["masked_weights"].numpy()
         ids = batch["masked_ids"].numpy()
@@ -194,10 +194,7 @@ def evaluate_bert(model, config, heldout_files, vocabulary_path, exact_attention
             ids, logits, from_logits=True))
         tally.add((ce * weights).sum(), ids, weights,
                   np.argmax(keras.ops.convert_to_numpy(logits), -1))
-    vocabulary_size = len(vocabulary_lib.Vocabulary.load(vocabulary_path))
-    complete = (tally.batches < config.eval.max_batches
-                or dataset_exhausted(ds, config.eval.max_batches))
-    return tally.results(complete, vocabulary_size)
+    return tally.results(len(vocabulary_lib.Vocabulary.load(vocabulary_path)))
 
 
 class BertFamily(Family):

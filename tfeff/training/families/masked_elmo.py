@@ -29,7 +29,7 @@ from tfeff.training import model_directory
 from tfeff.training.families.base import Family
 from tfeff.training.families.shared import MASKED_LM_NEVER_TARGETS
 from tfeff.training.families.shared import MaskedLMTally
-from tfeff.training.families.shared import dataset_exhausted
+from tfeff.training.families.shared import first_batches
 from tfeff.training.families.shared import masked_lm_artifacts
 from tfeff.training.families.shared import masked_lm_example_batch
 from tfeff.training.families.shared import masked_lm_summary
@@ -94,7 +94,7 @@ def evaluate_masked_elmo(model, config, documents, vocabulary_size, unigram=None
     ds = masked_elmo_dataset(config, documents, vocabulary_size, training=False)
     tally = MaskedLMTally(unigram if not model.is_continuous else None)
     states = None
-    for batch in ds.take(config.eval.max_batches):
+    for batch in first_batches(ds, config.eval.max_batches, tally):
         if states is not None:
             keep = 1.0 - tf.cast(batch["reset"], tf.float32)[:, None]
             states = [s * keep for s in states]
@@ -105,9 +105,7 @@ def evaluate_masked_elmo(model, config, documents, vocabulary_size, unigram=None
         tally.add(tf.reduce_sum(outputs["masked_losses"]).numpy(),
                   batch["masked_ids"][:, 0].numpy(), batch["masked_weights"][:, 0].numpy(),
                   predicted)
-    complete = (tally.batches < config.eval.max_batches
-                or dataset_exhausted(ds, config.eval.max_batches))
-    return tally.results(complete, vocabulary_size, softmax=not model.is_continuous)
+    return tally.results(vocabulary_size, softmax=not model.is_continuous)
 
 
 class MaskedElmoFamily(Family):
