@@ -206,8 +206,8 @@ def flops_per_token(model, config):
 def measure(name, config, vocabulary, precision, steps, warmup, work_dir, peak_flops,
             profile_dir=None, profile_steps=3):
     """The timed training step of one model (see `table` for the fields); with
-    `profile_dir` on JAX, `profile_steps` more steps are traced there
-    (`jax.profiler.trace`, read with `tools/xla_profile.py`)."""
+    `profile_dir` on JAX, `profile_steps` more steps are traced there and
+    summarized as `profile` (`tools/xla_profile.py`'s `trace_steps`)."""
     keras.config.set_dtype_policy("mixed_bfloat16" if precision == "bf16" else "float32")
     keras.utils.set_random_seed(0)
     try:
@@ -225,22 +225,19 @@ def measure(name, config, vocabulary, precision, steps, warmup, work_dir, peak_f
         if not np.isfinite(logs["loss"]):
             raise FloatingPointError(f"{name} {precision}: loss {logs['loss']}")
         median = statistics.median(times)
-        profile_error = None
+        profile = {}
         if profile_dir and keras.backend.backend() == "jax":
-            import jax
+            import xla_profile
 
-            try:  # a profiler that cannot trace here costs the profile, not the timing
-                with jax.profiler.trace(profile_dir):
-                    for _ in range(profile_steps):
-                        model.train_on_batch(batch, return_dict=True)
-            except Exception as e:  # whatever the profiler raised
-                profile_error = f"{type(e).__name__}: {e}"
+            profile = xla_profile.trace_steps(
+                lambda: model.train_on_batch(batch, return_dict=True), profile_steps,
+                profile_dir, median)
         flops = flops_per_token(model, config) * tokens / median
         return {"model": name, "precision": precision, "params": model.count_params(),
                 "tokens_per_step": tokens, "step_s": median, "tokens_per_s": tokens / median,
                 "peak_memory_bytes": peak_memory_bytes(), "model_tflops": flops / 1e12,
                 "mfu": flops / peak_flops if peak_flops else None, "loss": float(logs["loss"]),
-                **({"profile_error": profile_error} if profile_error else {})}
+                **profile}
     finally:
         keras.config.set_dtype_policy("float32")
 

@@ -283,24 +283,10 @@ def run_keras(implementation, sizes, n, steps, warmup, profile_dir=None):
     median, loss = _median_step(step, warmup, steps)
     row = {"params": model.count_params(), "step_s": median, "loss": loss, **_on_device()}
     if profile_dir and jit:
-        row.update(_profile(step, sizes["profile_steps"], median, profile_dir))
+        import xla_profile
+
+        row.update(xla_profile.trace_steps(step, sizes["profile_steps"], profile_dir, median))
     return row
-
-
-def _profile(step, steps, step_s, profile_dir):
-    """`{"profile": ...}` of `steps` calls of `step` traced with `jax.profiler`, or
-    `{"profile_error": ...}`: a profiler that cannot trace costs the profile, not
-    the timing."""
-    import jax
-    import xla_profile
-
-    try:
-        with jax.profiler.trace(profile_dir):
-            for _ in range(steps):
-                step()
-        return {"profile": xla_profile.summarize(profile_dir, steps, step_s)}
-    except Exception as e:  # whatever the profiler or the trace's reader raised
-        return {"profile_error": f"{type(e).__name__}: {e}"}
 
 
 # ------------------------------------------------------------------ PyTorch parts
@@ -380,14 +366,6 @@ def run_output_layer(name, sizes, work_dir):
                                 sizes["warmup"], work_dir, peak, profile_dir=profile_dir,
                                 profile_steps=sizes["profile_steps"])
     row.pop("model")
-    if profile_dir and "profile_error" not in row:  # what limits ELMo-C's step
-        import xla_profile
-
-        try:
-            row["profile"] = xla_profile.summarize(profile_dir, sizes["profile_steps"],
-                                                   row["step_s"])
-        except (OSError, ValueError) as e:  # no trace, or no device ops in it
-            row["profile_error"] = f"{type(e).__name__}: {e}"
     return {**row, "device": device, "peak_flops": peak,
             "word_vocabulary": sizes["word_vocabulary"]}
 

@@ -105,20 +105,37 @@ def summarize(directory, steps, step_s=None, top=10):
     return out
 
 
+def trace_steps(step, steps, directory, step_s=None):
+    """Traces `steps` calls of `step` (a training step that blocks until it is done)
+    with `jax.profiler` into `directory`; `{"profile": summarize(...)}`, or
+    `{"profile_error": ...}`: a profiler that cannot trace costs the profile, not the
+    timing it follows."""
+    import jax
+
+    try:
+        with jax.profiler.trace(directory):
+            for _ in range(steps):
+                step()
+        return {"profile": summarize(directory, steps, step_s)}
+    except Exception as e:  # whatever the profiler or the trace's reader raised
+        return {"profile_error": f"{type(e).__name__}: {e}"}
+
+
 def table(summary, step_s):
     """Markdown: the busy time against the step, then the top ops."""
     lines = [f"Device busy {summary['busy_ms_per_step']:.1f} ms of a {1000 * step_s:.1f} ms "
              f"step ({100 * summary['busy_ms_per_step'] / 1000 / step_s:.0f}%); "
              f"{summary['ops_per_step']:,.0f} ops per step, {summary['mean_op_us']:.1f} us "
              "each on average.", "",
-             "| op | ms per step | calls per step | share of op time |", "|---|---|---|---|"]
-    for op in summary["top"]:
-        lines.append(f"| `{op['name'][:60]}` | {op['ms_per_step']:.2f} | "
-                     f"{op['calls_per_step']:,.0f} | {100 * op['share']:.1f}% |")
+             *_op_rows("op", summary["top"])]
     if summary.get("kinds"):
-        lines += ["", "| op kind | ms per step | calls per step | share of op time |",
-                  "|---|---|---|---|"]
-        for op in summary["kinds"]:
-            lines.append(f"| `{op['name'][:60]}` | {op['ms_per_step']:.2f} | "
-                         f"{op['calls_per_step']:,.0f} | {100 * op['share']:.1f}% |")
+        lines += ["", *_op_rows("op kind", summary["kinds"])]
     return "\n".join(lines)
+
+
+def _op_rows(heading, ops):
+    """A Markdown table of `ops` (`summarize`'s `top` or `kinds`)."""
+    return [f"| {heading} | ms per step | calls per step | share of op time |",
+            "|---|---|---|---|",
+            *(f"| `{op['name'][:60]}` | {op['ms_per_step']:.2f} | "
+              f"{op['calls_per_step']:,.0f} | {100 * op['share']:.1f}% |" for op in ops)]

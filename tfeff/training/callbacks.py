@@ -147,23 +147,20 @@ class ProgressLogger(keras.callbacks.Callback):
         if step == self._last[0]:
             return
         now = time.perf_counter()
-        if self.live:
-            if now - self._drawn < 0.1 and step < self.total_steps:
-                return
-            rate = (step - self._last[0]) / max(now - self._last[1], 1e-9)
-            if self._first is None:
-                self._first = (step, now)
-            self._last, self._drawn = (step, now), now
-            width = shutil.get_terminal_size((120, 24)).columns - 1  # a wrapped line
-            self._write("\r" + self._line(step, now, rate, logs)[:width] + "\x1b[K")
-            return
-        if step % self.every:
+        due = ((now - self._drawn >= 0.1 or step >= self.total_steps) if self.live
+               else step % self.every == 0)  # a terminal: at most ten redraws a second
+        if not due:
             return
         rate = (step - self._last[0]) / max(now - self._last[1], 1e-9)
         if self._first is None:
             self._first = (step, now)
-        self._last = (step, now)
-        self.logger.info("%s", self._line(step, now, rate, logs))
+        self._last, self._drawn = (step, now), now
+        line = self._line(step, now, rate, logs)
+        if self.live:
+            width = shutil.get_terminal_size((120, 24)).columns - 1  # a wrapped line
+            self._write("\r" + line[:width] + "\x1b[K")
+        else:
+            self.logger.info("%s", line)
 
     def _write(self, text):
         stream = self.stream or sys.stdout
