@@ -35,10 +35,14 @@ def check_float_inputs(layer, inputs, what="inputs"):
 
 
 def check_mask_shape(layer, inputs, mask, what="mask"):
-    """Raises ValueError unless `mask`'s shape is `inputs`' (batch, time): a mask of
-    another batch or length would mask rows or steps that were never input. Shapes
-    unknown while tracing are checked when they are known (a TensorFlow graph: at run
-    time, an `InvalidArgumentError` with the same message)."""
+    """`mask`, checked to have `inputs`' (batch, time) shape: a mask of another batch
+    or length would mask rows or steps that were never input.
+
+    Raises ValueError when the static shapes differ. Shapes unknown while tracing are
+    checked when they are known: in a TensorFlow graph at run time, an
+    `InvalidArgumentError` with the same message. There the returned mask depends on
+    the check, so the layer's first product with the mask cannot fail first with
+    TensorFlow's bare "Incompatible shapes": use the returned mask."""
     message = (f"{type(layer).__name__} `{layer.name}` needs a `{what}` of shape (batch, "
                "time) equal to its inputs' first two dimensions.")
     static_mask, static_inputs = tuple(mask.shape), tuple(inputs.shape)[:2]
@@ -51,7 +55,11 @@ def check_mask_shape(layer, inputs, mask, what="mask"):
         import tensorflow as tf
 
         if not tf.executing_eagerly():
-            tf.debugging.assert_equal(tf.shape(mask), tf.shape(inputs)[:2], message=message)
+            check = tf.debugging.assert_equal(tf.shape(mask), tf.shape(inputs)[:2],
+                                              message=message)
+            with tf.control_dependencies([check]):
+                return tf.identity(mask)
+    return mask
 
 
 def check_right_padded(layer, mask, what="mask"):

@@ -348,7 +348,7 @@ class MaskedBiLSTM(keras.layers.Layer):
         if mask is None:
             mask = ops.ones((batch_size, time), dtype="bool")
         else:
-            check_mask_shape(self, x, mask)
+            mask = check_mask_shape(self, x, mask)
             mask = check_right_padded(self, mask)
         mask = ops.cast(mask, "bool")
         lengths = ops.sum(ops.cast(mask, "int32"), axis=1)  # (batch,)

@@ -135,7 +135,7 @@ class ProjectedLSTM(keras.layers.Layer):
         if mask is None:
             mask = ops.ones(ops.shape(inputs)[:2], dtype="bool")
         else:
-            check_mask_shape(self, inputs, mask)
+            mask = check_mask_shape(self, inputs, mask)
             mask = check_right_padded(self, mask)
         mask = ops.cast(mask, "bool")
         lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
