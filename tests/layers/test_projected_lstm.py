@@ -44,6 +44,40 @@ def test_equals_numpy_recurrence_both_directions_with_padding():
             assert np.all(out[b, n:] == 0)
 
 
+@pytest.mark.numerics
+def test_cell_and_projection_clipping_equal_elmos_cell(tmp_path):
+    """bilm-tf's LSTMP cell: the new cell state clipped before use, the projection after."""
+    rng = np.random.default_rng(3)
+    x = 3.0 * rng.normal(size=(2, 6, 4))
+    mask = np.array([[1, 1, 1, 1, 1, 0], [1] * 6], bool)
+    for backwards in (False, True):
+        layer = ProjectedLSTM(5, 3, go_backwards=backwards, cell_clip=0.5, proj_clip=0.2,
+                              dtype="float64")
+        out = layer(x, mask=mask).numpy()
+        w = [keras.ops.convert_to_numpy(v) for v in layer.weights]
+        for b in range(2):
+            n = mask[b].sum()
+            seq = x[b, :n][::-1] if backwards else x[b, :n]
+            ref, _, _ = lstmp(seq, *w, cell_clip=0.5, proj_clip=0.2)
+            ref = ref[::-1] if backwards else ref
+            assert_close(out[b, :n], ref, n=6 * step_roundings(4, 3, 5), dtype="float64",
+                         scale=1.0)
+            # The clips are reached: without them the recurrence goes past both bounds.
+            free, _, c = lstmp(seq, *w)
+            assert np.abs(free).max() > 0.2 and np.abs(ref).max() == pytest.approx(0.2)
+            assert np.abs(c).max() > 0.5
+            proj_only, _, _ = lstmp(seq, *w, proj_clip=0.2)
+            assert np.abs((proj_only[::-1] if backwards else proj_only) - ref).max() > 1e-3
+        assert np.abs(out).max() <= 0.2
+    # Saved and restored with its bounds.
+    restored = ProjectedLSTM.from_config(layer.get_config())
+    assert (restored.cell_clip, restored.proj_clip) == (0.5, 0.2)
+    with pytest.raises(ValueError, match=r"`cell_clip`, expected None or a positive number"):
+        ProjectedLSTM(5, 3, cell_clip=0)
+    with pytest.raises(ValueError, match=r"`proj_clip`.*Received: proj_clip=True"):
+        ProjectedLSTM(5, 3, proj_clip=True)
+
+
 def test_padding_never_changes_real_positions():
     rng = np.random.default_rng(2)
     x = rng.normal(size=(1, 6, 4)).astype("float32")

@@ -77,6 +77,10 @@ def test_loss_is_mean_over_predictable_targets(tmp_path):
     # vectors) and their means over 4 targets at most, summed.
     assert_close(loss, expected, n=head_roundings(4, 10, 4),
                  scale=2 * max(np.abs(f).max(), np.abs(b).max()))
+    # ELMo's (bilm-tf's) combination: the mean of the two directions' losses.
+    model.direction_loss = "mean"
+    assert_close(float(model.compute_loss(x=ids, y_pred=pred)), expected / 2,
+                 n=head_roundings(4, 10, 4), scale=max(np.abs(f).max(), np.abs(b).max()))
     assert model.token_embedding.weights == []
     assert all("token_embedding" not in w.path for w in model.weights)
 
@@ -155,6 +159,16 @@ def test_config_round_trip_of_variants(tmp_path):
         model = ElmoLM(embedding_table=path, num_layers=1, units=8, projection_dim=4, **kwargs)
         config = model.get_config()
         assert ElmoLM.from_config(config).get_config() == config
+    # ELMo's cell: the clipping bounds reach every LSTM and survive the round trip.
+    model = ElmoLM(embedding_table=path, num_layers=2, units=8, projection_dim=4,
+                   cell_clip=3.0, proj_clip=3.0, direction_loss="mean")
+    clone = ElmoLM.from_config(model.get_config())
+    for m in (model, clone):
+        assert m.direction_loss == "mean"
+        assert {(lstm.cell_clip, lstm.proj_clip)
+                for lstm in m.forward_lstms + m.backward_lstms} == {(3.0, 3.0)}
+    with pytest.raises(ValueError, match="`direction_loss`.*Received: direction_loss='avg'"):
+        ElmoLM(embedding_table=path, direction_loss="avg")
     # An ALONE seed drawn at construction is kept: the clone has the same filters.
     model = ElmoLM(embedding_table=path, num_layers=1, units=8, projection_dim=4,
                    input_embedding="alone", output_layer="full", alone={"intermediate_dim": 8})

@@ -253,6 +253,12 @@ def _assert_reference_loss(model, position_embedding):
     stack = model.num_layers * (rotary + tf_gelu_roundings(model.intermediate_dim)) + 1
     assert_close(loss, expected, n=stack + 2 + v + 10 + 13 + 3,
                  scale=len(model.directions) * (2 * largest + np.log(v)))
+    # `direction_loss="mean"`: the directions' mean (ELMo's bilm-tf), one division more.
+    model.direction_loss = "mean"
+    mean = float(model.compute_loss(x=IDS, y_pred=model(IDS), training=False))
+    model.direction_loss = "sum"
+    assert_close(mean, expected / len(model.directions), n=stack + 2 + v + 10 + 13 + 4,
+                 scale=2 * largest + np.log(v))
 
 
 @pytest.mark.numerics

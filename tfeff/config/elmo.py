@@ -191,6 +191,13 @@ class ElmoModelConfig:
         adaptive_div_value: projection divisor of `adaptive`.
         num_sampled: negatives per step of `sampled` and `fixed`.
         alone: the ALONE embedding (`input_embedding: alone`).
+        cell_clip: each LSTM's cell state is clipped to [-cell_clip,
+            cell_clip] (ELMo: 3); 0 disables it.
+        proj_clip: each LSTM's projected state is clipped to [-proj_clip,
+            proj_clip] (ELMo: 3); 0 disables it.
+        direction_loss: `sum` or `mean` (ELMo's bilm-tf) of the forward and
+            backward losses; with `train.clipnorm`, the mean meets the clipping
+            bound at twice the gradient norm of the sum.
     """
 
     num_layers: int = 2
@@ -208,6 +215,9 @@ class ElmoModelConfig:
     adaptive_div_value: float = 4.0
     num_sampled: int = 8192
     alone: AloneConfig = dataclasses.field(default_factory=AloneConfig)
+    cell_clip: float = 0.0
+    proj_clip: float = 0.0
+    direction_loss: str = "sum"
 
     def validate(self, prefix):
         for name in ("num_layers", "units", "projection_dim"):
@@ -218,6 +228,9 @@ class ElmoModelConfig:
         one_of(self.input_embedding, INPUT_EMBEDDINGS, join(prefix, "input_embedding"))
         positive(self.embedding_dim, join(prefix, "embedding_dim"), allow_zero=True)
         positive(self.num_sampled, join(prefix, "num_sampled"))
+        positive(self.cell_clip, join(prefix, "cell_clip"), allow_zero=True)
+        positive(self.proj_clip, join(prefix, "proj_clip"), allow_zero=True)
+        one_of(self.direction_loss, ("sum", "mean"), join(prefix, "direction_loss"))
         positive(self.adaptive_div_value, join(prefix, "adaptive_div_value"))
         cutoffs = list(self.adaptive_cutoffs)
         if self.output_layer == "adaptive" and not cutoffs:

@@ -29,7 +29,7 @@ from tfeff.config.elmo import TrainConfig
 ELMO_MODEL_KEYS = (
     "output_layer", "output_loss", "vmf_regularization1", "vmf_regularization2",
     "input_embedding", "embedding_dim", "tie_output", "adaptive_cutoffs",
-    "adaptive_div_value", "num_sampled", "alone",
+    "adaptive_div_value", "num_sampled", "alone", "direction_loss",
 )
 
 
@@ -92,6 +92,8 @@ class TransformerLMModelConfig(ElmoEndsConfig):
         adaptive_div_value: projection divisor of `adaptive`.
         num_sampled: negatives per step of `sampled` and `fixed`.
         alone: the ALONE embedding (`input_embedding: alone`).
+        direction_loss: `sum` or `mean` of the forward and backward losses
+            (one stack: the same).
         num_layers: transformer layers per stack.
         hidden_dim: model width, a multiple of `num_heads`.
         num_heads: attention heads.

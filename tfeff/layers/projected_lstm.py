@@ -26,6 +26,11 @@ class ProjectedLSTM(keras.layers.Layer):
         c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)
         r_t = (sigmoid(o) * tanh(c_t)) P
 
+    ELMo's cell (bilm-tf's `cell_clip` and `proj_clip`, both 3) clips the new
+    cell state to [-cell_clip, cell_clip] before it is used and carried, and the
+    projected state to [-proj_clip, proj_clip]: `cell_clip=3.0, proj_clip=3.0`
+    here. Off by default. A clipped value passes no gradient.
+
     With 4096 units and a 512 projection this is 4x cheaper per step than a
     plain 4096-unit LSTM. The input product x_t W is computed for all steps in
     one matmul before the loop; only the recurrent part runs per step.
@@ -51,6 +56,8 @@ class ProjectedLSTM(keras.layers.Layer):
         recurrent_initializer: initializer of the recurrent kernel R.
         projection_initializer: initializer of the projection P.
         unit_forget_bias: if True, the forget-gate bias starts at 1.
+        cell_clip: positive float or None: the cell state's clipping bound.
+        proj_clip: positive float or None: the projected state's clipping bound.
         **kwargs: base `Layer` arguments.
 
     Call arguments:
@@ -62,7 +69,8 @@ class ProjectedLSTM(keras.layers.Layer):
         `(batch, time, projection_dim)`.
 
     Raises:
-        ValueError: `units` or `projection_dim` is not a positive integer.
+        ValueError: `units` or `projection_dim` is not a positive integer, or
+            `cell_clip` or `proj_clip` is neither None nor a positive number.
 
     Example:
 
@@ -85,6 +93,8 @@ class ProjectedLSTM(keras.layers.Layer):
         recurrent_initializer="orthogonal",
         projection_initializer="glorot_uniform",
         unit_forget_bias=True,
+        cell_clip=None,
+        proj_clip=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -101,6 +111,15 @@ class ProjectedLSTM(keras.layers.Layer):
         self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
         self.projection_initializer = keras.initializers.get(projection_initializer)
         self.unit_forget_bias = bool(unit_forget_bias)
+        for arg, value in (("cell_clip", cell_clip), ("proj_clip", proj_clip)):
+            if value is not None and not (isinstance(value, (int, float))
+                                          and not isinstance(value, bool) and value > 0):
+                raise ValueError(
+                    f"Received an invalid value for `{arg}`, expected None or a positive "
+                    f"number. Received: {arg}={value!r}"
+                )
+        self.cell_clip = None if cell_clip is None else float(cell_clip)
+        self.proj_clip = None if proj_clip is None else float(proj_clip)
         self.supports_masking = True
 
     def build(self, input_shape):
@@ -145,13 +164,18 @@ class ProjectedLSTM(keras.layers.Layer):
         gates_x = ops.einsum("btf,fg->tbg", inputs, self.kernel) + self.bias
         recurrent_kernel = ops.convert_to_tensor(self.recurrent_kernel)
         projection_kernel = ops.convert_to_tensor(self.projection_kernel)
+        cell_clip, proj_clip = self.cell_clip, self.proj_clip
 
         def step(state, gate_x):
             r_prev, c_prev = state
             z = gate_x + ops.matmul(r_prev, recurrent_kernel)  # (batch, 4 * units)
             i, f, g, o = ops.split(z, 4, axis=-1)
             c = ops.sigmoid(f) * c_prev + ops.sigmoid(i) * ops.tanh(g)
+            if cell_clip is not None:
+                c = ops.clip(c, -cell_clip, cell_clip)
             r = ops.matmul(ops.sigmoid(o) * ops.tanh(c), projection_kernel)
+            if proj_clip is not None:
+                r = ops.clip(r, -proj_clip, proj_clip)
             return r, c
 
         dtype = gates_x.dtype
@@ -184,6 +208,8 @@ class ProjectedLSTM(keras.layers.Layer):
                     self.projection_initializer
                 ),
                 "unit_forget_bias": self.unit_forget_bias,
+                "cell_clip": self.cell_clip,
+                "proj_clip": self.proj_clip,
             }
         )
         return config

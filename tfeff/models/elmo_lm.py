@@ -18,6 +18,16 @@ INPUT_EMBEDDINGS = ("fixed", "trainable", "alone")
 _TABLE_OUTPUTS = ("continuous", "fixed")
 # Targets with these ids (padding, unknown word) carry no loss.
 FIRST_PREDICTABLE_ID = 2
+# How a bidirectional language model's loss combines its directions' mean losses.
+DIRECTION_LOSSES = ("sum", "mean")
+
+
+def combine_directions(losses, how):
+    """The model's loss from its directions' losses: their `"sum"` or `"mean"`."""
+    total = 0.0
+    for loss in losses:
+        total += loss
+    return total / len(losses) if how == "mean" else total
 
 
 def direction_pairs(outputs, targets):
@@ -59,7 +69,9 @@ class ElmoLM(keras.Model):
       - `"fixed"`: a projection to the fixed table's dimension and a sampled
         softmax whose output matrix is that frozen table (FIXED in the paper).
       The loss is the mean over predictable targets of each direction,
-      summed over the two directions.
+      summed over the two directions (`direction_loss="sum"`) or averaged
+      (`"mean"`, as ELMo's bilm-tf: with Adam the two differ by the
+      gradient-clipping bound they meet).
 
     The representation stack used for feature extraction is
     `[concat(x, x), concat(f_1, b_1), ..., concat(f_L, b_L)]`, each of size
@@ -98,6 +110,10 @@ class ElmoLM(keras.Model):
         alone: dict of `AloneEmbedding` arguments (all but
             `vocabulary_size`, `output_dim`, `mask_zero` and `lookup`) for
             `input_embedding="alone"`; `base_dim` defaults to `embedding_dim`.
+        cell_clip: None or the bound of each LSTM's cell state
+            (`ProjectedLSTM`; ELMo: 3).
+        proj_clip: None or the bound of each LSTM's projected state (ELMo: 3).
+        direction_loss: `"sum"` or `"mean"` of the two directions' losses.
         **kwargs: base `Model` arguments.
 
     Call arguments:
@@ -145,6 +161,9 @@ class ElmoLM(keras.Model):
         num_sampled=8192,
         seed=None,
         alone=None,
+        cell_clip=None,
+        proj_clip=None,
+        direction_loss="sum",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -175,6 +194,11 @@ class ElmoLM(keras.Model):
             raise ValueError(
                 f"Received an invalid value for `output_layer`, expected one of "
                 f"{OUTPUT_LAYERS}. Received: output_layer={output_layer!r}"
+            )
+        if direction_loss not in DIRECTION_LOSSES:
+            raise ValueError(
+                f"Received an invalid value for `direction_loss`, expected one of "
+                f"{DIRECTION_LOSSES}. Received: direction_loss={direction_loss!r}"
             )
         if input_embedding not in INPUT_EMBEDDINGS:
             raise ValueError(
@@ -208,6 +232,7 @@ class ElmoLM(keras.Model):
         self.adaptive_div_value = float(adaptive_div_value)
         self.num_sampled = int(num_sampled)
         self.seed = seed
+        self.direction_loss = direction_loss
         if alone is not None and input_embedding != "alone":
             raise ValueError("`alone` is only used with input_embedding='alone'.")
         self.alone = dict(alone or {}) if input_embedding == "alone" else None
@@ -267,6 +292,8 @@ class ElmoLM(keras.Model):
                         units,
                         projection_dim,
                         go_backwards=direction == "backward",
+                        cell_clip=cell_clip,
+                        proj_clip=proj_clip,
                         name=f"{direction}_lstm_{i}",
                     )
                 )
@@ -416,7 +443,8 @@ class ElmoLM(keras.Model):
         return out
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        """Sum over directions of the mean loss per predictable target.
+        """Sum (or mean, `direction_loss`) over directions of the mean loss per
+        predictable target.
 
         Under `tf.distribute`, each replica divides its loss sum by the
         *global* number of targets (all-reduced), so the replicas' losses add
@@ -427,10 +455,9 @@ class ElmoLM(keras.Model):
         """
         del y, sample_weight
         losses = self.direction_losses(x, y_pred, training=training)
-        total = 0.0
-        for loss_sum, count in losses.values():
-            total += global_mean(loss_sum, count)
-        return total + layer_losses(self)
+        return combine_directions(
+            [global_mean(loss_sum, count) for loss_sum, count in losses.values()],
+            self.direction_loss) + layer_losses(self)
 
     def get_config(self):
         config = super().get_config()
@@ -456,6 +483,9 @@ class ElmoLM(keras.Model):
                 "num_sampled": self.num_sampled,
                 "seed": self.seed,
                 "alone": self.alone,
+                "cell_clip": self.forward_lstms[0].cell_clip,
+                "proj_clip": self.forward_lstms[0].proj_clip,
+                "direction_loss": self.direction_loss,
             }
         )
         return config

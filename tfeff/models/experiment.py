@@ -45,6 +45,9 @@ def elmo_lm(config, vocabulary_size, vectors_path=None):
         tie_output=m.tie_output,
         num_sampled=m.num_sampled,
         seed=config.train.seed,
+        cell_clip=m.cell_clip or None,
+        proj_clip=m.proj_clip or None,
+        direction_loss=m.direction_loss,
         name="elmo_lm",
         **bilstm_model_kwargs(m),
     )

@@ -23,7 +23,9 @@ from tfeff.models.bert_layer import derived_seed
 from tfeff.models.bert_layer import get_activation
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
+from tfeff.models.elmo_lm import DIRECTION_LOSSES
 from tfeff.models.elmo_lm import FIRST_PREDICTABLE_ID
+from tfeff.models.elmo_lm import combine_directions
 from tfeff.models.elmo_lm import INPUT_EMBEDDINGS
 from tfeff.models.elmo_lm import OUTPUT_LAYERS
 
@@ -349,6 +351,8 @@ class TransformerLM(keras.Model):
         seed: seed of dropout, anchor draws and the sampler.
         alone: dict of `AloneEmbedding` arguments (all but `vocabulary_size`,
             `output_dim`, `mask_zero` and `lookup`) for `input_embedding="alone"`.
+        direction_loss: `"sum"` or `"mean"` of the directions' losses (as
+            `ElmoLM`'s; one direction: the same).
         **kwargs: base `Model` arguments.
 
     Call arguments:
@@ -420,6 +424,7 @@ class TransformerLM(keras.Model):
         initializer_range=0.02,
         seed=None,
         alone=None,
+        direction_loss="sum",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -482,6 +487,12 @@ class TransformerLM(keras.Model):
         self.adaptive_cutoffs = list(adaptive_cutoffs) if adaptive_cutoffs else None
         self.adaptive_div_value = float(adaptive_div_value)
         self.num_sampled = int(num_sampled)
+        if direction_loss not in DIRECTION_LOSSES:
+            raise ValueError(
+                f"Received an invalid value for `direction_loss`, expected one of "
+                f"{DIRECTION_LOSSES}. Received: direction_loss={direction_loss!r}"
+            )
+        self.direction_loss = direction_loss
         self.initializer_range = float(initializer_range)
         self.seed = seed
         self.alone = dict(alone or {}) if input_embedding == "alone" else None
@@ -729,13 +740,14 @@ class TransformerLM(keras.Model):
         return out
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        """Sum over directions of the mean loss per predictable target, each replica's
-        share of the global batch's (as `ElmoLM.compute_loss`)."""
+        """Sum (or mean, `direction_loss`) over directions of the mean loss per
+        predictable target, each replica's share of the global batch's (as
+        `ElmoLM.compute_loss`)."""
         del y, sample_weight
-        total = 0.0
-        for loss_sum, count in self.direction_losses(x, y_pred, training=training).values():
-            total += global_mean(loss_sum, count)
-        return total + layer_losses(self)
+        losses = self.direction_losses(x, y_pred, training=training).values()
+        return combine_directions(
+            [global_mean(loss_sum, count) for loss_sum, count in losses],
+            self.direction_loss) + layer_losses(self)
 
     # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
 
@@ -770,7 +782,7 @@ class TransformerLM(keras.Model):
                 "bidirectional", "num_anchors", "anchor_selection", "output_loss",
                 "vmf_regularization1", "vmf_regularization2", "input_embedding",
                 "token_embedding_dim", "tie_output", "adaptive_cutoffs", "adaptive_div_value",
-                "num_sampled", "initializer_range", "seed", "alone",
+                "num_sampled", "initializer_range", "seed", "alone", "direction_loss",
             )
         })
         config.update({
@@ -815,5 +827,6 @@ def transformer_lm_from_config(config, vocabulary_size, vectors_path=None):
         num_sampled=m.num_sampled,
         seed=config.train.seed,
         alone=alone_kwargs(m),
+        direction_loss=m.direction_loss,
         name="transformer_lm",
     )
