@@ -31,6 +31,10 @@ def test_yaml_round_trip_and_overrides(tmp_path):
      r"'mixed_bfloat16', 'mixed_float16'\), got 'float16'"),
     ("train.jit_compile=xla", r"`train.jit_compile` must be true, false or auto, got 'xla'"),
     ("train.jit_compile=1", r"`train.jit_compile` must be true, false or auto, got 1"),
+    ("train.decay=rnmt", r"`train.decay: rnmt` needs `train.decay_end_step` > "
+     r"decay_start_step, got 0 and 0"),
+    ("model.cell_clip=-3", r"`model.cell_clip` must be non-negative"),
+    ("model.direction_loss=avg", r"`model.direction_loss` must be one of \('sum', 'mean'\)"),
 ])
 def test_bad_values_name_file_and_key(override, message):
     with pytest.raises(ConfigError, match=message) as info:

@@ -140,6 +140,49 @@ def test_warmup_and_decay_follow_their_closed_forms(decay, warmup):
     assert [float(again(step)) for step in STEPS] == got
 
 
+def _rnmt(step, base, n, p, s, e):
+    """Li et al.'s RNMT+ rate in float64 (ELMo-C's released schedule, decay in steps)."""
+    if step >= e:
+        return base / 2
+    return base * min(1 + step * (n - 1) / p, n, n * (2 * n) ** ((s - step) / (e - s)))
+
+
+@pytest.mark.numerics
+def test_rnmt_follows_chen_et_al_as_li_et_al_train_elmo_c():
+    """From the base rate up to n times it over the warmup, held, then down to half the
+    base rate at the decay's end and held there; through make_optimizer, n is the batch
+    over `base_batch_size`."""
+    from tfeff.config.elmo import TrainConfig
+    from tfeff.training.optimizers import WarmupDecay
+    from tfeff.training.optimizers import make_optimizer
+
+    base, n, p, s, e = 1e-4, 4.0, 100, 300, 900
+    schedule = WarmupDecay(base * n, p, 1000, decay="rnmt", decay_start=s, decay_end=e,
+                           replicas=n)
+    steps = (0, 1, 50, p, 200, s, 450, 600, e - 1, e, 5000)
+    got = [float(schedule(t)) for t in steps]
+    # float32 against float64: the constants, the warmup's 3 operations, the exponent's
+    # 3 and exp's ~4 times |log 2n| (< 3) of its argument: 16 roundings at the peak's size.
+    assert_close(got, [_rnmt(t, base, n, p, s, e) for t in steps], n=16, scale=base * n)
+    by_step = dict(zip(steps, got))
+    assert by_step[0] == pytest.approx(base)
+    assert by_step[p] == by_step[200] == by_step[s] == pytest.approx(n * base)
+    assert by_step[e] == by_step[5000] == pytest.approx(base / 2)
+    assert by_step[450] > by_step[600] > by_step[e - 1] > base / 2
+    assert [float(WarmupDecay.from_config(schedule.get_config())(t)) for t in steps] == got
+    with pytest.raises(ValueError, match="decay='rnmt' needs 0 <= decay_start < decay_end"):
+        WarmupDecay(1e-3, 10, 100, decay="rnmt", decay_start=50, decay_end=50)
+    train = TrainConfig(steps=1000, learning_rate=base, base_batch_size=32, warmup_steps=p,
+                        decay="rnmt", decay_start_step=s, decay_end_step=e)
+    optimizer = make_optimizer(train, 128)
+    variable = keras.Variable(np.zeros(3, np.float32))
+    optimizer.build([variable])
+    for t in (0, p, e):
+        optimizer.iterations.assign(t)
+        assert_close(float(optimizer.learning_rate), _rnmt(t, base, 4.0, p, s, e), n=16,
+                     scale=base * n)
+
+
 @pytest.mark.numerics
 @pytest.mark.parametrize("batch_size,weight_decay", [(64, 0.0), (8, 0.01)])
 def test_make_optimizer_scales_the_peak_with_the_batch_and_follows_the_config(batch_size,

@@ -277,13 +277,19 @@ class TrainConfig:
             linearly with `data.batch_size`).
         base_batch_size: the batch size `learning_rate` is given for.
         warmup_steps: steps of linear warmup (0 for none).
-        decay: `cosine`, `linear`, `exponential` or `constant` (see
+        decay: `cosine`, `linear`, `exponential`, `constant` or `rnmt`
+            (Chen et al.'s RNMT+ schedule as Li et al. train ELMo-C: from
+            `learning_rate` up to the peak over the warmup, held until
+            `decay_start_step`, then exponential decay to half of
+            `learning_rate` at `decay_end_step`; see
             `tfeff.training.WarmupDecay`).
         final_learning_rate_fraction: the rate at `steps` is the peak times
             this, in [0, 1] (`exponential`: the floor).
         decay_rate: `exponential`: the factor, in (0, 1], applied every
             `decay_steps` steps.
         decay_steps: `exponential`: the steps per `decay_rate` factor.
+        decay_start_step: `rnmt`: the step its decay starts at.
+        decay_end_step: `rnmt`: the step its decay ends at (> the start).
         clipnorm: global-norm gradient clipping; 0 disables it.
         weight_decay: AdamW's decoupled weight decay; 0 selects Adam.
         checkpoint_every: steps between checkpoints (also Keras' epoch length,
@@ -315,6 +321,9 @@ class TrainConfig:
     # decay: exponential multiplies the rate by decay_rate every decay_steps steps.
     decay_rate: float = 0.95
     decay_steps: int = 1000
+    # decay: rnmt decays exponentially from decay_start_step to decay_end_step.
+    decay_start_step: int = 0
+    decay_end_step: int = 0
     clipnorm: float = 1.0
     weight_decay: float = 0.0
     checkpoint_every: int = 500
@@ -350,7 +359,13 @@ class TrainConfig:
         positive(self.validation_steps, join(prefix, "validation_steps"), allow_zero=True)
         positive(self.clipnorm, join(prefix, "clipnorm"), allow_zero=True)
         positive(self.weight_decay, join(prefix, "weight_decay"), allow_zero=True)
-        one_of(self.decay, ("cosine", "linear", "exponential", "constant"), join(prefix, "decay"))
+        one_of(self.decay, ("cosine", "linear", "exponential", "constant", "rnmt"),
+               join(prefix, "decay"))
+        positive(self.decay_start_step, join(prefix, "decay_start_step"), allow_zero=True)
+        if self.decay == "rnmt" and self.decay_end_step <= self.decay_start_step:
+            raise ConfigError(
+                f"`{join(prefix, 'decay')}: rnmt` needs `{join(prefix, 'decay_end_step')}` "
+                f"> decay_start_step, got {self.decay_end_step} and {self.decay_start_step}")
         one_of(self.on_nan, ("stop", "skip"), join(prefix, "on_nan"))
         positive(self.decay_steps, join(prefix, "decay_steps"))
         if not 0 < self.decay_rate <= 1:

@@ -6,19 +6,21 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-DECAYS = ("cosine", "linear", "exponential", "constant")
+DECAYS = ("cosine", "linear", "exponential", "constant", "rnmt")
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
 class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup to `peak_learning_rate`, then cosine, linear, exponential or no decay.
+    """Linear warmup to `peak_learning_rate`, then cosine, linear, exponential or no decay;
+    or the RNMT+ schedule.
 
     Args:
         peak_learning_rate: rate reached at the end of warmup.
         warmup_steps: steps of linear warmup (the rate at step s below it is
             `peak_learning_rate * (s + 1) / warmup_steps`); 0 for none.
         total_steps: the last step; decay ends there.
-        decay: `"cosine"`, `"linear"`, `"exponential"` or `"constant"`.
+        decay: `"cosine"`, `"linear"`, `"exponential"`, `"constant"` or
+            `"rnmt"` (below).
         final_fraction: the rate at `total_steps` is `peak * final_fraction`
             (`"exponential"`: the rate never goes below it).
         decay_rate: `"exponential"`: the rate is multiplied by `decay_rate`
@@ -27,15 +29,39 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             (Masked ELMo: 0.95).
         decay_steps: `"exponential"`: the steps over which the rate is
             multiplied by `decay_rate` once (see `decay_rate`).
+        decay_start: `"rnmt"`: s, the step its exponential decay starts at.
+        decay_end: `"rnmt"`: e > s, the step the rate reaches its floor.
+        replicas: `"rnmt"`: n, the factor by which the peak exceeds the base
+            rate (Chen et al.: the number of replicas; tfeff:
+            `batch_size / base_batch_size`).
+
+    `"rnmt"` is the schedule of Chen et al. (2018, RNMT+) as Li et al. (2019,
+    ELMo-C) train with it (their released code counts the decay in steps):
+    with base = peak / n, p = `warmup_steps` and t the step,
+
+        rate(t) = base * min(1 + t (n - 1) / p,  n,  n (2n) ** ((s - t) / (e - s)))
+
+    up to e and base / 2 from e on: from the base rate up to the peak over the
+    warmup, held until s, then decaying exponentially to half the base rate
+    at e. `total_steps` and `final_fraction` do not enter it.
 
     Raises:
-        ValueError: `decay` is unknown.
+        ValueError: `decay` is unknown, or `"rnmt"` without
+            0 <= decay_start < decay_end or with replicas <= 0.
     """
 
     def __init__(self, peak_learning_rate, warmup_steps, total_steps, decay="cosine",
-                 final_fraction=0.1, decay_rate=0.95, decay_steps=1000):
+                 final_fraction=0.1, decay_rate=0.95, decay_steps=1000, decay_start=0,
+                 decay_end=0, replicas=1.0):
         if decay not in DECAYS:
             raise ValueError(f"Unknown decay {decay!r}")
+        if decay == "rnmt" and not (0 <= decay_start < decay_end and replicas > 0):
+            raise ValueError(
+                "decay='rnmt' needs 0 <= decay_start < decay_end and replicas > 0. Received: "
+                f"decay_start={decay_start}, decay_end={decay_end}, replicas={replicas}")
+        self.decay_start = int(decay_start)
+        self.decay_end = int(decay_end)
+        self.replicas = float(replicas)
         self.decay_rate = float(decay_rate)
         self.decay_steps = int(decay_steps)
         self.peak_learning_rate = float(peak_learning_rate)
@@ -46,6 +72,8 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         step = ops.cast(step, "float32")
+        if self.decay == "rnmt":
+            return self._rnmt(step)
         peak = self.peak_learning_rate
         warmup = float(max(self.warmup_steps, 0))
         warm = peak * (step + 1.0) / max(warmup, 1.0)
@@ -63,6 +91,15 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             decayed = ops.full_like(progress, peak)
         return ops.where(step < warmup, warm, decayed)
 
+    def _rnmt(self, step):
+        n = self.replicas
+        base = self.peak_learning_rate / n
+        s, e = float(self.decay_start), float(self.decay_end)
+        warm = 1.0 + step * (n - 1.0) / float(max(self.warmup_steps, 1))
+        decayed = n * ops.exp(math.log(2.0 * n) * (s - step) / (e - s))
+        rate = base * ops.minimum(ops.minimum(warm, n), decayed)
+        return ops.where(step < e, rate, base / 2.0)
+
     def get_config(self):
         return {
             "peak_learning_rate": self.peak_learning_rate,
@@ -72,6 +109,9 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             "final_fraction": self.final_fraction,
             "decay_rate": self.decay_rate,
             "decay_steps": self.decay_steps,
+            "decay_start": self.decay_start,
+            "decay_end": self.decay_end,
+            "replicas": self.replicas,
         }
 
 
@@ -242,6 +282,9 @@ def _inner_optimizer(train_config, global_batch_size):
         final_fraction=train_config.final_learning_rate_fraction,
         decay_rate=train_config.decay_rate,
         decay_steps=train_config.decay_steps,
+        decay_start=train_config.decay_start_step,
+        decay_end=train_config.decay_end_step,
+        replicas=global_batch_size / train_config.base_batch_size,
     )
     weight_decay = getattr(train_config, "weight_decay", 0.0)
     if weight_decay:
