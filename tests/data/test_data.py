@@ -3,7 +3,7 @@ import collections
 import numpy as np
 import pytest
 
-from tfeff.data import (CorpusError, Vocabulary, lm_dataset, resolve_files,
+from tfeff.data import (CorpusError, Vocabulary, count_windows, lm_dataset, resolve_files,
                         synthetic_corpus, text_lines)
 from tfeff.data import vocabulary as vocab_lib
 
@@ -72,6 +72,28 @@ def test_long_line_becomes_windows(tmp_path):
     assert lengths.sum() == 200_000 + 2 + 4  # every token once, boundaries included
     flat = np.concatenate([w[w > 0] for w in windows])
     assert flat[0] == vocab_lib.BOS_ID and v.words[flat[1]] == "w0"
+
+
+def test_count_windows_is_one_epoch_of_lm_dataset(tmp_path):
+    """`train.epochs`' unit: what `lm_dataset` yields in one pass, and by the windows'
+    closed form: ceil((words + 2) / n) windows a sentence, every token once."""
+    rng = np.random.default_rng(0)
+    lengths = [int(k) for k in rng.integers(0, 60, size=300)]
+    lines = [" ".join(f"w{rng.integers(40)}" for _ in range(k)) for k in lengths]
+    p = tmp_path / "c.txt"
+    p.write_text("\n".join(lines) + "\n\n")  # blank lines are no sentences
+    Vocabulary.build(text_lines(str(p))).save(str(tmp_path / "v.txt"))
+    sentences = [k for k in lengths if k]
+    for n in (2, 7, 20):
+        windows, tokens = count_windows(str(p), str(tmp_path / "v.txt"), n)
+        assert windows == sum(-(-(k + 2) // n) for k in sentences) - sum(
+            (k + 2) % n == 1 for k in sentences)  # a last window of 1 token is dropped
+        assert tokens == sum(k + 2 for k in sentences) - sum((k + 2) % n == 1 for k in sentences)
+        epoch = np.concatenate([b.numpy() for b in lm_dataset(
+            str(p), str(tmp_path / "v.txt"), batch_size=32, max_sequence_length=n)])
+        assert (len(epoch), int((epoch > 0).sum())) == (windows, tokens)
+    with pytest.raises(ValueError, match="max_sequence_length"):
+        count_windows(str(p), str(tmp_path / "v.txt"), 1)
 
 
 def test_lm_dataset_rejects_bad_sizes(tmp_path):

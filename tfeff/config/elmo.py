@@ -272,7 +272,12 @@ class TrainConfig:
     `false`; it may change on resume.
 
     Args:
-        steps: the step training ends at.
+        steps: the step training ends at (unless `epochs` is set).
+        epochs: the training budget in passes over the training corpus (ELMo
+            and transformer LM families): > 0 sets `steps` from the windows
+            of one pass (counted once, kept in the model directory) in
+            batches of `data.batch_size`, rounded up, and the progress lines
+            show the epoch; 0 keeps `steps`.
         learning_rate: the peak learning rate at `base_batch_size` (scaled
             linearly with `data.batch_size`).
         base_batch_size: the batch size `learning_rate` is given for.
@@ -313,6 +318,7 @@ class TrainConfig:
     """
 
     steps: int = 10000
+    epochs: float = 0.0
     learning_rate: float = 1e-3
     base_batch_size: int = 128
     warmup_steps: int = 200
@@ -356,6 +362,7 @@ class TrainConfig:
                      "keep_checkpoints", "log_every", "steps_per_execution"):
             positive(getattr(self, name), join(prefix, name))
         positive(self.warmup_steps, join(prefix, "warmup_steps"), allow_zero=True)
+        positive(self.epochs, join(prefix, "epochs"), allow_zero=True)
         positive(self.validation_steps, join(prefix, "validation_steps"), allow_zero=True)
         positive(self.clipnorm, join(prefix, "clipnorm"), allow_zero=True)
         positive(self.weight_decay, join(prefix, "weight_decay"), allow_zero=True)

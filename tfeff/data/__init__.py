@@ -12,6 +12,7 @@ from tfeff.data.fasttext_tables import compute_vocabulary_vectors
 from tfeff.data.fasttext_tables import load_vocabulary_vectors
 from tfeff.data.fasttext_tables import mean_path
 from tfeff.data.fasttext_tables import train_fasttext
+from tfeff.data.lm_dataset import count_windows
 from tfeff.data.lm_dataset import lines_to_windows
 from tfeff.data.lm_dataset import lm_dataset
 from tfeff.data.masked_elmo_dataset import masked_elmo_dataset
@@ -37,6 +38,7 @@ __all__ = [
     "check_unknown_rate",
     "check_word_vectors_file",
     "compute_vocabulary_vectors",
+    "count_windows",
     "learn_bert_vocabulary",
     "learn_wordpiece_vocabulary",
     "lines_to_windows",

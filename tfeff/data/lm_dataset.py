@@ -116,6 +116,18 @@ def lm_dataset(
             "`max_sequence_length` must be >= 2 (a token and its target). "
             f"Received: max_sequence_length={max_sequence_length}"
         )
+    ds = _window_chunks(patterns, vocabulary_path, max_sequence_length, on_invalid_utf8,
+                        wordpiece).unbatch()
+    ds = shuffle_and_repeat(ds, shuffle_buffer, seed, repeat)
+    ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
+    # Right padding with PAD_ID (0) to the longest window of the batch.
+    ds = ds.map(lambda windows: windows.to_tensor(default_value=vocabulary_lib.PAD_ID))
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _window_chunks(patterns, vocabulary_path, max_sequence_length, on_invalid_utf8,
+                   wordpiece):
+    """The files' windows in file order, as ragged `(windows, None)` chunks of lines."""
     if on_invalid_utf8 not in corpus.INVALID_UTF8_POLICIES:
         raise ValueError(f"Invalid on_invalid_utf8={on_invalid_utf8!r}")
     file_list = corpus.resolve_files(patterns)
@@ -125,16 +137,32 @@ def lm_dataset(
         tokenizer = wordpiece_lib.wordpiece_tokenizer(table)
     else:
         table = lookup_table(vocabulary_path)
-
     ds = line_dataset(file_list, on_invalid_utf8)
     ds = ds.batch(_LINES_PER_CHUNK)
-    ds = ds.map(
+    return ds.map(
         lambda lines: lines_to_windows(lines, table, max_sequence_length, tokenizer),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    ds = ds.unbatch()
-    ds = shuffle_and_repeat(ds, shuffle_buffer, seed, repeat)
-    ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
-    # Right padding with PAD_ID (0) to the longest window of the batch.
-    ds = ds.map(lambda windows: windows.to_tensor(default_value=vocabulary_lib.PAD_ID))
-    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def count_windows(patterns, vocabulary_path, max_sequence_length, on_invalid_utf8="error",
+                  wordpiece=False):
+    """One epoch of `lm_dataset` over the files: `(windows, tokens)`.
+
+    The windows that `lm_dataset` (same arguments) yields in one pass, and the
+    tokens they hold (sentence boundaries included): what `train.epochs`
+    counts. One pass over the files in a TensorFlow pipeline.
+    """
+    if max_sequence_length < 2:
+        raise ValueError(
+            "`max_sequence_length` must be >= 2 (a token and its target). "
+            f"Received: max_sequence_length={max_sequence_length}"
+        )
+    chunks = _window_chunks(patterns, vocabulary_path, max_sequence_length, on_invalid_utf8,
+                            wordpiece)
+    lengths = chunks.map(lambda windows: windows.row_lengths())
+    windows, tokens = lengths.reduce(
+        (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+        lambda total, n: (total[0] + tf.size(n, out_type=tf.int64),
+                          total[1] + tf.reduce_sum(n)))
+    return int(windows), int(tokens)

@@ -105,12 +105,16 @@ class ProgressLogger(keras.callbacks.Callback):
 
         step 200/1500 (13%): loss 0.7412, learning rate 0.00294, 11.6 steps/s, elapsed 19s, ETA 1m52s
 
+    A run that counts epochs (`steps_per_epoch`) says which it is in:
+    `step 200/1500 (13%), epoch 1.33: ...`.
+
     With `live=True` (a terminal) the same line is redrawn in place on `stream`
     at every step, at most ten times a second, and validation lines are written
     below it.
     """
 
-    def __init__(self, every, total_steps, logger=None, live=False, stream=None):
+    def __init__(self, every, total_steps, logger=None, live=False, stream=None,
+                 steps_per_epoch=None):
         super().__init__()
         if not isinstance(every, int) or every < 1:
             raise ValueError(
@@ -119,6 +123,7 @@ class ProgressLogger(keras.callbacks.Callback):
         self.every, self.total_steps = every, total_steps
         self.logger = logger or logging.getLogger("tfeff.training")
         self.live, self.stream = live, stream
+        self.steps_per_epoch = steps_per_epoch
         self._begin = self._first = self._last = None
         self._drawn = 0.0
 
@@ -138,7 +143,8 @@ class ProgressLogger(keras.callbacks.Callback):
             mean = (step - self._first[0]) / max(now - self._first[1], 1e-9)
             eta = f", ETA {format_duration((self.total_steps - step) / mean)}"
         percent = 100 * step // max(self.total_steps, 1)
-        return (f"step {step}/{self.total_steps} ({percent}%): {metrics}learning rate "
+        epoch = f", epoch {step / self.steps_per_epoch:.2f}" if self.steps_per_epoch else ""
+        return (f"step {step}/{self.total_steps} ({percent}%){epoch}: {metrics}learning rate "
                 f"{lr:.3g}, {rate:.2f} steps/s, elapsed {format_duration(now - self._begin)}"
                 f"{eta}")
 

@@ -305,7 +305,7 @@ class ResumableTraining:
 
     def fit(self, build, stop_step, *, global_batch_size, num_files=None, every, on_nan="stop",
             callbacks=(), validation_data=None, validation_steps=None, verbose="auto",
-            log_every=None, checkpoint_iterator=True):
+            log_every=None, checkpoint_iterator=True, steps_per_epoch=None):
         """Trains to `stop_step` (saving every `every` steps); returns `(history, preempted)`.
 
         Args:
@@ -329,6 +329,8 @@ class ResumableTraining:
                 False for a pipeline whose batches are a function of the
                 position (or whose iterator TensorFlow cannot save): then the
                 position alone resumes it.
+            steps_per_epoch: steps per pass over the corpus, when the run counts
+                epochs (`train.epochs`): the progress lines show the epoch.
         """
         start = self.step
         if start >= stop_step:
@@ -362,8 +364,9 @@ class ResumableTraining:
         all_callbacks = [nan, stop, *callbacks]
         verbose, progress = callbacks_lib.resolve_verbose(verbose)
         if progress and self.info.is_chief:
-            all_callbacks.append(callbacks_lib.ProgressLogger(log_every or every, stop_step,
-                                                              live=progress == "live"))
+            all_callbacks.append(callbacks_lib.ProgressLogger(
+                log_every or every, stop_step, live=progress == "live",
+                steps_per_epoch=steps_per_epoch))
         with preemption, _resource_errors(self):
             # Keras counts batches, the stop is by updates: skipped updates (on_nan:
             # skip, or a float16 loss scale that overflowed) need more batches, and

@@ -62,6 +62,7 @@ VOCABULARY_FILE = "vocabulary.txt"
 FASTTEXT_FILE = "fasttext.bin"
 VECTORS_FILE = "vocabulary_vectors.npy"
 WORDPIECE_CORPUS_FILE = "wordpiece_corpus.txt"  # Masked ELMo's fastText text
+EPOCH_FILE = "epoch_windows.json"  # what train.epochs counts, and what it was counted from
 CHECKPOINT_DIR = "checkpoints"
 EVAL_FILE = "eval.json"
 # Sections that may change on resume; the others define the model and its data.
@@ -201,7 +202,7 @@ def resolve_config(config, model_dir):
                     f"up to step {max(steps)}; these keys differ (only train.* and eval.* may "
                     "change on resume, and of train.* neither the optimizer nor the "
                     "precision): " + "; ".join(diffs))
-            if config.train.steps < max(steps):
+            if not config.train.epochs and config.train.steps < max(steps):
                 logging.warning(
                     "train.steps=%d is below step %d, which %s has already reached: nothing "
                     "more is trained (config.yaml now says train.steps=%d)",

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import time
 from typing import Any, NamedTuple, Optional
 
@@ -43,6 +44,8 @@ class DataArtifacts:
         documents: training token-id documents held in memory, for families
             whose batches are addressed by step (Masked ELMo); else None.
         heldout_documents: the held-out ones, likewise.
+        epoch_windows: the training windows of one epoch (`train.epochs`
+            counts them; families whose data has windows), or None.
     """
 
     train_files: str
@@ -52,6 +55,7 @@ class DataArtifacts:
     word_vectors_path: Optional[str] = None
     documents: Optional[list] = None
     heldout_documents: Optional[list] = None
+    epoch_windows: Optional[int] = None
 
     @functools.cached_property
     def vocabulary(self):
@@ -268,9 +272,12 @@ class Family:
             self.check_compilation(config)
             self.check_inputs(config, model_dir)
 
-        return model_directory.start_run(
+        strategy, info, artifacts = model_directory.start_run(
             config, model_dir, strategy, devices, lambda: self.prepare_data(config, model_dir),
             checks)
+        if config.train.epochs:
+            steps_from_epochs(config, artifacts)
+        return strategy, info, artifacts
 
     def pretrain(self, config, model_dir, strategy="default", devices=None, verbose="auto",
                  restore_fallback=False, callbacks=()):
@@ -298,6 +305,16 @@ class Family:
                                 json.dumps(results["eval"], indent=2) + "\n")
         for line in self.eval_summary(results["eval"]):  # tfeff-pretrain prints them
             logging.debug("%s", line)
+
+
+def steps_from_epochs(config, artifacts):
+    """Sets `config.train.steps` from `train.epochs`: the passes over the corpus'
+    `artifacts.epoch_windows` in batches of `data.batch_size`, rounded up."""
+    per_epoch = artifacts.epoch_windows / config.data.batch_size
+    config.train.steps = max(1, math.ceil(config.train.epochs * per_epoch))
+    logging.info("train.epochs=%g: %s windows per epoch, %.1f steps of %d: training to step %d",
+                 config.train.epochs, f"{artifacts.epoch_windows:,}", per_epoch,
+                 config.data.batch_size, config.train.steps)
 
 
 def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=None,
@@ -355,7 +372,9 @@ def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=Non
                    *callbacks],
         validation_data=validation,
         validation_steps=train_cfg.validation_steps if validation is not None else None,
-        verbose=verbose, checkpoint_iterator=not family.position_addressed)
+        verbose=verbose, checkpoint_iterator=not family.position_addressed,
+        steps_per_epoch=(artifacts.epoch_windows / config.data.batch_size
+                         if config.train.epochs and artifacts.epoch_windows else None))
     if not preempted:
         training.save_if_new()
     return Phase(model, training.step, history, preempted, int(training.position.numpy()))

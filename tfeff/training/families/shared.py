@@ -8,6 +8,7 @@ family trained on the same text) share `lm_artifacts`, `lm_dataset`,
 after calling them.
 """
 
+import json
 import logging
 
 import numpy as np
@@ -15,12 +16,14 @@ import tensorflow as tf
 
 from tfeff import config as config_lib
 from tfeff import data as data_lib
+from tfeff.data import files
 from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.layers.softmax_common import check_frequency_sorted
 from tfeff.training import evaluation
 from tfeff.training import model_directory
 from tfeff.training.families.base import DataArtifacts
+from tfeff.training.model_directory import EPOCH_FILE
 from tfeff.training.model_directory import FASTTEXT_FILE
 from tfeff.training.model_directory import VECTORS_FILE
 from tfeff.training.model_directory import VOCABULARY_FILE
@@ -48,10 +51,37 @@ def _check_unknown_words(data_cfg, train_files, vocabulary_path, learned):
                                 on_invalid_utf8=data_cfg.on_invalid_utf8, learned=learned)
 
 
+def epoch_windows(config, model_dir, train_files, vocabulary_path):
+    """`train.epochs`' unit: the training windows of one pass over the corpus
+    (`tfeff.data.count_windows`), counted once and kept in `<model_dir>/EPOCH_FILE`
+    with the files, window length and tokenization they were counted for (a
+    change of any of them counts again)."""
+    d = config.data
+    counted_for = {"train_files": train_files, "max_sequence_length": d.max_sequence_length,
+                   "tokenization": d.tokenization}
+    path = file_path(model_dir, EPOCH_FILE)
+    if tf.io.gfile.exists(path):
+        try:
+            with tf.io.gfile.GFile(path) as f:
+                saved = json.load(f)
+            if {k: saved.get(k) for k in counted_for} == counted_for:
+                return int(saved["windows"])
+        except (ValueError, KeyError, TypeError):
+            pass  # tfeff's own derived file, unreadable: counted again
+    logging.info("Counting the windows of one epoch of %s (train.epochs)", train_files)
+    windows, tokens = data_lib.count_windows(
+        train_files, vocabulary_path, d.max_sequence_length, d.on_invalid_utf8,
+        wordpiece=d.tokenization == "wordpiece")
+    files.write_text_atomic(path, json.dumps(
+        {**counted_for, "windows": windows, "tokens": tokens}, indent=2) + "\n")
+    return windows
+
+
 def lm_artifacts(config, model_dir, uses_vectors):
     """Corpus, vocabulary, and (`uses_vectors`) fastText model and vocabulary vectors of
     a language model on `config.data` (`data.tokenization`: words, or a learned
-    WordPiece vocabulary with no vectors), made if missing: a `DataArtifacts`.
+    WordPiece vocabulary with no vectors), made if missing: a `DataArtifacts`; with
+    `train.epochs`, its `epoch_windows` counted (`epoch_windows`).
 
     The training text is checked against the vocabulary before fastText trains
     (`<unk>` rate). With held-out text, held-out words get vocabulary rows
@@ -73,7 +103,8 @@ def lm_artifacts(config, model_dir, uses_vectors):
                 words, data_cfg.wordpiece_vocabulary_size, vocabulary_path
             )
         _check_unknown_words(data_cfg, train_files, vocabulary_path, learned)
-        return DataArtifacts(train_files, heldout_files, vocabulary_path)
+        return _with_epochs(DataArtifacts(train_files, heldout_files, vocabulary_path),
+                            config, model_dir)
     if learned:
         vocab = _count_words(data_cfg, train_files)
         if heldout_files:
@@ -85,7 +116,8 @@ def lm_artifacts(config, model_dir, uses_vectors):
     else:
         vocab = data_lib.Vocabulary.load(vocabulary_path)
     _check_unknown_words(data_cfg, train_files, vocabulary_path, learned)
-    artifacts = DataArtifacts(train_files, heldout_files, vocabulary_path)
+    artifacts = _with_epochs(DataArtifacts(train_files, heldout_files, vocabulary_path),
+                             config, model_dir)
     artifacts.vocabulary = vocab
     if not uses_vectors:
         return artifacts
@@ -116,6 +148,13 @@ def lm_artifacts(config, model_dir, uses_vectors):
                 f"fasttext.dim={ft_cfg.dim}"
             )
     artifacts.vectors_path, artifacts.word_vectors_path = vectors_path, word_vectors_path
+    return artifacts
+
+
+def _with_epochs(artifacts, config, model_dir):
+    if config.train.epochs:
+        artifacts.epoch_windows = epoch_windows(config, model_dir, artifacts.train_files,
+                                                artifacts.vocabulary_path)
     return artifacts
 
 

@@ -1,0 +1,56 @@
+"""`train.epochs`: a run's budget in passes over its corpus, counted once per model directory."""
+
+import json
+import logging
+import math
+import os
+
+import numpy as np
+
+from tests.conftest import REPO
+from tfeff.config import load_config
+from tfeff.data import lm_dataset
+from tfeff.training import pretrain
+from tfeff.training.model_directory import EPOCH_FILE
+
+SUB = os.path.join(REPO, "configs", "demo_elmo_sub.yaml")
+TINY = [
+    "data.synthetic.num_train_sentences=300", "data.synthetic.num_heldout_sentences=20",
+    "data.synthetic.lexicon_size=100", "data.wordpiece_vocabulary_size=200",
+    "data.max_sequence_length=12", "data.batch_size=16", "model.num_layers=1",
+    "model.units=8", "model.projection_dim=8", "model.embedding_dim=8",
+    "train.checkpoint_every=10", "train.log_every=5", "train.warmup_steps=2",
+    "train.validation_steps=0", "eval.max_targets=50",
+]
+
+
+def test_epochs_set_the_steps_from_the_corpus_windows_and_are_logged(tmp_path, caplog):
+    model_dir = str(tmp_path / "run")
+    config = load_config(SUB, TINY + ["train.epochs=1.5"])
+    with caplog.at_level(logging.INFO):
+        results = pretrain(config, model_dir, verbose="auto")
+    # One epoch is every window of the training text once, as the pipeline cuts it.
+    with open(os.path.join(model_dir, EPOCH_FILE)) as f:
+        counted = json.load(f)
+    d = config.data
+    epoch = np.concatenate([b.numpy() for b in lm_dataset(
+        counted["train_files"], os.path.join(model_dir, "vocabulary.txt"), d.batch_size,
+        d.max_sequence_length, wordpiece=True)])
+    assert (counted["windows"], counted["tokens"]) == (len(epoch), int((epoch > 0).sum()))
+    steps = math.ceil(1.5 * len(epoch) / d.batch_size)
+    assert config.train.steps == results["step"] == steps
+    assert f"training to step {steps}" in caplog.text
+    # The progress lines (every 5 steps) say the epoch.
+    k = steps - steps % 5
+    assert (f"step {k}/{steps} ({100 * k // steps}%), epoch "
+            f"{k * d.batch_size / len(epoch):.2f}: loss") in caplog.text
+
+    # A longer budget resumes from the directory's count (not counted again).
+    stamp = os.stat(os.path.join(model_dir, EPOCH_FILE)).st_mtime_ns
+    caplog.clear()
+    more = load_config(SUB, TINY + ["train.epochs=2"])
+    with caplog.at_level(logging.INFO):
+        again = pretrain(more, model_dir, verbose=0)
+    assert again["step"] == math.ceil(2 * len(epoch) / d.batch_size)
+    assert os.stat(os.path.join(model_dir, EPOCH_FILE)).st_mtime_ns == stamp
+    assert "Counting the windows" not in caplog.text
