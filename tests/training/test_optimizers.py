@@ -197,6 +197,11 @@ def test_make_optimizer_scales_the_peak_with_the_batch_and_follows_the_config(ba
                         weight_decay=weight_decay)
     optimizer = make_optimizer(train, batch_size)
     assert type(optimizer) is (AdamW if weight_decay else Adam)
+    # Adam's epsilon: Keras' for Adam, BERT's for AdamW, unless the config names one.
+    assert optimizer.epsilon == (1e-6 if weight_decay else 1e-7)
+    train.adam_epsilon = 1e-8
+    assert make_optimizer(train, batch_size).epsilon == 1e-8
+    train.adam_epsilon = 0.0
     peak = 1e-3 * batch_size / 32
     variable = keras.Variable(np.zeros(3, np.float32))
     optimizer.build([variable])

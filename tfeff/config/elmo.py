@@ -297,6 +297,8 @@ class TrainConfig:
         decay_end_step: `rnmt`: the step its decay ends at (> the start).
         clipnorm: global-norm gradient clipping; 0 disables it.
         weight_decay: AdamW's decoupled weight decay; 0 selects Adam.
+        adam_epsilon: Adam's epsilon; 0: Keras' 1e-7 for Adam, BERT's 1e-6 for
+            AdamW.
         checkpoint_every: steps between checkpoints (also Keras' epoch length,
             the validation interval).
         keep_checkpoints: checkpoints kept.
@@ -332,6 +334,7 @@ class TrainConfig:
     decay_end_step: int = 0
     clipnorm: float = 1.0
     weight_decay: float = 0.0
+    adam_epsilon: float = 0.0
     checkpoint_every: int = 500
     keep_checkpoints: int = 3
     log_every: int = 50
@@ -366,6 +369,7 @@ class TrainConfig:
         positive(self.validation_steps, join(prefix, "validation_steps"), allow_zero=True)
         positive(self.clipnorm, join(prefix, "clipnorm"), allow_zero=True)
         positive(self.weight_decay, join(prefix, "weight_decay"), allow_zero=True)
+        positive(self.adam_epsilon, join(prefix, "adam_epsilon"), allow_zero=True)
         one_of(self.decay, ("cosine", "linear", "exponential", "constant", "rnmt"),
                join(prefix, "decay"))
         positive(self.decay_start_step, join(prefix, "decay_start_step"), allow_zero=True)

@@ -287,9 +287,10 @@ def _inner_optimizer(train_config, global_batch_size):
         replicas=global_batch_size / train_config.base_batch_size,
     )
     weight_decay = getattr(train_config, "weight_decay", 0.0)
+    epsilon = getattr(train_config, "adam_epsilon", 0.0)
     if weight_decay:
         optimizer = AdamW(
-            learning_rate=schedule, weight_decay=weight_decay, epsilon=1e-6,
+            learning_rate=schedule, weight_decay=weight_decay, epsilon=epsilon or 1e-6,
             global_clipnorm=train_config.clipnorm or None, name="adamw",
         )
         # As BERT: no decay of biases and layer-norm parameters.
@@ -299,6 +300,7 @@ def _inner_optimizer(train_config, global_batch_size):
     # depend on how many optimizers this process has created.
     return Adam(
         learning_rate=schedule,
+        epsilon=epsilon or 1e-7,
         global_clipnorm=train_config.clipnorm or None,
         name="adam",
     )
