@@ -355,11 +355,8 @@ def _backend_versions():
 def run_output_layer(name, sizes, work_dir):
     """An ELMo output-layer model's bf16 training step (tools/benchmark_gpu.py's)."""
     import benchmark_gpu
-    from tfeff.config import load_config
 
-    paper, demo, _ = benchmark_gpu.MODELS[name]
-    config = load_config(os.path.join(
-        REPO, "configs", (paper if sizes["benchmark_preset"] == "paper" else demo) + ".yaml"))
+    config = benchmark_gpu.model_config(name, sizes["benchmark_preset"])
     device, peak = benchmark_gpu.device_info()
     profile_dir = os.path.join(work_dir, f"profile_{name}") if name == "elmo_c" else None
     row = benchmark_gpu.measure(name, config, sizes["word_vocabulary"], "bf16", sizes["steps"],
@@ -405,11 +402,8 @@ def run_adaptive_peer(sizes, work_dir):
 
     import bench_results
     import benchmark_gpu
-    from tfeff.config import load_config
 
-    paper, demo, _ = benchmark_gpu.MODELS["elmo_a"]
-    config = load_config(os.path.join(
-        REPO, "configs", (paper if sizes["benchmark_preset"] == "paper" else demo) + ".yaml"))
+    config = benchmark_gpu.model_config("elmo_a", sizes["benchmark_preset"])
     vocabulary = sizes["word_vocabulary"]
     model, ids, tokens = benchmark_gpu.build("elmo_a", config, vocabulary,
                                              np.random.default_rng(0), work_dir)

@@ -1,3 +1,4 @@
+import dataclasses
 import os
 import re
 
@@ -106,16 +107,27 @@ def test_every_bundled_config_loads():
     layers = {c.model.output_layer for c in configs.values() if c.family == "elmo"}
     assert layers == {"continuous", "adaptive", "full", "sampled", "fixed"}
     bert = {n: c for n, c in configs.items() if c.family == "bert"}
-    assert sorted(bert) == ["bert_base.yaml", "bert_base_core.yaml", "demo_bert.yaml",
-                            "demo_bert_core.yaml"]
-    base, core = bert["bert_base.yaml"], bert["bert_base_core.yaml"]
-    assert (base.model.hidden_dim, base.model.num_layers, base.model.num_heads,
-            base.model.intermediate_dim) == (768, 12, 12, 3072)
-    assert (core.model.relaxed.num_anchors, core.model.relaxed.ffn_rank) == (32, 64)
-    assert core.two_phase and not base.two_phase and bert["demo_bert_core.yaml"].two_phase
-    # The demo pair differs only in the CoRe settings.
-    demo, demo_core = bert["demo_bert.yaml"], bert["demo_bert_core.yaml"]
-    assert (demo.data, demo.train) == (demo_core.data, demo_core.train)
+    # Each CoRe config and its standard baseline: the paper's recipe (n = 512), the
+    # cheaper n = 128 variant, the demo. A pair differs only in the CoRe settings.
+    pairs = [("bert_base_n512.yaml", "bert_base_core.yaml"),
+             ("bert_base.yaml", "bert_base_core_n128.yaml"),
+             ("demo_bert.yaml", "demo_bert_core.yaml")]
+    assert sorted(bert) == sorted(n for pair in pairs for n in pair)
+    for base_name, core_name in pairs:
+        base, core = bert[base_name], bert[core_name]
+        assert core.two_phase and not base.two_phase
+        assert (base.data, base.train) == (core.data, core.train), core_name
+        assert dataclasses.replace(core.model, relaxed=None) == base.model, core_name
+    for name in ("bert_base_n512.yaml", "bert_base.yaml"):
+        m = bert[name].model
+        assert (m.hidden_dim, m.num_layers, m.num_heads, m.intermediate_dim) == (
+            768, 12, 12, 3072)
+    for name in ("bert_base_core.yaml", "bert_base_core_n128.yaml"):
+        relaxed = bert[name].model.relaxed
+        assert (relaxed.num_anchors, relaxed.ffn_rank) == (32, 64)
+    paper = bert["bert_base_core.yaml"]
+    assert (paper.data.max_sequence_length, paper.data.batch_size, paper.model.use_nsp,
+            paper.core.coarse_steps, paper.train.steps) == (512, 1024, True, 100_000, 400_000)
 
 
 @pytest.mark.parametrize("override,message", [

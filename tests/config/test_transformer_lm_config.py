@@ -60,18 +60,31 @@ def test_shipped_configs_load():
     assert demo.data.synthetic is not None
     gpt = load_config(config_path("transformer_lm_gpt"))
     m = gpt.model
-    assert (m.num_layers, m.hidden_dim, m.num_heads, m.intermediate_dim) == (12, 512, 8, 2048)
+    # GPT's size (Radford et al. 2018): 12 layers, 768 wide, 12 heads, 3072 feed-forward.
+    assert (m.num_layers, m.hidden_dim, m.num_heads, m.intermediate_dim) == (12, 768, 12, 3072)
     assert (m.bidirectional, m.output_layer, m.output_loss, m.input_embedding) == (
         False, "continuous", "cosine", "fixed")
-    assert (gpt.data.min_count, gpt.fasttext.dim) == (3, 300)
+    # An open vocabulary, as ELMo-C's: every word of the corpus is a target.
+    elmo_c = load_config(os.path.join(REPO, "configs", "elmo_c.yaml"))
+    assert (gpt.data.min_count, gpt.fasttext) == (elmo_c.data.min_count, elmo_c.fasttext)
+    assert elmo_c.data.min_count == 1
     # n = 512 (windows of 512 tokens, a learned position each), 32 windows a batch.
     assert (gpt.data.max_sequence_length, gpt.data.batch_size, m.max_sequence_length) == (
         512, 32, 0)
     # Otherwise ELMo-C's corpus and optimizer (configs/elmo_c.yaml), with the same peak
     # learning rate at 32 windows a batch.
-    elmo_c = load_config(os.path.join(REPO, "configs", "elmo_c.yaml"))
     assert gpt.train == dataclasses.replace(elmo_c.train, base_batch_size=32)
     assert gpt.data.train_files == elmo_c.data.train_files
+    # TRANS BASE and TRANS LARGE: Transformer-base and -big bidirectional LMs on ELMo-C's
+    # data, vectors and optimizer.
+    for name, sizes in (("transformer_lm_base", (6, 512, 8, 2048)),
+                        ("transformer_lm_large", (6, 1024, 16, 4096))):
+        trans = load_config(config_path(name))
+        t = trans.model
+        assert (t.num_layers, t.hidden_dim, t.num_heads, t.intermediate_dim) == sizes
+        assert t.bidirectional and t.direction_loss == "mean"
+        assert (trans.data, trans.fasttext, trans.train) == (
+            elmo_c.data, elmo_c.fasttext, elmo_c.train)
 
 
 def test_round_trip_through_yaml(tmp_path):
