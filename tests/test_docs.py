@@ -62,6 +62,45 @@ def test_generated_references_are_current():
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+def _docs_reference():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "docs_reference", os.path.join(REPO, "tools", "docs_reference.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_recipe_tables_compare_the_paper_with_the_configs(tmp_path):
+    """A row's status comes from the configs where the paper's value is given; a claim
+    the configs contradict, a difference without its reason or a key no config has is
+    refused, naming the spec's row."""
+    docs_reference = _docs_reference()
+    spec = tmp_path / "spec.yaml"
+
+    def table(*rows):
+        spec.write_text("configs: {ELMo-C: elmo_c.yaml, ELMo-A: elmo_a.yaml}\nrows:\n"
+                        + "".join(rows))
+        return docs_reference.recipe_table(str(spec))
+
+    units = "- {setting: Cells, paper: '4096', key: model.units, value: 4096}\n"
+    assert "| Cells | 4096 | `model.units` | 4096 | same |  |" in table(units)
+    batch = ("- {setting: Batch, paper: 768 per card, key: data.batch_size, "
+             "value: {ELMo-C: 3072, ELMo-A: 768}, why: ELMo-A's is 4 cards' worth}\n")
+    assert ("| Batch | 768 per card | `data.batch_size` | ELMo-C: 3072 · ELMo-A: 1024 | "
+            "**differs** | ELMo-A's is 4 cards' worth |") in table(batch)
+    error = docs_reference.UndocumentedError
+    with pytest.raises(error, match=r"row 1 \('Batch'\): a row that is 'differs' must say"):
+        table(batch.replace(", why: ELMo-A's is 4 cards' worth", ""))
+    with pytest.raises(error, match=r"row 2 \('Cells'\): says 'differs', but the configs"):
+        table(units, units.replace("value: 4096", "value: 4096, status: differs"))
+    with pytest.raises(error, match=r"row 1 \('Cells'\): no config key `model.cells`"):
+        table(units.replace("model.units", "model.cells"))
+    with pytest.raises(error, match=r"`status` must be one of"):
+        table("- {setting: Hardware, paper: 4 GPUs}\n")
+
+
 @pytest.mark.parametrize("module", API_MODULES)
 def test_api_page_lists_every_public_name(module):
     with open(os.path.join(REPO, "docs", "api", f"{module}.md"), encoding="utf-8") as f:
