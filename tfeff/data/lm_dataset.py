@@ -147,11 +147,26 @@ def _window_chunks(patterns, vocabulary_path, max_sequence_length, on_invalid_ut
 
 def count_windows(patterns, vocabulary_path, max_sequence_length, on_invalid_utf8="error",
                   wordpiece=False):
-    """One epoch of `lm_dataset` over the files: `(windows, tokens)`.
+    """One epoch of `lm_dataset` over the files: its windows and their tokens.
 
-    The windows that `lm_dataset` (same arguments) yields in one pass, and the
-    tokens they hold (sentence boundaries included): what `train.epochs`
-    counts. One pass over the files in a TensorFlow pipeline.
+    What `train.epochs` counts: the windows that `lm_dataset` (same arguments)
+    yields in one pass. One pass over the files in a TensorFlow pipeline.
+
+    Args:
+        patterns: glob(s) of text files (see `tfeff.data.resolve_files`).
+        vocabulary_path: a file written by `Vocabulary.save` (or a WordPiece
+            vocabulary with `wordpiece`).
+        max_sequence_length: int >= 2, the longest window.
+        on_invalid_utf8: `"error"`, `"skip"` or `"replace"` (as `lm_dataset`).
+        wordpiece: split words into WordPiece ids.
+
+    Returns:
+        `(windows, tokens)`: Python ints; the tokens include each sentence's
+        boundaries.
+
+    Raises:
+        ValueError: `max_sequence_length` is below 2, or `on_invalid_utf8` is
+            unknown.
     """
     if max_sequence_length < 2:
         raise ValueError(
