@@ -364,7 +364,7 @@ def anchor_draws(data):
     AnchorMultiHeadAttention chooses at inference and in training (a key from its
     seed generator). Compared bit for bit: the keys say "exact"."""
     from tfeff.layers.anchor_multi_head_attention import AnchorMultiHeadAttention
-    from tfeff.layers.anchor_multi_head_attention import hash_uniform
+    from tfeff.backend.hashing import hash_uniform
 
     index = np.arange(600, dtype="int32").reshape(20, 30)
     seed = (7, 2**33 + 3)

@@ -345,7 +345,7 @@ def _mix32_reference(x):
 
 
 def test_hash_uniform_equals_a_numpy_reference_eagerly_and_under_xla():
-    from tfeff.layers.anchor_multi_head_attention import hash_uniform
+    from tfeff.backend.hashing import hash_uniform
 
     index = np.arange(2000, dtype=np.int32).reshape(40, 50)
     seed = (7, 2**33 + 3)  # reduced modulo 2**32

@@ -368,7 +368,7 @@ def test_right_padded_full_and_empty_rows_pass_and_equal_the_unpadded_prefix():
 
 def test_the_graph_padding_check_takes_an_empty_batch():
     """A replica's share of a short last batch may have no rows: the check must pass."""
-    from tfeff.layers.input_checks import check_right_padded
+    from tfeff.backend.checks import check_right_padded
 
     layer = MaskedBiLSTM(4, 2, num_layers=1, use_cudnn=False, name="bi")
     check = tf.function(lambda m: check_right_padded(layer, m))

@@ -24,8 +24,10 @@ import keras
 import numpy as np
 from keras import ops
 
+from tfeff.backend.checks import check_ids
+from tfeff.backend.hashing import hash32
+from tfeff.backend.hashing import high_product32
 from tfeff.layers.embedding_common import IdEmbeddingMixin
-from tfeff.layers.embedding_common import check_ids
 
 FILTER_TYPES = ("binary", "real")
 LOOKUPS = ("unique", "table", "token")
@@ -33,51 +35,8 @@ LOOKUPS = ("unique", "table", "token")
 CONSTRUCTION_VERSION = 1
 
 _MASK32 = 0xFFFFFFFF
-_MIX = 0x45D9F3B  # < 2**27, so every product below stays inside int64
-_HASH_START = 0x243F6A88
 _TAG_BINARY, _TAG_REAL, _TAG_ASSIGN = 1, 2, 3
 _FINGERPRINT_IDS = 4096  # ids whose assignment enters the fingerprint digest
-
-
-def _mix32(x, xp, dtype):
-    """A bijection of [0, 2**32) with good avalanche (int64 values, or uint32 wrapping)."""
-    mix, mask, shift = (xp.array(v, dtype) for v in (_MIX, _MASK32, 16))
-    for _ in range(2):
-        x = xp.bitwise_xor(xp.right_shift(x, shift), x)
-        x = xp.bitwise_and(xp.multiply(x, mix), mask)
-    return xp.bitwise_xor(xp.right_shift(x, shift), x)
-
-
-def hash32(*words, xp=np, dtype="int64"):
-    """`h(w_1, ..., w_n)`: fold `h <- mix32(h XOR (w_i mod 2**32))` from 0x243F6A88.
-
-    Args are Python ints or arrays of `dtype` that broadcast together. `xp`
-    is `numpy` or `keras.ops`; `dtype` "int64" (every product stays below
-    2**59) or "uint32" (products wrap mod 2**32): both give the same values,
-    in [0, 2**32).
-    """
-    mask = xp.array(_MASK32, dtype)
-    h = xp.array(_HASH_START, dtype)
-    for w in words:
-        if isinstance(w, (int, np.integer)):
-            w = xp.array(int(w) & _MASK32, dtype)
-        h = _mix32(xp.bitwise_xor(h, xp.bitwise_and(w, mask)), xp, dtype)
-    return h
-
-
-def _high_product(h, c, xp, dtype):
-    """`(h * c) >> 32` of h in [0, 2**32) and a Python int c in (0, 2**31)."""
-    if dtype == "int64":
-        return xp.right_shift(xp.multiply(h, xp.array(c, dtype)), xp.array(32, dtype))
-    # uint32: 16-bit limbs; every partial product and sum stays below 2**32.
-    low, shift = xp.array(0xFFFF, dtype), xp.array(16, dtype)
-    hh, hl = xp.right_shift(h, shift), xp.bitwise_and(h, low)
-    ch, cl = xp.array(c >> 16, dtype), xp.array(c & 0xFFFF, dtype)
-    lo, m1, m2 = xp.multiply(hl, cl), xp.multiply(hh, cl), xp.multiply(hl, ch)
-    carry = xp.right_shift(xp.add(xp.add(xp.bitwise_and(m1, low), xp.bitwise_and(m2, low)),
-                                  xp.right_shift(lo, shift)), shift)
-    return xp.add(xp.add(xp.multiply(hh, ch), xp.right_shift(m1, shift)),
-                  xp.add(xp.right_shift(m2, shift), carry))
 
 
 def _seed_words(seed):
@@ -132,7 +91,7 @@ def assign_columns(ids, seed, num_codebooks, codebook_size, xp=np):
     s = _seed_words(seed)
     k = xp.arange(num_codebooks, dtype=dtype)
     h = hash32(s[0], s[1], _TAG_ASSIGN, k, ids, xp=xp, dtype=dtype)
-    columns = _high_product(h, codebook_size, xp, dtype)
+    columns = high_product32(h, codebook_size, xp, dtype)
     return columns.astype("int32") if xp is np else ops.cast(columns, "int32")
 
 

@@ -11,6 +11,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from tfeff.backend.hashing import hash_uniform
+from tfeff.backend.nn import masked_softmax
 from tfeff.layers.rotary import apply_rotary
 from tfeff.layers.rotary import check_max_wavelength
 from tfeff.layers.rotary import rotate_queries_and_keys
@@ -18,77 +20,6 @@ from tfeff.layers.rotary import rotate_queries_and_keys
 ANCHOR_SELECTIONS = ("random", "strided")
 # Anchor scores: chosen candidates score >= 1, non-candidates (padding) -1.
 _CHOSEN = 1.0
-_MASKED_LOGIT = -1e9
-
-
-_MASK32 = 0xFFFFFFFF
-
-
-def _u32(value):
-    return ops.convert_to_tensor(value, "uint32")
-
-
-def _wrap32(x):
-    """`x mod 2**32`: a no-op on uint32; on PyTorch, where Keras' uint32 is int64."""
-    return ops.bitwise_and(x, _u32(_MASK32))
-
-
-def _multiply32(x, constant):
-    """`x * constant mod 2**32` of x in [0, 2**32) and a Python int constant < 2**32.
-
-    Exact in uint32, whose products wrap, and in int64, whose products do not
-    (Keras' uint32 on PyTorch): the constant is split into 16-bit halves, so
-    no intermediate value reaches 2**49.
-    """
-    low = ops.multiply(x, _u32(constant & 0xFFFF))
-    high = ops.bitwise_and(ops.multiply(x, _u32(constant >> 16)), _u32(0xFFFF))
-    return _wrap32(ops.add(low, ops.left_shift(high, _u32(16))))
-
-
-def _mix32(x):
-    """A 32-bit integer hash ('lowbias32', C. Wellons) of `x` in [0, 2**32)."""
-    x = ops.bitwise_xor(x, ops.right_shift(x, 16))
-    x = _multiply32(x, 0x7FEB352D)
-    x = ops.bitwise_xor(x, ops.right_shift(x, 15))
-    x = _multiply32(x, 0x846CA68B)
-    return ops.bitwise_xor(x, ops.right_shift(x, 16))
-
-
-def hash_uniform(index, seed):
-    """Uniform [0, 1) float32 noise, one value per integer `index`, keyed by `seed`.
-
-    A counter-based draw made of integer ops only, so eager execution,
-    `tf.function`, XLA and an exported SavedModel give bit-identical numbers
-    for the same `(index, seed)`, and so do TensorFlow, JAX (also under
-    `jax.jit`) and PyTorch: the arithmetic is modulo 2**32 in uint32 (int64
-    on PyTorch, masked). TensorFlow's stateless random ops do not: under XLA
-    they draw other numbers, with the default algorithm for any seed and with
-    Philox for a seed computed at run time.
-
-    Args:
-        index: non-negative int tensor; each entry gets its own value.
-        seed: two ints (or an int tensor of shape `(2,)`), taken modulo 2**32.
-
-    Returns:
-        float32 tensor shaped like `index`, multiples of 2**-24.
-    """
-    if isinstance(seed, (tuple, list)) and all(isinstance(v, (int, np.integer)) for v in seed):
-        # Reduced here: a 64-bit constant does not exist on JAX without x64.
-        seed = ops.convert_to_tensor(np.array([int(v) % 2**32 for v in seed], np.uint32))
-    elif keras.backend.standardize_dtype(seed.dtype) not in ("uint32", "int32"):
-        seed = ops.mod(ops.cast(seed, "int64"), 2**32)
-    seed = _wrap32(ops.cast(seed, "uint32"))
-    key = _mix32(ops.bitwise_xor(_mix32(seed[0]), seed[1]))
-    x = _mix32(ops.bitwise_xor(_wrap32(ops.cast(index, "uint32")), key))
-    x = _mix32(_wrap32(ops.add(x, key)))
-    return ops.cast(ops.right_shift(x, 8), "float32") / float(2**24)
-
-
-def _masked_softmax(logits, mask):
-    """Softmax over the last axis where `mask`; rows with no True entry are zero."""
-    mask = ops.cast(mask, logits.dtype)
-    logits = logits + (1.0 - mask) * _MASKED_LOGIT
-    return ops.softmax(logits, axis=-1) * mask
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -350,10 +281,10 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
 
         # S1 = softmax(sqrt(d_k) Q~ A~^T): (batch, heads, n, m)
         s1 = ops.einsum("bhnk,bhmk->bhnm", q, anchors) * math.sqrt(float(self.key_dim))
-        s1 = _masked_softmax(s1, anchor_valid[:, :, None, :])
+        s1 = masked_softmax(s1, anchor_valid[:, :, None, :])
         # S2 = softmax(A~ K^T): (batch, heads, m, s)
         s2 = ops.einsum("bhmk,bshk->bhms", anchors, ops.cast(k, "float32"))
-        s2 = _masked_softmax(s2, key_valid[:, None, None, :])
+        s2 = masked_softmax(s2, key_valid[:, None, None, :])
         s1, s2 = ops.cast(s1, dtype), ops.cast(s2, dtype)
         # MultiHeadAttention's own dropout (it has no public property for it).
         s1_dropped = self._dropout_layer(s1, training=training)

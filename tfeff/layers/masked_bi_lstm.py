@@ -11,9 +11,9 @@ when it runs) and PyTorch's `torch.nn.LSTM` with `proj_size`
 import keras
 from keras import ops
 
-from tfeff.layers.input_checks import check_float_inputs
-from tfeff.layers.input_checks import check_mask_shape
-from tfeff.layers.input_checks import check_right_padded
+from tfeff.backend.checks import check_float_inputs
+from tfeff.backend.checks import check_mask_shape
+from tfeff.backend.checks import check_right_padded
 from tfeff.layers.projected_lstm import forget_bias_initializer
 from tfeff.layers.projected_lstm import reverse_sequence
 from tfeff.layers.projected_lstm import scan_carries

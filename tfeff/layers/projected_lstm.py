@@ -9,9 +9,9 @@ on JAX in `ops.scan`, on PyTorch in a Python loop over `ops.unstack`
 import keras
 from keras import ops
 
-from tfeff.layers.input_checks import check_float_inputs
-from tfeff.layers.input_checks import check_mask_shape
-from tfeff.layers.input_checks import check_right_padded
+from tfeff.backend.checks import check_float_inputs
+from tfeff.backend.checks import check_mask_shape
+from tfeff.backend.checks import check_right_padded
 
 
 @keras.saving.register_keras_serializable(package="tfeff")

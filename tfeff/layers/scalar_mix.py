@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from tfeff.layers.input_checks import check_float_inputs
+from tfeff.backend.checks import check_float_inputs
 
 
 @keras.saving.register_keras_serializable(package="tfeff")

@@ -46,7 +46,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from tfeff.layers.embedding_common import check_ids
+from tfeff.backend.checks import check_ids
 from tfeff.layers.output_head import OutputHead
 
 

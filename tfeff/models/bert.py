@@ -5,7 +5,7 @@ from keras import ops
 
 from tfeff import layers as tfeff_layers
 from tfeff.layers.embedding_common import TableEmbedding
-from tfeff.layers.input_checks import check_right_padded
+from tfeff.backend.checks import check_right_padded
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
 from tfeff.models.bert_layer import BertLayer
@@ -106,7 +106,7 @@ class Bert(keras.Model):
             `token_ids != 0`) and `masked_positions` `(batch, p)`. Sequences
             are right-padded: positions count from the first token and
             `[CLS]` is position 0, so a `padding_mask` with a True after a
-            False raises (`tfeff.layers.input_checks.check_right_padded`:
+            False raises (`tfeff.backend.checks.check_right_padded`:
             `ValueError` eagerly, `InvalidArgumentError` in a `tf.function`;
             not checked under XLA or `jax.jit`).
         training: bool.

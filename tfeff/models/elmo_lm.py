@@ -8,7 +8,7 @@ from keras import ops
 from tfeff import layers as tfeff_layers
 from tfeff.layers import tf_dynamic_rows
 from tfeff.layers.embedding_common import TableEmbedding
-from tfeff.layers.input_checks import check_right_padded
+from tfeff.backend.checks import check_right_padded
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
 
@@ -369,7 +369,7 @@ class ElmoLM(keras.Model):
         Args:
             vectors: float `(batch, time, embedding_dim)` token vectors.
             mask: bool `(batch, time)`, right-padded: a True after a False
-                raises (`tfeff.layers.input_checks.check_right_padded`:
+                raises (`tfeff.backend.checks.check_right_padded`:
                 `ValueError` eagerly, `InvalidArgumentError` in a
                 `tf.function`; not checked under XLA or `jax.jit`).
             training: bool.

@@ -5,7 +5,7 @@ from keras import ops
 
 from tfeff import layers as tfeff_layers
 from tfeff.layers.embedding_common import TableEmbedding
-from tfeff.layers.input_checks import check_right_padded
+from tfeff.backend.checks import check_right_padded
 
 INPUT_EMBEDDINGS = ("trainable", "alone")
 

@@ -15,9 +15,10 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
-from tfeff.layers.anchor_multi_head_attention import hash_uniform
+from tfeff.backend.checks import check_right_padded
+from tfeff.backend.hashing import hash_uniform
+from tfeff.backend.nn import masked_softmax
 from tfeff.layers.embedding_common import TableEmbedding
-from tfeff.layers.input_checks import check_right_padded
 from tfeff.layers.rotary import apply_rotary
 from tfeff.models.bert_layer import derived_seed
 from tfeff.models.bert_layer import get_activation
@@ -35,7 +36,6 @@ ROTARY_MAX_WAVELENGTH = 10000
 DIRECTIONS = ("forward", "backward")
 # Output layers that score the fixed table (they need `embedding_table`).
 _TABLE_OUTPUTS = ("continuous", "fixed")
-_MASKED_LOGIT = -1e9
 # Second word of the stateless seed of the inference anchor draw.
 _INFERENCE_SEED_WORD = 0xCA05A1
 
@@ -82,12 +82,6 @@ def reverse_padded(x, lengths):
     for _ in range(len(x.shape) - 2):
         index = index[..., None]  # broadcast over the feature axes
     return ops.take_along_axis(x, index, axis=1)
-
-
-def _masked_softmax(logits, mask):
-    """Softmax over the last axis where `mask`; rows with no True entry are zero."""
-    mask = ops.cast(mask, logits.dtype)
-    return ops.softmax(logits + (1.0 - mask) * _MASKED_LOGIT, axis=-1) * mask
 
 
 class _CausalAnchorAttention(tfeff_layers.AnchorMultiHeadAttention):
@@ -160,10 +154,10 @@ class _CausalAnchorAttention(tfeff_layers.AnchorMultiHeadAttention):
         step = ops.arange(n, dtype="int32")
         # S1: query i sees the anchors a <= i.  (batch, heads, n, m)
         s1 = ops.einsum("bhnk,bhmk->bhnm", q, anchors) * math.sqrt(float(self.key_dim))
-        s1 = _masked_softmax(s1, positions[:, :, None, :] <= step[None, None, :, None])
+        s1 = masked_softmax(s1, positions[:, :, None, :] <= step[None, None, :, None])
         # S2: anchor a sees the keys j <= a.  (batch, heads, m, n)
         s2 = ops.einsum("bhmk,bshk->bhms", anchors, ops.cast(k, "float32"))
-        s2 = _masked_softmax(s2, step[None, None, None, :] <= positions[:, :, :, None])
+        s2 = masked_softmax(s2, step[None, None, None, :] <= positions[:, :, :, None])
         s1 = self._dropout_layer(ops.cast(s1, dtype), training=training)
         s2 = self._dropout_layer(ops.cast(s2, dtype), training=training)
         kernel = ops.cast(self.output_dense.kernel, dtype)  # (heads, value_dim, out)
@@ -667,7 +661,7 @@ class TransformerLM(keras.Model):
             token_ids: int `(batch, time)`.
             padding_mask: bool `(batch, time)`, right-padded (default
                 `token_ids != 0`): a True after a False raises
-                (`tfeff.layers.input_checks.check_right_padded`).
+                (`tfeff.backend.checks.check_right_padded`).
             training: bool.
             exact_attention: anchor attention run exactly (None: as built).
             return_all_layers: also return the representation stack.

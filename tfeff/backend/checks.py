@@ -1,4 +1,9 @@
-"""Input checks shared by the layers and models (not public layers).
+"""Input checks of the layers and models, on every backend.
+
+Eagerly the values are checked on the host; in a TensorFlow graph the checks are
+assertions that run with it; compiled code (XLA, `jax.jit`) cannot check.
+
+* `check_ids`: ids in `[0, vocabulary_size)`.
 
 * `check_float_inputs`: layers that compute on float vectors reject integer
   (token id) and other non-float inputs with a message naming the layer,
@@ -110,3 +115,35 @@ def check_right_padded(layer, mask, what="mask"):
             f"{message} Row {row} is True at position {step} after a False. Received: "
             f"{what}[{row}]=[{quoted}{more}]")
     return mask
+
+
+def check_ids(layer, ids, what="ids"):
+    """`ids`, checked to lie in `[0, layer.vocabulary_size)`.
+
+    On TensorFlow, eagerly and inside a `tf.function`, an id out of range
+    raises `InvalidArgumentError` naming the layer and `vocabulary_size`; on
+    another backend, eager (concrete) ids raise `ValueError` with the same
+    message. Compiled code cannot check: under XLA TensorFlow compiles the
+    assertions out, and under `jax.jit` the ids are abstract.
+    """
+    prefix = f"{type(layer).__name__} `{layer.name}`: {what}"
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        checks = [
+            tf.debugging.assert_non_negative(ids, message=f"{prefix} must be >= 0"),
+            tf.debugging.assert_less(
+                ids, tf.constant(layer.vocabulary_size, ids.dtype),
+                message=f"{prefix} must be < vocabulary_size={layer.vocabulary_size}"),
+        ]
+        with tf.control_dependencies(checks):
+            return tf.identity(ids)
+    try:
+        values = ops.convert_to_numpy(ids)
+    except Exception:  # traced (jax.jit, torch.compile): nothing concrete to check
+        return ids
+    if values.size and values.min() < 0:
+        raise ValueError(f"{prefix} must be >= 0")
+    if values.size and values.max() >= layer.vocabulary_size:
+        raise ValueError(f"{prefix} must be < vocabulary_size={layer.vocabulary_size}")
+    return ids

@@ -1,0 +1,11 @@
+"""What depends on the backend, one module per concern: the layers call these instead of
+branching on `keras.backend.backend()` themselves.
+
+* `checks`: input checks (ids, float inputs, mask shapes, right padding), eager or
+  in a TensorFlow graph.
+* `hashing`: the counter-based integer hashes of seeded draws (ALONE's filters,
+  CoRe's anchors), bit-identical on every backend and under XLA.
+* `nn`: masked softmax of the attention layers.
+
+Nothing here imports the rest of tfeff.
+"""
