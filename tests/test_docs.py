@@ -99,6 +99,8 @@ def test_recipe_tables_compare_the_paper_with_the_configs(tmp_path):
         table(units.replace("model.units", "model.cells"))
     with pytest.raises(error, match=r"`status` must be one of"):
         table("- {setting: Hardware, paper: 4 GPUs}\n")
+    with pytest.raises(error, match=r"a row with a `key` shows the configs' values"):
+        table("- {setting: Cells, paper: '4096', key: model.units, tfeff: many, status: same}\n")
 
 
 @pytest.mark.parametrize("module", API_MODULES)

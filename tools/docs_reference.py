@@ -15,11 +15,13 @@ Each paper page (`docs/papers/<page>.md`) holds a recipe table between two marke
 lines, rendered from `docs/papers/recipes/<page>.yaml` and the configs it names:
 one row per setting of the paper's setup, with the paper's value and where the paper
 gives it, the config key, the value each config holds (read from the YAML files,
-so the table cannot drift from them), and whether tfeff follows the paper. A row
+so that column cannot drift from them), and whether tfeff follows the paper. A row
 with a machine-readable `value` is compared with the configs (`same` or `differs`);
 other rows state their status (`same`, `differs`, or `unverified`: a value the
-table could not check against the paper's text). Every `differs` and `unverified`
-row must say why; a key no config has, or a status the configs contradict, is an
+table could not check against the paper's text), a claim of the spec's author that
+no config can check (residual connections, hardware). A row without a key may give
+its own `tfeff` text. Every `differs` and `unverified` row must say why; a key no
+config has, a `tfeff` text beside a key, or a status the configs contradict, is an
 error. The test suite runs `--check`.
 """
 
@@ -324,9 +326,12 @@ def recipe_table(spec_path):
         scope = row.get("configs") or list(configs)
         status, shown = row.get("status"), row.get("tfeff")
         if row.get("key"):
+            if shown is not None:
+                raise UndocumentedError(f"{where}: a row with a `key` shows the configs' "
+                                        "values, not a `tfeff` text")
             values = {c: _config_value(configs[c], row["key"], where) for c in scope}
             distinct = {_shown(v) for v in values.values()}
-            shown = shown or (distinct.pop() if len(distinct) == 1 else " · ".join(
+            shown = (distinct.pop() if len(distinct) == 1 else " · ".join(
                 f"{c}: {_shown(v)}" for c, v in values.items()))
             if "value" in row:
                 wanted = row["value"]

@@ -35,6 +35,7 @@ def test_yaml_round_trip_and_overrides(tmp_path):
     ("train.decay=rnmt", r"`train.decay: rnmt` needs `train.decay_end_step` > "
      r"decay_start_step, got 0 and 0"),
     ("model.cell_clip=-3", r"`model.cell_clip` must be non-negative"),
+    ("train.decay=rnmt", r"needs `train.decay_end_step`"),
     ("model.direction_loss=avg", r"`model.direction_loss` must be one of \('sum', 'mean'\)"),
 ])
 def test_bad_values_name_file_and_key(override, message):

@@ -8,8 +8,11 @@ clipped cell, the averaged directions); the others run with `make test-slow`.
 """
 
 import glob
+import json
+import math
 import os
 
+import keras
 import numpy as np
 import pytest
 
@@ -33,7 +36,7 @@ SHRINK = {
     "model.embedding_dim": 8, "model.adaptive_cutoffs": "[20, 40]", "model.num_sampled": 20,
     "model.use_cudnn": "false", "model.relaxed.num_anchors": 2, "model.relaxed.ffn_rank": 4,
     "model.alone.intermediate_dim": 16, "core.coarse_steps": 4,
-    "train.epochs": 0.1, "train.steps": 8, "train.warmup_steps": 2,
+    "train.base_batch_size": 8, "train.epochs": 0.1, "train.steps": 8, "train.warmup_steps": 2,
     "train.decay_start_step": 3, "train.decay_end_step": 6, "train.decay_steps": 3,
     "train.checkpoint_every": 4, "train.log_every": 4, "train.validation_steps": 1,
     "eval.max_targets": 100, "eval.max_batches": 2,
@@ -71,7 +74,24 @@ def test_paper_config_trains_at_demo_size(name, tmp_path):
                 if not any(key == f"{section}.{k}" or key.startswith(f"{section}.{k}.")
                            for key in SHRINK)}
         assert kept == {k: v for k, v in vars(getattr(config, section)).items() if k in kept}
-    results = pretrain(config, str(tmp_path / name), verbose=0)
+    # The schedule's rate at every step of the run is a positive, finite number.
+    from tfeff.training.optimizers import make_optimizer
+
+    optimizer = make_optimizer(config.train, config.data.batch_size)
+    optimizer.build([keras.Variable(np.zeros(1, np.float32))])
+    rates = []
+    for step in range(0, 3 * config.train.steps + 20):
+        optimizer.iterations.assign(step)
+        rates.append(float(optimizer.learning_rate))
+    assert np.all(np.isfinite(rates)) and min(rates) > 0, rates
+    model_dir = str(tmp_path / name)
+    results = pretrain(config, model_dir, verbose=0)
+    if paper.train.epochs:  # the budget in epochs of the corpus: steps from its windows
+        with open(os.path.join(model_dir, "epoch_windows.json")) as f:
+            windows = json.load(f)["windows"]
+        assert config.train.steps == math.ceil(0.1 * windows / config.data.batch_size)
+        assert load_config(os.path.join(model_dir, "config.yaml")).train.steps == \
+            config.train.steps
     assert results["step"] == config.train.steps > 0
     history = results["history"]  # BERT: one history per phase
     phases = [history] if "loss" in history else list(history.values())
@@ -79,5 +99,3 @@ def test_paper_config_trains_at_demo_size(name, tmp_path):
     assert losses and np.all(np.isfinite(losses))
     assert results["eval"] and all(np.isfinite(v) for v in results["eval"].values()
                                    if isinstance(v, float))
-    if paper.train.epochs:  # the budget in epochs of the corpus: steps from its windows
-        assert os.path.exists(os.path.join(tmp_path, name, "epoch_windows.json"))

@@ -71,8 +71,8 @@ def test_shipped_configs_load():
     # n = 512 (windows of 512 tokens, a learned position each), 32 windows a batch.
     assert (gpt.data.max_sequence_length, gpt.data.batch_size, m.max_sequence_length) == (
         512, 32, 0)
-    # Otherwise ELMo-C's corpus and optimizer (configs/elmo_c.yaml), with the same peak
-    # learning rate at 32 windows a batch.
+    # Otherwise ELMo-C's corpus and optimizer (configs/elmo_c.yaml), its base batch its
+    # own 32 windows (RNMT+'s rate then starts at its peak, 1e-4).
     assert gpt.train == dataclasses.replace(elmo_c.train, base_batch_size=32)
     assert gpt.data.train_files == elmo_c.data.train_files
     # TRANS BASE and TRANS LARGE: Transformer-base and -big bidirectional LMs on ELMo-C's

@@ -54,3 +54,20 @@ def test_epochs_set_the_steps_from_the_corpus_windows_and_are_logged(tmp_path, c
     assert again["step"] == math.ceil(2 * len(epoch) / d.batch_size)
     assert os.stat(os.path.join(model_dir, EPOCH_FILE)).st_mtime_ns == stamp
     assert "Counting the windows" not in caplog.text
+    # The directory's config holds the steps the run resolved.
+    assert load_config(os.path.join(model_dir, "config.yaml")).train.steps == again["step"]
+
+    # An unreadable count is counted again; a budget below the checkpoint trains nothing
+    # and says so.
+    with open(os.path.join(model_dir, EPOCH_FILE), "w") as f:
+        f.write("{not json")
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        third = pretrain(load_config(SUB, TINY + ["train.epochs=1"]), model_dir, verbose=0)
+    assert "Counting the windows" in caplog.text
+    assert third["step"] == again["step"]
+    assert f"past step {math.ceil(len(epoch) / d.batch_size)}: nothing more is trained" in \
+        caplog.text
+    with open(os.path.join(model_dir, EPOCH_FILE)) as f:
+        assert json.load(f)["windows"] == len(epoch)
+

@@ -1,12 +1,17 @@
 """`make_optimizer`'s optimizers: non-finite updates are skipped, replica gradients are summed
 before clipping (so N replicas update as one device)."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.conftest import REPO
 from tests.numerics import assert_close
+from tfeff.config import ConfigError
+from tfeff.config import load_config
 from tfeff.training import FAMILIES
 from tfeff.training import make_strategy
 from tfeff.training.optimizers import Adam, AdamW
@@ -172,6 +177,12 @@ def test_rnmt_follows_chen_et_al_as_li_et_al_train_elmo_c():
     assert [float(WarmupDecay.from_config(schedule.get_config())(t)) for t in steps] == got
     with pytest.raises(ValueError, match="decay='rnmt' needs 0 <= decay_start < decay_end"):
         WarmupDecay(1e-3, 10, 100, decay="rnmt", decay_start=50, decay_end=50)
+    # A batch below the base one would make the warmup fall, below zero after 2 warmups.
+    with pytest.raises(ValueError, match="replicas >= 1"):
+        WarmupDecay(1e-3, 10, 100, decay="rnmt", decay_start=50, decay_end=60, replicas=0.5)
+    with pytest.raises(ConfigError, match=r"`train.decay: rnmt` needs `data.batch_size` >= "
+                                          r"`train.base_batch_size`.*got 8 < 128"):
+        load_config(os.path.join(REPO, "configs", "elmo_c.yaml"), ["data.batch_size=8"])
     train = TrainConfig(steps=1000, learning_rate=base, base_batch_size=32, warmup_steps=p,
                         decay="rnmt", decay_start_step=s, decay_end_step=e)
     optimizer = make_optimizer(train, 128)

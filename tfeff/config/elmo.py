@@ -385,6 +385,17 @@ class TrainConfig:
             raise ConfigError(f"`{join(prefix, 'final_learning_rate_fraction')}` must be in [0, 1]")
 
 
+def check_rnmt_batch(train, data, prefix):
+    """`train.decay: rnmt` rises from `learning_rate` to its peak, `learning_rate *
+    batch_size / base_batch_size`: a batch below `base_batch_size` would fall instead."""
+    if train.decay == "rnmt" and data.batch_size < train.base_batch_size:
+        raise ConfigError(
+            f"`{join(prefix, 'train.decay')}: rnmt` needs `data.batch_size` >= "
+            f"`train.base_batch_size` (its warmup rises from learning_rate to learning_rate x "
+            f"batch_size / base_batch_size), got {data.batch_size} < {train.base_batch_size}: "
+            "lower train.base_batch_size with the batch")
+
+
 @dataclasses.dataclass
 class EvalConfig:
     """Held-out top-k accuracy (cosine ranks for continuous outputs, log-prob ranks otherwise).
@@ -431,6 +442,7 @@ class ElmoConfig:
 
     def validate(self, prefix):
         one_of(self.family, ("elmo",), join(prefix, "family"))
+        check_rnmt_batch(self.train, self.data, prefix)
         if self.data.tokenization == "wordpiece":
             if self.model.input_embedding == "fixed":
                 raise ConfigError(

@@ -22,6 +22,7 @@ from tfeff.config.elmo import EvalConfig
 from tfeff.config.elmo import FastTextConfig
 from tfeff.config.elmo import SyntheticCorpusConfig
 from tfeff.config.elmo import TrainConfig
+from tfeff.config.elmo import check_rnmt_batch
 
 # The keys of `ElmoModelConfig` that a transformer LM takes unchanged: its output layer
 # and input embedding. (`num_layers` and `dropout_rate` have the same names and rules
@@ -179,6 +180,7 @@ class TransformerLMConfig:
 
     def validate(self, prefix):
         one_of(self.family, ("transformer_lm",), join(prefix, "family"))
+        check_rnmt_batch(self.train, self.data, prefix)
         model_prefix, data_prefix = join(prefix, "model"), join(prefix, "data")
         if self.data.tokenization == "wordpiece":
             if self.model.input_embedding == "fixed":

@@ -120,7 +120,7 @@ LOCK_FILE = ".tfeff-lock"
 # mark existed is recognized by these names and its resolved config.yaml).
 OWNED_NAMES = (CONFIG_FILE, "corpus", VOCABULARY_FILE, FASTTEXT_FILE, VECTORS_FILE,
                data_lib.mean_path(VECTORS_FILE), WORDPIECE_CORPUS_FILE, CHECKPOINT_DIR,
-               "logs", EVAL_FILE, "coarse", MARK_FILE, LOCK_FILE)
+               "logs", EVAL_FILE, "coarse", MARK_FILE, LOCK_FILE, EPOCH_FILE)
 # What `prepare_data` derives from the `data` and `fasttext` sections (and reuses
 # whenever it is there).
 DERIVED_DATA = ("corpus", VOCABULARY_FILE, FASTTEXT_FILE, VECTORS_FILE,

@@ -47,7 +47,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     Raises:
         ValueError: `decay` is unknown, or `"rnmt"` without
-            0 <= decay_start < decay_end or with replicas <= 0.
+            0 <= decay_start < decay_end or with replicas below 1.
     """
 
     def __init__(self, peak_learning_rate, warmup_steps, total_steps, decay="cosine",
@@ -55,9 +55,10 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
                  decay_end=0, replicas=1.0):
         if decay not in DECAYS:
             raise ValueError(f"Unknown decay {decay!r}")
-        if decay == "rnmt" and not (0 <= decay_start < decay_end and replicas > 0):
+        if decay == "rnmt" and not (0 <= decay_start < decay_end and replicas >= 1):
             raise ValueError(
-                "decay='rnmt' needs 0 <= decay_start < decay_end and replicas > 0. Received: "
+                "decay='rnmt' needs 0 <= decay_start < decay_end and replicas >= 1 (its "
+                "warmup rises from the base rate to `replicas` times it). Received: "
                 f"decay_start={decay_start}, decay_end={decay_end}, replicas={replicas}")
         self.decay_start = int(decay_start)
         self.decay_end = int(decay_end)

@@ -14,7 +14,9 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
     preemption and fault handling are `tfeff.training.fault_tolerance`'s.
 
     Args:
-        config: an `ElmoConfig`, `BertConfig` or `MaskedElmoConfig`.
+        config: an `ElmoConfig`, `BertConfig` or `MaskedElmoConfig`. With
+            `train.epochs`, its `train.steps` is set from the corpus (and
+            written so into the directory's `config.yaml`).
         model_dir: output directory (created; resumed when it holds a run).
         strategy: `"default"`, `"mirrored"` or `"multi_worker"`.
         devices: device list for `"mirrored"`.

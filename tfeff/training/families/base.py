@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
+from tfeff import config as config_lib
 from tfeff import data as data_lib
 from tfeff.data import files
 from tfeff.training import evaluation
@@ -277,6 +278,8 @@ class Family:
             checks)
         if config.train.epochs:
             steps_from_epochs(config, artifacts)
+            if info.is_chief:  # the directory's config is the run's: its steps resolved
+                config_lib.write_yaml(config, file_path(model_dir, model_directory.CONFIG_FILE))
         return strategy, info, artifacts
 
     def pretrain(self, config, model_dir, strategy="default", devices=None, verbose="auto",
@@ -308,13 +311,15 @@ class Family:
 
 
 def steps_from_epochs(config, artifacts):
-    """Sets `config.train.steps` from `train.epochs`: the passes over the corpus'
-    `artifacts.epoch_windows` in batches of `data.batch_size`, rounded up."""
+    """Sets `config.train.steps` from `train.epochs` (in place): the passes over the
+    corpus' `artifacts.epoch_windows` in batches of `data.batch_size`, rounded up."""
     per_epoch = artifacts.epoch_windows / config.data.batch_size
-    config.train.steps = max(1, math.ceil(config.train.epochs * per_epoch))
-    logging.info("train.epochs=%g: %s windows per epoch, %.1f steps of %d: training to step %d",
-                 config.train.epochs, f"{artifacts.epoch_windows:,}", per_epoch,
-                 config.data.batch_size, config.train.steps)
+    steps = max(1, math.ceil(config.train.epochs * per_epoch))
+    if steps != config.train.steps:
+        config.train.steps = steps
+        logging.info("train.epochs=%g: %s windows per epoch, %.1f steps of %d: training to "
+                     "step %d", config.train.epochs, f"{artifacts.epoch_windows:,}", per_epoch,
+                     config.data.batch_size, steps)
 
 
 def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=None,
@@ -339,6 +344,8 @@ def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=Non
         `Phase(model, step, history, preempted, position)`.
     """
     train_cfg = config.train
+    if train_cfg.epochs and artifacts.epoch_windows:  # (`Family.start` has, unless bypassed)
+        steps_from_epochs(config, artifacts)
     stop_step = train_cfg.steps if stop_step is None else stop_step
     label = label or family.label
     with strategy.scope():
@@ -359,6 +366,9 @@ def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=Non
         start = training.restore(restore_fallback)
     logging.info("%s: %s trainable parameters (%s); step %d, training to step %d",
                  label, f"{model.count_params():,}", train_cfg.precision, start, stop_step)
+    if start > stop_step:
+        logging.warning("%s: the checkpoint is at step %d, past step %d: nothing more is "
+                        "trained", label, start, stop_step)
 
     def build(position, file_shard):
         return family.train_dataset(config, artifacts, position, file_shard)

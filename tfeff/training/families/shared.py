@@ -8,6 +8,7 @@ family trained on the same text) share `lm_artifacts`, `lm_dataset`,
 after calling them.
 """
 
+import hashlib
 import json
 import logging
 
@@ -54,11 +55,17 @@ def _check_unknown_words(data_cfg, train_files, vocabulary_path, learned):
 def epoch_windows(config, model_dir, train_files, vocabulary_path):
     """`train.epochs`' unit: the training windows of one pass over the corpus
     (`tfeff.data.count_windows`), counted once and kept in `<model_dir>/EPOCH_FILE`
-    with the files, window length and tokenization they were counted for (a
-    change of any of them counts again)."""
+    with what they were counted for: the files (and their sizes), the vocabulary's
+    digest, the window length, the tokenization and the UTF-8 policy. A change of
+    any of them counts again."""
     d = config.data
-    counted_for = {"train_files": train_files, "max_sequence_length": d.max_sequence_length,
-                   "tokenization": d.tokenization}
+    with tf.io.gfile.GFile(vocabulary_path, "rb") as f:
+        vocabulary_digest = hashlib.sha256(f.read()).hexdigest()
+    counted_for = {
+        "train_files": train_files,
+        "file_sizes": [[p, tf.io.gfile.stat(p).length] for p in data_lib.resolve_files(train_files)],
+        "vocabulary_sha256": vocabulary_digest, "max_sequence_length": d.max_sequence_length,
+        "tokenization": d.tokenization, "on_invalid_utf8": d.on_invalid_utf8}
     path = file_path(model_dir, EPOCH_FILE)
     if tf.io.gfile.exists(path):
         try:
