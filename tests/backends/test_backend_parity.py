@@ -186,7 +186,8 @@ def test_the_neutral_core_imports_and_builds_without_tensorflow(results, backend
     above, too); `cases.without_tensorflow` prints what they import, build and refuse."""
     lines = [str(line) for line in results[backend]["without_tensorflow"]]
     expected = ["AdaptiveSoftmax", "AloneEmbedding", "AnchorMultiHeadAttention",
-                "ContinuousOutput", "FactorizedDense", "FixedEmbedding", "FullSoftmax",
+                "CausalAnchorAttention", "ContinuousOutput", "FactorizedDense",
+                "FixedEmbedding", "FullSoftmax",
                 "MaskedBiLSTM", "ProjectedLSTM", "RotaryMultiHeadAttention",
                 "SampledSoftmax", "ScalarMix"]
     assert len(lines) == 14, lines

@@ -15,6 +15,7 @@ import keras
 from tfeff.layers.adaptive_softmax import AdaptiveSoftmax
 from tfeff.layers.alone_embedding import AloneEmbedding
 from tfeff.layers.anchor_multi_head_attention import AnchorMultiHeadAttention
+from tfeff.layers.causal_anchor_attention import CausalAnchorAttention
 from tfeff.layers.continuous_output import ContinuousOutput
 from tfeff.layers.factorized_dense import FactorizedDense
 from tfeff.layers.fixed_embedding import FixedEmbedding
@@ -51,6 +52,7 @@ __all__ = [
     "AdaptiveSoftmax",
     "AloneEmbedding",
     "AnchorMultiHeadAttention",
+    "CausalAnchorAttention",
     "ContinuousOutput",
     "FactorizedDense",
     "FixedEmbedding",

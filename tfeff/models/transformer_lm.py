@@ -8,7 +8,6 @@ PyTorch, on the batches of `tfeff.data.lm_dataset` (right-padded int32 ids
 with `<s>` ... `</s>`), like `ElmoLM`.
 """
 
-import math
 import numbers
 
 import keras
@@ -16,19 +15,16 @@ from keras import ops
 
 from tfeff import layers as tfeff_layers
 from tfeff.backend.checks import check_right_padded
-from tfeff.backend.hashing import hash_uniform
-from tfeff.backend.nn import masked_softmax
 from tfeff.layers.embedding_common import TableEmbedding
-from tfeff.layers.rotary import apply_rotary
 from tfeff.models.bert_layer import derived_seed
 from tfeff.models.bert_layer import get_activation
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
 from tfeff.models.elmo_lm import DIRECTION_LOSSES
 from tfeff.models.elmo_lm import FIRST_PREDICTABLE_ID
-from tfeff.models.elmo_lm import combine_directions
 from tfeff.models.elmo_lm import INPUT_EMBEDDINGS
 from tfeff.models.elmo_lm import OUTPUT_LAYERS
+from tfeff.models.elmo_lm import combine_directions
 
 POSITION_EMBEDDINGS = ("learned", "rotary")
 ANCHOR_SELECTIONS = tfeff_layers.anchor_multi_head_attention.ANCHOR_SELECTIONS
@@ -37,7 +33,6 @@ DIRECTIONS = ("forward", "backward")
 # Output layers that score the fixed table (they need `embedding_table`).
 _TABLE_OUTPUTS = ("continuous", "fixed")
 # Second word of the stateless seed of the inference anchor draw.
-_INFERENCE_SEED_WORD = 0xCA05A1
 
 
 def direction_pairs(outputs, targets):
@@ -84,99 +79,6 @@ def reverse_padded(x, lengths):
     return ops.take_along_axis(x, index, axis=1)
 
 
-class _CausalAnchorAttention(tfeff_layers.AnchorMultiHeadAttention):
-    """CoRe's anchor attention restricted to the past: exact causality, O(m n d) per head.
-
-    The weights are `AnchorMultiHeadAttention`'s, hence
-    `keras.layers.MultiHeadAttention`'s (`exact=True` is standard causal
-    attention on them). Positions are cut into blocks of
-    `ceil(max_sequence_length / num_anchors)`; each block has one anchor
-    query: its first position (`"strided"`), or a position drawn per block
-    and head (`"random"`: afresh per sequence and step while training, a
-    fixed seeded draw at inference). Query i attends to the anchors at
-    positions a <= i (S1 = softmax over them of sqrt(d_k) q~_i . a~), and
-    anchor a summarizes the keys j <= a (S2 = softmax(a~ . k_j)). Anchor
-    positions depend on the position, head, seed and row only, never on the
-    sequence's length or padding, so the output at i depends on the inputs at
-    positions <= i alone. A query with no anchor at or before it gets the
-    output bias.
-    """
-
-    def __init__(self, num_heads, key_dim, max_sequence_length, num_anchors=32, **kwargs):
-        super().__init__(num_heads, key_dim, num_anchors=num_anchors, **kwargs)
-        self.max_sequence_length = int(max_sequence_length)
-        self.block_size = max(1, math.ceil(self.max_sequence_length / self.num_anchors))
-
-    def anchor_positions(self, batch, n, training=False):
-        """int32 `(batch or 1, heads, blocks)` anchor positions (some may be >= n)."""
-        s = self.block_size
-        blocks = (n + s - 1) // s
-        starts = ops.arange(blocks, dtype="int32") * s  # (blocks,)
-        if self.anchor_selection == "strided":
-            return ops.broadcast_to(starts[None, None, :], (1, self.num_heads, blocks))
-        if training:
-            # One draw per (block, head, row): the layout does not depend on n.
-            index = (ops.arange(blocks, dtype="int32")[:, None, None] * self.num_heads
-                     + ops.arange(self.num_heads, dtype="int32")[None, :, None]) * batch \
-                + ops.arange(batch, dtype="int32")[None, None, :]
-            noise = ops.transpose(hash_uniform(index, self.anchor_seed_generator.next()),
-                                  (2, 1, 0))  # (batch, heads, blocks)
-        else:
-            index = (ops.arange(blocks, dtype="int32")[:, None] * self.num_heads
-                     + ops.arange(self.num_heads, dtype="int32")[None, :])
-            noise = ops.transpose(hash_uniform(
-                index, (self._inference_seed, _INFERENCE_SEED_WORD)))[None]  # (1, heads, blocks)
-        offset = ops.minimum(ops.cast(ops.floor(noise * s), "int32"), s - 1)
-        return starts[None, None, :] + offset
-
-    def call(self, query, value=None, training=None, exact=None):
-        if value is None:
-            value = query
-        exact = self.exact if exact is None else bool(exact)
-        if exact:
-            return super().call(query, value, training=training, use_causal_mask=True,
-                                exact=True)
-        dtype = self.compute_dtype
-        batch, n = ops.shape(query)[0], ops.shape(query)[1]
-        q = self.query_dense(query)  # (batch, n, heads, key_dim)
-        k = self.key_dense(value)
-        v = self.value_dense(value)
-        if self.rotary_max_wavelength is not None:
-            q = apply_rotary(q, self.rotary_max_wavelength)
-            k = apply_rotary(k, self.rotary_max_wavelength)
-        q = ops.transpose(ops.cast(q, "float32"), (0, 2, 1, 3))  # (batch, heads, n, key_dim)
-        q = q / ops.maximum(ops.sqrt(ops.sum(q * q, axis=-1, keepdims=True)), 1e-12)
-
-        positions = self.anchor_positions(batch, n, training=bool(training))  # (b|1, h, m)
-        m = ops.shape(positions)[-1]
-        gather = ops.broadcast_to(ops.minimum(positions, n - 1), (batch, self.num_heads, m))
-        anchors = ops.take_along_axis(q, gather[..., None], axis=2)  # (batch, heads, m, key_dim)
-        step = ops.arange(n, dtype="int32")
-        # S1: query i sees the anchors a <= i.  (batch, heads, n, m)
-        s1 = ops.einsum("bhnk,bhmk->bhnm", q, anchors) * math.sqrt(float(self.key_dim))
-        s1 = masked_softmax(s1, positions[:, :, None, :] <= step[None, None, :, None])
-        # S2: anchor a sees the keys j <= a.  (batch, heads, m, n)
-        s2 = ops.einsum("bhmk,bshk->bhms", anchors, ops.cast(k, "float32"))
-        s2 = masked_softmax(s2, step[None, None, None, :] <= positions[:, :, :, None])
-        s1 = self._dropout_layer(ops.cast(s1, dtype), training=training)
-        s2 = self._dropout_layer(ops.cast(s2, dtype), training=training)
-        kernel = ops.cast(self.output_dense.kernel, dtype)  # (heads, value_dim, out)
-        u = ops.einsum("bhms,bshv->bhmv", s2, v)
-        u = ops.einsum("bhmv,hvo->bhmo", u, kernel)  # U_h = S2_h V_h W_h^O
-        output = ops.einsum("bhnm,bhmo->bno", s1, u)  # sum_h S1_h U_h
-        if self.output_dense.bias is not None:
-            output = output + ops.cast(self.output_dense.bias, dtype)
-        return output
-
-    def compute_output_spec(self, query, value=None, training=None, exact=None):
-        return super().compute_output_spec(query, query if value is None else value)
-
-    def get_config(self):
-        config = super().get_config()
-        config["max_sequence_length"] = self.max_sequence_length
-        return config
-
-
 class _CausalLayer(keras.layers.Layer):
     """A post-layer-norm transformer layer whose attention sees the past only.
 
@@ -186,7 +88,7 @@ class _CausalLayer(keras.layers.Layer):
     `BertLayer`'s layout and sublayer names (`self_attention`,
     `intermediate_dense`, ...), with a causal mask: standard attention
     (`keras.layers.MultiHeadAttention`, or `RotaryMultiHeadAttention` with
-    `rotary_max_wavelength`) or, with `num_anchors`, `_CausalAnchorAttention`.
+    `rotary_max_wavelength`) or, with `num_anchors`, `tfeff.layers.CausalAnchorAttention`.
     """
 
     def __init__(self, hidden_dim, num_heads, intermediate_dim, max_sequence_length,
@@ -206,7 +108,7 @@ class _CausalLayer(keras.layers.Layer):
                               dropout=dropout_rate, kernel_initializer=init(), seed=seed,
                               name="self_attention", **common)
         if num_anchors:
-            self.self_attention = _CausalAnchorAttention(
+            self.self_attention = tfeff_layers.CausalAnchorAttention(
                 max_sequence_length=max_sequence_length, num_anchors=num_anchors,
                 anchor_selection=anchor_selection, rotary_max_wavelength=rotary_max_wavelength,
                 **attention_args)
@@ -289,7 +191,7 @@ class TransformerLM(keras.Model):
       attention layer; no position weights).
     * `num_anchors` > 0: CoRe's anchor attention in every layer, restricted
       to the past (one anchor per block of `ceil(max_sequence_length /
-      num_anchors)` positions; see `_CausalAnchorAttention`), with the
+      num_anchors)` positions; see `tfeff.layers.CausalAnchorAttention`), with the
       weights of standard attention (`exact_attention=True` runs that).
     * Output, shared by the directions, as `ElmoLM`'s: `"continuous"`
       (ELMo-C), `"full"` (optionally tied to a trainable or ALONE input
