@@ -259,7 +259,7 @@ def test_no_n_by_n_tensor_unless_scores_are_asked_for():
     assert not [s for s in shapes if s.rank and s.rank >= 2 and list(s[-2:]) == [n, n]]
 
 
-def _bounds(x, exact, m):
+def attention_bounds(x, exact, m):
     """run_layer_test's xla_n, mixed_n and scale: those of MultiHeadAttention's exact mode
     (test_rotary.mha_bound) or of anchor attention with `m` anchors."""
     def bound(dtype):
@@ -282,7 +282,7 @@ def test_standard_layer_checks(selection, exact, tmp_path):
                   exact=exact, seed=2, name=f"anchors_{selection}_{exact}")
     x, _ = _inputs()
     out, = run_layer_test(AnchorMultiHeadAttention, kwargs, (x, x), tmp_path,
-                          expected_num_weights=8, **_bounds(x, exact, 4))
+                          expected_num_weights=8, **attention_bounds(x, exact, 4))
     assert out.shape == x.shape
 
 
@@ -294,7 +294,7 @@ def test_dropout_runs_the_checks_in_inference_under_xla(tmp_path):
                   name="anchors_dropout")
     x, _ = _inputs()
     run_layer_test(AnchorMultiHeadAttention, kwargs, (x, x), tmp_path, xla_training=False,
-                   **_bounds(x, False, 4))
+                   **attention_bounds(x, False, 4))
 
 
 @pytest.mark.numerics

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from tests.layers.layer_checks import run_layer_test
-from tests.layers.test_anchor_multi_head_attention import anchor_bound
-from tests.layers.test_rotary import mha_bound
+from tests.layers.test_anchor_multi_head_attention import attention_bounds
 from tfeff.layers import CausalAnchorAttention
 
 HEADS, KEY_DIM, DIM, N = 3, 4, 10, 9
@@ -24,30 +23,19 @@ def _layer(**kwargs):
     return layer
 
 
-def _bounds(x, exact, blocks):
-    """run_layer_test's bounds: causal MultiHeadAttention's in exact mode, else those of
-    anchor attention with one anchor per block (test_anchor_multi_head_attention)."""
-    def bound(dtype):
-        if exact:
-            return lambda layer: mha_bound(layer, x, dtype=dtype)
-        return lambda layer: anchor_bound(layer, x, blocks, dtype=dtype)
-    return dict(xla_n=lambda layer: bound("float32")(layer)["n"],
-                mixed_n=lambda layer: bound("float16")(layer)["n"],
-                scale=lambda layer: bound("float32")(layer)["scale"])
-
-
 @pytest.mark.numerics
 @pytest.mark.parametrize("selection", ["random", "strided"])
 @pytest.mark.parametrize("exact", [False, True])
 def test_standard_layer_checks(selection, exact, tmp_path):
     """Config, `.keras`, fit, mixed precision, and eager = tf.function = XLA in both
-    modes: 3 blocks of 3 positions in 9, each with its anchor."""
+    modes: 3 blocks of 3 positions in 9, each with its anchor (the bounds of anchor
+    attention with 3 anchors, or of causal MultiHeadAttention)."""
     kwargs = dict(num_heads=HEADS, key_dim=KEY_DIM, max_sequence_length=N, num_anchors=3,
                   anchor_selection=selection, exact=exact, seed=2,
                   name=f"causal_anchors_{selection}_{exact}")
     x = _x()
     out, = run_layer_test(CausalAnchorAttention, kwargs, (x,), tmp_path,
-                          expected_num_weights=8, **_bounds(x, exact, 3))
+                          expected_num_weights=8, **attention_bounds(x, exact, 3))
     assert out.shape == x.shape
 
 
