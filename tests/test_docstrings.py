@@ -69,10 +69,9 @@ def _public():
 
 
 PUBLIC = _public()
-# The models' docstrings show no doctest: a model needs a config-sized vocabulary and
-# batch to say anything (their examples are the demo configs and examples/). Layers
-# run in a line or two, so each layer's `Example:` is run here.
+# Each public layer's and model's `Example:` is run here (a model's at a tiny size).
 LAYERS = [getattr(tfeff.layers, n) for n in tfeff.layers.__all__]
+MODELS = [getattr(tfeff.models, n) for n in tfeff.models.__all__]
 
 _HEADER = re.compile(r"^([A-Z][\w ]*):\s*$")
 _ARG = re.compile(r"^    (\*{0,2}[A-Za-z_]\w*):(?:\s|$)")
@@ -237,9 +236,9 @@ def test_raises_lists_exactly_what_the_body_raises(obj):
     assert not extra, f"{where}: `Raises:` lists {extra}, which its own body does not raise"
 
 
-@pytest.mark.parametrize("cls", LAYERS, ids=lambda c: c.__name__)
-def test_layer_examples_run(cls):
-    """Every layer docstring has an `Example:` whose doctest passes."""
+@pytest.mark.parametrize("cls", LAYERS + MODELS, ids=lambda c: c.__name__)
+def test_layer_and_model_examples_run(cls):
+    """Every layer and model docstring has an `Example:` whose doctest passes."""
     import keras
     import numpy as np
 

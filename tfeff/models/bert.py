@@ -123,6 +123,15 @@ class Bert(keras.Model):
             `num_segments`) is not a positive integer, `input_embedding`,
             `position_embedding` or `activation` is unknown, `relaxed` is
             invalid, or `alone` is given without `input_embedding="alone"`.
+
+    Example:
+
+    >>> bert = Bert(30, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
+    ...             max_sequence_length=8)
+    >>> ids = np.array([[2, 7, 8, 3, 0, 0]], "int32")  # [CLS] w w [SEP] [PAD] [PAD]
+    >>> out = bert({"token_ids": ids, "masked_positions": np.array([[1]], "int32")})
+    >>> tuple(out["sequence_output"].shape), tuple(out["mlm_logits"].shape)
+    ((1, 6, 8), (1, 1, 30))
     """
 
     def __init__(

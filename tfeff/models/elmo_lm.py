@@ -139,6 +139,17 @@ class ElmoLM(keras.Model):
             `input_embedding="alone"`, `vocabulary_size` is not an integer >= 2
             or differs from the table's rows, or `"adaptive"` has no
             `adaptive_cutoffs`.
+
+    Example:
+
+    >>> lm = ElmoLM(20, num_layers=1, units=8, projection_dim=4,
+    ...             input_embedding="trainable", output_layer="full")
+    >>> ids = np.array([[2, 5, 6, 3, 0]], "int32")  # <s> w w </s> <pad>
+    >>> out = lm(ids)
+    >>> sorted(out), tuple(out["forward"].shape)
+    (['backward', 'forward'], (1, 5, 4))
+    >>> float(lm.compute_loss(x=ids, y_pred=out)) > 0
+    True
     """
 
     def __init__(

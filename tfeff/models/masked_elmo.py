@@ -98,6 +98,15 @@ class MaskedElmo(keras.Model):
             without `input_embedding="alone"`, `tbptt_batch_size` is neither
             None nor a positive integer, or `"adaptive"` has no
             `adaptive_cutoffs`.
+
+    Example:
+
+    >>> model = MaskedElmo(30, num_layers=1, units=8, projection_dim=3, use_cudnn=False)
+    >>> ids = np.array([[2, 7, 8, 3, 0]], "int32")
+    >>> out = model({"token_ids": ids, "padding_mask": ids > 0,
+    ...              "masked_positions": np.array([[1]], "int32")})
+    >>> tuple(out["sequence_output"].shape), tuple(out["masked_output"].shape)
+    ((1, 5, 6), (1, 1, 6))
     """
 
     def __init__(

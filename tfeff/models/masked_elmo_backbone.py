@@ -52,6 +52,15 @@ class MaskedElmoBackbone(keras.Model):
     Raises:
         ValueError: `vocabulary_size` is not an integer >= 2, `input_embedding`
             is unknown, or `alone` is given without `input_embedding="alone"`.
+
+    Example:
+
+    >>> backbone = MaskedElmoBackbone(30, num_layers=1, units=8, projection_dim=3,
+    ...                               use_cudnn=False)
+    >>> ids = np.array([[2, 7, 8, 3, 0]], "int32")
+    >>> out = backbone({"token_ids": ids, "padding_mask": ids > 0})
+    >>> tuple(out["sequence_output"].shape), tuple(out["stack"].shape)
+    ((1, 5, 6), (1, 2, 5, 6))
     """
 
     def __init__(
