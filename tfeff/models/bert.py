@@ -128,7 +128,7 @@ class Bert(keras.Model):
 
     >>> bert = Bert(30, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
     ...             max_sequence_length=8)
-    >>> ids = np.array([[2, 7, 8, 3, 0, 0]], "int32")  # [CLS] w w [SEP] [PAD] [PAD]
+    >>> ids = np.array([[2, 7, 8, 3, 0, 0]], "int32")  # CLS, two words, SEP, padding
     >>> out = bert({"token_ids": ids, "masked_positions": np.array([[1]], "int32")})
     >>> tuple(out["sequence_output"].shape), tuple(out["mlm_logits"].shape)
     ((1, 6, 8), (1, 1, 30))
