@@ -20,13 +20,13 @@ from tfeff.config.elmo import ElmoModelConfig
 from tfeff.config.elmo import EvalConfig
 from tfeff.config.elmo import FastTextConfig
 from tfeff.config.elmo import SyntheticCorpusConfig
-from tfeff.config.elmo import TrainConfig
 from tfeff.config.masked_elmo import MaskedElmoConfig
 from tfeff.config.masked_elmo import MaskedElmoDataConfig
 from tfeff.config.masked_elmo import MaskedElmoEvalConfig
 from tfeff.config.masked_elmo import MaskedElmoModelConfig
 from tfeff.config.transformer_lm import TransformerLMConfig
 from tfeff.config.transformer_lm import TransformerLMModelConfig
+from tfeff.config.train import TrainConfig
 
 FAMILIES = {"bert": BertConfig, "elmo": ElmoConfig, "masked_elmo": MaskedElmoConfig,
             "transformer_lm": TransformerLMConfig}

@@ -9,8 +9,8 @@ from tfeff.config.base import join
 from tfeff.config.base import one_of
 from tfeff.config.base import positive
 from tfeff.config.elmo import SyntheticCorpusConfig
-from tfeff.config.elmo import TrainConfig
 from tfeff.config.elmo import validate_corpus_source
+from tfeff.config.train import TrainConfig
 
 ACTIVATIONS = ("gelu", "gelu_approximate", "relu")
 ANCHOR_SELECTIONS = ("random", "strided")

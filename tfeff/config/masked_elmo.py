@@ -11,8 +11,8 @@ from tfeff.config.base import positive
 from tfeff.config.bert import validate_masked_lm_data
 from tfeff.config.elmo import FastTextConfig
 from tfeff.config.elmo import SyntheticCorpusConfig
-from tfeff.config.elmo import TrainConfig
 from tfeff.config.elmo import validate_corpus_source
+from tfeff.config.train import TrainConfig
 
 OUTPUT_LAYERS = ("softmax", "adaptive", "continuous")
 INPUT_EMBEDDINGS = ("trainable", "alone")

@@ -21,8 +21,8 @@ from tfeff.config.elmo import ElmoModelConfig
 from tfeff.config.elmo import EvalConfig
 from tfeff.config.elmo import FastTextConfig
 from tfeff.config.elmo import SyntheticCorpusConfig
-from tfeff.config.elmo import TrainConfig
-from tfeff.config.elmo import check_rnmt_batch
+from tfeff.config.train import TrainConfig
+from tfeff.config.train import check_rnmt_batch
 
 # The keys of `ElmoModelConfig` that a transformer LM takes unchanged: its output layer
 # and input embedding. (`num_layers` and `dropout_rate` have the same names and rules

@@ -24,7 +24,7 @@ import keras
 
 from tfeff import config as config_lib
 # What a run trains under, per `train.precision` (the names are Keras' policies).
-from tfeff.config.elmo import PRECISIONS
+from tfeff.config.train import PRECISIONS
 
 
 @contextlib.contextmanager
