@@ -27,7 +27,7 @@ KERAS_HUB_ACTIVATION = "gelu_approximate"
 KERAS_HUB_LAYER_NORM_EPSILON = 1e-12
 
 
-def _import_keras_hub():
+def import_keras_hub():
     """The `keras_hub` module; ImportError saying how to install it."""
     try:
         import keras_hub
@@ -37,7 +37,7 @@ def _import_keras_hub():
     return keras_hub
 
 
-def _exact_in_keras_hub(bert):
+def exact_in_keras_hub(bert):
     """Whether keras-hub's `BertBackbone` computes exactly `bert`'s sequence output:
     `bert` uses keras-hub's activation and layer-norm epsilon."""
     return (bert.activation == KERAS_HUB_ACTIVATION
@@ -63,7 +63,7 @@ def _layer_pairs(bert, backbone):
     return pairs
 
 
-def _copy(source_weights, target_weights, what):
+def copy_weights(source_weights, target_weights, what):
     """Assigns each source weight to the target at the same index (ValueError naming
     `what` when the lists differ in length or two paired weights in shape)."""
     if len(source_weights) != len(target_weights):
@@ -102,7 +102,7 @@ def to_keras_hub(bert):
             first), has rotary positions (`model.position_embedding`) or uses
             ReLU (`model.activation`); also when a weight's shape does not match.
     """
-    keras_hub = _import_keras_hub()
+    keras_hub = import_keras_hub()
     if bert.is_relaxed:
         raise ValueError("to_keras_hub needs a standard Bert: merge_relaxed_bert first.")
     if bert.position_embedding_type != "learned":
@@ -136,7 +136,7 @@ def to_keras_hub(bert):
     backbone.token_embedding.embeddings.assign(keras.ops.convert_to_numpy(table))
     backbone.position_embedding.position_embeddings.assign(bert.position_embedding.embeddings)
     for ours, theirs in _layer_pairs(bert, backbone):
-        _copy(ours.weights, theirs.weights, ours.path)
+        copy_weights(ours.weights, theirs.weights, ours.path)
     return backbone
 
 
@@ -158,7 +158,7 @@ def from_keras_hub(backbone, name="bert"):
     A weight whose shape does not match raises a ValueError naming it; without
     keras-hub installed, an ImportError says how to install it.
     """
-    _import_keras_hub()
+    import_keras_hub()
     bert = Bert(
         backbone.vocabulary_size, num_layers=backbone.num_layers,
         hidden_dim=backbone.hidden_dim, num_heads=backbone.num_heads,
@@ -172,5 +172,5 @@ def from_keras_hub(backbone, name="bert"):
     bert.position_embedding.embeddings.assign(
         keras.ops.convert_to_numpy(backbone.position_embedding.position_embeddings))
     for ours, theirs in _layer_pairs(bert, backbone):
-        _copy(theirs.weights, ours.weights, theirs.path)
+        copy_weights(theirs.weights, ours.weights, theirs.path)
     return bert

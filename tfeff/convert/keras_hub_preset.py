@@ -32,9 +32,9 @@ import numpy as np
 
 from tfeff.convert.hf_bert import bert_vocabulary
 from tfeff.convert.hf_bert import standard_bert_problem
-from tfeff.convert.keras_hub_bert import _copy
-from tfeff.convert.keras_hub_bert import _exact_in_keras_hub
-from tfeff.convert.keras_hub_bert import _import_keras_hub
+from tfeff.convert.keras_hub_bert import copy_weights
+from tfeff.convert.keras_hub_bert import exact_in_keras_hub
+from tfeff.convert.keras_hub_bert import import_keras_hub
 from tfeff.convert.keras_hub_bert import to_keras_hub
 from tfeff.data import files
 from tfeff.models.relaxed_merge import ConversionError
@@ -96,9 +96,9 @@ def _masked_lm(keras_hub, bert, config, words):
     task = keras_hub.models.BertMaskedLM(to_keras_hub(bert), preprocessor=preprocessor)
     # keras-hub's MaskedLMHead exposes no accessors for its sublayers either.
     head = task.masked_lm_head
-    _copy(bert.mlm_dense.weights, head._intermediate_dense.weights, bert.mlm_dense.path)
-    _copy(bert.mlm_norm.weights, head._intermediate_layer_norm.weights, bert.mlm_norm.path)
-    _copy([bert.mlm_bias], [head._bias], bert.mlm_bias.path)
+    copy_weights(bert.mlm_dense.weights, head._intermediate_dense.weights, bert.mlm_dense.path)
+    copy_weights(bert.mlm_norm.weights, head._intermediate_layer_norm.weights, bert.mlm_norm.path)
+    copy_weights([bert.mlm_bias], [head._bias], bert.mlm_bias.path)
     return task
 
 
@@ -117,7 +117,7 @@ def _check(bert, task):
         reference["pooled_output"] = ours["pooled_output"]
         candidate["pooled_output"] = theirs["pooled_output"]
     errors = compare_outputs(reference, candidate, x["padding_mask"])
-    exact = _exact_in_keras_hub(bert)
+    exact = exact_in_keras_hub(bert)
     rounding = check_tolerances(bert, np.shape(x["token_ids"])[1])
     bounds = {name: rounding[name] if exact and name != "mlm_logits" else _APPROXIMATE_RTOL
               for name in errors}
@@ -184,7 +184,7 @@ def write_keras_hub_preset(model_dir, preset_dir, overwrite=False):
             `model.activation: relu`; a vocabulary without BERT's reserved
             tokens. Also when the check fails.
     """
-    keras_hub = _import_keras_hub()
+    keras_hub = import_keras_hub()
     config = model_directory.load_model_dir_config(model_dir)
     recheck = files.check_output(
         preset_dir, {"model directory (model_dir, --model_dir)": model_dir},

@@ -63,7 +63,8 @@ def epoch_windows(config, model_dir, train_files, vocabulary_path):
         vocabulary_digest = hashlib.sha256(f.read()).hexdigest()
     counted_for = {
         "train_files": train_files,
-        "file_sizes": [[p, tf.io.gfile.stat(p).length] for p in data_lib.resolve_files(train_files)],
+        "file_sizes": [[path, tf.io.gfile.stat(path).length]
+                       for path in data_lib.resolve_files(train_files)],
         "vocabulary_sha256": vocabulary_digest, "max_sequence_length": d.max_sequence_length,
         "tokenization": d.tokenization, "on_invalid_utf8": d.on_invalid_utf8}
     path = file_path(model_dir, EPOCH_FILE)
