@@ -2,7 +2,7 @@
 
 Runs where users pretrain: on a GPU machine with JAX (or PyTorch, or
 TensorFlow), on synthetic batches, without TensorFlow when the backend is not
-TensorFlow (the models come from `tfeff.models.experiment`, the configs from
+TensorFlow (the models come from `tfeff.models.from_config`, the configs from
 `configs/*.yaml`). For every model and precision (fp32; bf16 = Keras'
 `mixed_bfloat16`) it compiles one training step (`model.compile(jit_compile=True)`,
 Adam) and reports the median step time of `--steps` timed steps after
@@ -45,7 +45,7 @@ for path in (REPO, os.path.dirname(os.path.abspath(__file__))):
 import keras  # noqa: E402
 
 from tfeff.config import load_config  # noqa: E402
-from tfeff.models import experiment  # noqa: E402
+from tfeff.models import from_config  # noqa: E402
 from tfeff.models.transformer_lm import transformer_lm_from_config  # noqa: E402
 
 # name -> (paper config, demo config, what the model is)
@@ -75,7 +75,7 @@ PAPER_OVERRIDES = {
     "elmo_sub": _AS_PUBLISHED,
 }
 # The language models of word (or WordPiece) id windows, by config family: their builder.
-LM_BUILDERS = {"elmo": experiment.elmo_lm, "transformer_lm": transformer_lm_from_config}
+LM_BUILDERS = {"elmo": from_config.elmo_lm, "transformer_lm": transformer_lm_from_config}
 PRESETS = {
     "paper": dict(word_vocabulary=800_000, steps=20, warmup=3, config=0),
     "cpu": dict(word_vocabulary=5_000, steps=3, warmup=1, config=1),
@@ -176,7 +176,7 @@ def build(name, config, vocabulary, rng, work_dir):
         return model, batch, batch.size
     if config.family == "bert":
         vocabulary = d.wordpiece_vocabulary_size
-        model = experiment.bert(config, vocabulary, relaxed=config.model.relaxed is not None)
+        model = from_config.bert(config, vocabulary, relaxed=config.model.relaxed is not None)
         b, n, p = d.batch_size, d.max_sequence_length, d.max_predictions_per_seq
         batch = {
             "token_ids": zipf_ids(rng, (b, n), vocabulary, low=5),
@@ -191,7 +191,7 @@ def build(name, config, vocabulary, rng, work_dir):
             batch["nsp_labels"] = rng.integers(0, 2, size=(b,)).astype("int32")
         return model, batch, b * n
     vocabulary = d.wordpiece_vocabulary_size
-    model = experiment.masked_elmo(config, vocabulary)
+    model = from_config.masked_elmo(config, vocabulary)
     b, n, p = d.batch_size, d.max_sequence_length, d.max_predictions_per_seq
     k = config.model.mask_accumulation
     positions = np.sort(np.stack([rng.choice(n, p * k, replace=False) for _ in range(b)]),

@@ -2,7 +2,7 @@
 
 The speed levers of `train.precision` and `train.jit_compile`, timed side by
 side in one process on this machine (TensorFlow backend): for every demo
-model (`configs/demo_*.yaml`, built through `tfeff.models.experiment` under
+model (`configs/demo_*.yaml`, built through `tfeff.models.from_config` under
 `tfeff.training.precision.dtype_policy`, synthetic Zipfian batches at the
 config's batch shape) each variant's `train_on_batch` (Adam) is timed in
 interleaved rounds after a warm-up that compiles it, and the table gives the

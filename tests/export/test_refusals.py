@@ -18,7 +18,7 @@ import tensorflow as tf
 from tests.conftest import REPO
 from tests.models.test_bert import make_bert
 from tfeff.convert import write_hf_bert
-from tfeff.convert.core import convert_model_dir
+from tfeff.convert.relaxed_to_standard import convert_model_dir
 from tfeff.export import export_fasttext, export_model_dir
 from tfeff.export import model_dir_embedder
 from tfeff.export.embed_file import embed_file

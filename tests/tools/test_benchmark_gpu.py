@@ -38,10 +38,10 @@ def test_cpu_preset_on_jax_times_the_configured_models(tmp_path):
     # The configured size: the demo BERT's relaxed model (a 2,000-token WordPiece table
     # and 2 layers of width 64).
     from tfeff.config import load_config
-    from tfeff.models import experiment
+    from tfeff.models import from_config
 
     bert_cfg = load_config(os.path.join(REPO, "configs", "demo_bert_core.yaml"))
-    bert = experiment.bert(bert_cfg, bert_cfg.data.wordpiece_vocabulary_size, relaxed=True)
+    bert = from_config.bert(bert_cfg, bert_cfg.data.wordpiece_vocabulary_size, relaxed=True)
     bert.build()
     assert rows["bert_relaxed"]["params"] == bert.count_params()
     table = results.read_text()

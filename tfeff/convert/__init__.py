@@ -1,8 +1,8 @@
 """Weight conversion: CoRe's relaxed-to-standard merge; Hugging Face and keras-hub BERT."""
 
-from tfeff.convert.core import ConversionError
-from tfeff.convert.core import convert_model_dir
-from tfeff.convert.core import merge_relaxed_bert
+from tfeff.convert.relaxed_to_standard import ConversionError
+from tfeff.convert.relaxed_to_standard import convert_model_dir
+from tfeff.convert.relaxed_to_standard import merge_relaxed_bert
 from tfeff.convert.hf_bert import read_hf_bert
 from tfeff.convert.hf_bert import write_hf_bert
 from tfeff.convert.hf_bert import write_hf_model_dir

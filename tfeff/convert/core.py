@@ -1,95 +1,15 @@
-"""`tfeff-convert-core`'s library function: a relaxed BERT model directory -> a standard one.
+"""Deprecated: `tfeff.convert.relaxed_to_standard` (this module's name in tfeff 0.1.0,
+where "core" meant CoRe).
 
-The merge itself (`merge_relaxed_bert`, its plan and its output check) lives
-in `tfeff.models.relaxed_merge`, below training; this module re-exports it.
+Kept for one release so that `from tfeff.convert.core import convert_model_dir` goes
+on working; importing it warns. The names are also `tfeff.convert`'s own.
 """
 
-import os
-import shutil
-import tempfile
+import warnings
 
-import tensorflow as tf
+from tfeff.convert.relaxed_to_standard import ConversionError  # noqa: F401
+from tfeff.convert.relaxed_to_standard import convert_model_dir  # noqa: F401
+from tfeff.convert.relaxed_to_standard import merge_relaxed_bert  # noqa: F401
 
-from tfeff import config as config_lib
-from tfeff.data import files
-from tfeff.models.relaxed_merge import ConversionError
-from tfeff.models.relaxed_merge import merge_and_check
-from tfeff.models.relaxed_merge import merge_relaxed_bert
-from tfeff.training.families import bert as bp
-from tfeff.training import model_directory
-
-__all__ = ["ConversionError", "convert_model_dir", "merge_relaxed_bert"]
-
-
-def convert_model_dir(model_dir, output_dir, rtol=None):
-    """Converts a relaxed BERT model directory into a standard one (`tfeff-convert-core`).
-
-    `output_dir` gets `config.yaml` (the same config with `model.relaxed`
-    removed), the vocabulary and the corpus (when generated), and a
-    checkpoint of the standard model at the relaxed model's step with a
-    fresh optimizer, so `tfeff-pretrain --model_dir OUTPUT` continues from it.
-    Everything is written to a temporary sibling and renamed at the end:
-    on any failure nothing is left at `output_dir`.
-
-    Args:
-        model_dir: a relaxed BERT model directory: `model.relaxed` set and no
-            `core.coarse_steps` (e.g. a two-phase run's `coarse/`).
-        output_dir: the standard model directory to write; it must not exist or
-            be empty.
-        rtol: the largest accepted relative error of the check (the standard
-            model against the relaxed one run with exact attention). Default:
-            derived from the model's size, the float32 rounding bound of
-            `merge_relaxed_bert`'s check (`check_tolerances`).
-
-    Returns:
-        `(step, errors)`: the step and the check's relative errors.
-
-    An `output_dir` that is, contains or lies inside `model_dir` raises a
-    ValueError naming both, before anything is read.
-
-    Raises:
-        FileNotFoundError: `model_dir` has no `config.yaml` (or, when restored,
-            no checkpoint).
-        FileExistsError: `output_dir` exists and is not empty.
-        ConversionError: `model_dir` holds another family, a two-phase run or
-            a standard BERT; also when the merged model fails its check.
-    """
-    config_path = os.path.join(model_dir, model_directory.CONFIG_FILE)
-    # A model directory inside the relaxed one would count as its checkpoints; one
-    # holding it would bury it: the output lies apart from the input.
-    files.check_not_an_input(output_dir, {"model directory (model_dir, --model_dir)": model_dir})
-    if not tf.io.gfile.exists(config_path):
-        raise FileNotFoundError(f"{model_dir} is not a tfeff model directory (no config.yaml)")
-    config = config_lib.load_config(config_path)
-    if config.family != "bert":
-        raise ConversionError(f"{model_dir} holds a {config.family!r} model, not a relaxed BERT")
-    if config.two_phase:
-        raise ConversionError(
-            f"{model_dir} is a two-phase CoRe run whose checkpoints hold the standard model; "
-            f"its relaxed model is in {os.path.join(model_dir, bp.COARSE_DIR)}")
-    if config.model.relaxed is None:
-        raise ConversionError(f"{model_dir} holds a standard BERT (model.relaxed is not set)")
-    if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
-        raise FileExistsError(f"{output_dir} exists and is not empty")
-    relaxed, _, step, _ = bp.BERT.restore(model_dir, config)
-    standard, errors = merge_and_check(relaxed, rtol=rtol)
-
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".convert-", dir=parent)
-    try:
-        std_config = bp.standard_config(config)
-        config_lib.write_yaml(std_config, os.path.join(tmp, model_directory.CONFIG_FILE))
-        shutil.copy(os.path.join(model_dir, model_directory.VOCABULARY_FILE),
-                    os.path.join(tmp, model_directory.VOCABULARY_FILE))
-        corpus = os.path.join(model_dir, "corpus")
-        if config.data.synthetic is not None and os.path.isdir(corpus):
-            shutil.copytree(corpus, os.path.join(tmp, "corpus"))
-        bp.save_converted(standard, std_config, tmp, step)
-        if os.path.isdir(output_dir):
-            os.rmdir(output_dir)  # empty, checked above
-        os.rename(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return step, errors
+warnings.warn("tfeff.convert.core is tfeff.convert.relaxed_to_standard now; the old name "
+              "goes in the next release", DeprecationWarning, stacklevel=2)

@@ -692,8 +692,8 @@ class TransformerLM(keras.Model):
 
 def transformer_lm_from_config(config, vocabulary_size, vectors_path=None):
     """The `TransformerLM` of a `TransformerLMConfig` (`vectors_path`: the fixed vectors of
-    word models), as `tfeff.models.experiment.elmo_lm` builds ELMo's."""
-    from tfeff.models.experiment import alone_kwargs
+    word models), as `tfeff.models.from_config.elmo_lm` builds ELMo's."""
+    from tfeff.models.from_config import alone_kwargs
 
     m = config.model
     return TransformerLM(

@@ -36,7 +36,7 @@ from tfeff import config as config_lib
 from tfeff import data as data_lib
 from tfeff.data import files
 from tfeff.data import vocabulary as vocabulary_lib
-from tfeff.models import experiment
+from tfeff.models import from_config
 from tfeff.models.relaxed_merge import merge_relaxed_bert
 from tfeff.training import checkpoints
 from tfeff.training import evaluation
@@ -210,7 +210,7 @@ class BertFamily(Family):
         del vectors_path  # BERT reads no fixed vectors
         if relaxed is None:
             relaxed = checkpoint_is_relaxed(config)
-        return experiment.bert(config, vocabulary_size, relaxed)
+        return from_config.bert(config, vocabulary_size, relaxed)
 
     def run_models(self, config, vocabulary_size, vectors_path=None):
         """A CoRe run trains the relaxed model, then the standard one."""

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tfeff.data import fasttext_tables
 from tfeff.layers import FastTextEmbedding
-from tfeff.models import experiment
+from tfeff.models import from_config
 from tfeff.training.families import shared
 from tfeff.training.families.base import Family
 from tfeff.training.model_directory import FASTTEXT_FILE
@@ -46,7 +46,7 @@ class ElmoFamily(Family):
 
     def build_model(self, config, vocabulary_size, vectors_path=None):
         """The `ElmoLM` of `config` (`vectors_path`: the fixed vectors of word models)."""
-        return experiment.elmo_lm(config, vocabulary_size, vectors_path)
+        return from_config.elmo_lm(config, vocabulary_size, vectors_path)
 
     def train_dataset(self, config, artifacts, position=0, file_shard=None):
         return shared.lm_dataset(config, artifacts, position, file_shard)

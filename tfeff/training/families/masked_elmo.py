@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from tfeff import data as data_lib
 from tfeff.data import files
-from tfeff.models import experiment
+from tfeff.models import from_config
 from tfeff.training import evaluation
 from tfeff.training import model_directory
 from tfeff.training.families.base import Family
@@ -137,7 +137,7 @@ class MaskedElmoFamily(Family):
 
     def build_model(self, config, vocabulary_size, vectors_path=None):
         """The `MaskedElmo` of `config` (`vectors_path`: a continuous output's targets)."""
-        return experiment.masked_elmo(config, vocabulary_size, vectors_path)
+        return from_config.masked_elmo(config, vocabulary_size, vectors_path)
 
     def train_dataset(self, config, artifacts, position=0, file_shard=None):
         del file_shard  # never asked: position-addressed batches are not sharded by file
