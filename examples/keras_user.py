@@ -35,6 +35,7 @@ import tfeff.losses  # noqa: E402
 from tfeff.layers import AdaptiveSoftmax  # noqa: E402
 from tfeff.layers import AloneEmbedding  # noqa: E402
 from tfeff.layers import AnchorMultiHeadAttention  # noqa: E402
+from tfeff.layers import CausalAnchorAttention  # noqa: E402
 from tfeff.layers import ContinuousOutput  # noqa: E402
 from tfeff.layers import FactorizedDense  # noqa: E402
 from tfeff.layers import FixedEmbedding  # noqa: E402
@@ -187,6 +188,9 @@ def cases(workdir):
             AnchorMultiHeadAttention, num_heads=2, key_dim=8, num_anchors=4, seed=0))),
         ("RotaryMultiHeadAttention", "layer", encoder_layer(_attention(
             RotaryMultiHeadAttention, num_heads=2, key_dim=8))),
+        ("CausalAnchorAttention", "layer", encoder_layer(_attention(
+            CausalAnchorAttention, num_heads=2, key_dim=8, max_sequence_length=TIME,
+            num_anchors=2, seed=0))),
         ("FactorizedDense", "layer", encoder_layer(
             lambda t: FactorizedDense(DIM, rank=4, activation="gelu")(_encoder(t)))),
         # (A bidirectional encoder sees the next token in this task; pretraining masks
