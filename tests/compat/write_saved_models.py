@@ -15,7 +15,10 @@ import sys
 import keras
 import numpy as np
 
+from tfeff.config import load_config
 from tfeff.models import Bert, ElmoLM, MaskedElmo, MaskedElmoBackbone, TransformerLM
+from tfeff.training import pretrain
+from tfeff.training import restore_model
 
 out = os.path.abspath(sys.argv[1])
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -80,22 +83,27 @@ def inputs(name):
 
 
 arrays = {}
+
+
+def record(name, outputs):
+    """Keeps a model's outputs (a list output as one array per entry) under its name."""
+    for key, value in sorted(outputs.items()):
+        if isinstance(value, (list, tuple)):
+            arrays.update({f"{name}/{key}/{i}": keras.ops.convert_to_numpy(v)
+                           for i, v in enumerate(value)})
+        else:
+            arrays[f"{name}/{key}"] = keras.ops.convert_to_numpy(value)
+
+
 for name, make in models.items():
     keras.utils.set_random_seed(0)
     model = make()
     x = inputs(name)
     y = model(x, training=False)
     model.save(os.path.join(out, f"{name}.keras"))
-    for key, value in sorted(y.items()):
-        if isinstance(value, (list, tuple)):
-            for i, v in enumerate(value):
-                arrays[f"{name}/{key}/{i}"] = keras.ops.convert_to_numpy(v)
-        else:
-            arrays[f"{name}/{key}"] = keras.ops.convert_to_numpy(value)
+    record(name, y)
 
 # Model directories of a few steps, for `restore_model` (the checkpoint's variable paths).
-from tfeff.config import load_config  # noqa: E402
-from tfeff.training import pretrain  # noqa: E402
 
 SYNTHETIC = ["data.synthetic.num_train_sentences=200", "data.synthetic.num_heldout_sentences=20",
              "data.synthetic.lexicon_size=60", "data.max_sequence_length=12",
@@ -113,7 +121,6 @@ RUNS = {
         "model.mask_accumulation=2", "model.use_cudnn=false", "eval.max_batches=1",
         "data.synthetic.paragraph_sentences=4"]),
 }
-from tfeff.training import restore_model  # noqa: E402
 
 for name, (demo, overrides) in RUNS.items():
     config = load_config(os.path.join(REPO, "configs", f"{demo}.yaml"), SYNTHETIC + overrides)
@@ -129,10 +136,5 @@ for name, (demo, overrides) in RUNS.items():
     model = restore_model(model_dir)[0]
     kind = {"elmo_dir": "elmo", "bert_dir": "bert", "masked_elmo_dir": "masked_elmo"}[name]
     y = model(inputs(kind), training=False)
-    for key, value in sorted(y.items()):
-        if isinstance(value, (list, tuple)):
-            for i, v in enumerate(value):
-                arrays[f"{name}/{key}/{i}"] = keras.ops.convert_to_numpy(v)
-        else:
-            arrays[f"{name}/{key}"] = keras.ops.convert_to_numpy(value)
+    record(name, y)
 np.savez_compressed(os.path.join(out, "outputs.npz"), **arrays)
