@@ -32,7 +32,7 @@ except ValueError as e:
 auto = MaskedBiLSTM(4, 2, num_layers=1)
 assert auto(np.zeros((1, 3, 4), "float32")).shape == (1, 3, 4)
 assert not auto.cudnn_available()
-assert "tfeff.layers.torch_lstm" not in sys.modules and "torch" not in sys.modules
+assert "tfeff.backend.lstm_torch" not in sys.modules and "torch" not in sys.modules
 print("ok")
 """
 
@@ -105,4 +105,4 @@ def test_tensorflow_without_gpu_runs_portable_and_never_imports_the_torch_module
     x = np.zeros((1, 3, 4), "float32")
     assert layer._choose_path(x) == "portable"
     layer(x)
-    assert "tfeff.layers.torch_lstm" not in sys.modules
+    assert "tfeff.backend.lstm_torch" not in sys.modules

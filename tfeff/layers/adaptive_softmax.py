@@ -1,7 +1,7 @@
 """AdaptiveSoftmax: Grave et al.'s efficient softmax approximation.
 
 Two implementations of one function: on TensorFlow the tails gather the rows
-whose target they hold (dynamic shapes, `tfeff.layers.tf_dynamic_rows`; XLA
+whose target they hold (dynamic shapes, `tfeff.backend.dynamic_rows`; XLA
 bounds them); on JAX and PyTorch every shape is static (`tail_capacity`), so
 the layer runs under `jax.jit`.
 """
@@ -11,8 +11,8 @@ import math
 import keras
 from keras import ops
 
+from tfeff.backend import dynamic_rows
 from tfeff.layers import softmax_common
-from tfeff.layers import tf_dynamic_rows
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -215,10 +215,11 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     # -- public API ---------------------------------------------------------
 
     def _target_log_probs(self, inputs, targets, mask, training):
-        if not tf_dynamic_rows.dynamic_shapes():
+        if not dynamic_rows.dynamic_shapes():
             return self._static_target_log_probs(inputs, targets, mask)
         x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
-        log_probs = tf_dynamic_rows.adaptive_target_log_probs(self, x, t, keep)
+        log_probs = dynamic_rows.adaptive_target_log_probs(
+            self._head_log_probs, self._tail_log_probs, self._bounds, x, t, keep)
         return softmax_common.finish(log_probs, keep, targets)
 
     def _static_target_log_probs(self, inputs, targets, mask):
@@ -288,11 +289,13 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         On TensorFlow, when the head's best entry is a shortlist class it is
         the global argmax (a tail class has probability at most its
         cluster's): only the other rows get their tails computed
-        (`tf_dynamic_rows.adaptive_predict`). Elsewhere every row's tails run.
+        (`tfeff.backend.dynamic_rows.adaptive_predict`). Elsewhere every row's
+        tails run.
         """
         inputs, x = self._flat_rows(inputs)
-        if tf_dynamic_rows.dynamic_shapes():
-            return tf_dynamic_rows.adaptive_predict(self, inputs, x)
+        if dynamic_rows.dynamic_shapes():
+            return dynamic_rows.adaptive_predict(
+                self._head_log_probs, self._full_log_prob, self.shortlist_size, inputs, x)
         # Static shapes: every row's tails.
         best = ops.cast(ops.argmax(self._full_log_prob(x), axis=-1), "int32")
         return ops.reshape(best, ops.shape(inputs)[:-1])

@@ -3,14 +3,15 @@
 The portable path is `keras.ops` code and runs on every Keras backend (its
 recurrence, `scan_carries`, in `tf.scan` on TensorFlow, `keras.ops.scan` on
 JAX, a Python loop on torch). The fused paths are backend-specific:
-TensorFlow's `tf.raw_ops.CudnnRNNV3` (GPU; below, TensorFlow imported only
-when it runs) and PyTorch's `torch.nn.LSTM` with `proj_size`
-(`tfeff.layers.torch_lstm`, imported only on the torch backend).
+TensorFlow's `tf.raw_ops.CudnnRNNV3` (GPU; `tfeff.backend.lstm_tf`, TensorFlow
+imported only when it runs) and PyTorch's `torch.nn.LSTM` with `proj_size`
+(`tfeff.backend.lstm_torch`, imported only on the torch backend).
 """
 
 import keras
 from keras import ops
 
+from tfeff.backend import lstm_tf
 from tfeff.backend.checks import check_float_inputs
 from tfeff.backend.checks import check_mask_shape
 from tfeff.backend.checks import check_right_padded
@@ -292,12 +293,12 @@ class MaskedBiLSTM(keras.layers.Layer):
         if self.projection_dim is None:
             return "without a projection Keras' LSTM chooses its own path"
         if backend == "tensorflow":
-            if not _visible_gpus():
+            if not lstm_tf.cudnn_available():
                 return "TensorFlow sees no GPU"
         elif backend == "torch":
-            from tfeff.layers import torch_lstm
+            from tfeff.backend import lstm_torch
 
-            if not torch_lstm.cudnn_available():
+            if not lstm_torch.cudnn_available():
                 return "PyTorch sees no CUDA device with cuDNN"
             if device not in (None, "cuda"):
                 return f"the inputs are on the {device!r} device, not CUDA"
@@ -319,15 +320,15 @@ class MaskedBiLSTM(keras.layers.Layer):
         backend = keras.backend.backend()
         device = None
         if backend == "torch":
-            from tfeff.layers import torch_lstm
+            from tfeff.backend import lstm_torch
 
-            device = torch_lstm.device_type(x)
-            if device not in torch_lstm.DEVICES:
+            device = lstm_torch.device_type(x)
+            if device not in lstm_torch.DEVICES:
                 return PORTABLE  # shape inference on the "meta" device
-            if self.use_cudnn == "auto" and self.compute_dtype in torch_lstm.LSTM_DTYPES:
+            if self.use_cudnn == "auto" and self.compute_dtype in lstm_torch.LSTM_DTYPES:
                 if device == "cuda":
                     return TORCH_LSTM  # cuDNN (bfloat16: as torch runs it)
-                if torch_lstm.native_is_faster(lengths, ops.shape(x)[1]):
+                if lstm_torch.native_is_faster(lengths, ops.shape(x)[1]):
                     return TORCH_LSTM
                 return PORTABLE
         reason = self._cudnn_unavailable_reason(device)
@@ -441,54 +442,27 @@ class MaskedBiLSTM(keras.layers.Layer):
 
     def _cudnn_layer(self, i, x, lengths, state):
         """Layer i as one bidirectional `CudnnRNNV3` call with `num_proj` (TensorFlow)."""
-        import tensorflow as tf
-
-        fw, bw = self.cells[i]
-        units, proj = self.units, self.projection_dim
-        if state is None:
-            state = self._zero_state(ops.shape(x)[0], x.dtype)
-        weights, biases = [], []
-        for cell in (fw, bw):
-            kernel = _cast(cell["kernel"], x.dtype)
-            recurrent = _cast(cell["recurrent_kernel"], x.dtype)
-            bias = _cast(cell["bias"], x.dtype)
-            # cuDNN's canonical matrices are (out, in); gate order i, f, g, o as here.
-            weights += [tf.transpose(w) for w in tf.split(kernel, 4, axis=1)]
-            weights += [tf.transpose(w) for w in tf.split(recurrent, 4, axis=1)]
-            weights.append(tf.transpose(_cast(cell["projection_kernel"], x.dtype)))
-            # cuDNN adds an input and a recurrent bias: the second is zero.
-            biases += tf.split(bias, 4) + [tf.zeros_like(bias[:units])] * 4
-        params = _canonical_to_params(weights, biases, units, self.output_dim, proj)
-        h0 = tf.stack([state[0], state[2]])  # (2, B, P)
-        c0 = tf.stack([state[1], state[3]])  # (2, B, U)
-        # cuDNN fails on zero-length sequences: run them as length 1 and undo below.
-        empty = lengths == 0
-        outputs, h, c, _, _ = tf.raw_ops.CudnnRNNV3(
-            input=tf.transpose(x, (1, 0, 2)), input_h=h0, input_c=c0, params=params,
-            sequence_lengths=tf.maximum(lengths, 1), rnn_mode="lstm",
-            input_mode="linear_input", direction="bidirectional", num_proj=proj,
-            is_training=True, time_major=True,
-        )
-        outputs = tf.transpose(outputs, (1, 0, 2))  # (B, T, 2P)
-        keep = empty[None, :, None]
-        h = tf.where(keep, h0, h)
-        c = tf.where(keep, c0, c)
-        return outputs[..., :proj], outputs[..., proj:], [h[0], c[0], h[1], c[1]]
+        return self._fused_layer(lstm_tf, i, x, lengths, state)
 
     def _torch_layer(self, i, x, lengths, state):
         """Layer i as one bidirectional `torch.nn.LSTM(proj_size=...)` call (PyTorch).
 
         `lengths` is None when the call had no mask (every row full length).
         """
-        from tfeff.layers import torch_lstm
+        from tfeff.backend import lstm_torch
 
+        return self._fused_layer(lstm_torch, i, x, lengths, state)
+
+    def _fused_layer(self, backend_lstm, i, x, lengths, state):
+        """Layer i through `backend_lstm.bidirectional_lstmp` (`tfeff.backend.lstm_tf`
+        or `lstm_torch`): this layer's weights in `x`'s dtype, the states stacked."""
         if state is None:
             state = self._zero_state(ops.shape(x)[0], x.dtype)
         cells = [{name: _cast(weight, x.dtype) for name, weight in cell.items()}
                  for cell in self.cells[i]]
         h0 = ops.stack([state[0], state[2]])  # (2, B, P)
         c0 = ops.stack([state[1], state[3]])  # (2, B, U)
-        fwd, bwd, h, c = torch_lstm.bidirectional_lstmp(x, lengths, cells, h0, c0)
+        fwd, bwd, h, c = backend_lstm.bidirectional_lstmp(x, lengths, cells, h0, c0)
         return fwd, bwd, [h[0], c[0], h[1], c[1]]
 
     def _keras_lstm_layer(self, i, x, mask, lengths, state):
@@ -550,40 +524,6 @@ class MaskedBiLSTM(keras.layers.Layer):
         return config
 
 
-def _canonical_to_params(weights, biases, units, input_size, proj):
-    """cuDNN's opaque parameter buffer from canonical weights, differentiably.
-
-    `CudnnRNNCanonicalToParamsV2` copies each tensor into its region of the
-    buffer and has no registered gradient; the adjoint of that copy is the
-    reverse copy, `CudnnRNNParamsToCanonicalV2`.
-    """
-    import tensorflow as tf
-
-    kwargs = dict(num_layers=1, num_units=units, input_size=input_size, rnn_mode="lstm",
-                  input_mode="linear_input", direction="bidirectional", num_proj=proj)
-    n_weights = len(weights)
-
-    @tf.custom_gradient
-    def to_params(*tensors):
-        params = tf.raw_ops.CudnnRNNCanonicalToParamsV2(
-            weights=list(tensors[:n_weights]), biases=list(tensors[n_weights:]), **kwargs)
-
-        def grad(d_params):
-            d_weights, d_biases = tf.raw_ops.CudnnRNNParamsToCanonicalV2(
-                params=d_params, num_params_weights=n_weights,
-                num_params_biases=len(tensors) - n_weights, **kwargs)
-            return list(d_weights) + list(d_biases)
-
-        return params, grad
-
-    return to_params(*weights, *biases)
-
-
 def _cast(variable, dtype):
     return ops.cast(ops.convert_to_tensor(variable), dtype)
 
-
-def _visible_gpus():
-    import tensorflow as tf
-
-    return tf.config.list_logical_devices("GPU")

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
-from tfeff.layers import tf_dynamic_rows
+from tfeff.backend import dynamic_rows
 from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.backend.checks import check_right_padded
 from tfeff.models.distributed import global_mean
@@ -440,14 +440,14 @@ class ElmoLM(keras.Model):
         Forward position t predicts token t+1, backward position t predicts
         token t-1. Targets that are padding or `<unk>` are skipped: on
         TensorFlow the output layer only ever sees the predictable positions
-        (gathered first, `tf_dynamic_rows.compact_rows`); other backends need
+        (gathered first, `dynamic_rows.compact_rows`); other backends need
         static shapes and mask them. Either way the sum is the output head's
         `per_position_loss` over the predictable targets.
         """
         ids = ops.cast(ids, "int32")
         out = {}
         for name, features, tgt_ids, valid in self.prediction_pairs(predictions, ids):
-            kept, kept_ids, mask = tf_dynamic_rows.compact_rows(valid, features, tgt_ids)
+            kept, kept_ids, mask = dynamic_rows.compact_rows(valid, features, tgt_ids)
             losses = self.output_head.per_position_loss(kept, kept_ids, mask=mask,
                                                         training=training)
             out[name] = (ops.sum(losses), ops.sum(ops.cast(valid, "float32")))

@@ -1,7 +1,9 @@
 """MaskedBiLSTM's fused path on PyTorch: `torch.nn.LSTM` with `proj_size`.
 
 PyTorch-only: `tfeff.layers.masked_bi_lstm` imports this module on the torch
-Keras backend alone, so that TensorFlow and JAX never import torch.
+Keras backend alone, so that TensorFlow and JAX never import torch. Its
+TensorFlow counterpart, with the same `bidirectional_lstmp` interface, is
+`tfeff.backend.lstm_tf`.
 
 `torch.nn.LSTM(proj_size=P)` is the LSTMP cell of `MaskedBiLSTM` (gates
 i, f, g, o; the projection inside the recurrence; no cell clipping). On CUDA
