@@ -46,7 +46,6 @@ import keras  # noqa: E402
 
 from tfeff.config import load_config  # noqa: E402
 from tfeff.models import from_config  # noqa: E402
-from tfeff.models.transformer_lm import transformer_lm_from_config  # noqa: E402
 
 # name -> (paper config, demo config, what the model is)
 MODELS = {
@@ -75,7 +74,7 @@ PAPER_OVERRIDES = {
     "elmo_sub": _AS_PUBLISHED,
 }
 # The language models of word (or WordPiece) id windows, by config family: their builder.
-LM_BUILDERS = {"elmo": from_config.elmo_lm, "transformer_lm": transformer_lm_from_config}
+LM_BUILDERS = {"elmo": from_config.elmo_lm, "transformer_lm": from_config.transformer_lm}
 PRESETS = {
     "paper": dict(word_vocabulary=800_000, steps=20, warmup=3, config=0),
     "cpu": dict(word_vocabulary=5_000, steps=3, warmup=1, config=1),

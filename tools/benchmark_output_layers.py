@@ -191,11 +191,9 @@ def make_model(head, encoder, vocabulary_size, s, table):
                       dropout_rate=0.0, seed=0)
         model_class = ElmoLM
     if head == "SUBWORD":
-        embedding_dim = ({"token_embedding_dim": s["projection_dim"]}
-                         if encoder == "transformer" else {"embedding_dim": s["projection_dim"]})
         lm = model_class(input_embedding="trainable",
                          vocabulary_size=s["subword_vocabulary_size"], output_layer="full",
-                         tie_output=True, **embedding_dim, **kwargs)
+                         tie_output=True, token_embedding_dim=s["projection_dim"], **kwargs)
     else:
         output = {"NONE": "continuous", "CONT": "continuous", "FIXED": "fixed",
                   "ADAPTIVE": "adaptive", "SAMPLED": "sampled", "FULL": "full"}[head]

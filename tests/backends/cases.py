@@ -276,7 +276,7 @@ def elmo(data):
     out = {}
     for name, kwargs in (
             ("elmo_c", dict(embedding_table=table, output_loss="vmf")),
-            ("subword", dict(vocabulary_size=30, input_embedding="trainable", embedding_dim=8,
+            ("subword", dict(vocabulary_size=30, input_embedding="trainable", token_embedding_dim=8,
                              output_layer="full", tie_output=True))):
         model = ElmoLM(num_layers=2, units=12, projection_dim=8, dropout_rate=0.0, seed=0,
                        name="elmo", **kwargs)

@@ -104,7 +104,7 @@ def stack_roundings(kind, model, tokens):
     if kind == "masked_elmo":
         width, token = 2 * p, 0  # the layers' input: both directions
     else:
-        width, token = p, model.embedding_dim + 1  # after the token projection
+        width, token = p, model.token_embedding_dim + 1  # after the token projection
     step = (width + p + 1) + 12 + 3 + 5 + model.units
     return token + (tokens + model.num_layers - 1) * step + model.num_layers * (2 * p + 10)
 

@@ -15,7 +15,7 @@ from tfeff.training import make_strategy
 ALONE = {"intermediate_dim": 12, "seed": 1, "dropout_rate": 0.0}
 # ALONE input tied to a full softmax: each replica computes its own table once per step.
 ALONE_TIED = {"output_layer": "full", "input_embedding": "alone", "tie_output": True,
-              "embedding_dim": 6, "alone": ALONE}
+              "token_embedding_dim": 6, "alone": ALONE}
 
 
 def _one_step(strategy, table, ids, **kwargs):
@@ -70,9 +70,10 @@ def test_loss_is_mean_over_predictable_targets(tmp_path):
     out = model.output_head
     f = out.position_loss(table[ids[:, 1:]], pred["forward"][:, :-1]).numpy()[0]
     b = out.position_loss(table[ids[:, :-1]], pred["backward"][:, 1:]).numpy()[0]
-    # Forward targets: 5, (unk), 3, (pad); backward targets: 2, 5, (unk), 3.
+    # Forward targets: 5, (unk), 3, (pad); backward targets: 2, 5, (unk), and 3 from the
+    # padding after </s>, where the backward LM has read nothing: no target.
     f, b = np.asarray(f, np.float64), np.asarray(b, np.float64)
-    expected = (f[0] + f[2]) / 2 + (b[0] + b[1] + b[3]) / 3
+    expected = (f[0] + f[2]) / 2 + (b[0] + b[1]) / 2
     # The model's position losses (float32, on other shapes: a continuous loss of 4-dim
     # vectors) and their means over 4 targets at most, summed.
     assert_close(loss, expected, n=head_roundings(4, 10, 4),
@@ -91,8 +92,8 @@ VARIANTS = {
     "sampled": {"num_sampled": 5},
     "fixed": {"num_sampled": 5},
     "tied": {"output_layer": "full", "input_embedding": "trainable", "tie_output": True,
-             "embedding_dim": 6},
-    "alone": {"output_layer": "full", "input_embedding": "alone", "embedding_dim": 6,
+             "token_embedding_dim": 6},
+    "alone": {"output_layer": "full", "input_embedding": "alone", "token_embedding_dim": 6,
               "alone": ALONE},
     "alone_tied": ALONE_TIED,
 }
@@ -109,12 +110,14 @@ def test_softmax_variants_loss_is_mean_target_nll(variant):
     out = model(ids)
     loss = float(model.compute_loss(x=ids, y_pred=out, training=False))
     expected, largest = 0.0, 0.0
-    for direction, h, tgt in (("forward", out["forward"][:, :-1], ids[:, 1:]),
-                              ("backward", out["backward"][:, 1:], ids[:, :-1])):
+    # Each position's target; a target counts if it is a word (not <pad>, not <unk>) and
+    # the position predicting it is a token (not the padding after </s>).
+    for h, tgt, source in ((out["forward"][:, :-1], ids[:, 1:], ids[:, :-1]),
+                           (out["backward"][:, 1:], ids[:, :-1], ids[:, 1:])):
         log_probs = np.asarray(model.log_prob(h).numpy(), np.float64)
         largest = max(largest, np.abs(log_probs).max())
         lp = np.take_along_axis(log_probs, tgt[..., None], -1)[..., 0]
-        expected += -lp[tgt >= 2].mean()
+        expected += -lp[(tgt >= 2) & (source > 0)].mean()
     # float32 from the same features by another path (6-dim at most; 8 targets per
     # direction), in terms up to max|log p|.
     assert_close(loss, expected, n=head_roundings(6, 10, 8), scale=2 * largest)
@@ -221,3 +224,17 @@ def test_left_padded_ids_are_refused():
     with pytest.raises(ValueError, match=r"ElmoLM `elmo` needs a right-padded `mask`.*"
                                          r"Row 0 is True at position 2"):
         model(np.array([[0, 0, 5, 6], [5, 6, 7, 0]], "int32"))
+
+
+def test_the_old_name_of_token_embedding_dim_is_read_with_a_warning():
+    """`embedding_dim`, the input width's name in saved ElmoLMs, still sets it; the model's
+    `embedding_dim` is now the exported width, as for the other models."""
+    with pytest.warns(DeprecationWarning, match="token_embedding_dim"):
+        lm = ElmoLM(20, num_layers=1, units=4, projection_dim=4, input_embedding="trainable",
+                    output_layer="full", embedding_dim=6)
+    assert (lm.token_embedding_dim, lm.embedding_dim, lm.embedding_num_layers) == (6, 8, 2)
+    config = lm.get_config()
+    assert config["token_embedding_dim"] == 6 and "embedding_dim" not in config
+    ids = np.array([[2, 5, 6, 3, 0]], "int32")
+    stack, _, _ = lm.encode(lm.token_embedding(ids), ids > 0)
+    np.testing.assert_array_equal(np.asarray(lm.embedding_layers(ids, ids > 0)), np.asarray(stack))

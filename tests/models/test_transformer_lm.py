@@ -18,11 +18,10 @@ from tests.models.float64 import float64_models
 from tests.models.float64 import tf_gelu_roundings
 from tests.models.lm_roundings import assert_normalized
 from tests.numerics import assert_close
-from tfeff.models.elmo_lm import direction_pairs as elmo_direction_pairs
+from tfeff.models.from_config import transformer_lm as transformer_lm_from_config
+from tfeff.models.language_model import direction_pairs
 from tfeff.models.transformer_lm import TransformerLM
-from tfeff.models.transformer_lm import direction_pairs
 from tfeff.models.transformer_lm import reverse_padded
-from tfeff.models.transformer_lm import transformer_lm_from_config
 
 TINY = dict(num_layers=2, hidden_dim=8, num_heads=2, intermediate_dim=12, max_sequence_length=10,
             dropout_rate=0.0)
@@ -362,11 +361,12 @@ def test_embedding_layers(bidirectional):
     np.testing.assert_array_equal(stack[:, -1, :, :h], _np(out["forward"]))
     if bidirectional:
         np.testing.assert_array_equal(stack[:, -1, :, h:], _np(out["backward"]))
-        pairs = direction_pairs(out, IDS)
-        for ours, elmos in zip(pairs, elmo_direction_pairs(out, IDS)):
-            assert ours[0] == elmos[0]
-            np.testing.assert_array_equal(_np(ours[1]), _np(elmos[1]))
-            np.testing.assert_array_equal(ours[2], elmos[2])
+        (f, f_out, f_ids), (b, b_out, b_ids) = direction_pairs(out, IDS)
+        assert (f, b) == ("forward", "backward")
+        np.testing.assert_array_equal(_np(f_out), _np(out["forward"])[:, :-1])
+        np.testing.assert_array_equal(f_ids, IDS[:, 1:])
+        np.testing.assert_array_equal(_np(b_out), _np(out["backward"])[:, 1:])
+        np.testing.assert_array_equal(b_ids, IDS[:, :-1])
     else:
         assert [name for name, _, _ in direction_pairs(out, IDS)] == ["forward"]
     # A given padding mask is honoured the same way.

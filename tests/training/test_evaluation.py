@@ -102,7 +102,7 @@ def test_collect_predictions_scores_the_first_targets_and_counts_them_all():
     ids[3, 5:] = 0  # a shorter row
     ids[5, 2] = 1  # an <unk> target, left out
     dataset = tf.data.Dataset.from_tensor_slices(ids).batch(4)
-    model = ElmoLM(vocabulary_size=30, embedding_dim=8, input_embedding="trainable",
+    model = ElmoLM(vocabulary_size=30, token_embedding_dim=8, input_embedding="trainable",
                    output_layer="full", num_layers=1, units=8, projection_dim=4,
                    dropout_rate=0.0)
     whole, whole_ids, whole_total = evaluation.collect_predictions(model, dataset, 10_000)

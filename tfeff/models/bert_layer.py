@@ -1,10 +1,12 @@
-"""BertLayer: one post-layer-norm transformer encoder layer, standard or CoRe-relaxed."""
+"""BertLayer: one post-layer-norm transformer layer, standard or CoRe-relaxed, bidirectional
+or causal."""
 
 import zlib
 
 import keras
 
 from tfeff.layers import AnchorMultiHeadAttention
+from tfeff.layers import CausalAnchorAttention
 from tfeff.layers import FactorizedDense
 from tfeff.layers import RotaryMultiHeadAttention
 
@@ -60,6 +62,11 @@ class BertLayer(keras.layers.Layer):
     `intermediate_dense`, `output_dense`, ...), which is what
     `tfeff.convert.merge_relaxed_bert` relies on.
 
+    With `causal=True` each position attends to itself and the positions
+    before it only (`TransformerLM`'s layers): standard attention with a
+    causal mask, or with `num_anchors` `CausalAnchorAttention`, whose anchor
+    blocks are laid out over `max_sequence_length` positions.
+
     Args:
         hidden_dim: model width d (a multiple of `num_heads`).
         num_heads: attention heads.
@@ -76,11 +83,15 @@ class BertLayer(keras.layers.Layer):
             embedding in the attention.
         seed: seed of the anchor draws and attention dropout; the two
             residual dropouts get seeds derived from it (`derived_seed`).
+        causal: attend to the past only.
+        max_sequence_length: the longest sequence of a causal anchor
+            attention (required with `causal` and `num_anchors`).
         **kwargs: base `Layer` arguments.
 
     Call arguments:
         inputs: `(batch, n, hidden_dim)`.
-        padding_mask: bool `(batch, n)`, True at real tokens.
+        padding_mask: bool `(batch, n)`, True at real tokens (right-padded;
+            not needed, and not read, by a causal layer).
         training: bool.
         exact_attention: run anchor attention exactly (standard attention on
             the same weights); None keeps the layer's setting.
@@ -103,6 +114,8 @@ class BertLayer(keras.layers.Layer):
         initializer_range=0.02,
         rotary_max_wavelength=None,
         seed=None,
+        causal=False,
+        max_sequence_length=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -123,6 +136,11 @@ class BertLayer(keras.layers.Layer):
         self.initializer_range = initializer_range
         self.rotary_max_wavelength = rotary_max_wavelength
         self.seed = seed
+        self.causal = bool(causal)
+        self.max_sequence_length = max_sequence_length
+        if self.causal and ffn_rank:
+            raise ValueError("A causal `BertLayer` has a dense feed-forward network "
+                             f"(`ffn_rank`=0). Received: ffn_rank={ffn_rank}")
         act = get_activation(activation)
 
         def init():
@@ -133,7 +151,12 @@ class BertLayer(keras.layers.Layer):
             num_heads=num_heads, key_dim=hidden_dim // num_heads, dropout=dropout_rate,
             kernel_initializer=init(), seed=seed, name="self_attention", **common,
         )
-        if num_anchors:
+        if num_anchors and causal:
+            self.self_attention = CausalAnchorAttention(
+                max_sequence_length=max_sequence_length, num_anchors=num_anchors,
+                anchor_selection=anchor_selection, rotary_max_wavelength=rotary_max_wavelength,
+                **attention_args)
+        elif num_anchors:
             self.self_attention = AnchorMultiHeadAttention(
                 num_anchors=num_anchors, anchor_selection=anchor_selection,
                 rotary_max_wavelength=rotary_max_wavelength, **attention_args
@@ -181,7 +204,11 @@ class BertLayer(keras.layers.Layer):
 
     def call(self, inputs, padding_mask=None, training=False, exact_attention=None):
         x = inputs  # (batch, n, d)
-        if self.num_anchors:
+        if self.causal and self.num_anchors:
+            attended = self.self_attention(x, x, training=training, exact=exact_attention)
+        elif self.causal:
+            attended = self.self_attention(x, x, training=training, use_causal_mask=True)
+        elif self.num_anchors:
             attended = self.self_attention(
                 x, x, query_mask=padding_mask, value_mask=padding_mask, training=training,
                 exact=exact_attention,
@@ -201,7 +228,8 @@ class BertLayer(keras.layers.Layer):
             name: getattr(self, name) for name in (
                 "hidden_dim", "num_heads", "intermediate_dim", "dropout_rate", "activation",
                 "layer_norm_epsilon", "num_anchors", "ffn_rank", "anchor_selection",
-                "initializer_range", "rotary_max_wavelength", "seed",
+                "initializer_range", "rotary_max_wavelength", "seed", "causal",
+                "max_sequence_length",
             )
         })
         return config

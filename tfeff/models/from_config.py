@@ -41,7 +41,7 @@ def elmo_lm(config, vocabulary_size, vectors_path=None):
         embedding_table=vectors_path,
         vmf_regularization1=m.vmf_regularization1,
         vmf_regularization2=m.vmf_regularization2,
-        embedding_dim=m.embedding_dim or None,
+        token_embedding_dim=m.embedding_dim or None,
         tie_output=m.tie_output,
         num_sampled=m.num_sampled,
         seed=config.train.seed,
@@ -50,6 +50,44 @@ def elmo_lm(config, vocabulary_size, vectors_path=None):
         direction_loss=m.direction_loss,
         name="elmo_lm",
         **bilstm_model_kwargs(m),
+    )
+
+
+def transformer_lm(config, vocabulary_size, vectors_path=None):
+    """The `TransformerLM` of a `TransformerLMConfig` (`vectors_path`: the fixed vectors of
+    word models)."""
+    from tfeff.models.transformer_lm import TransformerLM
+
+    m = config.model
+    return TransformerLM(
+        vocabulary_size,
+        num_layers=m.num_layers,
+        hidden_dim=m.hidden_dim,
+        num_heads=m.num_heads,
+        intermediate_dim=m.intermediate_dim,
+        max_sequence_length=m.max_sequence_length or config.data.max_sequence_length,
+        dropout_rate=m.dropout_rate,
+        activation=m.activation,
+        layer_norm_epsilon=m.layer_norm_epsilon,
+        bidirectional=m.bidirectional,
+        position_embedding=m.position_embedding,
+        num_anchors=m.num_anchors,
+        anchor_selection=m.anchor_selection,
+        output_layer=m.output_layer,
+        output_loss=m.output_loss,
+        embedding_table=vectors_path,
+        vmf_regularization1=m.vmf_regularization1,
+        vmf_regularization2=m.vmf_regularization2,
+        input_embedding=m.input_embedding,
+        token_embedding_dim=m.embedding_dim or None,
+        tie_output=m.tie_output,
+        adaptive_cutoffs=m.adaptive_cutoffs or None,
+        adaptive_div_value=m.adaptive_div_value,
+        num_sampled=m.num_sampled,
+        seed=config.train.seed,
+        alone=alone_kwargs(m),
+        direction_loss=m.direction_loss,
+        name="transformer_lm",
     )
 
 

@@ -13,63 +13,28 @@ import tensorflow as tf
 from tfeff.data import fasttext_tables
 from tfeff.layers import FastTextEmbedding
 from tfeff.models import from_config
-from tfeff.training.families import shared
-from tfeff.training.families.base import Family
+from tfeff.training.families.language_model import LanguageModelFamily
 from tfeff.training.model_directory import FASTTEXT_FILE
 from tfeff.training.model_directory import VECTORS_FILE
 from tfeff.training.model_directory import file_path
 
 
-class ElmoFamily(Family):
+class ElmoFamily(LanguageModelFamily):
     name = "elmo"
     label = "ELMo"
     embedder = "elmo"
 
-    def check_inputs(self, config, model_dir):
-        shared.check_pretrained_vectors(config, model_dir, self.uses_vectors(config))
-
     def uses_vectors(self, config):
         return config.data.tokenization == "word"
-
-    def prepare_data(self, config, model_dir):
-        """`shared.lm_artifacts` (word models: fastText vectors of the vocabulary;
-        WordPiece models: the vocabulary only), then the output layer's settings are
-        checked against the vocabulary."""
-        artifacts = shared.lm_artifacts(config, model_dir, self.uses_vectors(config))
-        shared.check_output_layer(config.model, artifacts.vocabulary)
-        return artifacts
-
-    def probe_vocabulary_size(self, config):
-        m = config.model
-        return max(super().probe_vocabulary_size(config), m.num_sampled + 1,
-                   *(c + 1 for c in m.adaptive_cutoffs))
 
     def build_model(self, config, vocabulary_size, vectors_path=None):
         """The `ElmoLM` of `config` (`vectors_path`: the fixed vectors of word models)."""
         return from_config.elmo_lm(config, vocabulary_size, vectors_path)
 
-    def train_dataset(self, config, artifacts, position=0, file_shard=None):
-        return shared.lm_dataset(config, artifacts, position, file_shard)
-
-    def example_batch(self, config, vocabulary_size, batch_size=2, length=9, seed=0):
-        return shared.lm_example_batch(vocabulary_size, batch_size, length, seed)
-
-    def validation_dataset(self, config, artifacts):
-        if artifacts.heldout_files and config.train.validation_steps:
-            return shared.lm_dataset(config, artifacts, heldout=True)
-        return None
-
-    def evaluate(self, model, config, artifacts):
-        return shared.evaluate_lm(model, config, artifacts)
-
-    def eval_summary(self, results):
-        return shared.lm_summary(results)
-
     def embedder_options(self, config, model_dir):
         """Word models also carry their vectors; a fixed input embedding carries the
         in-graph fastText layer (and the centering mean) that embeds any word."""
         options, extra_files = super().embedder_options(config, model_dir)
-        options["tokenization"] = config.data.tokenization
         vectors_path = file_path(model_dir, VECTORS_FILE)
         if tf.io.gfile.exists(vectors_path):
             extra_files[VECTORS_FILE] = vectors_path

@@ -1,0 +1,329 @@
+"""LanguageModel: what tfeff's next-word language models share, whatever their encoder.
+
+`ElmoLM` (biLSTMs) and `TransformerLM` (causal transformers) differ only in
+the encoder between the token layer and the output layer. This module holds
+the rest, once: the argument checks, the token embedding (`"fixed"`
+fastText vectors, `"trainable"` or `"alone"`), the output head of the
+output-head contract (`tfeff.layers.output_head`) and the projection in front
+of it, the alignment of each direction's outputs with its targets, the loss
+and the export contract's defaults. A subclass builds its encoder and
+implements `encode`, `call` and `embedding_layers`.
+"""
+
+import numbers
+
+import keras
+from keras import ops
+
+from tfeff import layers as tfeff_layers
+from tfeff.backend import dynamic_rows
+from tfeff.layers.embedding_common import TableEmbedding
+from tfeff.models.distributed import global_mean
+from tfeff.models.distributed import layer_losses
+
+OUTPUT_LAYERS = ("continuous", "full", "adaptive", "sampled", "fixed")
+INPUT_EMBEDDINGS = ("fixed", "trainable", "alone")
+# Output layers that score the fixed table (they need `embedding_table`).
+TABLE_OUTPUTS = ("continuous", "fixed")
+# Targets with these ids (padding, unknown word) carry no loss.
+FIRST_PREDICTABLE_ID = 2
+# How a bidirectional language model's loss combines its directions' mean losses.
+DIRECTION_LOSSES = ("sum", "mean")
+DIRECTIONS = ("forward", "backward")
+
+
+def combine_directions(losses, how):
+    """The model's loss from its directions' losses: their `"sum"` or `"mean"`."""
+    total = 0.0
+    for loss in losses:
+        total += loss
+    return total / len(losses) if how == "mean" else total
+
+
+def direction_pairs(outputs, targets):
+    """`(direction, outputs, targets)` of each direction `outputs` holds, aligned.
+
+    Forward position t predicts token t+1 and backward position t predicts
+    token t-1, so the outputs and targets are shifted against each other. A
+    forward-only model has no `"backward"`. Tensors or NumPy arrays;
+    `targets` may be ids or their vectors.
+    """
+    pairs = []
+    if "forward" in outputs:
+        pairs.append(("forward", outputs["forward"][:, :-1], targets[:, 1:]))
+    if "backward" in outputs:
+        pairs.append(("backward", outputs["backward"][:, 1:], targets[:, :-1]))
+    return tuple(pairs)
+
+
+def prediction_pairs(outputs, ids):
+    """`(direction, outputs, target_ids, valid)` of each direction, aligned
+    (`direction_pairs`), with the targets that count: `valid` is True where the
+    target is predictable (not padding, not `<unk>`) and the position predicting
+    it is a token. (In a padded row the backward output just after `</s>` is
+    padding: `</s>` is where the backward LM starts reading, never its target,
+    as `<s>` is never the forward LM's.) Tensors or NumPy arrays."""
+    sources = dict((d, ids) for d in outputs)
+    pairs = []
+    for (direction, features, targets), (_, source, _) in zip(
+            direction_pairs(outputs, ids), direction_pairs(sources, ids)):
+        valid = (targets >= FIRST_PREDICTABLE_ID) & (source > 0)
+        pairs.append((direction, features, targets, valid))
+    return tuple(pairs)
+
+
+def check_positive_int(name, value):
+    """Raises ValueError unless `value` is a positive integer (not a bool)."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"Received an invalid value for `{name}`, expected a positive integer. "
+                         f"Received: {name}={value!r}")
+
+
+def check_choice(name, value, choices):
+    """Raises ValueError unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"Received an invalid value for `{name}`, expected one of {choices}. "
+                         f"Received: {name}={value!r}")
+
+
+class LanguageModel(keras.Model):
+    """Base of the next-word language models: token layer, output head, loss.
+
+    Not used alone: `ElmoLM` and `TransformerLM` subclass it. `__init__` makes
+    the token embedding; the subclass then makes its encoder and calls
+    `make_output_head` last (the layers are made, and their seeds drawn, in
+    the order they run), and its `build` calls `build_token_embedding` and
+    `build_output_head` around its own layers.
+
+    Args:
+        vocabulary_size: number of ids (row 0 is padding); may be left out
+            when `embedding_table` is given (it is then the table's rows, and
+            must equal them when both are given).
+        hidden_dim: width of the encoder's output, what the output head reads
+            (a projection to `token_embedding_dim` is added in front of a tied
+            softmax when the two differ).
+        output_layer: one of `OUTPUT_LAYERS`.
+        output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
+        embedding_table: path of the `.npy` vocabulary vectors, or an array
+            `(vocabulary_size, dim)`; row 0 is padding. Required by the fixed
+            input embedding and the `"continuous"` / `"fixed"` outputs.
+        vmf_regularization1: lambda_1 of the `"vmf"` loss, >= 0.
+        vmf_regularization2: lambda_2 of the `"vmf"` loss, in (0, 1].
+        input_embedding: one of `INPUT_EMBEDDINGS`.
+        token_embedding_dim: size of a trainable or ALONE input embedding
+            (default: the table's dimension, else `hidden_dim`).
+        tie_output: use the trainable (or ALONE) input embedding as the
+            `"full"` softmax's output matrix.
+        adaptive_cutoffs: cluster boundaries of `"adaptive"`.
+        adaptive_div_value: projection divisor of `"adaptive"`.
+        num_sampled: negatives per step of `"sampled"` and `"fixed"`.
+        seed: sampler seed.
+        alone: dict of `AloneEmbedding` arguments (all but `vocabulary_size`,
+            `output_dim`, `mask_zero` and `lookup`) for
+            `input_embedding="alone"`; `base_dim` defaults to
+            `token_embedding_dim`.
+        direction_loss: `"sum"` or `"mean"` of the directions' losses.
+        **kwargs: base `Model` arguments.
+    """
+
+    # The export module of `tfeff.export.embedder_module` (`tfeff.export.EMBEDDERS`).
+    embedder = "token_ids"
+
+    def __init__(self, vocabulary_size=None, *, hidden_dim, output_layer="continuous",
+                 output_loss="cosine", embedding_table=None, vmf_regularization1=0.0,
+                 vmf_regularization2=1.0, input_embedding="fixed", token_embedding_dim=None,
+                 tie_output=False, adaptive_cutoffs=None, adaptive_div_value=4.0,
+                 num_sampled=8192, seed=None, alone=None, direction_loss="sum", **kwargs):
+        super().__init__(**kwargs)
+        if vocabulary_size is not None and not isinstance(vocabulary_size, numbers.Integral):
+            raise TypeError(
+                f"{type(self).__name__}'s first argument is `vocabulary_size` (as for "
+                "MaskedElmo and Bert); pass fixed vectors as `embedding_table=`. Received: "
+                f"vocabulary_size of type {type(vocabulary_size).__name__}")
+        check_choice("output_layer", output_layer, OUTPUT_LAYERS)
+        check_choice("direction_loss", direction_loss, DIRECTION_LOSSES)
+        check_choice("input_embedding", input_embedding, INPUT_EMBEDDINGS)
+        if embedding_table is None and (input_embedding == "fixed"
+                                        or output_layer in TABLE_OUTPUTS):
+            raise ValueError(
+                f"`embedding_table` is required by input_embedding={input_embedding!r} "
+                f"/ output_layer={output_layer!r}.")
+        if tie_output and (input_embedding not in ("trainable", "alone")
+                           or output_layer != "full"):
+            raise ValueError(
+                "`tie_output=True` needs input_embedding='trainable' or 'alone', and "
+                f"output_layer='full'. Received: input_embedding={input_embedding!r}, "
+                f"output_layer={output_layer!r}")
+        if alone is not None and input_embedding != "alone":
+            raise ValueError("`alone` is only used with input_embedding='alone'.")
+        if output_layer == "adaptive" and not adaptive_cutoffs:
+            raise ValueError("output_layer='adaptive' needs `adaptive_cutoffs`.")
+        self.output_layer_type = output_layer
+        self.output_loss = output_loss
+        self.vmf_regularization1 = float(vmf_regularization1)
+        self.vmf_regularization2 = float(vmf_regularization2)
+        self.input_embedding = input_embedding
+        self.tie_output = bool(tie_output)
+        self.adaptive_cutoffs = list(adaptive_cutoffs) if adaptive_cutoffs else None
+        self.adaptive_div_value = float(adaptive_div_value)
+        self.num_sampled = int(num_sampled)
+        self.seed = seed
+        self.direction_loss = direction_loss
+        self.alone = dict(alone or {}) if input_embedding == "alone" else None
+
+        self.fixed_table = None
+        if embedding_table is not None:
+            self.fixed_table = tfeff_layers.FixedEmbedding(
+                embedding_table, mask_zero=True, name="token_embedding")
+            table_size = self.fixed_table.vocabulary_size
+            if vocabulary_size is not None and int(vocabulary_size) != table_size:
+                raise ValueError(f"`vocabulary_size`={vocabulary_size} differs from the table's "
+                                 f"{table_size} rows.")
+            vocabulary_size = table_size
+        if vocabulary_size is None or int(vocabulary_size) < 2:
+            raise ValueError(
+                "Received an invalid value for `vocabulary_size`, expected an integer >= 2 (or "
+                f"an `embedding_table`). Received: vocabulary_size={vocabulary_size}")
+        self.vocabulary_size = int(vocabulary_size)
+        self._make_token_embedding(token_embedding_dim, hidden_dim)
+
+    def _make_token_embedding(self, token_embedding_dim, hidden_dim):
+        """The token layer of `input_embedding`."""
+        if self.input_embedding == "fixed":
+            self.token_embedding = self.fixed_table
+            self.token_embedding_dim = self.fixed_table.output_dim
+            return
+        self.token_embedding_dim = int(token_embedding_dim or (
+            self.fixed_table.output_dim if self.fixed_table else hidden_dim))
+        if self.input_embedding == "alone":
+            options = {"base_dim": self.token_embedding_dim, **self.alone}
+            self.token_embedding = tfeff_layers.AloneEmbedding(
+                self.vocabulary_size, self.token_embedding_dim, mask_zero=True,
+                # Tied: the softmax computes the whole table each step; gather from it.
+                lookup="table" if self.tie_output else "unique",
+                name="alone_token_embedding", **options)
+            # A drawn seed is part of the model: keep it for get_config.
+            self.alone["seed"] = self.token_embedding.seed
+        else:
+            self.token_embedding = TableEmbedding(
+                self.vocabulary_size, self.token_embedding_dim, mask_zero=True,
+                embeddings_initializer=keras.initializers.RandomNormal(stddev=0.05),
+                name="trainable_token_embedding")
+
+    def make_output_head(self, hidden_dim):
+        """Makes the output layer of `output_layer`, and the projection in front of a
+        softmax where one is needed (`pre_output`), for an encoder of width `hidden_dim`."""
+        self.pre_output = None
+        output_layer = self.output_layer_type
+        if output_layer == "continuous":
+            self.output_head = tfeff_layers.ContinuousOutput(
+                self.fixed_table.output_dim, loss=self.output_loss,
+                vmf_regularization1=self.vmf_regularization1,
+                vmf_regularization2=self.vmf_regularization2,
+                target_embedding=self.fixed_table, name="continuous_output")
+        elif output_layer == "full":
+            if self.tie_output and self.token_embedding_dim != hidden_dim:
+                self.pre_output = keras.layers.Dense(self.token_embedding_dim,
+                                                     name="pre_output")
+            self.output_head = tfeff_layers.FullSoftmax(self.vocabulary_size,
+                                                        name="full_softmax")
+            if self.tie_output:
+                self.output_head.tie_to(self.token_embedding)
+        elif output_layer == "adaptive":
+            self.output_head = tfeff_layers.AdaptiveSoftmax(
+                self.vocabulary_size, self.adaptive_cutoffs, div_value=self.adaptive_div_value,
+                name="adaptive_softmax")
+        elif output_layer == "sampled":
+            self.output_head = tfeff_layers.SampledSoftmax(
+                self.vocabulary_size, self.num_sampled, seed=self.seed, name="sampled_softmax")
+        else:  # "fixed"
+            self.pre_output = keras.layers.Dense(self.fixed_table.output_dim, name="pre_output")
+            self.output_head = tfeff_layers.SampledSoftmax(
+                self.vocabulary_size, self.num_sampled, use_bias=False, seed=self.seed,
+                output_embedding=self.fixed_table, name="fixed_sampled_softmax")
+
+    @property
+    def is_continuous(self):
+        return self.output_layer_type == "continuous"
+
+    def build_token_embedding(self):
+        """Creates the token embedding's variables (the fixed table has none to train)."""
+        if self.input_embedding != "fixed":
+            self.token_embedding.build((None, None))
+
+    def build_output_head(self, hidden_dim):
+        """Creates the variables of `pre_output` and the output head."""
+        hidden_shape = (None, None, hidden_dim)
+        if self.pre_output is not None:
+            self.pre_output.build(hidden_shape)
+            hidden_shape = (None, None, self.pre_output.units)
+        self.output_head.build(hidden_shape)
+
+    def head_inputs(self, hidden):
+        """What the output layer scores (`output_head.features`): predictions (continuous)
+        or hidden states (after `pre_output`, when there is one)."""
+        if self.pre_output is not None:
+            hidden = self.pre_output(hidden)
+        return self.output_head.features(hidden)
+
+    def log_prob(self, head_inputs):
+        """Log-distribution over the vocabulary `(..., vocabulary_size)` (softmax outputs;
+        a continuous output raises ValueError)."""
+        return self.output_head.log_prob(head_inputs)
+
+    def prediction_pairs(self, outputs, ids):
+        """`prediction_pairs` of this model's outputs: what its loss and held-out
+        evaluation score (the language-model contract
+        `tfeff.training.evaluation.collect_predictions` reads)."""
+        return prediction_pairs(outputs, ids)
+
+    def direction_losses(self, ids, outputs, training=False):
+        """Per direction, (sum of losses, number of targets) over this batch.
+
+        The targets are `prediction_pairs`'s valid ones; the sum is the output
+        head's `per_position_loss` over them. On TensorFlow the head only ever
+        sees those positions (gathered first, `dynamic_rows.compact_rows`);
+        other backends need static shapes and mask them.
+        """
+        ids = ops.cast(ids, "int32")
+        out = {}
+        for direction, features, targets, valid in self.prediction_pairs(outputs, ids):
+            kept, kept_ids, mask = dynamic_rows.compact_rows(valid, features, targets)
+            losses = self.output_head.per_position_loss(kept, kept_ids, mask=mask,
+                                                        training=training)
+            out[direction] = (ops.sum(ops.cast(losses, "float32")),
+                              ops.sum(ops.cast(valid, "float32")))
+        return out
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """Sum (or mean, `direction_loss`) over directions of the mean loss per
+        predictable target.
+
+        Under `tf.distribute`, each replica divides its loss sum by the
+        *global* number of targets (all-reduced), so the replicas' losses add
+        up to the loss of the global batch and the summed gradients equal the
+        single-device gradients exactly, whatever the padding per replica.
+        That is also the form Keras expects from `compute_loss` (a replica's
+        share of the global loss), so its `loss` metric reports the global mean.
+        """
+        del y, sample_weight
+        losses = self.direction_losses(x, y_pred, training=training).values()
+        return combine_directions(
+            [global_mean(loss_sum, count) for loss_sum, count in losses],
+            self.direction_loss) + layer_losses(self)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            name: getattr(self, name) for name in (
+                "vocabulary_size", "output_loss", "vmf_regularization1", "vmf_regularization2",
+                "input_embedding", "token_embedding_dim", "tie_output", "adaptive_cutoffs",
+                "adaptive_div_value", "num_sampled", "seed", "alone", "direction_loss",
+            )
+        })
+        config.update({
+            "output_layer": self.output_layer_type,
+            "embedding_table": (self.fixed_table.get_config()["table"] if self.fixed_table
+                                else None),
+        })
+        return config
