@@ -9,7 +9,7 @@ from tfeff.data import train_fasttext
 from tfeff.data import words
 from tfeff.data.mlm_dataset import BasicTokenizer
 from tfeff.data.mlm_dataset import basic_words
-from tfeff.export.embedder import Tokenization
+from tfeff.export.tokenization import Tokenization
 
 ALL_WHITESPACE = [chr(c) for c in range(0x110000) if chr(c).isspace()]
 

@@ -60,9 +60,9 @@ def _models(vocabularies):
     word_v, piece_v = _size(vocabularies["word"]), _size(vocabularies["wordpiece"])
     keras.utils.set_random_seed(3)
     common = {"num_layers": 2, "units": 16, "projection_dim": 8, "dropout_rate": 0.0}
-    elmo_word = ElmoLM(vocabulary_size=word_v, embedding_dim=8, input_embedding="trainable",
+    elmo_word = ElmoLM(vocabulary_size=word_v, token_embedding_dim=8, input_embedding="trainable",
                        output_layer="full", **common)
-    elmo_sub = ElmoLM(vocabulary_size=piece_v, embedding_dim=8, input_embedding="alone",
+    elmo_sub = ElmoLM(vocabulary_size=piece_v, token_embedding_dim=8, input_embedding="alone",
                       output_layer="full", alone={"intermediate_dim": 16, "num_codebooks": 2, "codebook_size": 4}, **common)
     masked = MaskedElmo(piece_v, **common)
     bert_args = {"num_layers": 2, "hidden_dim": 16, "num_heads": 2, "intermediate_dim": 32,
@@ -271,7 +271,7 @@ def test_word_and_wordpiece_tokenizations_map_literal_specials_as_training_does(
     from tfeff.data import lines_to_windows
     from tfeff.data.pipeline import lookup_table
     from tfeff.data.wordpiece import wordpiece_tokenizer
-    from tfeff.export.embedder import Tokenization
+    from tfeff.export.tokenization import Tokenization
 
     words = ["<pad>", "<unk>", "<s>", "</s>", "the", "cat", "##s"]
     vocab = tmp_path / "v.txt"
@@ -292,7 +292,7 @@ def test_bert_tokenization_keeps_a_literal_unk_whole_as_training_does(tmp_path, 
     """BERT's basic tokenizer would split `<unk>` into `<`, `unk`, `>`: in the export as in
     the masked-LM pipeline it is one word, the unknown id, inside a word too."""
     from tfeff.data.mlm_dataset import bert_tokenizer
-    from tfeff.export.embedder import Tokenization
+    from tfeff.export.tokenization import Tokenization
 
     words = ["<pad>", "<unk>", "<s>", "</s>", "[MASK]", "a", "of", "species", "lob", "##ster",
              "<", ">", "unk", "x", "y", "##y"]

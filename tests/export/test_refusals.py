@@ -22,7 +22,7 @@ from tfeff.convert.relaxed_to_standard import convert_model_dir
 from tfeff.export import export_fasttext, export_model_dir
 from tfeff.export import model_dir_embedder
 from tfeff.export.embed_file import embed_file
-from tfeff.export.embedder import check_export_path
+from tfeff.export.saved_embedder import check_export_path
 from tfeff.training import checkpoints
 from tfeff.training import restore_model
 from tfeff.training.errors import CheckpointError

@@ -41,7 +41,7 @@ import tensorflow as tf
 
 from tfeff.data import files
 from tfeff.data.corpus import CorpusError
-from tfeff.export.embedder import check_metadata_matches, load_embedder, read_metadata
+from tfeff.export.saved_embedder import check_metadata_matches, load_embedder, read_metadata
 
 FORMATS = ("npy", "hdf5")
 INVALID_UTF8 = ("error", "skip", "replace")

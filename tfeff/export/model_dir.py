@@ -3,9 +3,9 @@
 
 import tensorflow as tf
 
-from tfeff.export.embedder import check_export_path
 from tfeff.export.embedder import embedder_module
-from tfeff.export.embedder import export_embedder
+from tfeff.export.saved_embedder import check_export_path
+from tfeff.export.saved_embedder import export_embedder
 from tfeff.layers import FastTextEmbedding
 from tfeff.training import model_directory
 from tfeff.training.families import get_family

@@ -81,6 +81,9 @@ class FastTextEmbedding(keras.layers.Layer):
         TACL 2017; fastText's `Dictionary::computeSubwords` and `hash`.
     """
 
+    # The export module of `tfeff.export.embedder_module`: the context-free baseline.
+    embedder = "fasttext"
+
     def __init__(
         self,
         words=None,
