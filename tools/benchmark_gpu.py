@@ -219,7 +219,7 @@ def flops_per_token(model, config):
         directions = 2 if m.bidirectional else 1
         flops += 12.0 * m.num_layers * d.max_sequence_length * m.hidden_dim * directions
     if config.family == "masked_elmo":
-        if m.output_layer == "softmax":  # tied to the (excluded) input embedding
+        if m.output_layer == "full":  # tied to the (excluded) input embedding
             flops += (6.0 * d.wordpiece_vocabulary_size * 2 * m.projection_dim
                       * d.max_predictions_per_seq / d.max_sequence_length)
         flops *= m.mask_accumulation

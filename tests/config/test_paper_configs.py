@@ -176,7 +176,7 @@ def _transformer_lm_parameters(config, vocabulary_size, relaxed=False):
 
 def _masked_elmo_parameters(config, vocabulary_size, relaxed=False):
     m = config.model
-    assert m.input_embedding == "trainable" and m.output_layer == "softmax", "no formula"
+    assert m.input_embedding == "trainable" and m.output_layer == "full", "no formula"
     units, projection = m.units, m.projection_dim
     width = 2 * projection            # both directions' outputs: the embedding's size too
     direction = (_dense(width, 4 * units) + projection * 4 * units

@@ -221,3 +221,18 @@ def test_a_left_padded_padding_mask_is_refused():
                                          r"right-padded "
                                          r"`padding_mask`.*Row 1 is True at position 1"):
         model({"token_ids": ids, "padding_mask": ids > 0})
+
+
+def test_the_old_name_of_the_tied_softmax_is_read_as_full(tmp_path):
+    """`output_layer="softmax"`, in configs and saved models written before the name was
+    `"full"` (as in the other models), still builds the tied softmax, with a warning."""
+    from tfeff.config import load_config
+
+    with pytest.warns(DeprecationWarning, match="'full'"):
+        model = MaskedElmo(30, num_layers=1, units=8, projection_dim=3, use_cudnn=False,
+                           output_layer="softmax")
+    assert model.output_layer_type == "full" and model.get_config()["output_layer"] == "full"
+    model.build()
+    assert model.output_head.embeddings is model.backbone.token_embedding.embeddings
+    config = load_config("configs/demo_masked_elmo.yaml", ["model.output_layer=softmax"])
+    assert config.model.output_layer == "full"

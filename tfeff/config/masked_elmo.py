@@ -14,7 +14,7 @@ from tfeff.config.elmo import SyntheticCorpusConfig
 from tfeff.config.elmo import validate_corpus_source
 from tfeff.config.train import TrainConfig
 
-OUTPUT_LAYERS = ("softmax", "adaptive", "continuous")
+OUTPUT_LAYERS = ("full", "adaptive", "continuous")
 INPUT_EMBEDDINGS = ("trainable", "alone")
 USE_CUDNN = ("auto", True, False)
 
@@ -94,7 +94,8 @@ class MaskedElmoModelConfig:
         projection_dim: projection size per direction.
         dropout_rate: dropout on the embeddings and each LSTM output, in
             [0, 1).
-        output_layer: `softmax`, `adaptive` or `continuous`.
+        output_layer: `full` (the softmax tied to the input embedding), `adaptive` or
+            `continuous`; `softmax`, its earlier name, is read as `full`.
         output_loss: `cosine`, `l2` or `vmf` (`continuous` only).
         adaptive_cutoffs: increasing cluster boundaries of `adaptive`
             (required there), below `data.wordpiece_vocabulary_size`.
@@ -111,7 +112,7 @@ class MaskedElmoModelConfig:
     units: int = 4096
     projection_dim: int = 384
     dropout_rate: float = 0.1
-    output_layer: str = "softmax"
+    output_layer: str = "full"
     output_loss: str = "cosine"
     adaptive_cutoffs: List[int] = dataclasses.field(default_factory=list)
     adaptive_div_value: float = 4.0
@@ -126,6 +127,8 @@ class MaskedElmoModelConfig:
             positive(getattr(self, name), join(prefix, name))
         if not 0 <= self.dropout_rate < 1:
             raise ConfigError(f"`{join(prefix, 'dropout_rate')}` must be in [0, 1)")
+        if self.output_layer == "softmax":  # its earlier name, still in saved configs
+            self.output_layer = "full"
         one_of(self.output_layer, OUTPUT_LAYERS, join(prefix, "output_layer"))
         one_of(self.output_loss, ("cosine", "l2", "vmf"), join(prefix, "output_loss"))
         one_of(self.input_embedding, INPUT_EMBEDDINGS, join(prefix, "input_embedding"))

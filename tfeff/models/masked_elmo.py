@@ -7,6 +7,8 @@ set instead of K); elsewhere Keras' step differentiates `compute_loss` on
 all sets at once: the same update.
 """
 
+import warnings
+
 import keras
 from keras import ops
 
@@ -17,7 +19,7 @@ from tfeff.models.distributed import layer_losses
 from tfeff.models.masked_elmo_backbone import INPUT_EMBEDDINGS
 from tfeff.models.masked_elmo_backbone import MaskedElmoBackbone
 
-OUTPUT_LAYERS = ("softmax", "adaptive", "continuous")
+OUTPUT_LAYERS = ("full", "adaptive", "continuous")
 # The batch entries that hold one slice per mask set (axis 1).
 SET_KEYS = ("masked_token_ids", "masked_positions", "masked_ids", "masked_weights")
 
@@ -35,7 +37,7 @@ class MaskedElmo(keras.Model):
       `AloneEmbedding`), then dropout and `MaskedBiLSTM(units,
       projection_dim, num_layers)`: each layer after the first sees both
       directions of the layer below.
-    * Output at the masked positions only: `"softmax"`, a full softmax tied to
+    * Output at the masked positions only: `"full"`, a full softmax tied to
       the input embedding (plus a bias); `"adaptive"`, an `AdaptiveSoftmax`;
       `"continuous"`, a `ContinuousOutput` predicting the target's fixed
       vector (`embedding_table`). Every head answers the same contract
@@ -116,7 +118,7 @@ class MaskedElmo(keras.Model):
         units=4096,
         projection_dim=384,
         dropout_rate=0.1,
-        output_layer="softmax",
+        output_layer="full",
         output_loss="cosine",
         embedding_table=None,
         adaptive_cutoffs=None,
@@ -128,6 +130,10 @@ class MaskedElmo(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if output_layer == "softmax":  # its earlier name, still in saved configs
+            warnings.warn("MaskedElmo's output_layer 'softmax' is now 'full', as in the "
+                          "other models.", DeprecationWarning, stacklevel=2)
+            output_layer = "full"
         if output_layer not in OUTPUT_LAYERS:
             raise ValueError(
                 f"Received an invalid value for `output_layer`, expected one of "
@@ -162,7 +168,7 @@ class MaskedElmo(keras.Model):
         self.use_cudnn = use_cudnn
         self.tbptt_batch_size = tbptt_batch_size
         self.alone = dict(alone or {}) if input_embedding == "alone" else None
-        tied = output_layer == "softmax"
+        tied = output_layer == "full"
         backbone_alone = None
         if self.alone is not None:
             # Tied: the softmax computes the whole table each step; gather from it.
@@ -175,7 +181,7 @@ class MaskedElmo(keras.Model):
         if self.alone is not None:
             self.alone["seed"] = self.backbone.alone["seed"]
         self.target_table = None
-        if output_layer == "softmax":
+        if output_layer == "full":
             self.output_head = tfeff_layers.FullSoftmax(vocabulary_size, name="mlm_softmax")
             self.output_head.tie_to(self.backbone.token_embedding)
         elif output_layer == "adaptive":
