@@ -19,8 +19,9 @@ Every public name (`__all__`) of the API modules below is checked against its co
   the function raises itself: `raise Name(...)`, `raise Name`, `raise module.Name(...)`
   in its own body (not in nested functions or classes; a bare `raise` re-raises and is
   ignored). Exceptions that escape from callees are not listed. For a class, the same
-  rule applies to its `__init__` (a dataclass's generated one raises nothing: configs
-  are checked by their `validate()`).
+  rule applies to its `__init__`, together with the `__init__` of each tfeff class it
+  extends (`ElmoLM`'s is `LanguageModel`'s too); a dataclass's generated one raises
+  nothing: configs are checked by their `validate()`.
 
 Non-callables in `__all__` (the registries and constants `DISTANCES`, `LOSSES`,
 `FAMILIES`, `SPECIALS`, `EMBEDDERS`) have no signature to drift from and are left out
@@ -230,6 +231,9 @@ def test_raises_lists_exactly_what_the_body_raises(obj):
     entries = _entries(obj, "Raises", _EXCEPTION, "ExceptionClass")
     documented = {name.rsplit(".", 1)[-1] for name in entries}
     raised = _raised(_callable_of(obj))
+    for base in obj.__mro__[1:] if inspect.isclass(obj) else ():
+        if base.__module__.startswith("tfeff.") and "__init__" in vars(base):
+            raised |= _raised(base.__init__)
     where = f"{_label(obj)}{'.__init__' if inspect.isclass(obj) else ''}"
     missing, extra = sorted(raised - documented), sorted(documented - raised)
     assert not missing, f"{where} raises {missing} without a `Raises:` entry"

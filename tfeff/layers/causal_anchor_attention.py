@@ -58,6 +58,10 @@ class CausalAnchorAttention(AnchorMultiHeadAttention):
     Returns:
         `(batch, n, output_dim)`.
 
+    Raises:
+        ValueError: as `AnchorMultiHeadAttention` (`num_anchors` is not a
+            positive integer, `anchor_selection` is unknown, ...).
+
     Example:
 
     >>> layer = CausalAnchorAttention(num_heads=2, key_dim=4, max_sequence_length=8,
