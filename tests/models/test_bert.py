@@ -288,6 +288,38 @@ def test_a_left_padded_padding_mask_is_refused():
     """Positions count from the first token and [CLS] is position 0: padding comes last."""
     bert = Bert(40, **{**SIZES, "num_layers": 1}, name="bert")
     ids = np.array([[2, 5, 6, 0], [0, 0, 2, 5]], "int32")
-    with pytest.raises(ValueError, match=r"Bert `bert` needs a right-padded `padding_mask`.*"
+    with pytest.raises(ValueError, match=r"BertBackbone `bert_backbone` needs a right-padded `padding_mask`.*"
                                          r"Row 1 is True at position 2"):
         bert({"token_ids": ids})
+
+
+def test_the_backbone_is_the_encoder_of_the_task_and_stands_alone(tmp_path):
+    """`Bert.backbone` computes the task's sequence output and export layers with the task's
+    own variables (one set, the task's paths); saved alone it reloads as a `BertBackbone`
+    with the same outputs; the task's saved weights keep the layout files written before
+    the backbone was split off (tests/compat) read."""
+    from tfeff.models import BertBackbone
+
+    bert = make_bert(use_nsp=True)
+    x = batch(bert)
+    backbone = bert.backbone
+    assert isinstance(backbone, BertBackbone) and backbone.built
+    assert {id(w) for w in backbone.weights} < {id(w) for w in bert.weights}
+    # The heads': the MLM dense and norm (2 each) and bias, the pooler and NSP dense (2 each).
+    assert len(bert.weights) == len(backbone.weights) + 9
+    assert all(w.path.startswith("bert/") and "backbone" not in w.path for w in bert.weights)
+    inputs = {k: x[k] for k in ("token_ids", "segment_ids", "padding_mask")}
+    sequence = np.asarray(backbone(inputs))
+    np.testing.assert_array_equal(sequence, np.asarray(bert(x)["sequence_output"]))
+    ids, mask = x["token_ids"], x["padding_mask"]
+    np.testing.assert_array_equal(np.asarray(backbone.embedding_layers(ids, mask)),
+                                  np.asarray(bert.embedding_layers(ids, mask)))
+    assert "backbone" not in dir(bert) and bert.backbone is backbone
+    backbone.save(tmp_path / "backbone.keras")
+    loaded = keras.saving.load_model(tmp_path / "backbone.keras")
+    assert type(loaded) is BertBackbone and loaded.get_config()["relaxed"] is None
+    np.testing.assert_array_equal(np.asarray(loaded(inputs)), sequence)
+    bert.save(tmp_path / "bert.keras")
+    reloaded = keras.saving.load_model(tmp_path / "bert.keras")
+    np.testing.assert_array_equal(np.asarray(reloaded(x)["mlm_logits"]),
+                                  np.asarray(bert(x)["mlm_logits"]))

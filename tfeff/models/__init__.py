@@ -5,9 +5,10 @@ training binaries, SavedModel export and `FastTextEmbedding` (string ops).
 """
 
 from tfeff.models.bert import Bert
+from tfeff.models.bert_backbone import BertBackbone
 from tfeff.models.elmo_lm import ElmoLM
 from tfeff.models.masked_elmo import MaskedElmo
 from tfeff.models.masked_elmo_backbone import MaskedElmoBackbone
 from tfeff.models.transformer_lm import TransformerLM
 
-__all__ = ["Bert", "ElmoLM", "MaskedElmo", "MaskedElmoBackbone", "TransformerLM"]
+__all__ = ["Bert", "BertBackbone", "ElmoLM", "MaskedElmo", "MaskedElmoBackbone", "TransformerLM"]

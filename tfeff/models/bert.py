@@ -1,56 +1,27 @@
-"""Bert: a BERT encoder with a tied masked-LM head, standard or CoRe-relaxed."""
+"""Bert: BERT's pretraining task (masked LM, next sentence) on a `BertBackbone`."""
 
 import keras
 from keras import ops
 
-from tfeff import layers as tfeff_layers
-from tfeff.layers.embedding_common import TableEmbedding
-from tfeff.backend.checks import check_right_padded
+from tfeff.models.bert_backbone import CONFIG_KEYS
+from tfeff.models.bert_backbone import BertBackbone
+from tfeff.models.bert_layer import get_activation
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
-from tfeff.models.bert_layer import BertLayer
-from tfeff.models.bert_layer import get_activation
 
-INPUT_EMBEDDINGS = ("trainable", "alone")
-POSITION_EMBEDDINGS = ("learned", "rotary")
-ROTARY_MAX_WAVELENGTH = 10000
-RELAXED_KEYS = ("num_anchors", "ffn_rank", "anchor_selection")
-
-
-def check_relaxed(relaxed):
-    """Validates a `relaxed` dict; returns it with defaults, or None."""
-    if relaxed is None:
-        return None
-    relaxed = dict(relaxed)
-    unknown = sorted(set(relaxed) - set(RELAXED_KEYS))
-    if unknown:
-        raise ValueError(
-            f"Unknown `relaxed` key {unknown[0]!r}; expected some of {RELAXED_KEYS}. "
-            f"Received: relaxed={relaxed}"
-        )
-    relaxed.setdefault("num_anchors", 32)
-    relaxed.setdefault("ffn_rank", 64)
-    relaxed.setdefault("anchor_selection", "random")
-    for key in ("num_anchors", "ffn_rank"):
-        value = relaxed[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(
-                f"Received an invalid value for `relaxed.{key}`, expected a non-negative "
-                f"integer (0: that part stays standard). Received: {key}={value!r}"
-            )
-    if not (relaxed["num_anchors"] or relaxed["ffn_rank"]):
-        raise ValueError("`relaxed` needs num_anchors or ffn_rank > 0 (or relaxed=None).")
-    return relaxed
+# The backbone's layers the task tracks under its own names (see `Bert`).
+_BACKBONE_LAYERS = ("token_embedding", "position_embedding", "segment_embedding",
+                    "embeddings_norm", "embeddings_dropout", "transformer_layers")
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
 class Bert(keras.Model):
     """BERT (Devlin et al. 2019) for masked-LM pretraining; CoRe's relaxed BERT by config.
 
-    Token, position and segment embeddings are summed, layer-normalized and
-    passed through `num_layers` post-layer-norm transformer layers
-    (`BertLayer`: self-attention, GELU feed-forward network). The masked-LM
-    head gathers the hidden states of the masked positions only, transforms
+    The task model, as keras-hub splits them: a `BertBackbone` (`backbone`:
+    token, position and segment embeddings, summed and layer-normalized, then
+    `num_layers` post-layer-norm transformer layers), the heads and the loss.
+    The masked-LM head gathers the hidden states of the masked positions only, transforms
     them (dense + activation + layer norm) and scores them against the token
     embedding (tied) plus a bias. With `use_nsp`, a tanh pooler on `[CLS]`
     (position 0) feeds a two-way next-sentence classifier.
@@ -60,19 +31,15 @@ class Bert(keras.Model):
     `FactorizedDense` feed-forward kernels of rank d_r (either may be 0 to
     keep that part standard). All other weights are the same, with the same
     names, so `tfeff.convert.merge_relaxed_bert` turns it into a standard
-    `Bert`.
+    `Bert`. `position_embedding="rotary"` and `input_embedding="alone"` are
+    the backbone's (see `BertBackbone`); with ALONE the masked-LM head
+    scores against its computed table (`attend`).
 
-    `position_embedding="rotary"` replaces the learned absolute position
-    embedding with rotary position embedding in every attention layer
-    (RoFormer; ModernBERT and most recent encoders): no position weights,
-    attention scores that depend on relative offsets. At small sizes it is
-    what lets attention find local context within a few hundred steps (the
-    CoRe page of the docs, docs/papers/core.md). BERT's own layout (and the keras-hub and
-    Hugging Face BERT converters) needs `"learned"`, the default.
-
-    `input_embedding="alone"` uses an `AloneEmbedding` (set up by `alone`)
-    for the tokens; the masked-LM head then scores against its computed
-    table (`attend`).
+    The backbone's layers are also the task's attributes, under the names
+    they had before the split (`token_embedding`, `transformer_layers`,
+    ...): Keras writes a saved `Bert`'s weights by those names (see
+    `__dir__`), so the files saved before it still load. The backbone checks
+    the arguments it takes (see its `Raises:`).
 
     Args:
         vocabulary_size: number of token ids.
@@ -117,13 +84,6 @@ class Bert(keras.Model):
         `(batch, p, vocabulary_size)` when `masked_positions` is given;
         `pooled_output` and `nsp_logits` `(batch, 2)` with `use_nsp`.
 
-    Raises:
-        ValueError: a size (`vocabulary_size`, `num_layers`, `hidden_dim`,
-            `num_heads`, `intermediate_dim`, `max_sequence_length`,
-            `num_segments`) is not a positive integer, `input_embedding`,
-            `position_embedding` or `activation` is unknown, `relaxed` is
-            invalid, or `alone` is given without `input_embedding="alone"`.
-
     Example:
 
     >>> bert = Bert(30, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
@@ -156,101 +116,49 @@ class Bert(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for name, value in (("vocabulary_size", vocabulary_size), ("num_layers", num_layers),
-                            ("hidden_dim", hidden_dim), ("num_heads", num_heads),
-                            ("intermediate_dim", intermediate_dim),
-                            ("max_sequence_length", max_sequence_length),
-                            ("num_segments", num_segments)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(
-                    f"Received an invalid value for `{name}`, expected a positive integer. "
-                    f"Received: {name}={value!r}"
-                )
-        if input_embedding not in INPUT_EMBEDDINGS:
-            raise ValueError(
-                f"Received an invalid value for `input_embedding`, expected one of "
-                f"{INPUT_EMBEDDINGS}. Received: input_embedding={input_embedding!r}"
-            )
-        if position_embedding not in POSITION_EMBEDDINGS:
-            raise ValueError(
-                f"Received an invalid value for `position_embedding`, expected one of "
-                f"{POSITION_EMBEDDINGS}. Received: position_embedding={position_embedding!r}"
-            )
-        get_activation(activation)
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.max_sequence_length = max_sequence_length
-        self.num_segments = num_segments
-        self.dropout_rate = dropout_rate
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.relaxed = check_relaxed(relaxed)
         self.use_nsp = bool(use_nsp)
-        self.input_embedding = input_embedding
-        self.initializer_range = initializer_range
-        self.position_embedding_type = position_embedding
-        self.seed = seed
-        if alone is not None and input_embedding != "alone":
-            raise ValueError("`alone` is only used with input_embedding='alone'.")
+        backbone = BertBackbone(
+            vocabulary_size, num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+            intermediate_dim=intermediate_dim, max_sequence_length=max_sequence_length,
+            num_segments=num_segments, dropout_rate=dropout_rate, activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon, relaxed=relaxed,
+            input_embedding=input_embedding, alone=alone, initializer_range=initializer_range,
+            position_embedding=position_embedding, seed=seed, dtype=self.dtype_policy,
+            name=f"{self.name}_backbone")
+        for name in CONFIG_KEYS + ("position_embedding_type",):
+            setattr(self, name, getattr(backbone, name))
+        for name in _BACKBONE_LAYERS:
+            setattr(self, name, getattr(backbone, name))
 
         def init():
-            return keras.initializers.TruncatedNormal(stddev=initializer_range)
+            return keras.initializers.TruncatedNormal(stddev=self.initializer_range)
 
         common = {"dtype": self.dtype_policy}
-        if input_embedding == "alone":
-            self.alone = dict(alone or {})
-            self.token_embedding = tfeff_layers.AloneEmbedding(
-                vocabulary_size, hidden_dim, lookup="table", name="token_embedding",
-                **{"base_dim": hidden_dim, **self.alone}, **common,
-            )
-            self.alone["seed"] = self.token_embedding.seed
-        else:
-            self.alone = None
-            self.token_embedding = TableEmbedding(
-                vocabulary_size, hidden_dim, embeddings_initializer=init(),
-                name="token_embedding", **common)
-        self.position_embedding = None
-        if position_embedding == "learned":
-            self.position_embedding = TableEmbedding(
-                max_sequence_length, hidden_dim, embeddings_initializer=init(),
-                name="position_embedding", **common)
-        self.segment_embedding = TableEmbedding(
-            num_segments, hidden_dim, embeddings_initializer=init(),
-            name="segment_embedding", **common)
-        self.embeddings_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="embeddings_norm", **common)
-        self.embeddings_dropout = keras.layers.Dropout(
-            dropout_rate, seed=seed, name="embeddings_dropout", **common)
-        relaxed = self.relaxed or {}
-        self.transformer_layers = [
-            BertLayer(
-                hidden_dim, num_heads, intermediate_dim, dropout_rate=dropout_rate,
-                activation=activation, layer_norm_epsilon=layer_norm_epsilon,
-                num_anchors=relaxed.get("num_anchors", 0), ffn_rank=relaxed.get("ffn_rank", 0),
-                anchor_selection=relaxed.get("anchor_selection", "random"),
-                initializer_range=initializer_range,
-                rotary_max_wavelength=(ROTARY_MAX_WAVELENGTH if position_embedding == "rotary"
-                                       else None),
-                seed=None if seed is None else seed + 1 + i,
-                name=f"transformer_layer_{i}", **common,
-            )
-            for i in range(num_layers)
-        ]
         self.mlm_dense = keras.layers.Dense(
-            hidden_dim, activation=get_activation(activation), kernel_initializer=init(),
-            name="mlm_dense", **common)
+            self.hidden_dim, activation=get_activation(self.activation),
+            kernel_initializer=init(), name="mlm_dense", **common)
         self.mlm_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="mlm_norm", **common)
+            epsilon=self.layer_norm_epsilon, name="mlm_norm", **common)
         self.pooler = self.nsp_dense = None
         if self.use_nsp:
             self.pooler = keras.layers.Dense(
-                hidden_dim, activation="tanh", kernel_initializer=init(), name="pooler",
+                self.hidden_dim, activation="tanh", kernel_initializer=init(), name="pooler",
                 **common)
             self.nsp_dense = keras.layers.Dense(
                 2, kernel_initializer=init(), name="nsp_dense", **common)
+        # Private, and tracked last: Keras' saving visits it after the names above.
+        self._backbone = backbone
+
+    @property
+    def backbone(self):
+        """The `BertBackbone` (embeddings and encoder) this task trains."""
+        return self._backbone
+
+    def __dir__(self):
+        # Keras' saving walks the attributes `dir` lists, in order: without `backbone`
+        # it reaches the backbone's layers by the names above first (and the private
+        # `_backbone` last), so a saved Bert keeps the layout it had before the split.
+        return [name for name in super().__dir__() if name != "backbone"]
 
     @property
     def is_relaxed(self):
@@ -258,13 +166,8 @@ class Bert(keras.Model):
 
     def build(self, input_shape=None):
         shape = (None, None, self.hidden_dim)
-        self.token_embedding.build((None, None))
-        if self.position_embedding is not None:
-            self.position_embedding.build((None,))
-        self.segment_embedding.build((None, None))
-        self.embeddings_norm.build(shape)
-        for layer in self.transformer_layers:
-            layer.build(shape)
+        self._backbone.build_layers()  # in this scope: `bert/token_embedding/embeddings`
+        self._backbone.built = True
         self.mlm_dense.build(shape)
         self.mlm_norm.build(shape)
         self.mlm_bias = self.add_weight(
@@ -274,65 +177,27 @@ class Bert(keras.Model):
             self.nsp_dense.build((None, self.hidden_dim))
         self.built = True
 
-    def embed(self, token_ids, segment_ids=None, training=False):
-        """Summed, normalized token + position + segment embeddings `(batch, n, d)`.
+    def encode(self, *args, **kwargs):
+        """The backbone's `encode`: the sequence output, or every layer."""
+        return self._backbone.encode(*args, **kwargs)
 
-        With rotary positions there is no position term here: the attention
-        layers rotate their queries and keys instead.
-        """
-        x = self.token_embedding(token_ids, training=training)
-        if self.position_embedding is not None:
-            n = ops.shape(token_ids)[1]
-            positions = self.position_embedding(ops.arange(n))[None]  # (1, n, d)
-            x = x + ops.cast(positions, x.dtype)
-        if segment_ids is None:
-            segment_ids = ops.zeros_like(token_ids)
-        x = x + self.segment_embedding(segment_ids)
-        return self.embeddings_dropout(self.embeddings_norm(x), training=training)
-
-    def encode(self, token_ids, segment_ids=None, padding_mask=None, training=False,
-               exact_attention=None, return_all_layers=False):
-        """The sequence output `(batch, n, hidden_dim)`.
-
-        With `return_all_layers=True`, every layer instead: the embedding
-        output, then each transformer layer's, stacked as
-        `(batch, num_layers + 1, n, hidden_dim)` (what embedders export).
-        """
-        token_ids = ops.cast(token_ids, "int32")
-        if padding_mask is None:
-            padding_mask = ops.not_equal(token_ids, 0)
-        padding_mask = check_right_padded(self, padding_mask, "padding_mask")
-        x = self.embed(token_ids, segment_ids, training=training)
-        layers = [x]
-        for layer in self.transformer_layers:
-            x = layer(x, padding_mask=padding_mask, training=training,
-                      exact_attention=exact_attention)
-            layers.append(x)
-        return ops.stack(layers, axis=1) if return_all_layers else x
-
-    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
-    embedding_tokenization = "bert"
+    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`: the backbone's.
+    embedding_tokenization = BertBackbone.embedding_tokenization
 
     @property
     def embedding_num_layers(self):
-        """Layers of `embedding_layers`: the embedding output and each transformer layer."""
-        return self.num_layers + 1
+        return self._backbone.embedding_num_layers
 
     @property
     def embedding_dim(self):
-        return self.hidden_dim
+        return self._backbone.embedding_dim
 
     @property
     def max_embedding_tokens(self):
-        """The most tokens embedded between [CLS] and [SEP]: what the position
-        embedding holds (learned), or the longest training sequence (rotary)."""
-        return self.max_sequence_length - 2
+        return self._backbone.max_embedding_tokens
 
     def embedding_layers(self, token_ids, padding_mask, training=False):
-        """Every layer for `token_ids` (with [CLS] and [SEP]): `(batch, num_layers + 1,
-        n, hidden_dim)`, the embedding output first."""
-        return self.encode(token_ids, padding_mask=padding_mask, training=training,
-                           return_all_layers=True)
+        return self._backbone.embedding_layers(token_ids, padding_mask, training=training)
 
     def mlm_logits(self, sequence_output, masked_positions, training=False):
         """Logits `(batch, p, vocabulary_size)` at `masked_positions` `(batch, p)` only."""
@@ -350,7 +215,7 @@ class Bert(keras.Model):
     def call(self, inputs, training=False, exact_attention=None):
         if not isinstance(inputs, dict):
             inputs = {"token_ids": inputs}
-        sequence = self.encode(
+        sequence = self._backbone.encode(
             inputs["token_ids"], inputs.get("segment_ids"), inputs.get("padding_mask"),
             training=training, exact_attention=exact_attention,
         )
@@ -390,14 +255,9 @@ class Bert(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            name: getattr(self, name) for name in (
-                "vocabulary_size", "num_layers", "hidden_dim", "num_heads", "intermediate_dim",
-                "max_sequence_length", "num_segments", "dropout_rate", "activation",
-                "layer_norm_epsilon", "relaxed", "use_nsp", "input_embedding", "alone",
-                "initializer_range", "seed",
-            )
-        })
-        config["position_embedding"] = self.position_embedding_type
+        backbone = self._backbone.get_config()
+        for key in ("name", "trainable", "dtype"):
+            del backbone[key]
+        config.update(backbone)
+        config["use_nsp"] = self.use_nsp
         return config
-
