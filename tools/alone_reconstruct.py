@@ -88,7 +88,7 @@ flags.DEFINE_string("results_dir", os.path.join(REPO, "runs", "alone_reconstruct
 
 def read_table(vectors, vocabulary=""):
     """`(words, float32 matrix)` of an embedding file; errors name the file and line."""
-    from tfeff.data import fasttext_tables
+    from tfeff.data import fasttext_files
 
     if vectors.endswith(".npy"):
         if not vocabulary:
@@ -100,7 +100,7 @@ def read_table(vectors, vocabulary=""):
             raise ValueError(f"{vectors} has shape {matrix.shape} but {vocabulary} lists "
                              f"{len(words)} words")
         return words, matrix.astype(np.float32)
-    table = fasttext_tables.WordVectors(vectors)
+    table = fasttext_files.WordVectors(vectors)
     if table.has_subwords:  # a fastText .bin: the vectors of its own vocabulary
         words = table._fasttext.get_words()
         return words, np.stack([table.vector(w) for w in words]).astype(np.float32)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tfeff.data import CorpusError, WordVectorsError, check_fasttext_model, train_fasttext
-from tfeff.data.fasttext_tables import MAX_WORD_CHARS
+from tfeff.data.fasttext_training import MAX_WORD_CHARS
 
 
 def test_an_enormous_word_is_left_out_of_fasttext_with_a_warning(small_corpus, tmp_path,
@@ -66,21 +66,21 @@ def test_a_model_cut_short_on_a_full_disk_blames_the_disk_not_the_corpus(fasttex
     import errno
     import shutil
 
-    from tfeff.data import fasttext_tables
+    from tfeff.data import fasttext_training
 
     path = tmp_path / "model.bin"
     shutil.copy(fasttext_model[0], path)
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) // 2)
     usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(fasttext_tables.shutil, "disk_usage",
+    monkeypatch.setattr(fasttext_training.shutil, "disk_usage",
                         lambda _: usage(1 << 30, (1 << 30) - 4096, 4096))
     with pytest.raises(OSError) as full:
-        fasttext_tables._check_trained_model(str(path), "corpus.txt")
+        fasttext_training._check_trained_model(str(path), "corpus.txt")
     assert full.value.errno == errno.ENOSPC and full.value.filename == str(path)
     assert "fastText could not write its whole model" in str(full.value)
     assert "4,096 bytes are free on that disk" in str(full.value)
-    monkeypatch.setattr(fasttext_tables.shutil, "disk_usage",
+    monkeypatch.setattr(fasttext_training.shutil, "disk_usage",
                         lambda _: usage(1 << 40, 1 << 30, (1 << 40) - (1 << 30)))
     with pytest.raises(WordVectorsError, match="use more text"):
-        fasttext_tables._check_trained_model(str(path), "corpus.txt")
+        fasttext_training._check_trained_model(str(path), "corpus.txt")

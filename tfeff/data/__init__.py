@@ -1,17 +1,17 @@
-"""Data: corpora, vocabularies, fastText tables and tf.data pipelines."""
+"""Data: corpora, vocabularies, fastText files, training and tables, tf.data pipelines."""
 
 from tfeff.data.corpus import CorpusError
 from tfeff.data.corpus import paragraphs
 from tfeff.data.corpus import resolve_files
 from tfeff.data.corpus import text_lines
-from tfeff.data.fasttext_tables import WordVectors
-from tfeff.data.fasttext_tables import WordVectorsError
-from tfeff.data.fasttext_tables import check_fasttext_model
-from tfeff.data.fasttext_tables import check_word_vectors_file
+from tfeff.data.fasttext_files import WordVectors
+from tfeff.data.fasttext_files import WordVectorsError
+from tfeff.data.fasttext_files import check_fasttext_model
+from tfeff.data.fasttext_files import check_word_vectors_file
 from tfeff.data.fasttext_tables import compute_vocabulary_vectors
 from tfeff.data.fasttext_tables import load_vocabulary_vectors
 from tfeff.data.fasttext_tables import mean_path
-from tfeff.data.fasttext_tables import train_fasttext
+from tfeff.data.fasttext_training import train_fasttext
 from tfeff.data.lm_dataset import count_windows
 from tfeff.data.lm_dataset import lines_to_windows
 from tfeff.data.lm_dataset import lm_dataset

@@ -185,13 +185,13 @@ class FastTextEmbedding(keras.layers.Layer):
         it get the zero vector.
         """
         # Local: importing tfeff.layers does not load the data package.
-        from tfeff.data import fasttext_tables
+        from tfeff.data import fasttext_files
 
         path = os.fspath(path)
         if path.endswith((".vec", ".txt")):
-            words, matrix = fasttext_tables.WordVectors(path).words_and_matrix()
+            words, matrix = fasttext_files.WordVectors(path).words_and_matrix()
             return cls(words, matrix, minn=0, maxn=0, bucket=0, **kwargs)
-        fasttext_tables.check_fasttext_model(path)
+        fasttext_files.check_fasttext_model(path)
         return cls.from_fasttext(path, **kwargs)
 
     def build(self, input_shape=None):

@@ -1,0 +1,317 @@
+"""Reading and validating fastText word-vector files: `.bin` models and `.vec` text files.
+
+`check_fasttext_model` checks a `.bin` model against its own header (sizes,
+truncation, non-finite or degenerate matrices) and remembers the files that
+passed; `check_word_vectors_file` is the check that runs before a file is
+used; `WordVectors` loads either kind and gives each word its vector; a bad
+file raises `WordVectorsError`, naming it.
+"""
+
+import logging
+import os
+import struct
+
+import numpy as np
+import tensorflow as tf
+
+# fastText's .bin layout (fasttext.cc `saveModel`, args.cc, dictionary.cc, densematrix.cc).
+_FASTTEXT_MAGIC = 793712314
+_FASTTEXT_VERSIONS = (11, 12)
+_ARGS_BYTES = 12 * 4 + 8  # twelve int32 arguments, then the double `t`
+_ARG_NAMES = ("dim", "ws", "epoch", "minCount", "neg", "wordNgrams", "loss", "model",
+              "bucket", "minn", "maxn", "lrUpdateRate")
+_READ_BLOCK = 1 << 22
+# (real path, size, mtime_ns, check_values) -> header of a model file that passed.
+_CHECKED_MODELS = {}
+
+
+class WordVectorsError(ValueError):
+    """A word-vector file that is truncated, corrupt or degenerate (names the file).
+
+    Args:
+        message: the error message, naming the file.
+        problem: what was found, without the file name (None when not
+            given); kept as the `problem` attribute.
+    """
+
+    def __init__(self, message, problem=None):
+        super().__init__(message)
+        self.problem = problem
+
+
+def check_fasttext_model(path, check_values=True):
+    """Validates a fastText `.bin` model against its own header before it is used.
+
+    The fastText library loads a truncated file without complaint (the
+    missing rows read as zeros, the output matrix as `0 x 0`), so a cut
+    download or a half-copied file would silently train on broken vectors.
+    This reads the header and the dictionary, computes where each matrix
+    must start and end, and checks:
+
+    * the magic number and version, and header sizes that make sense;
+    * the input matrix is `(nwords + bucket) x dim` and the output matrix
+      non-empty with `dim` columns (quantized models: the input is not sized);
+    * the file ends exactly where the output matrix ends (not truncated, no
+      trailing bytes);
+    * with `check_values`, every input-matrix value is finite, the word
+      vectors are not all the same (all zeros, say), and the output matrix is
+      finite and not all zero. Single zero word vectors are legitimate
+      (fastText leaves some rows it never updated at zero) and only logged.
+
+    The matrices are read through a memory map in blocks, never copied whole.
+
+    A file that passed is not read again while its size and modification
+    time stay the same (`tfeff-pretrain` checks `fasttext.pretrained` before
+    any work, and `WordVectors` checks what it loads).
+
+    A failed check raises `WordVectorsError`, naming the file.
+
+    Args:
+        path: local path of the `.bin` model.
+        check_values: also check the matrices' values (the last point above),
+            not only their sizes.
+
+    Returns:
+        dict with `nwords`, `bucket`, `dim`, `minn`, `maxn`, `quantized`.
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"fastText model not found: {path}")
+    stat = os.stat(path)
+    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns, check_values)
+    if key not in _CHECKED_MODELS:
+        _CHECKED_MODELS[key] = _validate_fasttext_model(path, stat.st_size, check_values)
+    return dict(_CHECKED_MODELS[key])
+
+
+def _validate_fasttext_model(path, size, check_values):
+    """`check_fasttext_model`'s reading of the file (every call reads it)."""
+
+    def bad(message):
+        return WordVectorsError(f"{path}: {message}; it is not a complete fastText .bin model "
+                                "(re-train or re-download it)", problem=message)
+
+    with open(path, "rb") as f:
+        def read(fmt):
+            n = struct.calcsize(fmt)
+            raw = f.read(n)
+            if len(raw) != n:
+                raise bad(f"the file ends at byte {size} inside its header")
+            return struct.unpack(fmt, raw)
+
+        magic, version = read("<ii")
+        if magic != _FASTTEXT_MAGIC:
+            raise bad("wrong magic number (not a fastText .bin file)")
+        if version not in _FASTTEXT_VERSIONS:
+            raise bad(f"unsupported format version {version}")
+        args = dict(zip(_ARG_NAMES, read("<12i")))
+        read("<d")
+        dim, bucket = args["dim"], args["bucket"]
+        if dim <= 0 or bucket < 0 or args["minn"] < 0 or args["maxn"] < 0:
+            raise bad(f"impossible header values (dim={dim}, bucket={bucket}, "
+                      f"minn={args['minn']}, maxn={args['maxn']})")
+        entries, nwords, nlabels, _, pruned = read("<iiiqq")
+        if entries <= 0 or nwords < 0 or nlabels < 0 or nwords + nlabels != entries:
+            raise bad(f"impossible dictionary sizes ({entries} entries, {nwords} words, "
+                      f"{nlabels} labels)")
+        # Entries: a NUL-terminated word, int64 count, int8 type. Scanned in blocks.
+        position = f.tell()
+        buffer, start, found = b"", 0, 0
+        while found < entries:
+            end = buffer.find(b"\0", start)
+            if end < 0 or end + 10 > len(buffer):
+                more = f.read(_READ_BLOCK)
+                if not more:
+                    raise bad(f"the file ends at byte {size} inside the dictionary "
+                              f"(entry {found + 1} of {entries})")
+                buffer, start = buffer[start:] + more, 0
+                position = f.tell() - len(buffer)
+                continue
+            start, found = end + 10, found + 1
+        offset = position + start + 8 * max(pruned, 0)
+        f.seek(offset)
+        quantized = read("<?")[0]
+        rows, cols = read("<qq")
+        if quantized:
+            # Product-quantized input (.ftz): its codes are not sized by the header.
+            return dict(nwords=nwords, bucket=bucket, dim=dim, minn=args["minn"],
+                        maxn=args["maxn"], quantized=True)
+        if (rows, cols) != (nwords + bucket, dim):
+            raise bad(f"the input matrix is {rows} x {cols}, the header says "
+                      f"(nwords + bucket) x dim = {nwords + bucket} x {dim}")
+        input_offset = f.tell()
+        f.seek(input_offset + 4 * rows * cols)
+        if input_offset + 4 * rows * cols + 17 > size:
+            raise bad(f"the file is {size} bytes, shorter than its input matrix needs "
+                      f"({input_offset + 4 * rows * cols + 17} bytes before the output matrix)")
+        read("<?")
+        out_rows, out_cols = read("<qq")
+        output_offset = f.tell()
+        if out_rows <= 0 or out_cols != dim:
+            raise bad(f"the output matrix is {out_rows} x {out_cols} (expected a non-empty "
+                      f"matrix with {dim} columns)")
+        expected = output_offset + 4 * out_rows * out_cols
+        if size != expected:
+            raise bad(f"the file is {size} bytes, its header says {expected}"
+                      + (" (truncated)" if size < expected else " (trailing bytes)"))
+    if check_values:
+        matrix = np.memmap(path, dtype="<f4", mode="r", offset=input_offset,
+                           shape=(rows, cols))
+        step = max(1, _READ_BLOCK // (4 * cols))
+        zero_words, distinct_words = 0, False
+        first_word = np.asarray(matrix[0]) if nwords else None
+        for lo in range(0, rows, step):
+            block = np.asarray(matrix[lo:lo + step])
+            if not np.isfinite(block).all():
+                row = lo + int(np.flatnonzero(~np.isfinite(block).all(axis=1))[0])
+                raise bad(f"row {row} of the input matrix is not finite (NaN/Inf)")
+            words = block[:max(0, nwords - lo)]
+            zero_words += int(np.count_nonzero(~words.any(axis=1)))
+            distinct_words = distinct_words or bool((words != first_word).any())
+        if nwords > 1 and not distinct_words:
+            raise bad(f"all {nwords} word vectors of the input matrix are identical "
+                      f"({'zeros' if not first_word.any() else 'one repeated row'})")
+        if zero_words:
+            # Seen in real models trained on small corpora (one epoch, threads=1): a rare
+            # word that no update reached keeps a zero vector. Legitimate; worth a line.
+            logging.warning("%s: %d of %d word vectors are all zero (words that fastText "
+                            "never updated; more epochs or a higher min_count avoid them)",
+                            path, zero_words, nwords)
+        output = np.memmap(path, dtype="<f4", mode="r", offset=output_offset,
+                           shape=(out_rows, out_cols))
+        nonzero = False
+        for lo in range(0, out_rows, step):
+            block = np.asarray(output[lo:lo + step])
+            if not np.isfinite(block).all():
+                raise bad("the output matrix has non-finite values (NaN/Inf)")
+            nonzero = nonzero or bool(block.any())
+        if not nonzero:
+            raise bad("the output matrix is all zeros (an untrained or blanked model)")
+        del matrix, output
+    return dict(nwords=nwords, bucket=bucket, dim=dim, minn=args["minn"], maxn=args["maxn"],
+                quantized=False)
+
+
+def _remember_checked(path, header):
+    """Records that the model now at `path` passed `check_fasttext_model` (it was
+    checked under its temporary name; a rename keeps its size and time)."""
+    stat = os.stat(path)
+    _CHECKED_MODELS[(os.path.realpath(path), stat.st_size, stat.st_mtime_ns, True)] = header
+
+
+def check_word_vectors_file(path):
+    """The checks that can run before a word-vector file is used.
+
+    A `.bin` model is checked in full (`check_fasttext_model`), a `.vec` (or
+    `.txt`) file's header only (its lines are checked as they are read). A
+    failed check raises `WordVectorsError`, naming the file.
+
+    Args:
+        path: the word-vector file (any `tf.io.gfile` path).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a directory.
+    """
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"Word-vector file not found: {path}")
+    if tf.io.gfile.isdir(path):
+        raise ValueError(f"The word-vector file {path} is a directory: name the fastText .bin "
+                         "or .vec file in it (fasttext.pretrained).")
+    if path.endswith((".vec", ".txt")):
+        with tf.io.gfile.GFile(path, "rb") as f:
+            _vec_header(f, path)
+        return
+    check_fasttext_model(path)
+
+
+class WordVectors:
+    """A word-vector model: a fastText `.bin` (with subwords) or a `.vec` text file.
+
+    `.bin` models give every string a vector (through character n-grams).
+    `.vec` files only know their own words; any other word gets the zero
+    vector, which the training pipeline then masks out.
+
+    Args:
+        path: a fastText `.bin` model (checked with `check_fasttext_model`,
+            then loaded with the `fasttext` library), or a `.vec` / `.txt`
+            text file of vectors (read whole).
+
+    Raises:
+        FileNotFoundError: no such file.
+        WordVectorsError: the `fasttext` library cannot load the `.bin` model
+            (a file that fails `check_fasttext_model` raises it as well).
+    """
+
+    def __init__(self, path):
+        self.path = path
+        if not tf.io.gfile.exists(path):
+            raise FileNotFoundError(f"Word-vector file not found: {path}")
+        if path.endswith(".vec") or path.endswith(".txt"):
+            self._fasttext = None
+            self._vectors = _read_vec(path)
+            self.dim = len(next(iter(self._vectors.values())))
+        else:
+            import fasttext  # The library is needed only for .bin models.
+
+            check_fasttext_model(path)
+            try:
+                self._fasttext = fasttext.load_model(path)
+            except ValueError as e:
+                raise WordVectorsError(f"{path}: not a fastText .bin model ({e})") from e
+            self.dim = self._fasttext.get_dimension()
+
+    @property
+    def has_subwords(self):
+        return self._fasttext is not None
+
+    def words_and_matrix(self):
+        """For `.vec` files: `(words, (len(words), dim) array)` in file order."""
+        if self._fasttext is not None:
+            raise ValueError(f"{self.path} is a .bin model; use FastTextEmbedding.from_fasttext")
+        words = list(self._vectors)
+        return words, np.stack([self._vectors[w] for w in words])
+
+    def vector(self, word):
+        if self._fasttext is not None:
+            return self._fasttext.get_word_vector(word)
+        return self._vectors.get(word, np.zeros(self.dim, np.float32))
+
+
+def _vec_header(f, path):
+    """`(count, dim)` of the `.vec` file open as `f` (at its start)."""
+    header = f.readline().decode("utf-8", errors="replace").split()
+    if len(header) != 2 or not all(h.isdigit() for h in header) or int(header[1]) < 1:
+        raise WordVectorsError(f"{path}:1: expected the `.vec` header `count dim`")
+    return int(header[0]), int(header[1])
+
+
+def _read_vec(path):
+    """A `.vec` file as `{word: vector}`; its header's count and size are checked, and
+    every value must be finite (errors name the file and line)."""
+    vectors = {}
+    with tf.io.gfile.GFile(path, "rb") as f:
+        count, dim = _vec_header(f, path)
+        for number, raw in enumerate(f, start=2):
+            parts = raw.decode("utf-8", errors="replace").rstrip().split(" ")
+            if len(parts) != dim + 1:
+                raise WordVectorsError(
+                    f"{path}:{number}: expected a word and {dim} numbers, got "
+                    f"{len(parts) - 1} numbers"
+                )
+            try:
+                vector = np.asarray(parts[1:], dtype=np.float32)
+            except ValueError as e:
+                raise WordVectorsError(f"{path}:{number}: {e}") from e
+            if not np.isfinite(vector).all():
+                raise WordVectorsError(f"{path}:{number}: the vector of {parts[0]!r} is not "
+                                       "finite (NaN/Inf)")
+            vectors[parts[0]] = vector
+    if not vectors:
+        raise WordVectorsError(f"{path}: no vectors")
+    if number - 1 != count:
+        raise WordVectorsError(f"{path}: the header says {count} vectors, the file holds "
+                               f"{number - 1} (truncated?)")
+    return vectors
