@@ -11,6 +11,8 @@ from tfeff.config.base import positive
 from tfeff.config.train import TrainConfig
 from tfeff.config.train import check_rnmt_batch
 
+# The next-word language models' output layers and input embeddings (the config's
+# choices, and `tfeff.models.LanguageModel`'s).
 OUTPUT_LAYERS = ("continuous", "full", "adaptive", "sampled", "fixed")
 TOKENIZATIONS = ("word", "wordpiece")
 INPUT_EMBEDDINGS = ("fixed", "trainable", "alone")

@@ -6,11 +6,11 @@ from keras import ops
 from tfeff import layers as tfeff_layers
 from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.backend.checks import check_right_padded
+from tfeff.config.bert import INPUT_EMBEDDINGS
+from tfeff.config.bert import POSITION_EMBEDDINGS
 from tfeff.models.bert_layer import BertLayer
 from tfeff.models.bert_layer import get_activation
 
-INPUT_EMBEDDINGS = ("trainable", "alone")
-POSITION_EMBEDDINGS = ("learned", "rotary")
 ROTARY_MAX_WAVELENGTH = 10000
 RELAXED_KEYS = ("num_anchors", "ffn_rank", "anchor_selection")
 # The constructor arguments that are attributes of the same name (and `get_config` keys).

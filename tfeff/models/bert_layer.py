@@ -5,12 +5,12 @@ import zlib
 
 import keras
 
+from tfeff.config.bert import ACTIVATIONS
 from tfeff.layers import AnchorMultiHeadAttention
 from tfeff.layers import CausalAnchorAttention
 from tfeff.layers import FactorizedDense
 from tfeff.layers import RotaryMultiHeadAttention
 
-ACTIVATIONS = ("gelu", "gelu_approximate", "relu")
 
 
 def get_activation(name):

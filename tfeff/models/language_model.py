@@ -17,12 +17,12 @@ from keras import ops
 
 from tfeff import layers as tfeff_layers
 from tfeff.backend import dynamic_rows
+from tfeff.config.elmo import INPUT_EMBEDDINGS
+from tfeff.config.elmo import OUTPUT_LAYERS
 from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
 
-OUTPUT_LAYERS = ("continuous", "full", "adaptive", "sampled", "fixed")
-INPUT_EMBEDDINGS = ("fixed", "trainable", "alone")
 # Output layers that score the fixed table (they need `embedding_table`).
 TABLE_OUTPUTS = ("continuous", "fixed")
 # Targets with these ids (padding, unknown word) carry no loss.

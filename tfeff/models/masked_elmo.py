@@ -16,10 +16,10 @@ from tfeff import layers as tfeff_layers
 from tfeff.models import distributed
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
-from tfeff.models.masked_elmo_backbone import INPUT_EMBEDDINGS
+from tfeff.config.masked_elmo import INPUT_EMBEDDINGS
+from tfeff.config.masked_elmo import OUTPUT_LAYERS
 from tfeff.models.masked_elmo_backbone import MaskedElmoBackbone
 
-OUTPUT_LAYERS = ("full", "adaptive", "continuous")
 # The batch entries that hold one slice per mask set (axis 1).
 SET_KEYS = ("masked_token_ids", "masked_positions", "masked_ids", "masked_weights")
 

@@ -6,8 +6,7 @@ from keras import ops
 from tfeff import layers as tfeff_layers
 from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.backend.checks import check_right_padded
-
-INPUT_EMBEDDINGS = ("trainable", "alone")
+from tfeff.config.masked_elmo import INPUT_EMBEDDINGS
 
 
 @keras.saving.register_keras_serializable(package="tfeff")

@@ -13,6 +13,7 @@ from keras import ops
 
 from tfeff import layers as tfeff_layers
 from tfeff.backend.checks import check_right_padded
+from tfeff.config.bert import POSITION_EMBEDDINGS
 from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.models.bert_layer import BertLayer
 from tfeff.models.bert_layer import derived_seed
@@ -22,7 +23,6 @@ from tfeff.models.language_model import LanguageModel
 from tfeff.models.language_model import check_choice
 from tfeff.models.language_model import check_positive_int
 
-POSITION_EMBEDDINGS = ("learned", "rotary")
 ANCHOR_SELECTIONS = tfeff_layers.anchor_multi_head_attention.ANCHOR_SELECTIONS
 ROTARY_MAX_WAVELENGTH = 10000
 
