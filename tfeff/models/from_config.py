@@ -14,21 +14,30 @@ def alone_kwargs(model_cfg):
     return model_cfg.alone.layer_kwargs() if model_cfg.input_embedding == "alone" else None
 
 
+def _same_names(section, names):
+    """`{name: section.name}`: the keys a constructor takes under the config's names."""
+    return {name: getattr(section, name) for name in names}
+
+
 def bilstm_model_kwargs(model_cfg):
     """The `model` section's arguments that `ElmoLM` and `MaskedElmo` share."""
     m = model_cfg
     return dict(
-        num_layers=m.num_layers,
-        units=m.units,
-        projection_dim=m.projection_dim,
-        dropout_rate=m.dropout_rate,
-        output_layer=m.output_layer,
-        output_loss=m.output_loss,
-        adaptive_cutoffs=m.adaptive_cutoffs or None,
-        adaptive_div_value=m.adaptive_div_value,
-        input_embedding=m.input_embedding,
-        alone=alone_kwargs(m),
-    )
+        _same_names(m, ("num_layers", "units", "projection_dim", "dropout_rate", "output_layer",
+                        "output_loss", "adaptive_div_value", "input_embedding")),
+        adaptive_cutoffs=m.adaptive_cutoffs or None, alone=alone_kwargs(m))
+
+
+def _language_model_kwargs(config, vectors_path):
+    """The `LanguageModel` arguments of an ELMo or transformer-LM config (their ends)."""
+    m = config.model
+    return dict(
+        _same_names(m, ("output_layer", "output_loss", "vmf_regularization1",
+                        "vmf_regularization2", "input_embedding", "tie_output",
+                        "adaptive_div_value", "num_sampled", "direction_loss")),
+        embedding_table=vectors_path, token_embedding_dim=m.embedding_dim or None,
+        adaptive_cutoffs=m.adaptive_cutoffs or None, seed=config.train.seed,
+        alone=alone_kwargs(m))
 
 
 def elmo_lm(config, vocabulary_size, vectors_path=None):
@@ -37,20 +46,10 @@ def elmo_lm(config, vocabulary_size, vectors_path=None):
 
     m = config.model
     return ElmoLM(
-        vocabulary_size,
-        embedding_table=vectors_path,
-        vmf_regularization1=m.vmf_regularization1,
-        vmf_regularization2=m.vmf_regularization2,
-        token_embedding_dim=m.embedding_dim or None,
-        tie_output=m.tie_output,
-        num_sampled=m.num_sampled,
-        seed=config.train.seed,
-        cell_clip=m.cell_clip or None,
-        proj_clip=m.proj_clip or None,
-        direction_loss=m.direction_loss,
-        name="elmo_lm",
-        **bilstm_model_kwargs(m),
-    )
+        vocabulary_size, cell_clip=m.cell_clip or None, proj_clip=m.proj_clip or None,
+        name="elmo_lm", **_same_names(m, ("num_layers", "units", "projection_dim",
+                                          "dropout_rate")),
+        **_language_model_kwargs(config, vectors_path))
 
 
 def transformer_lm(config, vocabulary_size, vectors_path=None):
@@ -61,34 +60,12 @@ def transformer_lm(config, vocabulary_size, vectors_path=None):
     m = config.model
     return TransformerLM(
         vocabulary_size,
-        num_layers=m.num_layers,
-        hidden_dim=m.hidden_dim,
-        num_heads=m.num_heads,
-        intermediate_dim=m.intermediate_dim,
         max_sequence_length=m.max_sequence_length or config.data.max_sequence_length,
-        dropout_rate=m.dropout_rate,
-        activation=m.activation,
-        layer_norm_epsilon=m.layer_norm_epsilon,
-        bidirectional=m.bidirectional,
-        position_embedding=m.position_embedding,
-        num_anchors=m.num_anchors,
-        anchor_selection=m.anchor_selection,
-        output_layer=m.output_layer,
-        output_loss=m.output_loss,
-        embedding_table=vectors_path,
-        vmf_regularization1=m.vmf_regularization1,
-        vmf_regularization2=m.vmf_regularization2,
-        input_embedding=m.input_embedding,
-        token_embedding_dim=m.embedding_dim or None,
-        tie_output=m.tie_output,
-        adaptive_cutoffs=m.adaptive_cutoffs or None,
-        adaptive_div_value=m.adaptive_div_value,
-        num_sampled=m.num_sampled,
-        seed=config.train.seed,
-        alone=alone_kwargs(m),
-        direction_loss=m.direction_loss,
         name="transformer_lm",
-    )
+        **_same_names(m, ("num_layers", "hidden_dim", "num_heads", "intermediate_dim",
+                          "dropout_rate", "activation", "layer_norm_epsilon", "bidirectional",
+                          "position_embedding", "num_anchors", "anchor_selection")),
+        **_language_model_kwargs(config, vectors_path))
 
 
 def bert(config, vocabulary_size, relaxed):
@@ -98,21 +75,14 @@ def bert(config, vocabulary_size, relaxed):
     m = config.model
     return Bert(
         vocabulary_size,
-        num_layers=m.num_layers,
-        hidden_dim=m.hidden_dim,
-        num_heads=m.num_heads,
-        intermediate_dim=m.intermediate_dim,
         max_sequence_length=config.data.max_sequence_length,
-        dropout_rate=m.dropout_rate,
-        activation=m.activation,
-        layer_norm_epsilon=m.layer_norm_epsilon,
         relaxed=dataclasses.asdict(m.relaxed) if relaxed else None,
-        use_nsp=m.use_nsp,
-        input_embedding=m.input_embedding,
-        position_embedding=m.position_embedding,
         alone=alone_kwargs(m),
         seed=config.train.seed,
         name="bert",
+        **_same_names(m, ("num_layers", "hidden_dim", "num_heads", "intermediate_dim",
+                          "dropout_rate", "activation", "layer_norm_epsilon", "use_nsp",
+                          "input_embedding", "position_embedding")),
     )
 
 
