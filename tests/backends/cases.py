@@ -488,8 +488,8 @@ def without_tensorflow():
         lines.append(refusal(lambda: head(np.ones((2, 3), "float32"), np.array([0, bad]))))
     # SampledSoftmax trains here: negatives with replacement from a SeedGenerator,
     # log-uniform.
-    from tfeff.layers.sampled_softmax import log_uniform_probability
-    from tfeff.layers.sampled_softmax import log_uniform_sample
+    from tfeff.backend.sampling import log_uniform_probability
+    from tfeff.backend.sampling import log_uniform_sample
 
     sampled = tfeff.layers.SampledSoftmax(50, 10, seed=0, name="sampled")
     hidden, targets = np.ones((4, 8), "float32"), np.array([1, 2, 3, 40])

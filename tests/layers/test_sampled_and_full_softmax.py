@@ -154,8 +154,8 @@ def test_the_portable_sampler_follows_tensorflows_log_uniform_distribution():
     """Off TensorFlow, negatives come from `log_uniform_sample` with expected counts
     num_sampled * P(c): the counts of TensorFlow's sampler drawing with replacement, and
     the frequencies of 400,000 draws."""
-    from tfeff.layers.sampled_softmax import log_uniform_probability
-    from tfeff.layers.sampled_softmax import log_uniform_sample
+    from tfeff.backend.sampling import log_uniform_probability
+    from tfeff.backend.sampling import log_uniform_sample
 
     v, s = 800_000, 64
     true = tf.constant([[0], [1], [7], [799_999], [123_456]], tf.int64)

@@ -16,6 +16,7 @@ TensorFlow alone runs `lookup="unique"` on the batch's distinct ids only
 the filter fingerprint into `tf.train.Checkpoint`s.
 """
 
+import functools
 import hashlib
 import math
 import secrets
@@ -27,6 +28,12 @@ from keras import ops
 from tfeff.backend.checks import check_ids
 from tfeff.backend.hashing import hash32
 from tfeff.backend.hashing import high_product32
+from tfeff.backend.host_memory import host_constant
+from tfeff.backend.ops import hash_dtype
+from tfeff.backend.ops import ids_dtype
+from tfeff.backend.ops import unique
+from tfeff.backend.tracking import checkpointed_fingerprint
+from tfeff.backend.tracking import trace_key
 from tfeff.layers.embedding_common import IdEmbeddingMixin
 
 FILTER_TYPES = ("binary", "real")
@@ -86,7 +93,7 @@ def assign_columns(ids, seed, num_codebooks, codebook_size, xp=np):
         dtype = "int64"
         ids = np.asarray(ids, dtype)[..., None]
     else:
-        dtype = "int64" if keras.backend.backend() == "tensorflow" else "uint32"
+        dtype = hash_dtype()
         ids = ops.expand_dims(ops.cast(ids, dtype), -1)
     s = _seed_words(seed)
     k = xp.arange(num_codebooks, dtype=dtype)
@@ -113,21 +120,6 @@ class _TableMemo:
     def __init__(self):
         self.graph, self.tables = None, {}
 
-    @staticmethod
-    def key():
-        """`(graph, replica)` of the current trace, or None when nothing may be reused."""
-        if keras.backend.backend() != "tensorflow":
-            return None
-        import tensorflow as tf
-
-        if tf.executing_eagerly():
-            return None
-        ctx = tf.distribute.get_replica_context()
-        replica = -1 if ctx is None else tf.get_static_value(ctx.replica_id_in_sync_group)
-        if replica is None:
-            return None
-        return tf.compat.v1.get_default_graph(), int(replica)
-
     def get(self, key, training=None):
         """The table of `key` for `training` (None: any, training first), or None."""
         if key is None or self.graph is not key[0]:
@@ -143,30 +135,6 @@ class _TableMemo:
         if self.graph is not key[0]:
             self.graph, self.tables = key[0], {}
         self.tables[(key[1], training)] = table
-
-
-def _checkpoint_fingerprint(layer_name, fingerprint):
-    """A TensorFlow trackable that writes the filter description into checkpoints and
-    checks it on restore.
-
-    A checkpoint holds only the base vector and the FFN; restoring it into a
-    layer whose filters differ (another seed, sizes or construction) would
-    silently give other embeddings, so the restore raises instead.
-    """
-    import tensorflow as tf
-    from tensorflow.python.trackable import base as trackable_base
-
-    class FilterFingerprint(trackable_base.Trackable):
-        def _serialize_to_tensors(self):
-            return {"fingerprint": tf.constant(fingerprint)}
-
-        def _restore_from_tensors(self, restored_tensors):
-            value = restored_tensors["fingerprint"]
-            if hasattr(value, "numpy"):
-                check_fingerprint(value.numpy().decode("utf-8"), fingerprint, layer_name)
-            return tf.no_op()
-
-    return FilterFingerprint()
 
 
 def check_fingerprint(stored, expected, layer_name):
@@ -365,7 +333,7 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         self.supports_masking = self.mask_zero
         self.lookup = lookup
         # Every lookup compiles under XLA (`tf.unique` has an XLA kernel with a bounded
-        # dynamic size) and under jax.jit (`_unique`'s static shape); the layer test
+        # dynamic size) and under jax.jit (`unique`'s static shape); the layer test
         # and tests/backends check equal outputs eagerly and compiled.
         self.table_chunk_size = int(table_chunk_size)
         self._base_initializer_arg = base_initializer
@@ -380,17 +348,13 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
             self.seed, self.num_codebooks, self.codebook_size, self.base_dim,
             self.filter_type, self.zero_probability,
         )
-        if keras.backend.backend() == "tensorflow":
-            import tensorflow as tf
-
-            with tf.init_scope(), tf.device("/CPU:0"):
-                self._frozen = _Frozen(codebooks=tf.constant(codebooks))
-        else:
-            self._frozen = _Frozen(codebooks=ops.convert_to_tensor(codebooks))
+        self._frozen = _Frozen(codebooks=host_constant(codebooks, init_scope=True))
         self.filter_fingerprint = self._fingerprint(codebooks)
-        if keras.backend.backend() == "tensorflow":
-            self._fingerprint_checker = _checkpoint_fingerprint(self.name,
-                                                                self.filter_fingerprint)
+        # A TensorFlow checkpoint carries it too: restoring one into other filters raises
+        # instead of silently giving other embeddings (None off TensorFlow).
+        self._fingerprint_checker = checkpointed_fingerprint(
+            self.filter_fingerprint, functools.partial(
+                check_fingerprint, expected=self.filter_fingerprint, layer_name=self.name))
         self._memo = _TableMemo()
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=self._random_seed(0), dtype=self.dtype_policy, name="ffn_dropout"
@@ -472,7 +436,7 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         if not self.built:
             self.build()  # the weights do not depend on an input shape
         training = bool(training)
-        key = self._memo.key()
+        key = trace_key()
         table = self._memo.get(key, training)
         if table is not None:
             return table
@@ -491,7 +455,7 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         Lets layers that tie to an embedding's `embeddings` (such as
         `FullSoftmax.tie_to`) share the table computed in the same step.
         """
-        table = self._memo.get(self._memo.key())
+        table = self._memo.get(trace_key())
         return table if table is not None else self.embedding_table(training=False)
 
     def attend(self, hidden, training=False):
@@ -502,15 +466,17 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
 
     def call(self, inputs, training=None):
         # int64 where the backend has it by default (JAX has not): ids are not wrapped.
-        ids = ops.cast(inputs, "int64" if keras.backend.backend() == "tensorflow" else "int32")
+        ids = ops.cast(inputs, ids_dtype())
         flat = ops.reshape(ids, (-1,))  # (tokens,)
         if self.lookup == "table":
             rows = ops.take(self.embedding_table(training), check_ids(self, flat), axis=0)
         elif self.lookup == "token":
             rows = self._embed(check_ids(self, flat), training)
         else:
-            unique, index = _unique(flat)  # (distinct,), (tokens,)
-            rows = ops.take(self._embed(check_ids(self, unique), training), index, axis=0)
+            # Each distinct id embedded (and dropped out) once; only TensorFlow's are
+            # the distinct ids alone, elsewhere one slot per token (static shapes).
+            distinct, index = unique(flat)  # (distinct,), (tokens,)
+            rows = ops.take(self._embed(check_ids(self, distinct), training), index, axis=0)
         return ops.reshape(rows, tuple(ops.shape(ids)) + (self.output_dim,))
 
     def save_own_variables(self, store):
@@ -564,29 +530,3 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
                 else keras.initializers.serialize(self.kernel_initializer)),
         })
         return config
-
-
-def _unique(flat):
-    """`(unique, index)` of 1-D int `flat`: `unique[index] == flat`.
-
-    TensorFlow: `tf.unique` (the distinct ids only, a dynamic size). Other
-    backends need static shapes: `unique` has one slot per token, the
-    distinct ids first (sorted), then zeros; the FFN runs on every slot, so
-    only TensorFlow saves the repeated ids' work, but every backend embeds (and
-    drops out) each distinct id once.
-    """
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        return tf.unique(flat)
-    n = ops.shape(flat)[0]
-    if n == 0:
-        return flat, flat
-    order = ops.argsort(flat)
-    ordered = ops.take(flat, order)
-    first = ops.concatenate([ops.ones((1,), "bool"), ordered[1:] != ordered[:-1]])
-    group = ops.cumsum(ops.cast(first, "int32")) - 1  # sorted position -> distinct slot
-    unique = ops.segment_max(ordered, group, num_segments=n, sorted=True)
-    unique = ops.where(ops.arange(n) <= group[-1], unique, 0)  # empty slots: id 0
-    index = ops.take(group, ops.argsort(order))  # token -> its id's slot
-    return unique, index

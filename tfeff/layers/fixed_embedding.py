@@ -8,8 +8,9 @@ costs device memory: say so when sizing a word-level ELMo on a GPU.
 
 import keras
 import numpy as np
-from keras import ops
 
+from tfeff.backend.host_memory import host_constant
+from tfeff.backend.host_memory import host_take
 from tfeff.layers.embedding_common import IdEmbeddingMixin
 
 
@@ -22,13 +23,7 @@ class _HostTable:
     """
 
     def __init__(self, array):
-        if keras.backend.backend() == "tensorflow":
-            import tensorflow as tf
-
-            with tf.device("/CPU:0"):
-                self.tensor = tf.constant(array)
-        else:
-            self.tensor = ops.convert_to_tensor(array)
+        self.tensor = host_constant(array)
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -106,14 +101,7 @@ class FixedEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         return self._table.tensor
 
     def call(self, inputs):
-        if keras.backend.backend() != "tensorflow":
-            return ops.take(self._table.tensor, ops.cast(inputs, "int32"), axis=0)
-        import tensorflow as tf
-
-        with tf.device("/CPU:0"):
-            ids = tf.cast(inputs, tf.int32)
-            rows = tf.gather(self._table.tensor, ids)  # inputs.shape + (dim,)
-        return rows
+        return host_take(self._table.tensor, inputs)  # inputs.shape + (dim,)
 
     def get_config(self):
         if self.table_path is None:

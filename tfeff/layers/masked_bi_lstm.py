@@ -15,9 +15,9 @@ from tfeff.backend import lstm_tf
 from tfeff.backend.checks import check_float_inputs
 from tfeff.backend.checks import check_mask_shape
 from tfeff.backend.checks import check_right_padded
+from tfeff.backend.ops import reverse_sequence
+from tfeff.backend.ops import scan_carries
 from tfeff.layers.projected_lstm import forget_bias_initializer
-from tfeff.layers.projected_lstm import reverse_sequence
-from tfeff.layers.projected_lstm import scan_carries
 
 USE_CUDNN = ("auto", True, False)
 _CUDNN_DTYPES = ("float16", "float32", "float64")

@@ -3,7 +3,7 @@
 Written in `keras.ops`: on TensorFlow the recurrence runs in `tf.scan` (its
 per-step outputs need not have the carry's shape, unlike `ops.scan` there),
 on JAX in `ops.scan`, on PyTorch in a Python loop over `ops.unstack`
-(`scan_carries`).
+(`tfeff.backend.ops.scan_carries`).
 """
 
 import keras
@@ -12,6 +12,8 @@ from keras import ops
 from tfeff.backend.checks import check_float_inputs
 from tfeff.backend.checks import check_mask_shape
 from tfeff.backend.checks import check_right_padded
+from tfeff.backend.ops import reverse_sequence
+from tfeff.backend.ops import scan_carries
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -227,48 +229,3 @@ def forget_bias_initializer(units, unit_forget_bias):
         ])
 
     return initializer
-
-
-def scan_carries(step, elems, initializer):
-    """Every step's carry, stacked: `tf.scan`'s semantics on every backend.
-
-    `step(carry, elem) -> carry`, carry a tuple of tensors. TensorFlow runs
-    `tf.scan` (`keras.ops.scan` there needs per-step outputs shaped like the
-    carry); JAX runs `keras.ops.scan`, whose stacked outputs are the carries
-    (a compiler drops the ones a caller does not use). PyTorch runs eagerly,
-    a Python loop either way: over `ops.unstack(elems)`, whose gradient is one
-    stack, where `keras.ops.scan`'s slice `elems[t]` per step costs a zero
-    tensor of all of `elems` in the backward pass (quadratic in time; 5x
-    slower training steps at 64 steps).
-    """
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.scan(step, elems, initializer=initializer)
-    if backend == "torch":
-        carry, carries = initializer, []
-        for elem in ops.unstack(elems, axis=0):
-            carry = step(carry, elem)
-            carries.append(carry)
-        return tuple(ops.stack(parts) for parts in zip(*carries))
-
-    def scan_step(carry, elem):
-        carry = step(carry, elem)
-        return carry, carry
-
-    _, stacked = ops.scan(scan_step, initializer, elems)
-    return stacked
-
-
-def reverse_sequence(x, lengths):
-    """Reverse the first `lengths[b]` steps of each row of `x` (batch, time, ...)."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        return tf.reverse_sequence(x, tf.cast(lengths, tf.int64), seq_axis=1, batch_axis=0)
-    steps = ops.arange(ops.shape(x)[1], dtype="int32")[None, :]  # (1, time)
-    lengths = ops.cast(lengths, "int32")[:, None]  # (batch, 1)
-    source = ops.where(steps < lengths, lengths - 1 - steps, steps)  # (batch, time)
-    source = ops.reshape(source, tuple(ops.shape(source)) + (1,) * (len(x.shape) - 2))
-    return ops.take_along_axis(x, source, axis=1)

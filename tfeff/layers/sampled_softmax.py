@@ -2,39 +2,21 @@
 
 `keras.ops` code. On TensorFlow, training draws its negatives with
 `tf.random.log_uniform_candidate_sampler(unique=True)` (distinct classes; no
-XLA kernel). Other backends have no such sampler: there `log_uniform_sample`
-draws them with replacement (TensorFlow's `unique=False`: a class drawn twice
-counts twice, its expected count is `num_sampled * P(c)`), in static shapes
-that `jax.jit` compiles, from a `keras.random.SeedGenerator`.
+XLA kernel). Other backends have no such sampler: there
+`tfeff.backend.sampling.log_uniform_sample` draws them with replacement
+(TensorFlow's `unique=False`: a class drawn twice counts twice, its expected
+count is `num_sampled * P(c)`), in static shapes that `jax.jit` compiles, from
+a `keras.random.SeedGenerator`.
 """
-
-import math
 
 import keras
 from keras import ops
 
+from tfeff.backend import sampling
 from tfeff.layers import softmax_common
 
 # Added to the logits of sampled classes that are the true class ("accidental hits").
 _HIT_PENALTY = -1e9
-
-
-def log_uniform_probability(ids, range_max):
-    """`P(c) = log((c + 2) / (c + 1)) / log(range_max + 1)`, float32, of int `ids`."""
-    ids = ops.cast(ids, "float32")
-    return ops.log1p(1.0 / (ids + 1.0)) / math.log(range_max + 1.0)
-
-
-def log_uniform_sample(num_sampled, range_max, seed=None):
-    """`num_sampled` int32 classes drawn with replacement from `log_uniform_probability`.
-
-    Inverse-CDF sampling, as TensorFlow's `LogUniformSampler`:
-    `c = floor(exp(u * log(range_max + 1))) - 1` for `u ~ U[0, 1)`. `seed` is
-    an int, None or a `keras.random.SeedGenerator` (needed under `jax.jit`).
-    """
-    u = keras.random.uniform((num_sampled,), dtype="float32", seed=seed)
-    c = ops.floor(ops.exp(u * math.log(range_max + 1.0))) - 1.0
-    return ops.clip(ops.cast(c, "int32"), 0, range_max - 1)
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -109,8 +91,7 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
         super().__init__(**kwargs)
         softmax_common.validate_vocabulary_size(vocabulary_size)
         self.supports_masking = True  # `mask` marks the targets to ignore
-        tensorflow = keras.backend.backend() == "tensorflow"
-        self.supports_jit = not tensorflow  # TensorFlow's sampler has no XLA kernel
+        self.supports_jit = sampling.sampler_compiles()  # not on TensorFlow: no XLA kernel
         if not isinstance(num_sampled, int) or not 0 < num_sampled < vocabulary_size:
             raise ValueError(
                 "Received an invalid value for `num_sampled`, expected an integer in "
@@ -131,8 +112,8 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
         self.seed = seed
         self.output_embedding = output_embedding
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        # Off TensorFlow the sampler's state (not a weight: never saved).
-        self.seed_generator = None if tensorflow else keras.random.SeedGenerator(seed)
+        # Off TensorFlow the sampler's state (not a weight: never saved); None on TensorFlow.
+        self.seed_generator = sampling.sampler_seed_generator(seed)
 
     def build(self, inputs_shape, targets_shape=None):
         input_dim = int(inputs_shape[-1])
@@ -231,22 +212,8 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
 
     def _sample(self, t):
         """`(sampled (S,), true expected counts (n,), sampled expected counts (S,))`."""
-        if keras.backend.backend() == "tensorflow":
-            import tensorflow as tf
-
-            sampled, true_expected, sampled_expected = tf.random.log_uniform_candidate_sampler(
-                true_classes=tf.cast(t[:, None], tf.int64), num_true=1,
-                num_sampled=self.num_sampled, unique=True,
-                range_max=self.vocabulary_size, seed=self.seed,
-            )
-            return (tf.cast(tf.stop_gradient(sampled), tf.int32),
-                    tf.stop_gradient(true_expected[:, 0]), tf.stop_gradient(sampled_expected))
-        sampled = log_uniform_sample(self.num_sampled, self.vocabulary_size,
-                                     self.seed_generator)
-        def expected(ids):
-            return self.num_sampled * log_uniform_probability(ids, self.vocabulary_size)
-
-        return sampled, expected(t), expected(sampled)
+        return sampling.log_uniform_candidates(t, self.num_sampled, self.vocabulary_size,
+                                               self.seed, self.seed_generator)
 
     def get_config(self):
         config = super().get_config()
