@@ -38,7 +38,7 @@ models = {
                                     adaptive_cutoffs=[8, 14], adaptive_div_value=2.0),
     "elmo_alone_tied": lambda: ElmoLM(20, num_layers=1, units=8, projection_dim=4,
                                       dropout_rate=0.0, output_layer="full",
-                                      input_embedding="alone", token_embedding_dim=6,
+                                      input_embedding="alone", embedding_dim=6,
                                       tie_output=True, alone=alone),
     "transformer_lm_anchors": lambda: TransformerLM(
         20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
