@@ -221,7 +221,7 @@ def test_constructor_takes_the_vocabulary_size_first_like_the_other_models(tmp_p
 def test_left_padded_ids_are_refused():
     model = ElmoLM(30, input_embedding="trainable", num_layers=1, units=8, projection_dim=4,
                    output_layer="full", name="elmo")
-    with pytest.raises(ValueError, match=r"ElmoLM `elmo` needs a right-padded `mask`.*"
+    with pytest.raises(ValueError, match=r"ElmoBackbone `elmo_backbone` needs a right-padded `mask`.*"
                                          r"Row 0 is True at position 2"):
         model(np.array([[0, 0, 5, 6], [5, 6, 7, 0]], "int32"))
 

@@ -21,7 +21,7 @@ from tests.numerics import assert_close
 from tfeff.models.from_config import transformer_lm as transformer_lm_from_config
 from tfeff.models.language_model import direction_pairs
 from tfeff.models.transformer_lm import TransformerLM
-from tfeff.models.transformer_lm import reverse_padded
+from tfeff.models.transformer_lm_backbone import reverse_padded
 
 TINY = dict(num_layers=2, hidden_dim=8, num_heads=2, intermediate_dim=12, max_sequence_length=10,
             dropout_rate=0.0)
@@ -187,10 +187,10 @@ def _reference_stack(model, direction, token):
     eps = model.layer_norm_epsilon
     n = len(token)
     x = token
-    if model.position_embedding(direction) is not None:
-        x = x + _w(model.position_embedding(direction).embeddings)[:n]
+    if model.backbone.position_embedding(direction) is not None:
+        x = x + _w(model.backbone.position_embedding(direction).embeddings)[:n]
     causal = np.tril(np.ones((n, n), bool))
-    for layer in model.stack_layers(direction):
+    for layer in model.backbone.stack_layers(direction):
         att = layer.self_attention
         q = np.einsum("nd,dhk->nhk", x, _w(att.query_dense.kernel)) + _w(att.query_dense.bias)
         k = np.einsum("nd,dhk->nhk", x, _w(att.key_dense.kernel)) + _w(att.key_dense.bias)
@@ -216,13 +216,13 @@ def _reference_loss(model, ids):
     table = _w(model.token_embedding.embeddings)
     projection = model.token_projection
     head = model.output_head
-    totals = {d: [0.0, 0] for d in model.directions}
+    totals = {d: [0.0, 0] for d in model.backbone.directions}
     largest = 0.0
     for row in ids:
         tokens = row[row > 0]
         token = table[tokens] @ _w(projection.kernel) + _w(projection.bias)
         token = _layer_norm(token, model.embeddings_norm, model.layer_norm_epsilon)
-        for direction in model.directions:
+        for direction in model.backbone.directions:
             ordered = tokens if direction == "forward" else tokens[::-1]
             hidden = _reference_stack(
                 model, direction, token if direction == "forward" else token[::-1])
@@ -251,12 +251,12 @@ def _assert_reference_loss(model, position_embedding):
     rotary = 5 * n + 8 if position_embedding == "rotary" else 0
     stack = model.num_layers * (rotary + tf_gelu_roundings(model.intermediate_dim)) + 1
     assert_close(loss, expected, n=stack + 2 + v + 10 + 13 + 3,
-                 scale=len(model.directions) * (2 * largest + np.log(v)))
+                 scale=len(model.backbone.directions) * (2 * largest + np.log(v)))
     # `direction_loss="mean"`: the directions' mean (ELMo's bilm-tf), one division more.
     model.direction_loss = "mean"
     mean = float(model.compute_loss(x=IDS, y_pred=model(IDS), training=False))
     model.direction_loss = "sum"
-    assert_close(mean, expected / len(model.directions), n=stack + 2 + v + 10 + 13 + 4,
+    assert_close(mean, expected / len(model.backbone.directions), n=stack + 2 + v + 10 + 13 + 4,
                  scale=2 * largest + np.log(v))
 
 

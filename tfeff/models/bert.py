@@ -8,6 +8,7 @@ from tfeff.models.bert_backbone import BertBackbone
 from tfeff.models.bert_layer import get_activation
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
+from tfeff.models.task import BackboneTask
 
 # The backbone's layers the task tracks under its own names (see `Bert`).
 _BACKBONE_LAYERS = ("token_embedding", "position_embedding", "segment_embedding",
@@ -15,7 +16,7 @@ _BACKBONE_LAYERS = ("token_embedding", "position_embedding", "segment_embedding"
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
-class Bert(keras.Model):
+class Bert(BackboneTask):
     """BERT (Devlin et al. 2019) for masked-LM pretraining; CoRe's relaxed BERT by config.
 
     The task model, as keras-hub splits them: a `BertBackbone` (`backbone`:
@@ -37,8 +38,7 @@ class Bert(keras.Model):
 
     The backbone's layers are also the task's attributes, under the names
     they had before the split (`token_embedding`, `transformer_layers`,
-    ...): Keras writes a saved `Bert`'s weights by those names (see
-    `__dir__`), so the files saved before it still load. The backbone checks
+    ...), so the files saved before it still load (`BackboneTask`). The backbone checks
     the arguments it takes (see its `Raises:`).
 
     Args:
@@ -127,8 +127,7 @@ class Bert(keras.Model):
             name=f"{self.name}_backbone")
         for name in CONFIG_KEYS + ("position_embedding_type",):
             setattr(self, name, getattr(backbone, name))
-        for name in _BACKBONE_LAYERS:
-            setattr(self, name, getattr(backbone, name))
+        self.adopt_backbone(backbone, _BACKBONE_LAYERS)
 
         def init():
             return keras.initializers.TruncatedNormal(stddev=self.initializer_range)
@@ -146,19 +145,7 @@ class Bert(keras.Model):
                 **common)
             self.nsp_dense = keras.layers.Dense(
                 2, kernel_initializer=init(), name="nsp_dense", **common)
-        # Private, and tracked last: Keras' saving visits it after the names above.
-        self._backbone = backbone
-
-    @property
-    def backbone(self):
-        """The `BertBackbone` (embeddings and encoder) this task trains."""
-        return self._backbone
-
-    def __dir__(self):
-        # Keras' saving walks the attributes `dir` lists, in order: without `backbone`
-        # it reaches the backbone's layers by the names above first (and the private
-        # `_backbone` last), so a saved Bert keeps the layout it had before the split.
-        return [name for name in super().__dir__() if name != "backbone"]
+        self.track_backbone(backbone)
 
     @property
     def is_relaxed(self):
@@ -166,8 +153,7 @@ class Bert(keras.Model):
 
     def build(self, input_shape=None):
         shape = (None, None, self.hidden_dim)
-        self._backbone.build_layers()  # in this scope: `bert/token_embedding/embeddings`
-        self._backbone.built = True
+        self.build_backbone()
         self.mlm_dense.build(shape)
         self.mlm_norm.build(shape)
         self.mlm_bias = self.add_weight(
@@ -180,24 +166,6 @@ class Bert(keras.Model):
     def encode(self, *args, **kwargs):
         """The backbone's `encode`: the sequence output, or every layer."""
         return self._backbone.encode(*args, **kwargs)
-
-    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`: the backbone's.
-    embedding_tokenization = BertBackbone.embedding_tokenization
-
-    @property
-    def embedding_num_layers(self):
-        return self._backbone.embedding_num_layers
-
-    @property
-    def embedding_dim(self):
-        return self._backbone.embedding_dim
-
-    @property
-    def max_embedding_tokens(self):
-        return self._backbone.max_embedding_tokens
-
-    def embedding_layers(self, token_ids, padding_mask, training=False):
-        return self._backbone.embedding_layers(token_ids, padding_mask, training=training)
 
     def mlm_logits(self, sequence_output, masked_positions, training=False):
         """Logits `(batch, p, vocabulary_size)` at `masked_positions` `(batch, p)` only."""

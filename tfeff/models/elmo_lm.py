@@ -5,10 +5,12 @@ import warnings
 import keras
 from keras import ops
 
-from tfeff import layers as tfeff_layers
-from tfeff.backend.checks import check_right_padded
+from tfeff.models.elmo_backbone import ElmoBackbone
 from tfeff.models.language_model import LanguageModel
-from tfeff.models.language_model import check_positive_int
+
+# The backbone's layers the task tracks under its own names (`BackboneTask`).
+_BACKBONE_LAYERS = ("token_projection", "forward_lstms", "backward_lstms", "forward_norms",
+                    "backward_norms", "dropout")
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -41,9 +43,10 @@ class ElmoLM(LanguageModel):
       (`"mean"`, as ELMo's bilm-tf: with Adam the two differ by the
       gradient-clipping bound they meet).
 
-    The representation stack used for feature extraction is
-    `[concat(x, x), concat(f_1, b_1), ..., concat(f_L, b_L)]`, each of size
-    `2 * projection_dim` (ELMo's layer 0 duplicates the token layer).
+    The task model, as keras-hub splits them: an `ElmoBackbone` (`backbone`:
+    the token layer and the LSTM stacks, whose representation stack
+    `[concat(x, x), concat(f_1, b_1), ..., concat(f_L, b_L)]` is what
+    features are extracted from), the output layer and the loss.
 
     The constructor reads as `MaskedElmo`'s and `Bert`'s: the vocabulary size
     first, the fixed vectors as the keyword `embedding_table`.
@@ -99,16 +102,12 @@ class ElmoLM(LanguageModel):
         output for token t-1.
 
     Raises:
-        TypeError: `vocabulary_size` is not an integer (fixed vectors passed
-            first instead of as `embedding_table=`).
-        ValueError: `num_layers`, `units` or `projection_dim` is not a
-            positive integer, `dropout_rate` is not in [0, 1), `output_layer`
-            or `input_embedding` is unknown, `embedding_table` is missing where
-            required, `tie_output` is set without a trainable or ALONE input
-            and a `"full"` output, `alone` is given without
-            `input_embedding="alone"`, `vocabulary_size` is not an integer >= 2
-            or differs from the table's rows, or `"adaptive"` has no
-            `adaptive_cutoffs`.
+        ValueError: `output_layer` is unknown, `embedding_table` is missing
+            for a `"continuous"` or `"fixed"` output, `tie_output` is set
+            without a trainable or ALONE input and a `"full"` output, or
+            `"adaptive"` has no `adaptive_cutoffs`. The backbone checks the
+            rest (see `ElmoBackbone`). A `vocabulary_size` that is no integer
+            (fixed vectors passed first) raises `TypeError`.
 
     Example:
 
@@ -156,140 +155,35 @@ class ElmoLM(LanguageModel):
                           "`embedding_dim` is the exported width, as for the other models).",
                           DeprecationWarning, stacklevel=2)
             token_embedding_dim = token_embedding_dim or kwargs.pop("embedding_dim")
-        for arg, value in (
-            ("num_layers", num_layers),
-            ("units", units),
-            ("projection_dim", projection_dim),
-        ):
-            check_positive_int(arg, value)
-        if not 0 <= dropout_rate < 1:
-            raise ValueError(
-                "Received an invalid value for `dropout_rate`, expected a value in "
-                f"[0, 1). Received: dropout_rate={dropout_rate}"
-            )
         super().__init__(
-            vocabulary_size, hidden_dim=projection_dim, output_layer=output_layer,
-            output_loss=output_loss, embedding_table=embedding_table,
+            vocabulary_size, output_layer=output_layer, output_loss=output_loss,
             vmf_regularization1=vmf_regularization1, vmf_regularization2=vmf_regularization2,
-            input_embedding=input_embedding, token_embedding_dim=token_embedding_dim,
+            input_embedding=input_embedding, embedding_table=embedding_table,
             tie_output=tie_output, adaptive_cutoffs=adaptive_cutoffs,
             adaptive_div_value=adaptive_div_value, num_sampled=num_sampled, seed=seed,
-            alone=alone, direction_loss=direction_loss, **kwargs)
-        self.num_layers = num_layers
-        self.units = units
-        self.projection_dim = projection_dim
-        self.dropout_rate = float(dropout_rate)
-        self.token_projection = keras.layers.Dense(
-            projection_dim, name="token_projection"
-        )
-        self.forward_lstms, self.backward_lstms = [], []
-        self.forward_norms, self.backward_norms = [], []
-        for i in range(num_layers):
-            for direction, lstms, norms in (
-                ("forward", self.forward_lstms, self.forward_norms),
-                ("backward", self.backward_lstms, self.backward_norms),
-            ):
-                lstms.append(
-                    tfeff_layers.ProjectedLSTM(
-                        units,
-                        projection_dim,
-                        go_backwards=direction == "backward",
-                        cell_clip=cell_clip,
-                        proj_clip=proj_clip,
-                        name=f"{direction}_lstm_{i}",
-                    )
-                )
-                norms.append(
-                    keras.layers.LayerNormalization(
-                        epsilon=1e-6, name=f"{direction}_norm_{i}"
-                    )
-                )
-        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
-        self.make_output_head(projection_dim)
+            direction_loss=direction_loss, **kwargs)
+        backbone = ElmoBackbone(
+            vocabulary_size, num_layers=num_layers, units=units, projection_dim=projection_dim,
+            dropout_rate=dropout_rate, embedding_table=embedding_table,
+            input_embedding=input_embedding, token_embedding_dim=token_embedding_dim,
+            alone=self.backbone_alone(alone, input_embedding), cell_clip=cell_clip,
+            proj_clip=proj_clip, dtype=self.dtype_policy, name=f"{self.name}_backbone")
+        for name in ("num_layers", "units", "projection_dim", "dropout_rate"):
+            setattr(self, name, getattr(backbone, name))
+        self.attach_backbone(backbone, _BACKBONE_LAYERS, projection_dim)
 
     def build(self, input_shape=None):
-        hidden_shape = (None, None, self.projection_dim)
-        self.build_token_embedding()
-        self.token_projection.build((None, None, self.token_embedding_dim))
-        for i in range(self.num_layers):
-            for lstm, norm in (
-                (self.forward_lstms[i], self.forward_norms[i]),
-                (self.backward_lstms[i], self.backward_norms[i]),
-            ):
-                lstm.build(hidden_shape)
-                norm.build(hidden_shape)
+        self.build_backbone()
         self.build_output_head(self.projection_dim)
         self.built = True
 
     def encode(self, vectors, mask, training=False):
-        """Runs the biLSTM stacks on token vectors.
-
-        Args:
-            vectors: float `(batch, time, token_embedding_dim)` token vectors.
-            mask: bool `(batch, time)`, right-padded: a True after a False
-                raises (`tfeff.backend.checks.check_right_padded`:
-                `ValueError` eagerly, `InvalidArgumentError` in a
-                `tf.function`; not checked under XLA or `jax.jit`).
-            training: bool.
-
-        Returns:
-            `(stack, forward_top, backward_top)`: the representation stack
-            `(batch, num_layers + 1, time, 2 * projection_dim)` and the top
-            layer of each direction `(batch, time, projection_dim)`.
-        """
-        mask = check_right_padded(self, mask)
-        token = self.token_projection(vectors)  # (batch, time, proj)
-        token = token * ops.cast(mask, token.dtype)[:, :, None]
-        forward, backward = token, token
-        stack = [ops.concatenate([token, token], axis=-1)]
-        for i in range(self.num_layers):
-            f = self.forward_lstms[i](forward, mask=mask)  # (batch, time, proj)
-            b = self.backward_lstms[i](backward, mask=mask)
-            f = self.dropout(self.forward_norms[i](f), training=training)
-            b = self.dropout(self.backward_norms[i](b), training=training)
-            if i > 0:
-                f, b = f + forward, b + backward
-            keep = ops.cast(mask, f.dtype)[:, :, None]
-            forward, backward = f * keep, b * keep
-            stack.append(ops.concatenate([forward, backward], axis=-1))
-        return ops.stack(stack, axis=1), forward, backward
+        """The backbone's `encode`: `(stack, forward_top, backward_top)` of token vectors."""
+        return self._backbone.encode(vectors, mask, training=training)
 
     def call(self, inputs, training=False):
         ids = ops.cast(inputs, "int32")
         mask = ids > 0
         vectors = self.token_embedding(ids, training=training)  # (batch, time, emb)
-        _, forward, backward = self.encode(vectors, mask, training=training)
+        _, forward, backward = self._backbone.encode(vectors, mask, training=training)
         return {"forward": self.head_inputs(forward), "backward": self.head_inputs(backward)}
-
-    # The embeddable-model contract (`tfeff.export.TokenIdsEmbedderModule`).
-
-    @property
-    def embedding_num_layers(self):
-        """Layers of `embedding_layers`: the token layer and each LSTM layer."""
-        return self.num_layers + 1
-
-    @property
-    def embedding_dim(self):
-        """Size of each layer of `embedding_layers` (both directions concatenated)."""
-        return 2 * self.projection_dim
-
-    def embedding_layers(self, token_ids, padding_mask, training=False):
-        """The representation stack of `encode` for `token_ids` (with `<s>` and `</s>`):
-        `(batch, num_layers + 1, time, embedding_dim)`."""
-        vectors = self.token_embedding(ops.cast(token_ids, "int32"), training=training)
-        stack, _, _ = self.encode(vectors, padding_mask, training=training)
-        return stack
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_layers": self.num_layers,
-                "units": self.units,
-                "projection_dim": self.projection_dim,
-                "dropout_rate": self.dropout_rate,
-                "cell_clip": self.forward_lstms[0].cell_clip,
-                "proj_clip": self.forward_lstms[0].proj_clip,
-            }
-        )
-        return config

@@ -1,13 +1,13 @@
-"""LanguageModel: what tfeff's next-word language models share, whatever their encoder.
+"""What tfeff's next-word language models share, whatever their encoder.
 
 `ElmoLM` (biLSTMs) and `TransformerLM` (causal transformers) differ only in
 the encoder between the token layer and the output layer. This module holds
-the rest, once: the argument checks, the token embedding (`"fixed"`
-fastText vectors, `"trainable"` or `"alone"`), the output head of the
-output-head contract (`tfeff.layers.output_head`) and the projection in front
-of it, the alignment of each direction's outputs with its targets, the loss
-and the export contract's defaults. A subclass builds its encoder and
-implements `encode`, `call` and `embedding_layers`.
+the rest, once: `LanguageModelBackbone`, the base of their backbones, makes
+the token embedding (`"fixed"` fastText vectors, `"trainable"` or
+`"alone"`); `LanguageModel`, the base of their task models, checks the
+output's arguments and makes the output head of the output-head contract
+(`tfeff.layers.output_head`) and the projection in front of it, aligns each
+direction's outputs with its targets and holds the loss.
 """
 
 import numbers
@@ -22,6 +22,7 @@ from tfeff.config.elmo import OUTPUT_LAYERS
 from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
+from tfeff.models.task import BackboneTask
 
 # Output layers that score the fixed table (they need `embedding_table`).
 TABLE_OUTPUTS = ("continuous", "fixed")
@@ -79,6 +80,16 @@ def check_positive_int(name, value):
                          f"Received: {name}={value!r}")
 
 
+def check_vocabulary_size_type(model, vocabulary_size):
+    """Raises TypeError unless `vocabulary_size` is None or an integer: the fixed vectors
+    passed first, as an older constructor took them, are refused by name."""
+    if vocabulary_size is not None and not isinstance(vocabulary_size, numbers.Integral):
+        raise TypeError(
+            f"{type(model).__name__}'s first argument is `vocabulary_size` (as for "
+            "MaskedElmo and Bert); pass fixed vectors as `embedding_table=`. Received: "
+            f"vocabulary_size of type {type(vocabulary_size).__name__}")
+
+
 def check_choice(name, value, choices):
     """Raises ValueError unless `value` is one of `choices`."""
     if value not in choices:
@@ -86,91 +97,44 @@ def check_choice(name, value, choices):
                          f"Received: {name}={value!r}")
 
 
-class LanguageModel(keras.Model):
-    """Base of the next-word language models: token layer, output head, loss.
+class LanguageModelBackbone(keras.Model):
+    """Base of the next-word models' backbones: the token layer.
 
-    Not used alone: `ElmoLM` and `TransformerLM` subclass it. `__init__` makes
-    the token embedding; the subclass then makes its encoder and calls
-    `make_output_head` last (the layers are made, and their seeds drawn, in
-    the order they run), and its `build` calls `build_token_embedding` and
-    `build_output_head` around its own layers.
+    `ElmoBackbone` and `TransformerLMBackbone` subclass it: `__init__` makes
+    the token embedding, then the subclass makes its encoder; its
+    `build_layers` (what `build` runs, also called by the task in its own
+    name scope) starts with `build_token_embedding`.
 
     Args:
         vocabulary_size: number of ids (row 0 is padding); may be left out
             when `embedding_table` is given (it is then the table's rows, and
             must equal them when both are given).
-        hidden_dim: width of the encoder's output, what the output head reads
-            (a projection to `token_embedding_dim` is added in front of a tied
-            softmax when the two differ).
-        output_layer: one of `OUTPUT_LAYERS`.
-        output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
+        hidden_dim: the encoder's width: a trainable or ALONE embedding's
+            default size.
         embedding_table: path of the `.npy` vocabulary vectors, or an array
             `(vocabulary_size, dim)`; row 0 is padding. Required by the fixed
-            input embedding and the `"continuous"` / `"fixed"` outputs.
-        vmf_regularization1: lambda_1 of the `"vmf"` loss, >= 0.
-        vmf_regularization2: lambda_2 of the `"vmf"` loss, in (0, 1].
+            input embedding (and kept as `fixed_table` for a task's output).
         input_embedding: one of `INPUT_EMBEDDINGS`.
         token_embedding_dim: size of a trainable or ALONE input embedding
             (default: the table's dimension, else `hidden_dim`).
-        tie_output: use the trainable (or ALONE) input embedding as the
-            `"full"` softmax's output matrix.
-        adaptive_cutoffs: cluster boundaries of `"adaptive"`.
-        adaptive_div_value: projection divisor of `"adaptive"`.
-        num_sampled: negatives per step of `"sampled"` and `"fixed"`.
-        seed: sampler seed.
         alone: dict of `AloneEmbedding` arguments (all but `vocabulary_size`,
-            `output_dim`, `mask_zero` and `lookup`) for
-            `input_embedding="alone"`; `base_dim` defaults to
+            `output_dim` and `mask_zero`; `lookup` defaults to `"unique"`)
+            for `input_embedding="alone"`; `base_dim` defaults to
             `token_embedding_dim`.
-        direction_loss: `"sum"` or `"mean"` of the directions' losses.
         **kwargs: base `Model` arguments.
     """
 
-    # The export module of `tfeff.export.embedder_module` (`tfeff.export.EMBEDDERS`).
-    embedder = "token_ids"
-
-    def __init__(self, vocabulary_size=None, *, hidden_dim, output_layer="continuous",
-                 output_loss="cosine", embedding_table=None, vmf_regularization1=0.0,
-                 vmf_regularization2=1.0, input_embedding="fixed", token_embedding_dim=None,
-                 tie_output=False, adaptive_cutoffs=None, adaptive_div_value=4.0,
-                 num_sampled=8192, seed=None, alone=None, direction_loss="sum", **kwargs):
+    def __init__(self, vocabulary_size=None, *, hidden_dim, embedding_table=None,
+                 input_embedding="fixed", token_embedding_dim=None, alone=None, **kwargs):
         super().__init__(**kwargs)
-        if vocabulary_size is not None and not isinstance(vocabulary_size, numbers.Integral):
-            raise TypeError(
-                f"{type(self).__name__}'s first argument is `vocabulary_size` (as for "
-                "MaskedElmo and Bert); pass fixed vectors as `embedding_table=`. Received: "
-                f"vocabulary_size of type {type(vocabulary_size).__name__}")
-        check_choice("output_layer", output_layer, OUTPUT_LAYERS)
-        check_choice("direction_loss", direction_loss, DIRECTION_LOSSES)
+        check_vocabulary_size_type(self, vocabulary_size)
         check_choice("input_embedding", input_embedding, INPUT_EMBEDDINGS)
-        if embedding_table is None and (input_embedding == "fixed"
-                                        or output_layer in TABLE_OUTPUTS):
-            raise ValueError(
-                f"`embedding_table` is required by input_embedding={input_embedding!r} "
-                f"/ output_layer={output_layer!r}.")
-        if tie_output and (input_embedding not in ("trainable", "alone")
-                           or output_layer != "full"):
-            raise ValueError(
-                "`tie_output=True` needs input_embedding='trainable' or 'alone', and "
-                f"output_layer='full'. Received: input_embedding={input_embedding!r}, "
-                f"output_layer={output_layer!r}")
+        if embedding_table is None and input_embedding == "fixed":
+            raise ValueError("`embedding_table` is required by input_embedding='fixed'.")
         if alone is not None and input_embedding != "alone":
             raise ValueError("`alone` is only used with input_embedding='alone'.")
-        if output_layer == "adaptive" and not adaptive_cutoffs:
-            raise ValueError("output_layer='adaptive' needs `adaptive_cutoffs`.")
-        self.output_layer_type = output_layer
-        self.output_loss = output_loss
-        self.vmf_regularization1 = float(vmf_regularization1)
-        self.vmf_regularization2 = float(vmf_regularization2)
         self.input_embedding = input_embedding
-        self.tie_output = bool(tie_output)
-        self.adaptive_cutoffs = list(adaptive_cutoffs) if adaptive_cutoffs else None
-        self.adaptive_div_value = float(adaptive_div_value)
-        self.num_sampled = int(num_sampled)
-        self.seed = seed
-        self.direction_loss = direction_loss
         self.alone = dict(alone or {}) if input_embedding == "alone" else None
-
         self.fixed_table = None
         if embedding_table is not None:
             self.fixed_table = tfeff_layers.FixedEmbedding(
@@ -185,22 +149,16 @@ class LanguageModel(keras.Model):
                 "Received an invalid value for `vocabulary_size`, expected an integer >= 2 (or "
                 f"an `embedding_table`). Received: vocabulary_size={vocabulary_size}")
         self.vocabulary_size = int(vocabulary_size)
-        self._make_token_embedding(token_embedding_dim, hidden_dim)
-
-    def _make_token_embedding(self, token_embedding_dim, hidden_dim):
-        """The token layer of `input_embedding`."""
-        if self.input_embedding == "fixed":
+        if input_embedding == "fixed":
             self.token_embedding = self.fixed_table
             self.token_embedding_dim = self.fixed_table.output_dim
             return
         self.token_embedding_dim = int(token_embedding_dim or (
             self.fixed_table.output_dim if self.fixed_table else hidden_dim))
-        if self.input_embedding == "alone":
-            options = {"base_dim": self.token_embedding_dim, **self.alone}
+        if input_embedding == "alone":
+            options = {"base_dim": self.token_embedding_dim, "lookup": "unique", **self.alone}
             self.token_embedding = tfeff_layers.AloneEmbedding(
                 self.vocabulary_size, self.token_embedding_dim, mask_zero=True,
-                # Tied: the softmax computes the whole table each step; gather from it.
-                lookup="table" if self.tie_output else "unique",
                 name="alone_token_embedding", **options)
             # A drawn seed is part of the model: keep it for get_config.
             self.alone["seed"] = self.token_embedding.seed
@@ -209,6 +167,113 @@ class LanguageModel(keras.Model):
                 self.vocabulary_size, self.token_embedding_dim, mask_zero=True,
                 embeddings_initializer=keras.initializers.RandomNormal(stddev=0.05),
                 name="trainable_token_embedding")
+
+    def build(self, input_shape=None):
+        self.build_layers()
+        self.built = True
+
+    def get_build_config(self):
+        # `build()` needs no shape; built inside a task it was given none.
+        return {"input_shape": None}
+
+    def build_token_embedding(self):
+        """Creates the token embedding's variables (the fixed table has none to train)."""
+        if self.input_embedding != "fixed":
+            self.token_embedding.build((None, None))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            name: getattr(self, name) for name in (
+                "vocabulary_size", "input_embedding", "token_embedding_dim", "alone")
+        })
+        config["embedding_table"] = (self.fixed_table.get_config()["table"] if self.fixed_table
+                                     else None)
+        return config
+
+
+class LanguageModel(BackboneTask):
+    """Base of the next-word language models: a backbone, the output head, the loss.
+
+    `ElmoLM` and `TransformerLM` subclass it. `__init__` checks the output's
+    arguments; the subclass then makes its backbone (with `backbone_alone`'s
+    ALONE arguments) and calls `attach_backbone`, which adopts the backbone's
+    layers, makes the output head and keeps the backbone (`BackboneTask`);
+    its `build` calls `build_backbone` and `build_output_head`.
+
+    Args:
+        vocabulary_size: the backbone's (checked here first: see
+            `check_vocabulary_size_type`).
+        output_layer: one of `OUTPUT_LAYERS`.
+        output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
+        vmf_regularization1: lambda_1 of the `"vmf"` loss, >= 0.
+        vmf_regularization2: lambda_2 of the `"vmf"` loss, in (0, 1].
+        input_embedding: the backbone's input embedding (one of
+            `INPUT_EMBEDDINGS`), which `tie_output` needs to know.
+        embedding_table: whether (and which) fixed vectors the backbone gets:
+            the `"continuous"` and `"fixed"` outputs score its table.
+        tie_output: use the trainable (or ALONE) input embedding as the
+            `"full"` softmax's output matrix.
+        adaptive_cutoffs: cluster boundaries of `"adaptive"`.
+        adaptive_div_value: projection divisor of `"adaptive"`.
+        num_sampled: negatives per step of `"sampled"` and `"fixed"`.
+        seed: sampler seed.
+        direction_loss: `"sum"` or `"mean"` of the directions' losses.
+        **kwargs: base `Model` arguments.
+    """
+
+    # The export module of `tfeff.export.embedder_module` (`tfeff.export.EMBEDDERS`).
+    embedder = "token_ids"
+
+    def __init__(self, vocabulary_size=None, *, output_layer="continuous", output_loss="cosine",
+                 vmf_regularization1=0.0, vmf_regularization2=1.0, input_embedding="fixed",
+                 embedding_table=None, tie_output=False, adaptive_cutoffs=None,
+                 adaptive_div_value=4.0, num_sampled=8192, seed=None, direction_loss="sum",
+                 **kwargs):
+        super().__init__(**kwargs)
+        check_vocabulary_size_type(self, vocabulary_size)
+        check_choice("output_layer", output_layer, OUTPUT_LAYERS)
+        check_choice("direction_loss", direction_loss, DIRECTION_LOSSES)
+        if embedding_table is None and output_layer in TABLE_OUTPUTS:
+            raise ValueError(
+                f"`embedding_table` is required by input_embedding={input_embedding!r} "
+                f"/ output_layer={output_layer!r}.")
+        if tie_output and (input_embedding not in ("trainable", "alone")
+                           or output_layer != "full"):
+            raise ValueError(
+                "`tie_output=True` needs input_embedding='trainable' or 'alone', and "
+                f"output_layer='full'. Received: input_embedding={input_embedding!r}, "
+                f"output_layer={output_layer!r}")
+        if output_layer == "adaptive" and not adaptive_cutoffs:
+            raise ValueError("output_layer='adaptive' needs `adaptive_cutoffs`.")
+        self.output_layer_type = output_layer
+        self.output_loss = output_loss
+        self.vmf_regularization1 = float(vmf_regularization1)
+        self.vmf_regularization2 = float(vmf_regularization2)
+        self.tie_output = bool(tie_output)
+        self.adaptive_cutoffs = list(adaptive_cutoffs) if adaptive_cutoffs else None
+        self.adaptive_div_value = float(adaptive_div_value)
+        self.num_sampled = int(num_sampled)
+        self.seed = seed
+        self.direction_loss = direction_loss
+
+    def backbone_alone(self, alone, input_embedding):
+        """The backbone's ALONE arguments: `alone` and its lookup (a tied softmax computes
+        the whole table each step, so the input gathers from it)."""
+        if alone is None and input_embedding != "alone":
+            return None
+        return {**(alone or {}), "lookup": "table" if self.tie_output else "unique"}
+
+    def attach_backbone(self, backbone, layer_names, hidden_dim):
+        """Adopts `backbone`'s token layer and `layer_names`, makes the output head for an
+        encoder of width `hidden_dim`, and keeps the backbone."""
+        for name in ("vocabulary_size", "input_embedding", "token_embedding_dim"):
+            setattr(self, name, getattr(backbone, name))
+        self.alone = (None if backbone.alone is None else
+                      {k: v for k, v in backbone.alone.items() if k != "lookup"})
+        self.adopt_backbone(backbone, ("fixed_table", "token_embedding") + layer_names)
+        self.make_output_head(hidden_dim)
+        self.track_backbone(backbone)
 
     def make_output_head(self, hidden_dim):
         """Makes the output layer of `output_layer`, and the projection in front of a
@@ -245,11 +310,6 @@ class LanguageModel(keras.Model):
     @property
     def is_continuous(self):
         return self.output_layer_type == "continuous"
-
-    def build_token_embedding(self):
-        """Creates the token embedding's variables (the fixed table has none to train)."""
-        if self.input_embedding != "fixed":
-            self.token_embedding.build((None, None))
 
     def build_output_head(self, hidden_dim):
         """Creates the variables of `pre_output` and the output head."""
@@ -314,16 +374,16 @@ class LanguageModel(keras.Model):
 
     def get_config(self):
         config = super().get_config()
+        backbone = self._backbone.get_config()
+        for key in ("name", "trainable", "dtype"):
+            del backbone[key]
+        config.update(backbone)
         config.update({
             name: getattr(self, name) for name in (
-                "vocabulary_size", "output_loss", "vmf_regularization1", "vmf_regularization2",
-                "input_embedding", "token_embedding_dim", "tie_output", "adaptive_cutoffs",
-                "adaptive_div_value", "num_sampled", "seed", "alone", "direction_loss",
+                "output_loss", "vmf_regularization1", "vmf_regularization2", "tie_output",
+                "adaptive_cutoffs", "adaptive_div_value", "num_sampled", "seed", "alone",
+                "direction_loss",
             )
         })
-        config.update({
-            "output_layer": self.output_layer_type,
-            "embedding_table": (self.fixed_table.get_config()["table"] if self.fixed_table
-                                else None),
-        })
+        config["output_layer"] = self.output_layer_type
         return config

@@ -9,43 +9,20 @@ with `<s>` ... `</s>`), like `ElmoLM`.
 """
 
 import keras
-from keras import ops
 
-from tfeff import layers as tfeff_layers
-from tfeff.backend.checks import check_right_padded
-from tfeff.config.bert import POSITION_EMBEDDINGS
-from tfeff.layers.embedding_common import TableEmbedding
-from tfeff.models.bert_layer import BertLayer
-from tfeff.models.bert_layer import derived_seed
-from tfeff.models.bert_layer import get_activation
-from tfeff.models.language_model import DIRECTIONS
 from tfeff.models.language_model import LanguageModel
-from tfeff.models.language_model import check_choice
-from tfeff.models.language_model import check_positive_int
+from tfeff.models.transformer_lm_backbone import TransformerLMBackbone
 
-ANCHOR_SELECTIONS = tfeff_layers.anchor_multi_head_attention.ANCHOR_SELECTIONS
-ROTARY_MAX_WAVELENGTH = 10000
-
-
-class _CausalLayer(BertLayer):
-    """`BertLayer(causal=True)`: a class of its own for its name only, which Keras writes
-    into the weight paths of a saved `TransformerLM` (`forward_layers/__causal_layer/...`)."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs["causal"] = True
-        super().__init__(*args, **kwargs)
-
-
-def reverse_padded(x, lengths):
-    """Reverses each row's first `lengths[i]` steps of `x` `(batch, time, ...)`; the
-    padding after them stays where it is. Its own inverse."""
-    n = ops.shape(x)[1]
-    position = ops.arange(n, dtype="int32")[None, :]  # (1, time)
-    lengths = ops.cast(lengths, "int32")[:, None]  # (batch, 1)
-    index = ops.where(position < lengths, lengths - 1 - position, position)  # (batch, time)
-    for _ in range(len(x.shape) - 2):
-        index = index[..., None]  # broadcast over the feature axes
-    return ops.take_along_axis(x, index, axis=1)
+# The backbone's settings the task keeps as attributes of the same name.
+_CONFIG_KEYS = ("num_layers", "hidden_dim", "num_heads", "intermediate_dim",
+                "max_sequence_length", "dropout_rate", "activation", "layer_norm_epsilon",
+                "bidirectional", "position_embedding_type", "num_anchors", "anchor_selection",
+                "initializer_range")
+# The backbone's layers the task tracks under its own names (`BackboneTask`), in the
+# order the single class made them.
+_BACKBONE_LAYERS = ("token_projection", "embeddings_norm", "embeddings_dropout",
+                    "forward_position_embedding", "forward_layers",
+                    "backward_position_embedding", "backward_layers")
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -53,7 +30,9 @@ class TransformerLM(LanguageModel):
     """Causal transformer LM(s) with ELMo's pluggable input embedding and output layer.
 
     The encoders of Li et al.'s Table 5 (ELMo-C with larger encoders), built
-    from the pieces `ElmoLM` uses:
+    from the pieces `ElmoLM` uses. The task model, as keras-hub splits them:
+    a `TransformerLMBackbone` (`backbone`: the token layer and the stacks),
+    the output layer and the loss.
 
     * Input: `input_embedding="fixed"` (each token's pre-trained vector,
       gathered in host memory, `FixedEmbedding`), `"trainable"` (an
@@ -147,18 +126,12 @@ class TransformerLM(LanguageModel):
         t+1, of `"backward"` for token t-1 (`direction_pairs`).
 
     Raises:
-        TypeError: `vocabulary_size` is not an integer (fixed vectors passed
-            first instead of as `embedding_table=`).
-        ValueError: a size is not a positive integer, `hidden_dim` is not a
-            multiple of `num_heads` (or the head size is odd with rotary
-            positions), `dropout_rate` is not in [0, 1), a choice
-            (`activation`, `position_embedding`, `anchor_selection`,
-            `output_layer`, `input_embedding`) is unknown, `embedding_table` is
-            missing where required, `tie_output` is set without a trainable or
-            ALONE input and a `"full"` output, `alone` is given without
-            `input_embedding="alone"`, `vocabulary_size` is not an integer >= 2
-            or differs from the table's rows, or `"adaptive"` has no
-            `adaptive_cutoffs`.
+        ValueError: `output_layer` is unknown, `embedding_table` is missing
+            for a `"continuous"` or `"fixed"` output, `tie_output` is set
+            without a trainable or ALONE input and a `"full"` output, or
+            `"adaptive"` has no `adaptive_cutoffs`. The backbone checks the
+            rest (see `TransformerLMBackbone`). A `vocabulary_size` that is no integer
+            (fixed vectors passed first) raises `TypeError`.
 
     Example:
 
@@ -204,210 +177,37 @@ class TransformerLM(LanguageModel):
         direction_loss="sum",
         **kwargs,
     ):
-        for name, value in (("num_layers", num_layers), ("hidden_dim", hidden_dim),
-                            ("num_heads", num_heads), ("intermediate_dim", intermediate_dim),
-                            ("max_sequence_length", max_sequence_length)):
-            check_positive_int(name, value)
-        if num_anchors:
-            check_positive_int("num_anchors", num_anchors)
-        if hidden_dim % num_heads:
-            raise ValueError(f"`hidden_dim` must be a multiple of `num_heads`. Received: "
-                             f"hidden_dim={hidden_dim}, num_heads={num_heads}")
-        if not 0 <= dropout_rate < 1:
-            raise ValueError("Received an invalid value for `dropout_rate`, expected a value "
-                             f"in [0, 1). Received: dropout_rate={dropout_rate}")
-        get_activation(activation)
-        check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
-        check_choice("anchor_selection", anchor_selection, ANCHOR_SELECTIONS)
-        if position_embedding == "rotary" and (hidden_dim // num_heads) % 2:
-            raise ValueError("Rotary positions need an even head size `hidden_dim // num_heads`. "
-                             f"Received: hidden_dim={hidden_dim}, num_heads={num_heads}")
         super().__init__(
-            vocabulary_size, hidden_dim=hidden_dim, output_layer=output_layer,
-            output_loss=output_loss, embedding_table=embedding_table,
+            vocabulary_size, output_layer=output_layer, output_loss=output_loss,
             vmf_regularization1=vmf_regularization1, vmf_regularization2=vmf_regularization2,
-            input_embedding=input_embedding, token_embedding_dim=token_embedding_dim,
+            input_embedding=input_embedding, embedding_table=embedding_table,
             tie_output=tie_output, adaptive_cutoffs=adaptive_cutoffs,
             adaptive_div_value=adaptive_div_value, num_sampled=num_sampled, seed=seed,
-            alone=alone, direction_loss=direction_loss, **kwargs)
-        self.num_layers = int(num_layers)
-        self.hidden_dim = int(hidden_dim)
-        self.num_heads = int(num_heads)
-        self.intermediate_dim = int(intermediate_dim)
-        self.max_sequence_length = int(max_sequence_length)
-        self.dropout_rate = float(dropout_rate)
-        self.activation = activation
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.bidirectional = bool(bidirectional)
-        self.position_embedding_type = position_embedding
-        self.num_anchors = int(num_anchors or 0)
-        self.anchor_selection = anchor_selection
-        self.initializer_range = float(initializer_range)
-
-        def init():
-            return keras.initializers.TruncatedNormal(stddev=initializer_range)
-
-        self.token_projection = keras.layers.Dense(
-            self.hidden_dim, kernel_initializer=init(), name="token_projection")
-        self.embeddings_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="embeddings_norm")
-        self.embeddings_dropout = keras.layers.Dropout(
-            self.dropout_rate, seed=derived_seed(seed, "embeddings_dropout"),
-            name="embeddings_dropout")
-        # Per direction: `{direction}_position_embedding` (learned positions, else None)
-        # and the list `{direction}_layers`, plain attributes (Keras' saving walks them).
-        for d, direction in enumerate(self.directions):
-            table = None
-            if position_embedding == "learned":
-                table = TableEmbedding(
-                    self.max_sequence_length, self.hidden_dim, embeddings_initializer=init(),
-                    name=f"{direction}_position_embedding")
-            setattr(self, f"{direction}_position_embedding", table)
-            setattr(self, f"{direction}_layers", [
-                _CausalLayer(
-                    self.hidden_dim, self.num_heads, self.intermediate_dim,
-                    max_sequence_length=self.max_sequence_length,
-                    dropout_rate=self.dropout_rate,
-                    activation=activation, layer_norm_epsilon=self.layer_norm_epsilon,
-                    num_anchors=self.num_anchors, anchor_selection=anchor_selection,
-                    rotary_max_wavelength=(ROTARY_MAX_WAVELENGTH
-                                           if position_embedding == "rotary" else None),
-                    initializer_range=initializer_range,
-                    seed=None if seed is None else seed + 1 + d * self.num_layers + i,
-                    name=f"{direction}_layer_{i}")
-                for i in range(self.num_layers)
-            ])
-        self.make_output_head(self.hidden_dim)
-
-    @property
-    def directions(self):
-        """The stacks' directions: `("forward", "backward")` or `("forward",)`."""
-        return DIRECTIONS if self.bidirectional else DIRECTIONS[:1]
-
-    def stack_layers(self, direction):
-        """The transformer layers of the `direction` stack."""
-        return getattr(self, f"{direction}_layers")
-
-    def position_embedding(self, direction):
-        """The learned position table of the `direction` stack, or None (rotary)."""
-        return getattr(self, f"{direction}_position_embedding")
+            direction_loss=direction_loss, **kwargs)
+        backbone = TransformerLMBackbone(
+            vocabulary_size, num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+            intermediate_dim=intermediate_dim, max_sequence_length=max_sequence_length,
+            dropout_rate=dropout_rate, activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon, bidirectional=bidirectional,
+            position_embedding=position_embedding, num_anchors=num_anchors,
+            anchor_selection=anchor_selection, embedding_table=embedding_table,
+            input_embedding=input_embedding, token_embedding_dim=token_embedding_dim,
+            alone=self.backbone_alone(alone, input_embedding),
+            initializer_range=initializer_range, seed=seed, dtype=self.dtype_policy,
+            name=f"{self.name}_backbone")
+        for name in _CONFIG_KEYS:
+            setattr(self, name, getattr(backbone, name))
+        self.attach_backbone(backbone, _BACKBONE_LAYERS, self.hidden_dim)
 
     def build(self, input_shape=None):
-        hidden_shape = (None, None, self.hidden_dim)
-        self.build_token_embedding()
-        self.token_projection.build((None, None, self.token_embedding_dim))
-        self.embeddings_norm.build(hidden_shape)
-        for direction in self.directions:
-            if self.position_embedding(direction) is not None:
-                self.position_embedding(direction).build((None,))
-            for layer in self.stack_layers(direction):
-                layer.build(hidden_shape)
+        self.build_backbone()
         self.build_output_head(self.hidden_dim)
         self.built = True
 
-    def _run_stack(self, direction, token, keep, training, exact_attention,
-                   return_all_layers):
-        """One stack on the (direction-ordered) token layer: its top `(batch, n, hidden)`,
-        or every layer's output, each zero at padding."""
-        x = token
-        position_embedding = self.position_embedding(direction)
-        if position_embedding is not None:
-            n = ops.shape(token)[1]
-            if isinstance(n, int) and n > self.max_sequence_length:
-                raise ValueError(
-                    f"TransformerLM `{self.name}` has {self.max_sequence_length} learned "
-                    f"positions (`max_sequence_length`); received sequences of {n} tokens.")
-            positions = position_embedding(ops.arange(n))[None]  # (1, n, d)
-            x = x + ops.cast(positions, x.dtype)
-        x = self.embeddings_dropout(x, training=training)
-        outputs = []
-        for layer in self.stack_layers(direction):
-            x = layer(x, training=training, exact_attention=exact_attention) * keep
-            outputs.append(x)
-        return outputs if return_all_layers else outputs[-1]
-
-    def encode(self, token_ids, padding_mask=None, training=False, exact_attention=None,
-               return_all_layers=False):
-        """Runs the stacks on token ids.
-
-        Args:
-            token_ids: int `(batch, time)`.
-            padding_mask: bool `(batch, time)`, right-padded (default
-                `token_ids != 0`): a True after a False raises
-                (`tfeff.backend.checks.check_right_padded`).
-            training: bool.
-            exact_attention: anchor attention run exactly (None: as built).
-            return_all_layers: also return the representation stack.
-
-        Returns:
-            dict of each direction's top layer `(batch, time, hidden_dim)`
-            (zero at padding); with `return_all_layers`, `(tops, stack)` where
-            `stack` is `(batch, num_layers + 1, time, embedding_dim)`: the
-            token layer, then each layer's output, the directions
-            concatenated per layer (the token layer duplicated).
-        """
-        ids = ops.cast(token_ids, "int32")
-        mask = ids > 0 if padding_mask is None else padding_mask
-        mask = check_right_padded(self, mask, "padding_mask")
-        vectors = self.token_embedding(ids, training=training)  # (batch, time, emb)
-        keep = ops.cast(mask, self.compute_dtype)[:, :, None]
-        token = self.embeddings_norm(self.token_projection(vectors)) * keep  # (batch, time, d)
-        lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
-        tops, layers = {}, {}
-        for direction in self.directions:
-            # The backward stack is the forward computation on each sentence reversed.
-            flip = ((lambda x: x) if direction == "forward"
-                    else (lambda x: reverse_padded(x, lengths)))
-            out = self._run_stack(direction, flip(token), keep, training, exact_attention,
-                                  return_all_layers)
-            if return_all_layers:
-                layers[direction] = [flip(x) for x in out]
-                tops[direction] = layers[direction][-1]
-            else:
-                tops[direction] = flip(out)
-        if not return_all_layers:
-            return tops
-        stack = [ops.concatenate([token] * len(self.directions), axis=-1)]
-        for i in range(self.num_layers):
-            stack.append(ops.concatenate([layers[d][i] for d in self.directions], axis=-1))
-        return tops, ops.stack(stack, axis=1)
+    def encode(self, *args, **kwargs):
+        """The backbone's `encode`: each direction's top layer (and the stack)."""
+        return self._backbone.encode(*args, **kwargs)
 
     def call(self, inputs, training=False, exact_attention=None):
-        tops = self.encode(inputs, training=training, exact_attention=exact_attention)
+        tops = self._backbone.encode(inputs, training=training, exact_attention=exact_attention)
         return {direction: self.head_inputs(top) for direction, top in tops.items()}
-
-    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
-
-    @property
-    def embedding_num_layers(self):
-        """Layers of `embedding_layers`: the token layer and each transformer layer."""
-        return self.num_layers + 1
-
-    @property
-    def embedding_dim(self):
-        """Size of each layer of `embedding_layers` (both directions concatenated)."""
-        return self.hidden_dim * len(self.directions)
-
-    @property
-    def max_embedding_tokens(self):
-        """The most tokens embedded between `<s>` and `</s>` (`max_sequence_length`)."""
-        return self.max_sequence_length - 2
-
-    def embedding_layers(self, token_ids, padding_mask, training=False):
-        """Every layer for `token_ids` (with `<s>` and `</s>`): `(batch, num_layers + 1,
-        time, embedding_dim)`, the token layer first (duplicated when bidirectional)."""
-        _, stack = self.encode(token_ids, padding_mask=padding_mask, training=training,
-                               return_all_layers=True)
-        return stack
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({
-            name: getattr(self, name) for name in (
-                "num_layers", "hidden_dim", "num_heads", "intermediate_dim",
-                "max_sequence_length", "dropout_rate", "activation", "layer_norm_epsilon",
-                "bidirectional", "num_anchors", "anchor_selection", "initializer_range",
-            )
-        })
-        config["position_embedding"] = self.position_embedding_type
-        return config

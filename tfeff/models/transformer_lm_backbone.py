@@ -1,0 +1,326 @@
+"""TransformerLMBackbone: the transformer LM's encoder, the token layer and the causal
+stacks (Li et al.'s Table 5 encoders), in `keras.ops` on every backend."""
+
+import keras
+from keras import ops
+
+from tfeff import layers as tfeff_layers
+from tfeff.backend.checks import check_right_padded
+from tfeff.config.bert import POSITION_EMBEDDINGS
+from tfeff.layers.embedding_common import TableEmbedding
+from tfeff.models.bert_layer import BertLayer
+from tfeff.models.bert_layer import derived_seed
+from tfeff.models.bert_layer import get_activation
+from tfeff.models.language_model import DIRECTIONS
+from tfeff.models.language_model import LanguageModelBackbone
+from tfeff.models.language_model import check_choice
+from tfeff.models.language_model import check_positive_int
+
+ANCHOR_SELECTIONS = tfeff_layers.anchor_multi_head_attention.ANCHOR_SELECTIONS
+ROTARY_MAX_WAVELENGTH = 10000
+
+
+class _CausalLayer(BertLayer):
+    """`BertLayer(causal=True)`: a class of its own for its name only, which Keras writes
+    into the weight paths of a saved `TransformerLM` (`forward_layers/__causal_layer/...`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["causal"] = True
+        super().__init__(*args, **kwargs)
+
+
+def reverse_padded(x, lengths):
+    """Reverses each row's first `lengths[i]` steps of `x` `(batch, time, ...)`; the
+    padding after them stays where it is. Its own inverse."""
+    n = ops.shape(x)[1]
+    position = ops.arange(n, dtype="int32")[None, :]  # (1, time)
+    lengths = ops.cast(lengths, "int32")[:, None]  # (batch, 1)
+    index = ops.where(position < lengths, lengths - 1 - position, position)  # (batch, time)
+    for _ in range(len(x.shape) - 2):
+        index = index[..., None]  # broadcast over the feature axes
+    return ops.take_along_axis(x, index, axis=1)
+
+
+@keras.saving.register_keras_serializable(package="tfeff")
+class TransformerLMBackbone(LanguageModelBackbone):
+    """The transformer LM's encoder, with no output layer and no loss (what
+    `TransformerLM` trains).
+
+    * Token layer: the input embedding (`input_embedding`: `"fixed"`,
+      `"trainable"` or `"alone"`), linearly projected to `hidden_dim` and
+      layer normalized, shared by both directions.
+    * `bidirectional=True`: a forward and a backward stack of `num_layers`
+      post-layer-norm causal transformer layers (`BertLayer(causal=True)`);
+      the backward stack reads each sentence reversed. `bidirectional=False`:
+      the forward stack only.
+    * Positions: `"learned"` (one absolute position table per stack) or
+      `"rotary"`. `num_anchors` > 0: `CausalAnchorAttention` in every layer.
+
+    Causality is exact: the forward output at t depends on the ids at
+    positions <= t only, the backward output at t on those >= t only.
+
+    Args:
+        vocabulary_size: number of ids (row 0 is padding); may be left out
+            when `embedding_table` is given.
+        num_layers: transformer layers per stack.
+        hidden_dim: model width (a multiple of `num_heads`).
+        num_heads: attention heads.
+        intermediate_dim: feed-forward width.
+        max_sequence_length: longest sequence, boundaries included.
+        dropout_rate: dropout on the token layer, on attention probabilities
+            and on the residual branches, in [0, 1).
+        activation: the feed-forward activation (`"gelu"`,
+            `"gelu_approximate"` or `"relu"`).
+        layer_norm_epsilon: layer norm epsilon.
+        bidirectional: a forward and a backward stack (True) or forward only.
+        position_embedding: `"learned"` or `"rotary"`.
+        num_anchors: 0 for standard attention, else anchors per
+            `max_sequence_length` positions of the causal anchor attention.
+        anchor_selection: `"random"` or `"strided"` (anchor attention).
+        embedding_table: path of the `.npy` vocabulary vectors, or an array
+            `(vocabulary_size, dim)`; required by the fixed input embedding.
+        input_embedding: `"fixed"`, `"trainable"` or `"alone"`.
+        token_embedding_dim: size of a trainable or ALONE input embedding
+            (default: the table's dimension, else `hidden_dim`).
+        alone: dict of `AloneEmbedding` arguments for `input_embedding="alone"`
+            (see `LanguageModelBackbone`).
+        initializer_range: stddev of the truncated-normal kernel initializers.
+        seed: seed of dropout and anchor draws.
+        **kwargs: base `Model` arguments.
+
+    Call arguments:
+        inputs: int ids `(batch, time)`, right-padded with 0.
+        training: bool.
+        exact_attention: run anchor attention exactly; None keeps the layers'
+            setting.
+
+    Returns:
+        dict of each direction's top layer `(batch, time, hidden_dim)`, zero
+        at padding.
+
+    Raises:
+        ValueError: a size is not a positive integer, `hidden_dim` is not a
+            multiple of `num_heads` (or the head size is odd with rotary
+            positions), `dropout_rate` is not in [0, 1), or `activation`,
+            `position_embedding` or `anchor_selection` is unknown (and, from
+            `LanguageModelBackbone`, a bad `vocabulary_size`, table or input
+            embedding; a `vocabulary_size` that is no integer, such as fixed
+            vectors passed first, raises `TypeError`).
+
+    Example:
+
+    >>> backbone = TransformerLMBackbone(20, num_layers=1, hidden_dim=8, num_heads=2,
+    ...                                  intermediate_dim=16, max_sequence_length=8,
+    ...                                  input_embedding="trainable")
+    >>> ids = np.array([[2, 5, 6, 3, 0]], "int32")
+    >>> tuple(backbone(ids)["backward"].shape)
+    (1, 5, 8)
+    >>> tuple(backbone.embedding_layers(ids, ids > 0).shape)
+    (1, 2, 5, 16)
+    """
+
+    def __init__(self, vocabulary_size=None, num_layers=6, hidden_dim=512, num_heads=8,
+                 intermediate_dim=2048, max_sequence_length=512, dropout_rate=0.1,
+                 activation="gelu", layer_norm_epsilon=1e-6, bidirectional=True,
+                 position_embedding="learned", num_anchors=0, anchor_selection="random",
+                 embedding_table=None, input_embedding="fixed", token_embedding_dim=None,
+                 alone=None, initializer_range=0.02, seed=None, **kwargs):
+        for name, value in (("num_layers", num_layers), ("hidden_dim", hidden_dim),
+                            ("num_heads", num_heads), ("intermediate_dim", intermediate_dim),
+                            ("max_sequence_length", max_sequence_length)):
+            check_positive_int(name, value)
+        if num_anchors:
+            check_positive_int("num_anchors", num_anchors)
+        if hidden_dim % num_heads:
+            raise ValueError(f"`hidden_dim` must be a multiple of `num_heads`. Received: "
+                             f"hidden_dim={hidden_dim}, num_heads={num_heads}")
+        if not 0 <= dropout_rate < 1:
+            raise ValueError("Received an invalid value for `dropout_rate`, expected a value "
+                             f"in [0, 1). Received: dropout_rate={dropout_rate}")
+        get_activation(activation)
+        check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
+        check_choice("anchor_selection", anchor_selection, ANCHOR_SELECTIONS)
+        if position_embedding == "rotary" and (hidden_dim // num_heads) % 2:
+            raise ValueError("Rotary positions need an even head size `hidden_dim // num_heads`. "
+                             f"Received: hidden_dim={hidden_dim}, num_heads={num_heads}")
+        super().__init__(vocabulary_size, hidden_dim=hidden_dim,
+                         embedding_table=embedding_table, input_embedding=input_embedding,
+                         token_embedding_dim=token_embedding_dim, alone=alone, **kwargs)
+        self.seed = seed
+        self.num_layers = int(num_layers)
+        self.hidden_dim = int(hidden_dim)
+        self.num_heads = int(num_heads)
+        self.intermediate_dim = int(intermediate_dim)
+        self.max_sequence_length = int(max_sequence_length)
+        self.dropout_rate = float(dropout_rate)
+        self.activation = activation
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.bidirectional = bool(bidirectional)
+        self.position_embedding_type = position_embedding
+        self.num_anchors = int(num_anchors or 0)
+        self.anchor_selection = anchor_selection
+        self.initializer_range = float(initializer_range)
+
+        def init():
+            return keras.initializers.TruncatedNormal(stddev=initializer_range)
+
+        self.token_projection = keras.layers.Dense(
+            self.hidden_dim, kernel_initializer=init(), name="token_projection")
+        self.embeddings_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="embeddings_norm")
+        self.embeddings_dropout = keras.layers.Dropout(
+            self.dropout_rate, seed=derived_seed(seed, "embeddings_dropout"),
+            name="embeddings_dropout")
+        # Per direction: `{direction}_position_embedding` (learned positions, else None)
+        # and the list `{direction}_layers`, plain attributes (Keras' saving walks them).
+        for d, direction in enumerate(self.directions):
+            table = None
+            if position_embedding == "learned":
+                table = TableEmbedding(
+                    self.max_sequence_length, self.hidden_dim, embeddings_initializer=init(),
+                    name=f"{direction}_position_embedding")
+            setattr(self, f"{direction}_position_embedding", table)
+            setattr(self, f"{direction}_layers", [
+                _CausalLayer(
+                    self.hidden_dim, self.num_heads, self.intermediate_dim,
+                    max_sequence_length=self.max_sequence_length,
+                    dropout_rate=self.dropout_rate,
+                    activation=activation, layer_norm_epsilon=self.layer_norm_epsilon,
+                    num_anchors=self.num_anchors, anchor_selection=anchor_selection,
+                    rotary_max_wavelength=(ROTARY_MAX_WAVELENGTH
+                                           if position_embedding == "rotary" else None),
+                    initializer_range=initializer_range,
+                    seed=None if seed is None else seed + 1 + d * self.num_layers + i,
+                    name=f"{direction}_layer_{i}")
+                for i in range(self.num_layers)
+            ])
+
+    @property
+    def directions(self):
+        """The stacks' directions: `("forward", "backward")` or `("forward",)`."""
+        return DIRECTIONS if self.bidirectional else DIRECTIONS[:1]
+
+    def stack_layers(self, direction):
+        """The transformer layers of the `direction` stack."""
+        return getattr(self, f"{direction}_layers")
+
+    def position_embedding(self, direction):
+        """The learned position table of the `direction` stack, or None (rotary)."""
+        return getattr(self, f"{direction}_position_embedding")
+
+    def build_layers(self):
+        hidden_shape = (None, None, self.hidden_dim)
+        self.build_token_embedding()
+        self.token_projection.build((None, None, self.token_embedding_dim))
+        self.embeddings_norm.build(hidden_shape)
+        for direction in self.directions:
+            if self.position_embedding(direction) is not None:
+                self.position_embedding(direction).build((None,))
+            for layer in self.stack_layers(direction):
+                layer.build(hidden_shape)
+
+    def _run_stack(self, direction, token, keep, training, exact_attention,
+                   return_all_layers):
+        """One stack on the (direction-ordered) token layer: its top `(batch, n, hidden)`,
+        or every layer's output, each zero at padding."""
+        x = token
+        position_embedding = self.position_embedding(direction)
+        if position_embedding is not None:
+            n = ops.shape(token)[1]
+            if isinstance(n, int) and n > self.max_sequence_length:
+                raise ValueError(
+                    f"TransformerLM `{self.name}` has {self.max_sequence_length} learned "
+                    f"positions (`max_sequence_length`); received sequences of {n} tokens.")
+            positions = position_embedding(ops.arange(n))[None]  # (1, n, d)
+            x = x + ops.cast(positions, x.dtype)
+        x = self.embeddings_dropout(x, training=training)
+        outputs = []
+        for layer in self.stack_layers(direction):
+            x = layer(x, training=training, exact_attention=exact_attention) * keep
+            outputs.append(x)
+        return outputs if return_all_layers else outputs[-1]
+
+    def encode(self, token_ids, padding_mask=None, training=False, exact_attention=None,
+               return_all_layers=False):
+        """Runs the stacks on token ids.
+
+        Args:
+            token_ids: int `(batch, time)`.
+            padding_mask: bool `(batch, time)`, right-padded (default
+                `token_ids != 0`): a True after a False raises
+                (`tfeff.backend.checks.check_right_padded`).
+            training: bool.
+            exact_attention: anchor attention run exactly (None: as built).
+            return_all_layers: also return the representation stack.
+
+        Returns:
+            dict of each direction's top layer `(batch, time, hidden_dim)`
+            (zero at padding); with `return_all_layers`, `(tops, stack)` where
+            `stack` is `(batch, num_layers + 1, time, embedding_dim)`: the
+            token layer, then each layer's output, the directions
+            concatenated per layer (the token layer duplicated).
+        """
+        ids = ops.cast(token_ids, "int32")
+        mask = ids > 0 if padding_mask is None else padding_mask
+        mask = check_right_padded(self, mask, "padding_mask")
+        vectors = self.token_embedding(ids, training=training)  # (batch, time, emb)
+        keep = ops.cast(mask, self.compute_dtype)[:, :, None]
+        token = self.embeddings_norm(self.token_projection(vectors)) * keep  # (batch, time, d)
+        lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
+        tops, layers = {}, {}
+        for direction in self.directions:
+            # The backward stack is the forward computation on each sentence reversed.
+            flip = ((lambda x: x) if direction == "forward"
+                    else (lambda x: reverse_padded(x, lengths)))
+            out = self._run_stack(direction, flip(token), keep, training, exact_attention,
+                                  return_all_layers)
+            if return_all_layers:
+                layers[direction] = [flip(x) for x in out]
+                tops[direction] = layers[direction][-1]
+            else:
+                tops[direction] = flip(out)
+        if not return_all_layers:
+            return tops
+        stack = [ops.concatenate([token] * len(self.directions), axis=-1)]
+        for i in range(self.num_layers):
+            stack.append(ops.concatenate([layers[d][i] for d in self.directions], axis=-1))
+        return tops, ops.stack(stack, axis=1)
+
+    def call(self, inputs, training=False, exact_attention=None):
+        return self.encode(inputs, training=training, exact_attention=exact_attention)
+
+    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
+
+    @property
+    def embedding_num_layers(self):
+        """Layers of `embedding_layers`: the token layer and each transformer layer."""
+        return self.num_layers + 1
+
+    @property
+    def embedding_dim(self):
+        """Size of each layer of `embedding_layers` (both directions concatenated)."""
+        return self.hidden_dim * len(self.directions)
+
+    @property
+    def max_embedding_tokens(self):
+        """The most tokens embedded between `<s>` and `</s>` (`max_sequence_length`)."""
+        return self.max_sequence_length - 2
+
+    def embedding_layers(self, token_ids, padding_mask, training=False):
+        """Every layer for `token_ids` (with `<s>` and `</s>`): `(batch, num_layers + 1,
+        time, embedding_dim)`, the token layer first (duplicated when bidirectional)."""
+        _, stack = self.encode(token_ids, padding_mask=padding_mask, training=training,
+                               return_all_layers=True)
+        return stack
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            name: getattr(self, name) for name in (
+                "num_layers", "hidden_dim", "num_heads", "intermediate_dim",
+                "max_sequence_length", "dropout_rate", "activation", "layer_norm_epsilon",
+                "bidirectional", "num_anchors", "anchor_selection", "initializer_range", "seed",
+            )
+        })
+        config["position_embedding"] = self.position_embedding_type
+        return config
