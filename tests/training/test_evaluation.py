@@ -107,9 +107,9 @@ def test_collect_predictions_scores_the_first_targets_and_counts_them_all():
                    dropout_rate=0.0)
     whole, whole_ids, whole_total = evaluation.collect_predictions(model, dataset, 10_000)
     cut, cut_ids, cut_total = evaluation.collect_predictions(model, dataset, 25)
-    # 8 targets per row and direction; the short row loses its 4 forward targets past
-    # its end and 3 backward ones, the <unk> one in each direction.
-    assert whole_total == len(whole_ids) == 2 * 12 * 8 - 7 - 2
+    # 8 targets per row and direction; the short row loses the 4 targets of each
+    # direction predicted at its padding, the <unk> one in each direction.
+    assert whole_total == len(whole_ids) == 2 * 12 * 8 - 8 - 2
     assert cut_total == whole_total and len(cut_ids) == 25
     np.testing.assert_array_equal(cut_ids, whole_ids[:25])
     np.testing.assert_array_equal(cut, whole[:25])
@@ -117,6 +117,6 @@ def test_collect_predictions_scores_the_first_targets_and_counts_them_all():
     # both (forward: ids[:4, 1:], backward: ids[:4, :-1], row by row).
     first = ids[:4]
     forward = first[:, 1:][first[:, 1:] >= 2]
-    backward = first[:, :-1][(first[:, :-1] >= 2)]
+    backward = first[:, :-1][(first[:, :-1] >= 2) & (first[:, 1:] > 0)]
     np.testing.assert_array_equal(cut_ids[0:20:2], forward[:10])
     np.testing.assert_array_equal(cut_ids[1:20:2], backward[:10])
