@@ -14,6 +14,9 @@ import numpy as np
 import pytest
 
 from tests.numerics import assert_close
+from tfeff.models import Bert
+from tfeff.models import ElmoLM
+from tfeff.models import TransformerLM
 from tfeff.training import restore_model
 
 SAVED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "saved")
@@ -83,3 +86,94 @@ def test_every_public_model_is_among_the_saved_files():
     # The backbones' layers are those of the task models' encoders, which the files hold.
     added_since = {"BertBackbone", "ElmoBackbone", "TransformerLMBackbone"}
     assert saved == set(tfeff.models.__all__) - added_since
+
+
+# The order of `model.weights` in tfeff 0.1.0, before the backbone/task split (printed by
+# that version for these constructors): an optimizer saved with a `.keras` file stores
+# its slots by this order, and `get_weights()` lists follow it.
+WEIGHT_ORDER = {
+    "elmo_lm": (lambda: ElmoLM(20, num_layers=2, units=8, projection_dim=4,
+                               input_embedding="trainable", output_layer="full",
+                               token_embedding_dim=6, tie_output=True, name="elmo_lm"),
+                ['trainable_token_embedding/embeddings', 'token_projection/kernel',
+                 'token_projection/bias', 'forward_lstm_0/kernel',
+                 'forward_lstm_0/recurrent_kernel', 'forward_lstm_0/bias',
+                 'forward_lstm_0/projection_kernel', 'forward_norm_0/gamma',
+                 'forward_norm_0/beta', 'backward_lstm_0/kernel',
+                 'backward_lstm_0/recurrent_kernel', 'backward_lstm_0/bias',
+                 'backward_lstm_0/projection_kernel', 'backward_norm_0/gamma',
+                 'backward_norm_0/beta', 'forward_lstm_1/kernel',
+                 'forward_lstm_1/recurrent_kernel', 'forward_lstm_1/bias',
+                 'forward_lstm_1/projection_kernel', 'forward_norm_1/gamma',
+                 'forward_norm_1/beta', 'backward_lstm_1/kernel',
+                 'backward_lstm_1/recurrent_kernel', 'backward_lstm_1/bias',
+                 'backward_lstm_1/projection_kernel', 'backward_norm_1/gamma',
+                 'backward_norm_1/beta', 'pre_output/kernel', 'pre_output/bias',
+                 'full_softmax/bias']),
+    "transformer_lm": (lambda: TransformerLM(20, num_layers=1, hidden_dim=8, num_heads=2,
+                                             intermediate_dim=16, max_sequence_length=8,
+                                             input_embedding="trainable", output_layer="full",
+                                             name="transformer_lm"),
+                       ['trainable_token_embedding/embeddings', 'token_projection/kernel',
+                 'token_projection/bias', 'embeddings_norm/gamma', 'embeddings_norm/beta',
+                 'forward_position_embedding/embeddings',
+                 'forward_layer_0/self_attention/query/kernel',
+                 'forward_layer_0/self_attention/query/bias',
+                 'forward_layer_0/self_attention/key/kernel',
+                 'forward_layer_0/self_attention/key/bias',
+                 'forward_layer_0/self_attention/value/kernel',
+                 'forward_layer_0/self_attention/value/bias',
+                 'forward_layer_0/self_attention/attention_output/kernel',
+                 'forward_layer_0/self_attention/attention_output/bias',
+                 'forward_layer_0/attention_norm/gamma', 'forward_layer_0/attention_norm/beta',
+                 'forward_layer_0/intermediate_dense/kernel',
+                 'forward_layer_0/intermediate_dense/bias',
+                 'forward_layer_0/output_dense/kernel', 'forward_layer_0/output_dense/bias',
+                 'forward_layer_0/output_norm/gamma', 'forward_layer_0/output_norm/beta',
+                 'backward_position_embedding/embeddings',
+                 'backward_layer_0/self_attention/query/kernel',
+                 'backward_layer_0/self_attention/query/bias',
+                 'backward_layer_0/self_attention/key/kernel',
+                 'backward_layer_0/self_attention/key/bias',
+                 'backward_layer_0/self_attention/value/kernel',
+                 'backward_layer_0/self_attention/value/bias',
+                 'backward_layer_0/self_attention/attention_output/kernel',
+                 'backward_layer_0/self_attention/attention_output/bias',
+                 'backward_layer_0/attention_norm/gamma',
+                 'backward_layer_0/attention_norm/beta',
+                 'backward_layer_0/intermediate_dense/kernel',
+                 'backward_layer_0/intermediate_dense/bias',
+                 'backward_layer_0/output_dense/kernel', 'backward_layer_0/output_dense/bias',
+                 'backward_layer_0/output_norm/gamma', 'backward_layer_0/output_norm/beta',
+                 'full_softmax/embeddings', 'full_softmax/bias']),
+    "bert": (lambda: Bert(20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
+                          max_sequence_length=8, use_nsp=True, name="bert"),
+             ['mlm_bias', 'token_embedding/embeddings', 'position_embedding/embeddings',
+                 'segment_embedding/embeddings', 'embeddings_norm/gamma',
+                 'embeddings_norm/beta', 'transformer_layer_0/self_attention/query/kernel',
+                 'transformer_layer_0/self_attention/query/bias',
+                 'transformer_layer_0/self_attention/key/kernel',
+                 'transformer_layer_0/self_attention/key/bias',
+                 'transformer_layer_0/self_attention/value/kernel',
+                 'transformer_layer_0/self_attention/value/bias',
+                 'transformer_layer_0/self_attention/attention_output/kernel',
+                 'transformer_layer_0/self_attention/attention_output/bias',
+                 'transformer_layer_0/attention_norm/gamma',
+                 'transformer_layer_0/attention_norm/beta',
+                 'transformer_layer_0/intermediate_dense/kernel',
+                 'transformer_layer_0/intermediate_dense/bias',
+                 'transformer_layer_0/output_dense/kernel',
+                 'transformer_layer_0/output_dense/bias',
+                 'transformer_layer_0/output_norm/gamma',
+                 'transformer_layer_0/output_norm/beta', 'mlm_dense/kernel', 'mlm_dense/bias',
+                 'mlm_norm/gamma', 'mlm_norm/beta', 'pooler/kernel', 'pooler/bias',
+                 'nsp_dense/kernel', 'nsp_dense/bias']),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WEIGHT_ORDER))
+def test_the_weights_keep_their_paths_and_order(name):
+    make, paths = WEIGHT_ORDER[name]
+    model = make()
+    model.build()
+    assert [w.path for w in model.weights] == [f"{name}/{p}" for p in paths]

@@ -68,3 +68,19 @@ def test_the_backbone_is_the_encoder_of_the_task_and_stands_alone(kind, tmp_path
     assert reloaded.get_config() == task.get_config()
     for direction, out in reloaded(IDS).items():
         np.testing.assert_array_equal(np.asarray(out), np.asarray(outputs[direction]))
+
+
+@pytest.mark.parametrize("kind", sorted(TASKS))
+def test_a_backbone_built_by_its_own_call_keeps_its_variables(kind):
+    """Calling the backbone first builds it under its own name; the task then builds its
+    heads only, and scores the backbone's outputs with the one set of variables."""
+    keras.utils.set_random_seed(0)
+    task = TASKS[kind]()
+    tops = task.backbone(IDS)
+    variables = [id(w) for w in task.backbone.weights]
+    outputs = task(IDS)
+    assert [id(w) for w in task.backbone.weights] == variables
+    assert len({id(w) for w in task.weights}) == len(task.weights)
+    for direction in tops:
+        np.testing.assert_array_equal(np.asarray(task.head_inputs(tops[direction])),
+                                      np.asarray(outputs[direction]))

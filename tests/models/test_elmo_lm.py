@@ -235,6 +235,13 @@ def test_the_old_name_of_token_embedding_dim_is_read_with_a_warning():
     assert (lm.token_embedding_dim, lm.embedding_dim, lm.embedding_num_layers) == (6, 8, 2)
     config = lm.get_config()
     assert config["token_embedding_dim"] == 6 and "embedding_dim" not in config
+    # Both names: the same value is read, two values are refused by name.
+    both = dict(num_layers=1, units=4, projection_dim=4, input_embedding="trainable",
+                output_layer="full", token_embedding_dim=6)
+    with pytest.warns(DeprecationWarning):
+        assert ElmoLM(20, embedding_dim=6, **both).token_embedding_dim == 6
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="they differ: 5"):
+        ElmoLM(20, embedding_dim=5, **both)
     ids = np.array([[2, 5, 6, 3, 0]], "int32")
     stack, _, _ = lm.encode(lm.token_embedding(ids), ids > 0)
     np.testing.assert_array_equal(np.asarray(lm.embedding_layers(ids, ids > 0)), np.asarray(stack))

@@ -14,6 +14,10 @@ from tfeff.config.train import check_rnmt_batch
 # The next-word language models' output layers and input embeddings (the config's
 # choices, and `tfeff.models.LanguageModel`'s).
 OUTPUT_LAYERS = ("continuous", "full", "adaptive", "sampled", "fixed")
+# Those that score the vocabulary's fixed vectors (word models only), and the others.
+TABLE_OUTPUTS = ("continuous", "fixed")
+SUBWORD_OUTPUTS = tuple(o for o in OUTPUT_LAYERS if o not in TABLE_OUTPUTS)
+SUBWORD_OUTPUTS_TEXT = ", ".join(SUBWORD_OUTPUTS[:-1]) + " or " + SUBWORD_OUTPUTS[-1]
 TOKENIZATIONS = ("word", "wordpiece")
 INPUT_EMBEDDINGS = ("fixed", "trainable", "alone")
 
@@ -310,8 +314,8 @@ class ElmoConfig:
                     "`data.tokenization: wordpiece` needs `model.input_embedding: trainable` "
                     "or `alone` (there are no fixed vectors of subwords)"
                 )
-            if self.model.output_layer not in ("full", "adaptive", "sampled"):
+            if self.model.output_layer in TABLE_OUTPUTS:
                 raise ConfigError(
-                    "`data.tokenization: wordpiece` needs `model.output_layer` full, adaptive "
-                    f"or sampled, got {self.model.output_layer!r}"
+                    "`data.tokenization: wordpiece` needs `model.output_layer` "
+                    f"{SUBWORD_OUTPUTS_TEXT}, got {self.model.output_layer!r}"
                 )

@@ -18,6 +18,8 @@ from tfeff.config.bert import ANCHOR_SELECTIONS
 from tfeff.config.bert import POSITION_EMBEDDINGS
 from tfeff.config.elmo import DataConfig
 from tfeff.config.elmo import ElmoModelConfig
+from tfeff.config.elmo import SUBWORD_OUTPUTS_TEXT
+from tfeff.config.elmo import TABLE_OUTPUTS
 from tfeff.config.elmo import EvalConfig
 from tfeff.config.elmo import FastTextConfig
 from tfeff.config.elmo import SyntheticCorpusConfig
@@ -188,10 +190,10 @@ class TransformerLMConfig:
                     f"`{join(data_prefix, 'tokenization')}: wordpiece` needs "
                     f"`{join(model_prefix, 'input_embedding')}: trainable` or `alone` (there "
                     "are no fixed vectors of subwords)")
-            if self.model.output_layer not in ("full", "adaptive", "sampled"):
+            if self.model.output_layer in TABLE_OUTPUTS:
                 raise ConfigError(
                     f"`{join(data_prefix, 'tokenization')}: wordpiece` needs "
-                    f"`{join(model_prefix, 'output_layer')}` full, adaptive or sampled, got "
+                    f"`{join(model_prefix, 'output_layer')}` {SUBWORD_OUTPUTS_TEXT}, got "
                     f"{self.model.output_layer!r}")
         length = self.model.max_sequence_length
         if length and length < self.data.max_sequence_length:

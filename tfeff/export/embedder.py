@@ -405,7 +405,7 @@ def embedder_module(model, *, embedder=None, family=None, vocabulary=None,
     (any input embedding, the predictions of a continuous output),
     `"fasttext"` for a `FastTextEmbedding`, `"token_ids"` for any model with
     `embedding_layers` (`TokenIdsEmbedderModule`). A training family names its
-    own (`Family.embedder_options`); None takes the model's `embedder`
+    own (`Family.embedder_options`); None takes the model's `embedder_kind`
     attribute, else `"token_ids"` for a model with `embedding_layers`.
 
     Args:
@@ -437,9 +437,12 @@ def embedder_module(model, *, embedder=None, family=None, vocabulary=None,
             or its size differs from the model's.
     """
     if embedder is None:
-        # The model names its module (`ElmoLM`: "elmo", `FastTextEmbedding`: "fasttext");
-        # any other model with `embedding_layers` is embedded layer by layer.
-        embedder = getattr(model, "embedder", None)
+        # The model names its module (`embedder_kind`; `ElmoLM`: "elmo",
+        # `FastTextEmbedding`: "fasttext"); any other model with `embedding_layers` is
+        # embedded layer by layer.
+        embedder = getattr(model, "embedder_kind", None)
+        if not isinstance(embedder, str):
+            embedder = None
         if embedder is None and hasattr(model, "embedding_layers"):
             embedder = "token_ids"
         if embedder is None:

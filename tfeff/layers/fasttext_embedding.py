@@ -82,7 +82,7 @@ class FastTextEmbedding(keras.layers.Layer):
     """
 
     # The export module of `tfeff.export.embedder_module`: the context-free baseline.
-    embedder = "fasttext"
+    embedder_kind = "fasttext"
 
     def __init__(
         self,

@@ -9,8 +9,9 @@ from tfeff.models.elmo_backbone import ElmoBackbone
 from tfeff.models.language_model import LanguageModel
 
 # The backbone's layers the task tracks under its own names (`BackboneTask`).
-_BACKBONE_LAYERS = ("token_projection", "forward_lstms", "backward_lstms", "forward_norms",
-                    "backward_norms", "dropout")
+_BACKBONE_LAYERS = ("token_projection",
+                    ("forward_lstms", "forward_norms", "backward_lstms", "backward_norms"),
+                    "dropout")
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -62,7 +63,7 @@ class ElmoLM(LanguageModel):
         output_layer: one of `OUTPUT_LAYERS`.
         output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
         embedding_table: path of the `.npy` vocabulary vectors, or an array
-            `(vocabulary_size, embedding_dim)`; row 0 is padding. Required by
+            `(vocabulary_size, dim)`; row 0 is padding. Required by
             the fixed input embedding and the `"continuous"` / `"fixed"` outputs.
         vmf_regularization1: lambda_1 of the `"vmf"` loss, >= 0 (penalty on the
             norm of the prediction).
@@ -123,7 +124,7 @@ class ElmoLM(LanguageModel):
 
     # The export module of `tfeff.export.embedder_module`: the fixed input embeds
     # strings through fastText, and a continuous output adds its predictions.
-    embedder = "elmo"
+    embedder_kind = "elmo"
 
     def __init__(
         self,
@@ -154,7 +155,12 @@ class ElmoLM(LanguageModel):
             warnings.warn("ElmoLM's `embedding_dim` is now `token_embedding_dim` (its "
                           "`embedding_dim` is the exported width, as for the other models).",
                           DeprecationWarning, stacklevel=2)
-            token_embedding_dim = token_embedding_dim or kwargs.pop("embedding_dim")
+            old = kwargs.pop("embedding_dim")
+            if token_embedding_dim is not None and old is not None and old != token_embedding_dim:
+                raise ValueError(
+                    "`embedding_dim` is the earlier name of `token_embedding_dim`; received "
+                    f"both, and they differ: {old} and {token_embedding_dim}")
+            token_embedding_dim = token_embedding_dim or old
         super().__init__(
             vocabulary_size, output_layer=output_layer, output_loss=output_loss,
             vmf_regularization1=vmf_regularization1, vmf_regularization2=vmf_regularization2,

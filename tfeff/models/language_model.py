@@ -19,13 +19,12 @@ from tfeff import layers as tfeff_layers
 from tfeff.backend import dynamic_rows
 from tfeff.config.elmo import INPUT_EMBEDDINGS
 from tfeff.config.elmo import OUTPUT_LAYERS
+from tfeff.config.elmo import TABLE_OUTPUTS
 from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
 from tfeff.models.task import BackboneTask
 
-# Output layers that score the fixed table (they need `embedding_table`).
-TABLE_OUTPUTS = ("continuous", "fixed")
 # Targets with these ids (padding, unknown word) carry no loss.
 FIRST_PREDICTABLE_ID = 2
 # How a bidirectional language model's loss combines its directions' mean losses.
@@ -223,7 +222,10 @@ class LanguageModel(BackboneTask):
     """
 
     # The export module of `tfeff.export.embedder_module` (`tfeff.export.EMBEDDERS`).
-    embedder = "token_ids"
+    embedder_kind = "token_ids"
+    # On TensorFlow, gather the predictable rows before the output head (a subclass may
+    # keep one static-shape loss on every backend instead).
+    compact_targets = True
 
     def __init__(self, vocabulary_size=None, *, output_layer="continuous", output_loss="cosine",
                  vmf_regularization1=0.0, vmf_regularization2=1.0, input_embedding="fixed",
@@ -232,6 +234,7 @@ class LanguageModel(BackboneTask):
                  **kwargs):
         super().__init__(**kwargs)
         check_vocabulary_size_type(self, vocabulary_size)
+        check_choice("input_embedding", input_embedding, INPUT_EMBEDDINGS)
         check_choice("output_layer", output_layer, OUTPUT_LAYERS)
         check_choice("direction_loss", direction_loss, DIRECTION_LOSSES)
         if embedding_table is None and output_layer in TABLE_OUTPUTS:
@@ -341,14 +344,16 @@ class LanguageModel(BackboneTask):
         """Per direction, (sum of losses, number of targets) over this batch.
 
         The targets are `prediction_pairs`'s valid ones; the sum is the output
-        head's `per_position_loss` over them. On TensorFlow the head only ever
-        sees those positions (gathered first, `dynamic_rows.compact_rows`);
-        other backends need static shapes and mask them.
+        head's `per_position_loss` over them. With `compact_targets`, on
+        TensorFlow the head only ever sees those positions (gathered first,
+        `dynamic_rows.compact_rows`); otherwise, and on the other backends, it
+        sees every position with the valid ones as its mask.
         """
         ids = ops.cast(ids, "int32")
         out = {}
         for direction, features, targets, valid in self.prediction_pairs(outputs, ids):
-            kept, kept_ids, mask = dynamic_rows.compact_rows(valid, features, targets)
+            kept, kept_ids, mask = (dynamic_rows.compact_rows(valid, features, targets)
+                                    if self.compact_targets else (features, targets, valid))
             losses = self.output_head.per_position_loss(kept, kept_ids, mask=mask,
                                                         training=training)
             out[direction] = (ops.sum(ops.cast(losses, "float32")),

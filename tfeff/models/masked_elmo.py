@@ -16,6 +16,7 @@ from tfeff import layers as tfeff_layers
 from tfeff.models import distributed
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
+from tfeff.config.masked_elmo import INPUT_EMBEDDINGS
 from tfeff.config.masked_elmo import OUTPUT_LAYERS
 from tfeff.models.masked_elmo_backbone import MaskedElmoBackbone
 
@@ -137,6 +138,10 @@ class MaskedElmo(keras.Model):
             raise ValueError(
                 f"Received an invalid value for `output_layer`, expected one of "
                 f"{OUTPUT_LAYERS}. Received: output_layer={output_layer!r}")
+        if input_embedding not in INPUT_EMBEDDINGS:
+            raise ValueError(
+                f"Received an invalid value for `input_embedding`, expected one of "
+                f"{INPUT_EMBEDDINGS}. Received: input_embedding={input_embedding!r}")
         if (output_layer == "continuous") != (embedding_table is not None):
             raise ValueError("`embedding_table` is needed by, and only by, "
                              f"output_layer='continuous'. Received: output_layer={output_layer!r}")

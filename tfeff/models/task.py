@@ -7,9 +7,12 @@ keys checkpoints by variable paths. A `BackboneTask` keeps both as they were,
 so files written before the split load:
 
 * `adopt_backbone` tracks the backbone's layers on the task under their own
-  names, before the task makes its heads; `track_backbone` keeps the backbone
-  itself last, in the private `_backbone` (Keras' saving visits private
-  attributes last), and `__dir__` hides the `backbone` property from that walk;
+  names and in the order the single class made them (its `weights` keep their
+  order, and with them an optimizer's saved slots), before the task makes its
+  heads; `track_backbone` keeps the backbone itself in the private,
+  untracked `_backbone` (Keras' saving visits private attributes last; the
+  task's `layers` and `summary` do not list it beside its own layers), and
+  `__dir__` hides the `backbone` property from that walk;
 * `build_backbone` builds the backbone's layers in the task's name scope, so
   their variables keep their paths (`bert/token_embedding/embeddings`).
 """
@@ -26,14 +29,25 @@ class BackboneTask(keras.Model):
     """
 
     def adopt_backbone(self, backbone, layer_names):
-        """Tracks the backbone's layers `layer_names` (those it has) on this task."""
+        """Tracks the backbone's layers `layer_names` (those it has) on this task, in order.
+
+        A tuple of names stands for lists that the single class filled together: they
+        are adopted item by item, interleaved (`forward_lstms[0]`, `forward_norms[0]`,
+        `backward_lstms[0]`, ..., then `[1]`), which is the order of its `weights`.
+        """
         for name in layer_names:
-            if hasattr(backbone, name):
+            if isinstance(name, tuple):
+                for list_name in name:
+                    setattr(self, list_name, [])
+                for items in zip(*(getattr(backbone, n) for n in name)):
+                    for list_name, item in zip(name, items):
+                        getattr(self, list_name).append(item)
+            elif hasattr(backbone, name):
                 setattr(self, name, getattr(backbone, name))
 
     def track_backbone(self, backbone):
-        """Keeps `backbone`; called after the heads are made."""
-        self._backbone = backbone
+        """Keeps `backbone`, untracked: its layers are the task's already."""
+        object.__setattr__(self, "_backbone", backbone)
 
     @property
     def backbone(self):
@@ -46,9 +60,11 @@ class BackboneTask(keras.Model):
         return [name for name in super().__dir__() if name != "backbone"]
 
     def build_backbone(self):
-        """Builds the backbone's layers in this task's name scope (see the module)."""
-        self._backbone.build_layers()
-        self._backbone.built = True
+        """Builds the backbone's layers in this task's name scope (see the module),
+        unless the backbone was built (and its variables named) by a call of its own."""
+        if not self._backbone.built:
+            self._backbone.build_layers()
+            self._backbone.built = True
 
     # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`: the backbone's.
 

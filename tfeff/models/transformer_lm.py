@@ -58,7 +58,8 @@ class TransformerLM(LanguageModel):
       embedding), `"adaptive"`, `"sampled"` or `"fixed"`, through the
       output-head contract (`tfeff.layers.output_head`). The loss is the mean
       over predictable targets (not padding, not `<unk>`) of each direction,
-      summed over the directions: one loss path on every backend.
+      summed over the directions: one static-shape loss path on every backend
+      (`compact_targets` is False), also under XLA.
 
     Causality is exact: the forward output at t depends on the ids at
     positions <= t only, the backward output at t on those >= t only (not on
@@ -95,8 +96,7 @@ class TransformerLM(LanguageModel):
             the dot product).
         input_embedding: `"fixed"`, `"trainable"` or `"alone"`.
         token_embedding_dim: size of a trainable or ALONE input embedding
-            (default: the table's dimension, else `hidden_dim`); ElmoLM's
-            `embedding_dim`.
+            (default: the table's dimension, else `hidden_dim`), as ElmoLM's.
         tie_output: use the trainable (or ALONE) input embedding as the
             `"full"` softmax's output matrix (with a projection to
             `token_embedding_dim` when it differs from `hidden_dim`).
@@ -144,6 +144,8 @@ class TransformerLM(LanguageModel):
     >>> tuple(lm.embedding_layers(ids, ids > 0).shape)
     (1, 2, 5, 16)
     """
+
+    compact_targets = False
 
     def __init__(
         self,

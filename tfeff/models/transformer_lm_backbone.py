@@ -229,7 +229,7 @@ class TransformerLMBackbone(LanguageModelBackbone):
             n = ops.shape(token)[1]
             if isinstance(n, int) and n > self.max_sequence_length:
                 raise ValueError(
-                    f"TransformerLM `{self.name}` has {self.max_sequence_length} learned "
+                    f"{type(self).__name__} `{self.name}` has {self.max_sequence_length} learned "
                     f"positions (`max_sequence_length`); received sequences of {n} tokens.")
             positions = position_embedding(ops.arange(n))[None]  # (1, n, d)
             x = x + ops.cast(positions, x.dtype)

@@ -9,11 +9,9 @@ WordPiece models none; evaluation ranks the vocabulary for every held-out
 next (and previous) token against the unigram baseline.
 """
 
+from tfeff.config.elmo import TABLE_OUTPUTS
 from tfeff.models import from_config
 from tfeff.training.families.language_model import LanguageModelFamily
-
-# Layers that read the fixed vectors of the vocabulary.
-_VECTOR_OUTPUTS = ("continuous", "fixed")
 
 
 class TransformerLMFamily(LanguageModelFamily):
@@ -22,7 +20,7 @@ class TransformerLMFamily(LanguageModelFamily):
 
     def uses_vectors(self, config):
         m = config.model
-        return m.output_layer in _VECTOR_OUTPUTS or m.input_embedding == "fixed"
+        return m.output_layer in TABLE_OUTPUTS or m.input_embedding == "fixed"
 
     def build_model(self, config, vocabulary_size, vectors_path=None):
         """The `TransformerLM` of `config` (`vectors_path`: the fixed vectors)."""
