@@ -222,10 +222,4 @@ class Bert(BackboneTask):
         return total + layer_losses(self)
 
     def get_config(self):
-        config = super().get_config()
-        backbone = self._backbone.get_config()
-        for key in ("name", "trainable", "dtype"):
-            del backbone[key]
-        config.update(backbone)
-        config["use_nsp"] = self.use_nsp
-        return config
+        return {**super().get_config(), "use_nsp": self.use_nsp}

@@ -379,10 +379,6 @@ class LanguageModel(BackboneTask):
 
     def get_config(self):
         config = super().get_config()
-        backbone = self._backbone.get_config()
-        for key in ("name", "trainable", "dtype"):
-            del backbone[key]
-        config.update(backbone)
         config.update({
             name: getattr(self, name) for name in (
                 "output_loss", "vmf_regularization1", "vmf_regularization2", "tie_output",

@@ -59,6 +59,15 @@ class BackboneTask(keras.Model):
         # backbone's layers by their adopted names first, and the backbone last.
         return [name for name in super().__dir__() if name != "backbone"]
 
+    def get_config(self):
+        """The base `Model` keys and the backbone's arguments: one flat config, as the
+        single class had (the task's constructor takes the backbone's arguments)."""
+        config = super().get_config()
+        backbone = self._backbone.get_config()
+        for key in ("name", "trainable", "dtype"):
+            del backbone[key]
+        return {**config, **backbone}
+
     def build_backbone(self):
         """Builds the backbone's layers in this task's name scope (see the module),
         unless the backbone was built (and its variables named) by a call of its own."""
