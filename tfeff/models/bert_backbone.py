@@ -10,6 +10,7 @@ from tfeff.config.bert import INPUT_EMBEDDINGS
 from tfeff.config.bert import POSITION_EMBEDDINGS
 from tfeff.models.bert_layer import BertLayer
 from tfeff.models.bert_layer import get_activation
+from tfeff.models.task import Backbone
 
 ROTARY_MAX_WAVELENGTH = 10000
 RELAXED_KEYS = ("num_anchors", "ffn_rank", "anchor_selection")
@@ -47,7 +48,7 @@ def check_relaxed(relaxed):
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
-class BertBackbone(keras.Model):
+class BertBackbone(Backbone):
     """BERT's encoder (Devlin et al. 2019), standard or CoRe-relaxed: what `Bert` trains.
 
     Token, position and segment embeddings are summed, layer-normalized and
@@ -240,14 +241,6 @@ class BertBackbone(keras.Model):
     @property
     def is_relaxed(self):
         return self.relaxed is not None
-
-    def build(self, input_shape=None):
-        self.build_layers()
-        self.built = True
-
-    def get_build_config(self):
-        # `build()` needs no shape; built inside `Bert` it was given none.
-        return {"input_shape": None}
 
     def build_layers(self):
         """Creates the layers' variables in the caller's name scope (`Bert.build` calls it:

@@ -23,6 +23,7 @@ from tfeff.config.elmo import TABLE_OUTPUTS
 from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
+from tfeff.models.task import Backbone
 from tfeff.models.task import BackboneTask
 
 # Targets with these ids (padding, unknown word) carry no loss.
@@ -96,7 +97,7 @@ def check_choice(name, value, choices):
                          f"Received: {name}={value!r}")
 
 
-class LanguageModelBackbone(keras.Model):
+class LanguageModelBackbone(Backbone):
     """Base of the next-word models' backbones: the token layer.
 
     `ElmoBackbone` and `TransformerLMBackbone` subclass it: `__init__` makes
@@ -166,14 +167,6 @@ class LanguageModelBackbone(keras.Model):
                 self.vocabulary_size, self.token_embedding_dim, mask_zero=True,
                 embeddings_initializer=keras.initializers.RandomNormal(stddev=0.05),
                 name="trainable_token_embedding")
-
-    def build(self, input_shape=None):
-        self.build_layers()
-        self.built = True
-
-    def get_build_config(self):
-        # `build()` needs no shape; built inside a task it was given none.
-        return {"input_shape": None}
 
     def build_token_embedding(self):
         """Creates the token embedding's variables (the fixed table has none to train)."""

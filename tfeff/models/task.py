@@ -1,4 +1,4 @@
-"""BackboneTask: a task model (heads and loss) around a backbone (the encoder).
+"""Backbone and BackboneTask: a task model (heads and loss) around a backbone (the encoder).
 
 keras-hub's split: a backbone knows no head and no loss; a task adds them.
 tfeff's task models were single classes before they were split, and Keras
@@ -18,6 +18,26 @@ so files written before the split load:
 """
 
 import keras
+
+
+class Backbone(keras.Model):
+    """Base of the backbones a `BackboneTask` wraps: `build` is `build_layers`.
+
+    A subclass implements `build_layers()`, which creates its layers' variables
+    in the caller's name scope: its own when it is built alone, the task's when
+    the task builds it (`BackboneTask.build_backbone`).
+    """
+
+    def build(self, input_shape=None):
+        self.build_layers()
+        self.built = True
+
+    def get_build_config(self):
+        # `build()` needs no shape; built inside a task it was given none.
+        return {"input_shape": None}
+
+    def build_layers(self):
+        raise NotImplementedError
 
 
 class BackboneTask(keras.Model):
