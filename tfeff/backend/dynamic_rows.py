@@ -1,20 +1,22 @@
-"""TensorFlow's dynamic-shape row selection: compute on the rows that need it, only.
+"""Dynamic-shape row selection: compute on the rows that need it, only.
 
 TensorFlow runs tensors whose size is known only at run time (`tf.where`,
 `tf.boolean_mask`, `tf.gather`, a `tf.cond` that skips an empty selection,
-`tf.scatter_nd` back; XLA gives them a bounded size). Other backends compile
-static shapes, so their layers mask instead; the functions here are the
-TensorFlow side of that choice, in one place:
+`tf.scatter_nd` back; XLA gives them a bounded size), and so does eager
+PyTorch (`torch.nonzero`, `index_select`, `index_add`). JAX compiles static
+shapes, and so does `torch.compile` at its best, so their layers mask instead;
+the functions here are the dynamic side of that choice, in one place:
 
 * `compact_rows(keep, *tensors)`: the rows where `keep` is True (TensorFlow),
   or everything with `keep` as a mask (other backends): what a loss over
   selected positions calls before an output head.
 * `adaptive_target_log_probs` and `adaptive_predict`: `AdaptiveSoftmax`'s
-  tails on the rows whose targets (or best head entries) fall in them. The
-  layer passes its pieces in (its head, tail and full log-probabilities as
-  callables, its cluster bounds); nothing here knows the layer.
+  tails on the rows whose targets (or best head entries) fall in them, on
+  TensorFlow and eager PyTorch (`selects_rows`). The layer passes its pieces
+  in (its head, tail and full log-probabilities as callables, its cluster
+  bounds); nothing here knows the layer.
 
-TensorFlow is imported only inside the TensorFlow-side functions.
+TensorFlow and PyTorch are imported only inside the functions that use them.
 """
 
 import keras
@@ -23,6 +25,26 @@ import keras
 def dynamic_shapes():
     """Whether the backend computes on rows selected at run time (TensorFlow)."""
     return keras.backend.backend() == "tensorflow"
+
+
+def selects_rows(x):
+    """Whether an adaptive softmax can select the rows of tensor `x` at run time.
+
+    True on TensorFlow, and on PyTorch for a concrete tensor outside
+    `torch.compile` (which would break its graph at every `torch.nonzero`):
+    there the eager step selects rows as `torch.nn.AdaptiveLogSoftmaxWithLoss`
+    does, one host sync per tail for its row count. False on JAX, under
+    `torch.compile`, and while Keras traces shapes on PyTorch's meta device.
+    """
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        return True
+    if backend != "torch":
+        return False
+    import torch
+
+    return (isinstance(x, torch.Tensor) and x.device.type != "meta"
+            and not torch.compiler.is_compiling())
 
 
 def compact_rows(keep, *tensors):
@@ -57,6 +79,9 @@ def adaptive_target_log_probs(head_log_probs, tail_log_probs, bounds, x, t, keep
         t: int32 `(n,)` targets.
         keep: bool `(n,)`, the rows whose target counts.
     """
+    if keras.backend.backend() == "torch":
+        return _adaptive_target_log_probs_torch(head_log_probs, tail_log_probs, bounds,
+                                                x, t, keep)
     import tensorflow as tf
 
     cutoffs, shortlist_size = bounds[:-1], bounds[0]
@@ -95,6 +120,9 @@ def adaptive_predict(head_log_probs, full_log_prob, shortlist_size, inputs, x):
         inputs: `(..., input_dim)`, whose leading shape the result takes.
         x: `inputs` flattened to rows `(n, input_dim)`.
     """
+    if keras.backend.backend() == "torch":
+        return _adaptive_predict_torch(head_log_probs, full_log_prob, shortlist_size,
+                                       inputs, x)
     import tensorflow as tf
 
     best = tf.argmax(head_log_probs(x), axis=-1, output_type=tf.int32)
@@ -107,3 +135,35 @@ def adaptive_predict(head_log_probs, full_log_prob, shortlist_size, inputs, x):
     )
     best = tf.tensor_scatter_nd_update(best, rows[:, None], rest)
     return tf.reshape(best, tf.shape(inputs)[:-1])
+
+
+def _adaptive_target_log_probs_torch(head_log_probs, tail_log_probs, bounds, x, t, keep):
+    """`adaptive_target_log_probs` in eager PyTorch, as `AdaptiveLogSoftmaxWithLoss`
+    computes it: each tail on its own rows, skipped (after one host sync) when empty."""
+    import torch
+
+    cutoffs, shortlist_size = bounds[:-1], bounds[0]
+    t = t.long()
+    head = head_log_probs(x)  # (n, head_size)
+    cluster = torch.bucketize(t, torch.tensor(cutoffs, device=t.device), right=True)
+    head_column = torch.where(cluster == 0, t, shortlist_size + cluster - 1)
+    log_probs = head.gather(1, head_column[:, None])[:, 0]  # (n,)
+    for i in range(len(cutoffs)):
+        rows = torch.nonzero(keep & (cluster == i + 1))[:, 0]  # (k,)
+        if rows.numel() == 0:
+            continue
+        lp = tail_log_probs(i, x.index_select(0, rows))  # (k, size_i)
+        relative = t.index_select(0, rows) - bounds[i]
+        log_probs = log_probs.index_add(0, rows, lp.gather(1, relative[:, None])[:, 0])
+    return log_probs
+
+
+def _adaptive_predict_torch(head_log_probs, full_log_prob, shortlist_size, inputs, x):
+    """`adaptive_predict` in eager PyTorch."""
+    import torch
+
+    best = head_log_probs(x).argmax(-1).int()
+    rows = torch.nonzero(best >= shortlist_size)[:, 0]
+    if rows.numel():
+        best = best.index_copy(0, rows, full_log_prob(x.index_select(0, rows)).argmax(-1).int())
+    return best.reshape(inputs.shape[:-1])

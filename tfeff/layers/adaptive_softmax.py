@@ -1,9 +1,10 @@
 """AdaptiveSoftmax: Grave et al.'s efficient softmax approximation.
 
-Two implementations of one function: on TensorFlow the tails gather the rows
-whose target they hold (dynamic shapes, `tfeff.backend.dynamic_rows`; XLA
-bounds them); on JAX and PyTorch every shape is static (`tail_capacity`), so
-the layer runs under `jax.jit`.
+Two implementations of one function: on TensorFlow and eager PyTorch the
+tails gather the rows whose target they hold (dynamic shapes,
+`tfeff.backend.dynamic_rows`; XLA bounds them); on JAX and under
+`torch.compile` every shape is static (`tail_capacity`), so the layer runs
+under `jax.jit`.
 """
 
 import math
@@ -43,7 +44,11 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     under XLA a tail that runs computes on every row of the batch, so only
     the skipping of unused tails is kept, not the per-row saving.
 
-    On JAX and PyTorch the shapes are static: tail `i` runs on a fixed
+    Eager PyTorch gathers each tail's rows as TensorFlow does, and as
+    `torch.nn.AdaptiveLogSoftmaxWithLoss` does (one host sync per tail for
+    its row count; `tail_capacity` is not used there).
+
+    On JAX and under `torch.compile` the shapes are static: tail `i` runs on a fixed
     number of rows, `ceil(tail_capacity * n)` of the `n` flattened targets
     (its own rows first, then others, masked), and on all `n` rows when a
     batch holds more of its targets than that (the fallback: the same
@@ -61,7 +66,8 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
             probability 0), like PyTorch losses' `ignore_index`; None disables.
         kernel_initializer: initializer of every kernel.
         tail_capacity: None, or the fraction in (0, 1] of the rows a tail
-            computes on JAX and PyTorch (see above); TensorFlow ignores it.
+            computes on JAX and under `torch.compile` (see above); TensorFlow
+            and eager PyTorch ignore it.
         **kwargs: base `Layer` arguments.
 
     Call arguments:
@@ -215,7 +221,7 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     # -- public API ---------------------------------------------------------
 
     def _target_log_probs(self, inputs, targets, mask, training):
-        if not dynamic_rows.dynamic_shapes():
+        if not dynamic_rows.selects_rows(inputs):
             return self._static_target_log_probs(inputs, targets, mask)
         x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
         log_probs = dynamic_rows.adaptive_target_log_probs(
@@ -223,7 +229,7 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         return softmax_common.finish(log_probs, keep, targets)
 
     def _static_target_log_probs(self, inputs, targets, mask):
-        """The same numbers with static shapes only (JAX, PyTorch; see the class)."""
+        """The same numbers with static shapes only (JAX, `torch.compile`; see the class)."""
         x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
         n = x.shape[0]
         if n is None:
@@ -286,14 +292,14 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     def predict(self, inputs):
         """Most probable class `(...)`, int32.
 
-        On TensorFlow, when the head's best entry is a shortlist class it is
-        the global argmax (a tail class has probability at most its
-        cluster's): only the other rows get their tails computed
+        On TensorFlow and eager PyTorch, when the head's best entry is a
+        shortlist class it is the global argmax (a tail class has probability
+        at most its cluster's): only the other rows get their tails computed
         (`tfeff.backend.dynamic_rows.adaptive_predict`). Elsewhere every row's
         tails run.
         """
         inputs, x = self._flat_rows(inputs)
-        if dynamic_rows.dynamic_shapes():
+        if dynamic_rows.selects_rows(x):
             return dynamic_rows.adaptive_predict(
                 self._head_log_probs, self._full_log_prob, self.shortlist_size, inputs, x)
         # Static shapes: every row's tails.
