@@ -133,7 +133,8 @@ def _parts(preset):
                   (f"bert_keras_hub_jax_{n}", "jax", "peers", "keras_hub_jax", n),
                   (f"bert_hf_torch_{n}", "torch", "peers", "hf_torch", n),
                   (f"bert_hf_torch_compile_{n}", "torch", "peers", "hf_torch_compile", n),
-                  (f"bert_tfeff_torch_{n}", "torch", "peers", "tfeff_torch", n)]
+                  (f"bert_tfeff_torch_{n}", "torch", "peers", "tfeff_torch", n),
+                  (f"bert_keras_hub_torch_{n}", "torch", "peers", "keras_hub_torch", n)]
     parts += [(f"core_relaxed_jax_{n}", "jax", "core", "tfeff_relaxed_jax", n)
               for n in PRESETS[preset]["lengths"]]
     parts += [(f"output_{name}_jax", "jax", "output", name, None) for name in OUTPUT_MODELS]
@@ -167,6 +168,7 @@ LABELS = {
     "hf_torch": "Hugging Face `BertForMaskedLM`, PyTorch eager, SDPA",
     "hf_torch_compile": "Hugging Face `BertForMaskedLM`, `torch.compile`, SDPA",
     "tfeff_torch": "tfeff `Bert`, PyTorch eager",
+    "keras_hub_torch": "keras-hub `BertMaskedLM`, PyTorch eager",
     "tfeff_relaxed_jax": "tfeff `Bert`, CoRe relaxed, JAX, XLA",
 }
 
@@ -257,7 +259,7 @@ def run_keras(implementation, sizes, n, steps, warmup, profile_dir=None):
     keras.utils.set_random_seed(0)
     data = batch(sizes, n)
     jit = keras.backend.backend() == "jax"
-    if implementation == "keras_hub_jax":
+    if implementation.startswith("keras_hub"):
         model = _keras_hub_bert(sizes, n)
         model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -546,7 +548,8 @@ def tables(preset, rows):
                   f"after {sizes['warmup']})", ""]
     for n in sizes["lengths"]:
         if not any(f"bert_{i}_{n}" in by_part for i in ("tfeff_jax", "keras_hub_jax", "hf_torch",
-                                                         "hf_torch_compile", "tfeff_torch")):
+                                                         "hf_torch_compile", "tfeff_torch",
+                                                         "keras_hub_torch")):
             continue
         lines += [f"n = {n}, batch {sizes['lengths'][n]}, {masked_per_sequence(n)} masked "
                   "per sequence:", "",
