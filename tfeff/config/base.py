@@ -265,6 +265,12 @@ def positive(value, key, allow_zero=False):
         )
 
 
+def fraction_or_none(value, key):
+    """Refuses a value that is neither None nor in (0, 1]."""
+    if value is not None and not 0 < value <= 1:
+        raise ConfigError(f"`{key}` must be null or in (0, 1], got {value!r}")
+
+
 def one_of(value, choices, key):
     if value not in choices:
         raise ConfigError(f"`{key}` must be one of {tuple(choices)}, got {value!r}")

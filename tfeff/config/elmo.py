@@ -6,6 +6,7 @@ from typing import List, Optional
 from tfeff.config.alone import AloneConfig
 from tfeff.config.base import ConfigError
 from tfeff.config.base import join
+from tfeff.config.base import fraction_or_none
 from tfeff.config.base import one_of
 from tfeff.config.base import positive
 from tfeff.config.train import TrainConfig
@@ -195,6 +196,10 @@ class ElmoModelConfig:
         adaptive_cutoffs: increasing cluster boundaries of `adaptive`
             (required there).
         adaptive_div_value: projection divisor of `adaptive`.
+        adaptive_tail_capacity: null, or the share in (0, 1] of the rows each
+            cluster of `adaptive` computes on JAX and under `torch.compile`
+            (a little above the largest share of targets a cluster takes; the
+            numbers never change, only the cost); null: every row.
         num_sampled: negatives per step of `sampled` and `fixed`.
         alone: the ALONE embedding (`input_embedding: alone`).
         cell_clip: each LSTM's cell state is clipped to [-cell_clip,
@@ -219,6 +224,7 @@ class ElmoModelConfig:
     tie_output: bool = False
     adaptive_cutoffs: List[int] = dataclasses.field(default_factory=list)
     adaptive_div_value: float = 4.0
+    adaptive_tail_capacity: Optional[float] = None
     num_sampled: int = 8192
     alone: AloneConfig = dataclasses.field(default_factory=AloneConfig)
     cell_clip: float = 0.0
@@ -238,6 +244,7 @@ class ElmoModelConfig:
         positive(self.proj_clip, join(prefix, "proj_clip"), allow_zero=True)
         one_of(self.direction_loss, ("sum", "mean"), join(prefix, "direction_loss"))
         positive(self.adaptive_div_value, join(prefix, "adaptive_div_value"))
+        fraction_or_none(self.adaptive_tail_capacity, join(prefix, "adaptive_tail_capacity"))
         cutoffs = list(self.adaptive_cutoffs)
         if self.output_layer == "adaptive" and not cutoffs:
             raise ConfigError(

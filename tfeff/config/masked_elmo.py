@@ -6,6 +6,7 @@ from typing import List, Optional
 from tfeff.config.alone import AloneConfig
 from tfeff.config.base import ConfigError
 from tfeff.config.base import join
+from tfeff.config.base import fraction_or_none
 from tfeff.config.base import one_of
 from tfeff.config.base import positive
 from tfeff.config.bert import validate_masked_lm_data
@@ -100,6 +101,10 @@ class MaskedElmoModelConfig:
         adaptive_cutoffs: increasing cluster boundaries of `adaptive`
             (required there), below `data.wordpiece_vocabulary_size`.
         adaptive_div_value: projection divisor of `adaptive`.
+        adaptive_tail_capacity: null, or the share in (0, 1] of the rows each
+            cluster of `adaptive` computes on JAX and under `torch.compile`
+            (a little above the largest share of targets a cluster takes; the
+            numbers never change, only the cost); null: every row.
         input_embedding: `trainable` or `alone`.
         alone: the ALONE embedding (`input_embedding: alone`).
         use_cudnn: the `MaskedBiLSTM` switch: `auto`, `true` or `false`.
@@ -116,6 +121,7 @@ class MaskedElmoModelConfig:
     output_loss: str = "cosine"
     adaptive_cutoffs: List[int] = dataclasses.field(default_factory=list)
     adaptive_div_value: float = 4.0
+    adaptive_tail_capacity: Optional[float] = None
     input_embedding: str = "trainable"
     alone: AloneConfig = dataclasses.field(default_factory=AloneConfig)
     use_cudnn: object = "auto"
@@ -134,6 +140,7 @@ class MaskedElmoModelConfig:
         one_of(self.input_embedding, INPUT_EMBEDDINGS, join(prefix, "input_embedding"))
         if self.use_cudnn not in USE_CUDNN or not isinstance(self.use_cudnn, (str, bool)):
             raise ConfigError(f"`{join(prefix, 'use_cudnn')}` must be auto, true or false")
+        fraction_or_none(self.adaptive_tail_capacity, join(prefix, "adaptive_tail_capacity"))
         if self.output_layer == "adaptive":
             cutoffs = self.adaptive_cutoffs
             if not cutoffs or list(cutoffs) != sorted(set(cutoffs)) or cutoffs[0] <= 0:

@@ -32,7 +32,7 @@ from tfeff.config.train import check_rnmt_batch
 ELMO_MODEL_KEYS = (
     "output_layer", "output_loss", "vmf_regularization1", "vmf_regularization2",
     "input_embedding", "embedding_dim", "tie_output", "adaptive_cutoffs",
-    "adaptive_div_value", "num_sampled", "alone", "direction_loss",
+    "adaptive_div_value", "adaptive_tail_capacity", "num_sampled", "alone", "direction_loss",
 )
 
 
@@ -93,6 +93,9 @@ class TransformerLMModelConfig(ElmoEndsConfig):
         adaptive_cutoffs: increasing cluster boundaries of `adaptive`
             (required there).
         adaptive_div_value: projection divisor of `adaptive`.
+        adaptive_tail_capacity: null, or the share in (0, 1] of the rows each
+            cluster of `adaptive` computes on JAX and under `torch.compile`;
+            null: every row.
         num_sampled: negatives per step of `sampled` and `fixed`.
         alone: the ALONE embedding (`input_embedding: alone`).
         direction_loss: `sum` or `mean` of the forward and backward losses

@@ -79,6 +79,8 @@ class ElmoLM(LanguageModel):
             `projection_dim`).
         adaptive_cutoffs: cluster boundaries of `"adaptive"`.
         adaptive_div_value: projection divisor of `"adaptive"`.
+        adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (the share of
+            rows a tail computes on JAX and under `torch.compile`; None: all).
         num_sampled: negatives per step of `"sampled"` and `"fixed"`.
         seed: sampler seed.
         alone: dict of `AloneEmbedding` arguments (all but
@@ -143,6 +145,7 @@ class ElmoLM(LanguageModel):
         tie_output=False,
         adaptive_cutoffs=None,
         adaptive_div_value=4.0,
+        adaptive_tail_capacity=None,
         num_sampled=8192,
         seed=None,
         alone=None,
@@ -166,7 +169,8 @@ class ElmoLM(LanguageModel):
             vmf_regularization1=vmf_regularization1, vmf_regularization2=vmf_regularization2,
             input_embedding=input_embedding, embedding_table=embedding_table,
             tie_output=tie_output, adaptive_cutoffs=adaptive_cutoffs,
-            adaptive_div_value=adaptive_div_value, num_sampled=num_sampled, seed=seed,
+            adaptive_div_value=adaptive_div_value,
+            adaptive_tail_capacity=adaptive_tail_capacity, num_sampled=num_sampled, seed=seed,
             direction_loss=direction_loss, **kwargs)
         backbone = ElmoBackbone(
             vocabulary_size, num_layers=num_layers, units=units, projection_dim=projection_dim,

@@ -24,7 +24,8 @@ def bilstm_model_kwargs(model_cfg):
     m = model_cfg
     return dict(
         _same_names(m, ("num_layers", "units", "projection_dim", "dropout_rate", "output_layer",
-                        "output_loss", "adaptive_div_value", "input_embedding")),
+                        "output_loss", "adaptive_div_value", "adaptive_tail_capacity",
+                        "input_embedding")),
         adaptive_cutoffs=m.adaptive_cutoffs or None, alone=alone_kwargs(m))
 
 
@@ -34,7 +35,8 @@ def _language_model_kwargs(config, vectors_path):
     return dict(
         _same_names(m, ("output_layer", "output_loss", "vmf_regularization1",
                         "vmf_regularization2", "input_embedding", "tie_output",
-                        "adaptive_div_value", "num_sampled", "direction_loss")),
+                        "adaptive_div_value", "adaptive_tail_capacity", "num_sampled",
+                        "direction_loss")),
         embedding_table=vectors_path, token_embedding_dim=m.embedding_dim or None,
         adaptive_cutoffs=m.adaptive_cutoffs or None, seed=config.train.seed,
         alone=alone_kwargs(m))

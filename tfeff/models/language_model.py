@@ -208,6 +208,8 @@ class LanguageModel(BackboneTask):
             `"full"` softmax's output matrix.
         adaptive_cutoffs: cluster boundaries of `"adaptive"`.
         adaptive_div_value: projection divisor of `"adaptive"`.
+        adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (the share of
+            rows a tail computes on JAX and under `torch.compile`; None: all).
         num_sampled: negatives per step of `"sampled"` and `"fixed"`.
         seed: sampler seed.
         direction_loss: `"sum"` or `"mean"` of the directions' losses.
@@ -223,8 +225,8 @@ class LanguageModel(BackboneTask):
     def __init__(self, vocabulary_size=None, *, output_layer="continuous", output_loss="cosine",
                  vmf_regularization1=0.0, vmf_regularization2=1.0, input_embedding="fixed",
                  embedding_table=None, tie_output=False, adaptive_cutoffs=None,
-                 adaptive_div_value=4.0, num_sampled=8192, seed=None, direction_loss="sum",
-                 **kwargs):
+                 adaptive_div_value=4.0, adaptive_tail_capacity=None, num_sampled=8192,
+                 seed=None, direction_loss="sum", **kwargs):
         super().__init__(**kwargs)
         check_vocabulary_size_type(self, vocabulary_size)
         check_choice("input_embedding", input_embedding, INPUT_EMBEDDINGS)
@@ -249,6 +251,7 @@ class LanguageModel(BackboneTask):
         self.tie_output = bool(tie_output)
         self.adaptive_cutoffs = list(adaptive_cutoffs) if adaptive_cutoffs else None
         self.adaptive_div_value = float(adaptive_div_value)
+        self.adaptive_tail_capacity = adaptive_tail_capacity
         self.num_sampled = int(num_sampled)
         self.seed = seed
         self.direction_loss = direction_loss
@@ -293,7 +296,7 @@ class LanguageModel(BackboneTask):
         elif output_layer == "adaptive":
             self.output_head = tfeff_layers.AdaptiveSoftmax(
                 self.vocabulary_size, self.adaptive_cutoffs, div_value=self.adaptive_div_value,
-                name="adaptive_softmax")
+                tail_capacity=self.adaptive_tail_capacity, name="adaptive_softmax")
         elif output_layer == "sampled":
             self.output_head = tfeff_layers.SampledSoftmax(
                 self.vocabulary_size, self.num_sampled, seed=self.seed, name="sampled_softmax")
@@ -375,7 +378,8 @@ class LanguageModel(BackboneTask):
         config.update({
             name: getattr(self, name) for name in (
                 "output_loss", "vmf_regularization1", "vmf_regularization2", "tie_output",
-                "adaptive_cutoffs", "adaptive_div_value", "num_sampled", "seed", "alone",
+                "adaptive_cutoffs", "adaptive_div_value", "adaptive_tail_capacity",
+                "num_sampled", "seed", "alone",
                 "direction_loss",
             )
         })

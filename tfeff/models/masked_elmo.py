@@ -67,6 +67,8 @@ class MaskedElmo(keras.Model):
             target vectors (`"continuous"` only).
         adaptive_cutoffs: cluster boundaries of `"adaptive"` (required there).
         adaptive_div_value: projection divisor of `"adaptive"`.
+        adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (the share of
+            rows a tail computes on JAX and under `torch.compile`; None: all).
         input_embedding: `"trainable"` or `"alone"`.
         alone: dict of `AloneEmbedding` arguments for `input_embedding="alone"`.
         use_cudnn: the `MaskedBiLSTM` switch (`"auto"`, True, False).
@@ -123,6 +125,7 @@ class MaskedElmo(keras.Model):
         embedding_table=None,
         adaptive_cutoffs=None,
         adaptive_div_value=4.0,
+        adaptive_tail_capacity=None,
         input_embedding="trainable",
         alone=None,
         use_cudnn="auto",
@@ -164,6 +167,7 @@ class MaskedElmo(keras.Model):
         self.output_loss = output_loss
         self.adaptive_cutoffs = list(adaptive_cutoffs) if adaptive_cutoffs else None
         self.adaptive_div_value = float(adaptive_div_value)
+        self.adaptive_tail_capacity = adaptive_tail_capacity
         self.input_embedding = input_embedding
         self.use_cudnn = use_cudnn
         self.tbptt_batch_size = tbptt_batch_size
@@ -187,7 +191,7 @@ class MaskedElmo(keras.Model):
         elif output_layer == "adaptive":
             self.output_head = tfeff_layers.AdaptiveSoftmax(
                 vocabulary_size, self.adaptive_cutoffs, div_value=adaptive_div_value,
-                name="mlm_adaptive_softmax")
+                tail_capacity=adaptive_tail_capacity, name="mlm_adaptive_softmax")
         else:
             self.target_table = tfeff_layers.FixedEmbedding(embedding_table, name="target_table")
             if self.target_table.vocabulary_size != vocabulary_size:
@@ -419,6 +423,7 @@ class MaskedElmo(keras.Model):
             "embedding_table": table,
             "adaptive_cutoffs": self.adaptive_cutoffs,
             "adaptive_div_value": self.adaptive_div_value,
+            "adaptive_tail_capacity": self.adaptive_tail_capacity,
             "input_embedding": self.input_embedding,
             "alone": self.alone,
             "use_cudnn": self.use_cudnn,

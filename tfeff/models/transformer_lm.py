@@ -102,6 +102,8 @@ class TransformerLM(LanguageModel):
             `token_embedding_dim` when it differs from `hidden_dim`).
         adaptive_cutoffs: cluster boundaries of `"adaptive"`.
         adaptive_div_value: projection divisor of `"adaptive"`.
+        adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (the share of
+            rows a tail computes on JAX and under `torch.compile`; None: all).
         num_sampled: negatives per step of `"sampled"` and `"fixed"`.
         initializer_range: stddev of the truncated-normal kernel initializers.
         seed: seed of dropout, anchor draws and the sampler.
@@ -172,6 +174,7 @@ class TransformerLM(LanguageModel):
         tie_output=False,
         adaptive_cutoffs=None,
         adaptive_div_value=4.0,
+        adaptive_tail_capacity=None,
         num_sampled=8192,
         initializer_range=0.02,
         seed=None,
@@ -184,7 +187,8 @@ class TransformerLM(LanguageModel):
             vmf_regularization1=vmf_regularization1, vmf_regularization2=vmf_regularization2,
             input_embedding=input_embedding, embedding_table=embedding_table,
             tie_output=tie_output, adaptive_cutoffs=adaptive_cutoffs,
-            adaptive_div_value=adaptive_div_value, num_sampled=num_sampled, seed=seed,
+            adaptive_div_value=adaptive_div_value,
+            adaptive_tail_capacity=adaptive_tail_capacity, num_sampled=num_sampled, seed=seed,
             direction_loss=direction_loss, **kwargs)
         backbone = TransformerLMBackbone(
             vocabulary_size, num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
