@@ -75,14 +75,15 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 # CoRe layer benchmark (relaxed vs standard layers), the BERT recipe curves (learned vs
 # rotary positions, about 3 minutes), the CoRe study (two-phase vs standard pretraining,
 # held-out loss against wall time, about 30 minutes), and
-# the MaskedBiLSTM benchmark (portable vs RNN cell vs plain LSTM; cuDNN on a GPU), the
+# the MaskedBiLSTM benchmark (portable vs RNN cell vs plain LSTM; cuDNN on a GPU), tfeff
+# against its peers layer for layer (keras-hub, Hugging Face, PyTorch, Keras), the
 # input-pipeline throughput of every family against the training step's consumption, and the
 # feature-based evaluation of every demo model (pre-trains them on one synthetic language,
 # about 30 minutes; finished runs in runs/features are reused), and the quality study: each
 # cheap model against its expensive twin for the same training time, on the synthetic language
 # and on real English text (WordNet glosses; needs `apt-get install wordnet-base`; about two
 # hours on 2 cores, the two corpora side by side on one core each; runs in runs/quality reused).
-bench: $(VENV)/.installed-bench
+bench: $(VENV)/.installed-bench $(VENV)/.installed-test
 	$(PY) tools/benchmark_output_layers.py --preset small --results_dir runs/bench
 	$(PY) tools/alone_reconstruct.py --preset full --results_dir runs/bench
 	$(PY) tools/benchmark_alone.py --results runs/bench/alone_lookup.md
@@ -90,6 +91,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) tools/bert_curves.py --results_dir runs/bench
 	$(PY) tools/core_study.py --results_dir runs/bench
 	$(PY) tools/benchmark_lstm.py --results runs/bench/lstm.md
+	$(PY) tools/benchmark_peers.py --output_dir runs/bench
 	$(PY) tools/benchmark_pipeline.py --work_dir runs/bench/pipeline --results runs/bench/pipeline.md
 	$(PY) tools/evaluate_features.py --demo --work_dir runs/features --results runs/bench/features.md
 	TF_NUM_INTRAOP_THREADS=1 taskset -c 0 $(PY) tools/quality_study.py --corpora synthetic & \

@@ -1,0 +1,54 @@
+"""tools/benchmark_peers.py: its MLM batch, and a tiny run of two sections, one per backend,
+each in its own process."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from tests.conftest import REPO
+from tests.tools import load_tool
+
+
+def test_the_mlm_batch_masks_distinct_sorted_positions_of_its_own_ids():
+    # The tool imports its sibling `bench_results` as a script does (tools/ on its path).
+    sys.modules.setdefault("bench_results", load_tool("bench_results"))
+    peers = load_tool("benchmark_peers")
+    sizes = {"batch": 3, "length": 20, "vocabulary": 50}
+    data = peers.mlm_batch(sizes)
+    ids, positions = data["token_ids"], data["masked_positions"]
+    assert ids.shape == (3, 20) and ids.min() >= 5 and ids.max() < 50
+    assert positions.shape == (3, 3)  # 15% of 20
+    assert all(np.all(np.diff(row) > 0) for row in positions)
+    np.testing.assert_array_equal(data["masked_ids"], np.take_along_axis(ids, positions, 1))
+    np.testing.assert_array_equal(data["segment_ids"][0], [0] * 10 + [1] * 10)
+
+
+def test_a_tiny_run_writes_one_row_per_comparison(tmp_path):
+    # adaptive (PyTorch; it also checks that both layers give the same loss on the same
+    # weights) and continuous (JAX): two backends, two subprocesses, about 20 s.
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "tools", "benchmark_peers.py"), "--preset", "tiny",
+         "--sections", "continuous,adaptive", "--rounds", "2", "--output_dir", str(tmp_path)],
+        capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-4000:]
+    data = json.loads((tmp_path / "peers.json").read_text())
+    assert [r["section"] for r in data["rows"]] == ["continuous", "adaptive"]
+    for row in data["rows"]:
+        assert row["tfeff_ms"] > 0 and row["peer_ms"] > 0 and row["ratio"] > 0, row
+    assert data["rows"][1]["peer"] == "PyTorch"
+    table = (tmp_path / "peers.md").read_text()
+    assert data["command"] in table and data["machine"] in table
+    assert table.count("\n| continuous |") == 1 and table.count("\n| adaptive |") == 1
+
+
+def test_an_unknown_section_is_refused_by_name(tmp_path):
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "tools", "benchmark_peers.py"), "--sections",
+         "adaptive,softmax", "--output_dir", str(tmp_path)], capture_output=True, text=True,
+        cwd=REPO)
+    assert done.returncode != 0
+    assert "--sections: unknown softmax" in done.stderr
+    assert "Traceback" not in done.stderr
