@@ -566,6 +566,20 @@ def test_resume_refuses_an_optimizer_change_before_writing_anything(tmp_path, ca
     assert load_config(os.path.join(model_dir, "config.yaml")).train.warmup_steps == 7
 
 
+def test_resume_may_change_what_only_costs_time_and_nothing_else_of_the_model(tmp_path):
+    model_dir = str(tmp_path / "m")
+    adaptive = BASE + ["model.output_layer=adaptive", "model.adaptive_cutoffs=[10]"]
+    resolve_config(load_config(DEMO, adaptive), model_dir)
+    _fake_checkpoint(model_dir, 3)
+    resolve_config(load_config(DEMO, adaptive + ["model.adaptive_tail_capacity=0.1"]),
+                   model_dir)
+    saved = os.path.join(model_dir, "config.yaml")
+    assert load_config(saved).model.adaptive_tail_capacity == 0.1
+    with pytest.raises(ConfigError, match=r"model.adaptive_cutoffs: \[10\] -> \[12\]"):
+        resolve_config(load_config(DEMO, adaptive + ["model.adaptive_cutoffs=[12]"]), model_dir)
+    assert load_config(saved).model.adaptive_cutoffs == [10]
+
+
 def test_a_run_without_a_checkpoint_restarts_with_a_corrected_config(data_dir, tmp_path):
     """An empty corpus fails the first start; the corrected config is taken. Prepared data
     made from a changed data section is never reused silently, and never deleted."""

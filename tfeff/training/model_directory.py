@@ -67,6 +67,9 @@ CHECKPOINT_DIR = "checkpoints"
 EVAL_FILE = "eval.json"
 # Sections that may change on resume; the others define the model and its data.
 _RESUMABLE_SECTIONS = ("train", "eval")
+# Keys of the other sections that change what a step costs, never its numbers: they may
+# change on resume too.
+_COST_ONLY_KEYS = ("model.adaptive_tail_capacity",)
 # Keys that shape only the batches, not the prepared data: they may change until
 # the first checkpoint (e.g. a smaller batch after running out of memory).
 _BEFORE_FIRST_CHECKPOINT = ("data.batch_size", "data.max_sequence_length",
@@ -173,8 +176,9 @@ def resolve_config(config, model_dir):
     Resuming may change `train` and `eval` (for example more steps) but not
     the data, word vectors, model or CoRe phases, nor the optimizer (Adam or,
     with `train.weight_decay`, AdamW), nor `train.precision`: those would make
-    the checkpoint meaningless (`train.jit_compile` may change: the
-    checkpoint is the same either way). A directory with no checkpoint yet (a run that failed before
+    the checkpoint meaningless (`train.jit_compile` and
+    `model.adaptive_tail_capacity` may change: the checkpoint is the same
+    either way). A directory with no checkpoint yet (a run that failed before
     its first one) takes any corrected config, unless it holds prepared data
     (`DERIVED_DATA`) made from a `data`, `fasttext` or `family` setting that
     changed: the error names those files, which the user removes (tfeff
@@ -189,9 +193,9 @@ def resolve_config(config, model_dir):
         steps = _checkpoint_steps(model_dir)
         frozen = [k for k in sorted(set(saved_dict) | set(new_dict))
                   if k not in _RESUMABLE_SECTIONS]
-        diffs = _differences(
+        diffs = [d for d in _differences(
             {k: saved_dict.get(k) for k in frozen}, {k: new_dict.get(k) for k in frozen},
-        )
+        ) if d.split(":")[0] not in _COST_ONLY_KEYS]
         if steps:
             for change in (_optimizer_change, _precision_change):
                 refused = change(saved_dict.get("train", {}), new_dict.get("train", {}))
