@@ -177,8 +177,10 @@ def softmax_layers(data):
 
 
 def adaptive_softmax(data):
-    """AdaptiveSoftmax: TensorFlow's gathered tails against the static-shape path, with a
-    capacity that fits (compacted rows), one that overflows (every row), and none."""
+    """AdaptiveSoftmax: the gathered tails (TensorFlow, eager PyTorch) against the
+    static-shape path (JAX), with a capacity that fits (compacted rows), one that overflows
+    (every row), and none; and the static path itself on every backend (PyTorch takes it
+    under `torch.compile`)."""
     from tfeff.layers.adaptive_softmax import AdaptiveSoftmax
 
     rng = np.random.default_rng(SEED + 9)
@@ -197,6 +199,9 @@ def adaptive_softmax(data):
         log_probs, loss = _run(lambda layer=layer: layer(hidden, targets, mask=mask,
                                                          return_loss=True))
         out[f"{name}/target_log_probs"], out[f"{name}/loss"] = _np(log_probs), _np(loss)
+        static = _run(lambda layer=layer: layer._static_target_log_probs(hidden, targets,
+                                                                         mask)[0])
+        out[f"{name}/static_target_log_probs"] = _np(static)
         _, grad = _value_and_grad(
             lambda h, layer=layer: layer(h, targets, mask=mask, return_loss=True)[0], hidden)
         out[f"{name}/grad_hidden"] = grad

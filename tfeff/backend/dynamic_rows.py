@@ -31,10 +31,13 @@ def selects_rows(x):
     """Whether an adaptive softmax can select the rows of tensor `x` at run time.
 
     True on TensorFlow, and on PyTorch for a concrete tensor outside
-    `torch.compile` (which would break its graph at every `torch.nonzero`):
-    there the eager step selects rows as `torch.nn.AdaptiveLogSoftmaxWithLoss`
-    does, one host sync per tail for its row count. False on JAX, under
-    `torch.compile`, and while Keras traces shapes on PyTorch's meta device.
+    `torch.compile`: there the eager step selects rows as
+    `torch.nn.AdaptiveLogSoftmaxWithLoss` does, one host sync per tail for its
+    row count. False on JAX, while Keras traces shapes on PyTorch's meta
+    device, and under `torch.compile`, which then traces shapes that do not
+    change from batch to batch (a row count read at run time would make a new
+    shape for every batch; Keras' `ops.cond` is a Python branch on PyTorch, so
+    the static path is not free of graph breaks either).
     """
     backend = keras.backend.backend()
     if backend == "tensorflow":
