@@ -1,9 +1,12 @@
-"""What the benchmark and study scripts share: interleaved timing, writing results, pyplot."""
+"""What the benchmark and study scripts share: interleaved timing, synthetic Zipfian ids and
+MLM batches, writing results, pyplot."""
 
 import json
 import os
 import statistics
 import time
+
+import numpy as np
 
 
 def interleaved_times(runs, rounds, warmup=1):
@@ -38,6 +41,29 @@ def median_ratios(times, reference):
     a ratio robust to a slow round, which slows both sides of it."""
     return {name: statistics.median(a / b for a, b in zip(t, times[reference]))
             for name, t in times.items()}
+
+
+def zipf_ids(rng, shape, vocabulary, low=0, exponent=1.2):
+    """int32 ids of a Zipfian language from `low` up (ids are frequency-ordered, as tfeff's
+    vocabularies are; the long tail is clipped to `vocabulary - 1`)."""
+    ranks = rng.zipf(exponent, size=shape) + low - 1
+    return np.minimum(ranks, vocabulary - 1).astype("int32")
+
+
+def mlm_batch(rng, batch, length, vocabulary, masked, low=5):
+    """A BERT MLM batch as NumPy: Zipfian `token_ids` from `low` (the ids below are
+    special tokens), two segments (the second half is segment 1), no padding, and `masked`
+    distinct sorted positions per row whose `masked_ids` are the ids there."""
+    ids = zipf_ids(rng, (batch, length), vocabulary, low=low)
+    positions = np.sort(np.stack([rng.choice(length, masked, replace=False)
+                                  for _ in range(batch)]), -1).astype("int32")
+    return {"token_ids": ids,
+            "segment_ids": (np.arange(length)[None, :] >= length // 2).repeat(batch, 0)
+            .astype("int32"),
+            "padding_mask": np.ones((batch, length), "int32"),
+            "masked_positions": positions,
+            "masked_ids": np.take_along_axis(ids, positions, 1),
+            "masked_weights": np.ones((batch, masked), "float32")}
 
 
 def _write_text_atomic(path, text):

@@ -44,6 +44,7 @@ for path in (REPO, os.path.dirname(os.path.abspath(__file__))):
 
 import keras  # noqa: E402
 
+from bench_results import zipf_ids  # noqa: E402
 from tfeff.config import load_config  # noqa: E402
 from tfeff.models import from_config  # noqa: E402
 
@@ -145,12 +146,6 @@ def peak_memory_bytes():
     return None
 
 
-def zipf_ids(rng, shape, vocabulary, low=2, exponent=1.2):
-    """Word ids of a Zipfian language (frequency-ordered ids, as the vocabularies are)."""
-    ranks = rng.zipf(exponent, size=shape) + low - 1
-    return np.minimum(ranks, vocabulary - 1).astype("int32")
-
-
 def build(name, config, vocabulary, rng, work_dir):
     """`(model, batch, tokens per step)` of one model at its config's batch shape."""
     d = config.data
@@ -170,7 +165,7 @@ def build(name, config, vocabulary, rng, work_dir):
         else:
             vocabulary = d.wordpiece_vocabulary_size
         model = LM_BUILDERS[config.family](config, vocabulary, vectors)
-        batch = zipf_ids(rng, (d.batch_size, d.max_sequence_length), vocabulary)
+        batch = zipf_ids(rng, (d.batch_size, d.max_sequence_length), vocabulary, low=2)
         batch[:, 0] = 2  # <s>
         return model, batch, batch.size
     if config.family == "bert":

@@ -9,7 +9,8 @@ and reports median step times and the median of the per-round ratios
     bert_jax   tfeff `Bert` vs keras-hub `BertMaskedLM`; JAX, XLA, AdamW
                (the tanh GELU of keras-hub in both)
     bert_torch tfeff `Bert` vs Hugging Face `BertForMaskedLM` (eager, erf GELU
-               in both) and vs keras-hub `BertMaskedLM`; PyTorch, AdamW
+               in both; its head scores the masked positions only, as tfeff's
+               and keras-hub's do) and vs keras-hub `BertMaskedLM`; PyTorch, AdamW
     core       tfeff's relaxed `Bert` (CoRe) vs the standard one; JAX, XLA
                (the ratio is the relaxed model's speed-up, not a peer gap)
     adaptive   `AdaptiveSoftmax` vs `torch.nn.AdaptiveLogSoftmaxWithLoss`
@@ -22,9 +23,11 @@ and reports median step times and the median of the per-round ratios
                `keras.layers.Bidirectional(keras.layers.LSTM)`; PyTorch
     continuous `ContinuousOutput` (cosine, fixed target table) vs a
                `keras.layers.Dense` with the same cosine distance; JAX
-    alone      `AloneEmbedding` (one vector, fixed filters, an FFN) vs a
-               `keras.layers.Embedding` table of the same width; JAX (the
-               ratio is what ALONE's parameter saving costs in time)
+    alone      `AloneEmbedding` (one vector, fixed filters, an FFN once per
+               distinct id) vs a `keras.layers.Embedding` table of the same
+               width; TensorFlow, whose `tf.unique` runs the FFN once per
+               distinct id (the ratio is what ALONE's parameter saving costs
+               in time; JAX's static shapes run it once per token)
     overhead   what a Keras layer pays per call in eager PyTorch, where no
                compiler hides it: `Layer.__call__` vs the layer's `call`,
                `keras.ops.matmul` vs `torch.matmul`, and tfeff's eager id
@@ -80,7 +83,7 @@ PRESETS = {
                  alone=dict(vocabulary=500, dim=16, intermediate=32, batch=2, length=16)),
 }
 SECTIONS = {"bert_jax": "jax", "bert_torch": "torch", "core": "jax", "adaptive": "torch",
-            "lstm": "torch", "continuous": "jax", "alone": "jax", "overhead": "torch"}
+            "lstm": "torch", "continuous": "jax", "alone": "tensorflow", "overhead": "torch"}
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("preset", "cpu", sorted(PRESETS), "Sizes: cpu (compute) or tiny (overhead).")
@@ -101,19 +104,10 @@ def _row(section, case, times, tfeff, peer, note=""):
 
 
 def mlm_batch(sizes, seed=0):
-    """A BERT MLM batch as NumPy: Zipfian ids (0-4 reserved), two segments, no padding,
-    15% of the positions masked (sorted, distinct)."""
-    rng = np.random.default_rng(seed)
-    b, n, v = sizes["batch"], sizes["length"], sizes["vocabulary"]
-    p = max(1, round(0.15 * n))
-    ids = np.minimum(rng.zipf(1.2, size=(b, n)) + 4, v - 1).astype("int32")
-    positions = np.sort(np.stack([rng.choice(n, p, replace=False) for _ in range(b)]), -1)
-    return {"token_ids": ids,
-            "segment_ids": (np.arange(n)[None, :] >= n // 2).repeat(b, 0).astype("int32"),
-            "padding_mask": np.ones((b, n), "int32"),
-            "masked_positions": positions.astype("int32"),
-            "masked_ids": np.take_along_axis(ids, positions, 1),
-            "masked_weights": np.ones((b, p), "float32")}
+    """The section's BERT MLM batch: 15% of the positions masked."""
+    return bench_results.mlm_batch(np.random.default_rng(seed), sizes["batch"],
+                                   sizes["length"], sizes["vocabulary"],
+                                   max(1, round(0.15 * sizes["length"])))
 
 
 def _tfeff_bert(sizes, activation, relaxed=False):
@@ -191,15 +185,20 @@ def section_bert_torch(preset, rounds):
                         hidden_act="gelu", attn_implementation="sdpa")
     model = BertForMaskedLM(config).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-    labels = np.full(data["token_ids"].shape, -100, "int64")
-    np.put_along_axis(labels, data["masked_positions"], data["masked_ids"], axis=1)
     inputs = {"input_ids": torch.tensor(data["token_ids"], dtype=torch.long),
               "token_type_ids": torch.tensor(data["segment_ids"], dtype=torch.long),
-              "attention_mask": torch.tensor(data["padding_mask"], dtype=torch.long),
-              "labels": torch.tensor(labels)}
+              "attention_mask": torch.tensor(data["padding_mask"], dtype=torch.long)}
+    positions = torch.tensor(data["masked_positions"], dtype=torch.long)
+    rows = torch.arange(positions.shape[0])[:, None]
+    masked_ids = torch.tensor(data["masked_ids"], dtype=torch.long).reshape(-1)
 
     def hugging_face():
-        loss = model(**inputs).loss
+        # `BertForMaskedLM(labels=...)` would score the vocabulary at every position; the
+        # encoder, then its MLM head at the masked positions only, is tfeff's work.
+        hidden = model.bert(**inputs).last_hidden_state[rows, positions]
+        logits = model.cls(hidden)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 masked_ids)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -234,7 +233,7 @@ def section_adaptive(preset, rounds):
         v, cutoffs, d, n = (sizes[k] for k in ("vocabulary", "cutoffs", "dim", "rows"))
         torch.manual_seed(0)
         rng = np.random.default_rng(0)
-        targets = torch.tensor(np.minimum(rng.zipf(1.2, n) - 1, v - 1))
+        targets = torch.tensor(bench_results.zipf_ids(rng, n, v)).long()
         x = torch.randn(n, d)
         ours = AdaptiveSoftmax(v, cutoffs, div_value=4.0)
         ours.build((None, d))
@@ -363,7 +362,7 @@ def section_continuous(preset, rounds):
     rng = np.random.default_rng(0)
     table = rng.normal(size=(v, d)).astype("float32")
     x = rng.normal(size=(n, h)).astype("float32")
-    targets = np.minimum(rng.zipf(1.2, n) - 1, v - 1).astype("int32")
+    targets = bench_results.zipf_ids(rng, n, v)
     ours = ContinuousOutput(d, loss="cosine", target_embedding=FixedEmbedding(table))
     dense = keras.layers.Dense(d)
     ours.build((None, h))
@@ -390,21 +389,39 @@ def section_alone(preset, rounds):
     sizes = PRESETS[preset]["alone"]
     v, d, inter = sizes["vocabulary"], sizes["dim"], sizes["intermediate"]
     rng = np.random.default_rng(0)
-    ids = np.minimum(rng.zipf(1.2, size=(sizes["batch"], sizes["length"])) - 1,
-                     v - 1).astype("int32")
+    ids = bench_results.zipf_ids(rng, (sizes["batch"], sizes["length"]), v)
     ours = AloneEmbedding(v, output_dim=d, base_dim=d, intermediate_dim=inter, seed=0)
     table = keras.layers.Embedding(v, d)
     ours.build()
     table.build()
-    steps = {"tfeff": _jax_grad_step(ours, lambda i: keras.ops.mean(keras.ops.square(
+    steps = {"tfeff": _tf_grad_step(ours, lambda i: keras.ops.mean(keras.ops.square(
                  ours(i))), ids),
-             "Keras": _jax_grad_step(table, lambda i: keras.ops.mean(keras.ops.square(
+             "Keras": _tf_grad_step(table, lambda i: keras.ops.mean(keras.ops.square(
                  table(i))), ids)}
     times = bench_results.interleaved_times(steps, rounds, warmup=2)
     return [_row("alone", f"V {v:,}, width {d}, FFN {inter}, {ids.size:,} ids "
                  f"({len(np.unique(ids)):,} distinct); {ours.count_params():,} against "
                  f"{table.count_params():,} parameters", times, "tfeff", "Keras",
-                 "ALONE computes each distinct id's vector: its price for the parameters")]
+                 "the FFN once per distinct id: the price of the parameters")]
+
+
+def _tf_grad_step(layer, loss_of, inputs):
+    """A `tf.function` step: the gradients of `loss_of(inputs)` with respect to `layer`'s
+    trainable weights, fetched to the host."""
+    import tensorflow as tf
+
+    inputs = tf.constant(inputs)
+    weights = layer.trainable_variables
+
+    @tf.function
+    def grad():
+        with tf.GradientTape() as tape:
+            loss = loss_of(inputs)
+        return tape.gradient(loss, weights)
+
+    # An embedding's gradient is IndexedSlices (the looked-up rows): fetch what was computed.
+    return lambda: [(g.values if isinstance(g, tf.IndexedSlices) else g).numpy()
+                    for g in grad()]
 
 
 def _jax_grad_step(layer, loss_of, inputs):
@@ -438,7 +455,8 @@ def section_overhead(preset, rounds):
     sizes = PRESETS[preset]["adaptive"][-1]
     v, n = sizes["vocabulary"], sizes["rows"]
     x, w = torch.randn(n, sizes["dim"]), torch.randn(sizes["dim"], sizes["dim"])
-    ids = torch.randint(0, v, (n,), dtype=torch.int32)
+    rng = np.random.default_rng(0)
+    ids = torch.tensor(bench_results.zipf_ids(rng, n, v))
     layer = AdaptiveSoftmax(v, sizes["cutoffs"], div_value=4.0)
     layer(x, ids)  # build
 
@@ -454,7 +472,7 @@ def section_overhead(preset, rounds):
              "torch.matmul": repeated(lambda: torch.matmul(x, w)),
              "eager id check": repeated(lambda: check_ids(layer, ids)),
              "none": repeated(lambda: ids)}
-    times = bench_results.interleaved_times(steps, rounds, warmup=1)
+    times = bench_results.interleaved_times(steps, rounds, warmup=2)
     note = "ms per 1,000 calls"
     return [_row("overhead", "the forward of the smallest adaptive case above", times,
                  "Layer.__call__", "call()", note),

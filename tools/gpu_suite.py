@@ -188,16 +188,10 @@ def flops_per_token(sizes, n):
 def batch(sizes, n, seed=0):
     """One MLM batch as NumPy: ids of a Zipfian language (ids 0-4 reserved), two
     segments, no padding, sorted distinct masked positions."""
-    rng = np.random.default_rng(seed)
-    b, v, p = sizes["lengths"][n], sizes["vocabulary"], masked_per_sequence(n)
-    ids = np.minimum(rng.zipf(1.2, size=(b, n)) + 4, v - 1).astype("int32")
-    positions = np.sort(np.stack([rng.choice(n, p, replace=False) for _ in range(b)]), -1)
-    return {"token_ids": ids,
-            "segment_ids": (np.arange(n)[None, :] >= n // 2).repeat(b, 0).astype("int32"),
-            "padding_mask": np.ones((b, n), "int32"),
-            "masked_positions": positions.astype("int32"),
-            "masked_ids": np.minimum(rng.zipf(1.2, size=(b, p)) + 4, v - 1).astype("int32"),
-            "masked_weights": np.ones((b, p), "float32")}
+    import bench_results
+
+    return bench_results.mlm_batch(np.random.default_rng(seed), sizes["lengths"][n], n,
+                                   sizes["vocabulary"], masked_per_sequence(n))
 
 
 def _median_step(step, warmup, steps):

@@ -20,3 +20,31 @@ def test_medians_and_per_round_ratios():
     times = {"ref": [1.0, 10.0, 1.0, 1.0], "x": [2.0, 20.0, 2.0, 30.0]}
     assert bench.medians(times) == {"ref": 1.0, "x": 11.0}
     assert bench.median_ratios(times, "ref") == {"ref": 1.0, "x": 2.0}
+
+
+def test_zipf_ids_start_at_low_and_stay_in_the_vocabulary():
+    import numpy as np
+
+    bench = load_tool("bench_results")
+    ids = bench.zipf_ids(np.random.default_rng(0), (50, 40), 30, low=5)
+    assert ids.dtype == np.int32 and ids.min() == 5 and ids.max() == 29
+    # Zipfian: rank 1 (id 5) has probability 1 / zeta(1.2) (the sum to 10^6 plus the
+    # integral of the rest); 2,000 draws give it to about +-0.009 (one standard deviation).
+    zeta = np.sum(np.arange(1, 10**6, dtype=float) ** -1.2) + (10**6) ** -0.2 / 0.2
+    share = np.mean(ids == 5)
+    assert abs(share - 1 / zeta) < 0.05, (share, 1 / zeta)
+    assert np.mean(ids == 6) < share  # rank 2: 2^-1.2 of rank 1's
+
+
+def test_the_mlm_batch_masks_distinct_sorted_positions_of_its_own_ids():
+    import numpy as np
+
+    bench = load_tool("bench_results")
+    data = bench.mlm_batch(np.random.default_rng(0), 3, 20, 50, masked=3)
+    ids, positions = data["token_ids"], data["masked_positions"]
+    assert ids.shape == (3, 20) and ids.min() >= 5 and ids.max() < 50
+    assert positions.shape == (3, 3) and positions.dtype == np.int32
+    assert all(np.all(np.diff(row) > 0) for row in positions)
+    np.testing.assert_array_equal(data["masked_ids"], np.take_along_axis(ids, positions, 1))
+    np.testing.assert_array_equal(data["segment_ids"][0], [0] * 10 + [1] * 10)
+    assert data["padding_mask"].all() and data["masked_weights"].shape == (3, 3)

@@ -1,29 +1,12 @@
-"""tools/benchmark_peers.py: its MLM batch, and a tiny run of two sections, one per backend,
-each in its own process."""
+"""tools/benchmark_peers.py: a tiny run of two sections, one per backend, each in its own
+process, and its refusal of an unknown section."""
 
 import json
 import os
 import subprocess
 import sys
 
-import numpy as np
-
 from tests.conftest import REPO
-from tests.tools import load_tool
-
-
-def test_the_mlm_batch_masks_distinct_sorted_positions_of_its_own_ids():
-    # The tool imports its sibling `bench_results` as a script does (tools/ on its path).
-    sys.modules.setdefault("bench_results", load_tool("bench_results"))
-    peers = load_tool("benchmark_peers")
-    sizes = {"batch": 3, "length": 20, "vocabulary": 50}
-    data = peers.mlm_batch(sizes)
-    ids, positions = data["token_ids"], data["masked_positions"]
-    assert ids.shape == (3, 20) and ids.min() >= 5 and ids.max() < 50
-    assert positions.shape == (3, 3)  # 15% of 20
-    assert all(np.all(np.diff(row) > 0) for row in positions)
-    np.testing.assert_array_equal(data["masked_ids"], np.take_along_axis(ids, positions, 1))
-    np.testing.assert_array_equal(data["segment_ids"][0], [0] * 10 + [1] * 10)
 
 
 def test_a_tiny_run_writes_one_row_per_comparison(tmp_path):
