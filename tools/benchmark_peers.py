@@ -503,7 +503,7 @@ def versions():
     import importlib.metadata
 
     out = {}
-    for name in ("keras", "jax", "torch", "keras-hub", "transformers"):
+    for name in ("keras", "tensorflow", "jax", "torch", "keras-hub", "transformers"):
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
