@@ -20,7 +20,8 @@ for have JAX, PyTorch and Hugging Face `transformers`, and no TensorFlow.
 Sections so far:
 
 * **BERT MLM training step, peers.** tfeff `Bert` on JAX (XLA) and on PyTorch
-  (eager), keras-hub's `BertMaskedLM` on JAX (XLA), Hugging Face's
+  (eager), keras-hub's `BertMaskedLM` on JAX (XLA) and on PyTorch (eager: what
+  Keras itself costs there), Hugging Face's
   `BertForMaskedLM` on PyTorch (SDPA attention, bf16 autocast, AdamW), eager and
   under `torch.compile`. Equal model sizes, sequence length, batch and number of
   masked positions (15%, rounded); bf16 compute with float32 weights everywhere
@@ -61,6 +62,10 @@ Sections so far:
   (where matplotlib is installed), the time each run first reaches the
   standard run's final loss and their ratio.
 
+The runner (resume, time limits, the deadline, the archive) is
+`tools/part_runner.py`; this script holds the presets, the parts and the
+report.
+
 The machine is recorded once, by the first run into a folder
 (`OUT/environment.json`), and each part records when it finished, so that
 rerunning a finished command elsewhere (say, where matplotlib draws the PNG)
@@ -74,11 +79,9 @@ import json
 import os
 import platform
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 
 import numpy as np
@@ -86,6 +89,8 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The parts import their sibling tools (benchmark_gpu, bench_results).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import part_runner  # noqa: E402
 
 # Model and batch sizes by preset. `lengths` maps a sequence length to its batch
 # (equal tokens per batch); every row of a length uses that length and batch.
@@ -862,35 +867,15 @@ def main(argv=None):
         with open(environment_path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(environment, f, indent=1)
         os.replace(environment_path + ".tmp", environment_path)
-    began = time.perf_counter()
-    failed, left = [], []
-    for part, backend, *_ in _parts(args.preset):
-        if part not in chosen:
-            continue
-        if os.path.exists(os.path.join(args.out, "parts", f"{part}.json")):
-            print(f"{part}: done earlier", flush=True)
-            continue
-        timeout = limit
-        if args.deadline_s is not None:
-            timeout = min(limit, args.deadline_s - (time.perf_counter() - began))
-            if timeout < MINIMUM_PART_S:
-                left.append(part)
-                continue
-        start = time.perf_counter()
-        ok, detail = _run_part_process(args, part, backend, timeout)
-        seconds = time.perf_counter() - start
-        if ok:
-            print(f"{part}: {seconds:.0f} s", flush=True)
-        elif detail is None and timeout < limit:  # cut by the deadline, not its own limit
-            left.append(part)
-            print(f"{part}: cut at the deadline after {seconds:.0f} s", flush=True)
-        else:
-            failed.append(part)
-            print(f"{part}: FAILED after {seconds:.0f} s (not written; a rerun retries it)"
-                  f"\n{detail or f'over the {limit} s limit'}", file=sys.stderr, flush=True)
+    def after_each():
         write_results(args.out, args.preset, command, environment)
         if args.archive:
             write_archive(args.out, args.archive)
+
+    failed, left = part_runner.run_parts(
+        [(part, _part_command(args, part), _part_environment(backend))
+         for part, backend, *_ in _parts(args.preset) if part in chosen],
+        args.out, limit, args.deadline_s, after_each)
     write_results(args.out, args.preset, command, environment)
     if args.archive:
         write_archive(args.out, args.archive)
@@ -914,81 +899,28 @@ ARCHIVED = ("environment.json", "results.json", "results.md", "core_training.png
 def write_archive(out, path):
     """The results folder `out` without `work/` as one .tar.gz at `path`, its members named
     relative to `out` (`parts/PART.json`, `results.md`, ...); written atomically."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with tarfile.open(tmp, "w:gz") as tar:
-            for name in ARCHIVED:
-                if name == "parts":
-                    for part in sorted(os.listdir(os.path.join(out, "parts"))):
-                        if part.endswith(".json"):
-                            tar.add(os.path.join(out, "parts", part), f"parts/{part}")
-                elif os.path.isfile(os.path.join(out, name)):
-                    tar.add(os.path.join(out, name), name)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    part_runner.write_archive(out, path, ARCHIVED)
 
 
 def unpack_archive(path, out, preset):
     """Unpacks an archive of `write_archive` into `out`; a part file `out` has already is
     kept. Raises ValueError (the caller names the file) for a file that is not such an
     archive, a member outside the archive's names, or another preset's results."""
-    if not os.path.isfile(path):
-        raise ValueError("no such file")
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            members = tar.getmembers()
-            for m in members:
-                top = m.name.split("/")[0]
-                if (top not in ARCHIVED or not m.isfile() or os.path.isabs(m.name)
-                        or ".." in m.name.split("/")
-                        or (top == "parts" and (m.name.count("/") != 1
-                                                or not m.name.endswith(".json")))):
-                    raise ValueError(f"member {m.name!r} is not part of a results archive "
-                                     "(tools/gpu_suite.py --archive)")
-            results = next((m for m in members if m.name == "results.json"), None)
-            if results is None:
-                raise ValueError("no results.json in it (not a tools/gpu_suite.py --archive)")
-            data = json.load(tar.extractfile(results))
-            if not isinstance(data, dict) or "preset" not in data:
-                raise ValueError("its results.json names no preset (not a tools/gpu_suite.py "
-                                 "--archive)")
-            archived = data["preset"]
-            if archived != preset:
-                raise ValueError(f"results of the {archived} preset, not {preset}")
-            os.makedirs(os.path.join(out, "parts"), exist_ok=True)
-            for m in members:
-                target = os.path.join(out, m.name)
-                if m.name.startswith("parts/") and os.path.exists(target):
-                    continue
-                with open(target + ".tmp", "wb") as f:
-                    f.write(tar.extractfile(m).read())
-                os.replace(target + ".tmp", target)
-    except (tarfile.TarError, EOFError, OSError, KeyError, json.JSONDecodeError) as e:
-        raise ValueError(f"not a readable .tar.gz results archive ({type(e).__name__}: {e})")
+    what = "tools/gpu_suite.py --archive"
+
+    def same_preset(data):
+        if not isinstance(data, dict) or "preset" not in data:
+            raise ValueError(f"its results.json names no preset (not a {what})")
+        if data["preset"] != preset:
+            raise ValueError(f"results of the {data['preset']} preset, not {preset}")
+
+    part_runner.unpack_archive(path, out, ARCHIVED, same_preset, what)
 
 
-# A part is not started with less time than this before the deadline.
-MINIMUM_PART_S = 60
-
-
-def _run_part_process(args, part, backend, timeout):
-    """`(ok, stderr tail)` of one part's process; `(False, None)` if it ran past
-    `timeout` (its process group, children included, is killed)."""
-    process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--out", args.out,
-                                "--preset", args.preset, "--core_data", args.core_data,
-                                "--run_part", part],
-                               env=_part_environment(backend), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        return False, None
-    return process.returncode == 0, stderr[-2000:]
+def _part_command(args, part):
+    """The command line of one part's own process (this script, `--run_part`)."""
+    return [sys.executable, os.path.abspath(__file__), "--out", args.out, "--preset",
+            args.preset, "--core_data", args.core_data, "--run_part", part]
 
 
 if __name__ == "__main__":

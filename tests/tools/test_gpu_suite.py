@@ -20,11 +20,17 @@ gpu_suite = load_tool("gpu_suite")
 # One length of the BERT sections: tfeff on both backends, keras-hub, Hugging Face
 # (measured where `transformers` is installed, reported as missing where not) and the
 # relaxed model; one output-layer model and ELMo-A's adaptive softmax against PyTorch's;
-# Masked ELMo's encoder, speed and parity; CoRe's standard and two-phase training.
+# Masked ELMo's encoder, speed and parity; CoRe's standard and two-phase training. The
+# whole list, and a run resumed from its archive, are `slow` (about 3 minutes); the
+# default suite runs one real part of each section (`LEAN`), and the runner's logic with
+# fake parts (tests/tools/test_part_runner.py).
 PARTS = ["bert_tfeff_jax_32", "bert_keras_hub_jax_32", "bert_hf_torch_32",
          "bert_tfeff_torch_32", "core_relaxed_jax_32", "output_elmo_c_jax",
          "output_adaptive_torch", "lstm_speed_torch", "lstm_parity_torch",
          "core_train_standard_jax", "core_train_two_phase_jax"]
+LEAN = ["bert_tfeff_jax_32", "core_relaxed_jax_32", "output_elmo_c_jax",
+        "output_adaptive_torch", "lstm_parity_torch", "core_train_standard_jax",
+        "core_train_two_phase_jax"]
 
 
 def test_flops_per_token_golden():
@@ -42,10 +48,10 @@ def test_batches_mask_distinct_sorted_positions_of_ordinary_ids():
     assert data["token_ids"].min() >= 5 and data["token_ids"].max() < 2000
 
 
-@pytest.fixture(scope="module")
-def suite(tmp_path_factory):
-    """The runner on the CPU preset's parts above; every Python process it starts has
-    TensorFlow unimportable (a sitecustomize on PYTHONPATH)."""
+def _run_suite(tmp_path_factory, parts, resume):
+    """The runner on the CPU preset's `parts`; every Python process it starts has
+    TensorFlow unimportable (a sitecustomize on PYTHONPATH). With `resume`, then a second
+    run on a fresh folder from the first one's archive less one part."""
     root = tmp_path_factory.mktemp("gpu_suite")
     guard = root / "guard"
     guard.mkdir()
@@ -61,11 +67,11 @@ def suite(tmp_path_factory):
     load_tool("mlm_arrays").build([train], [heldout], core_data, sequence_length=32,
                                   vocabulary_size=300)
     command = [sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"), "--preset", "cpu",
-               "--parts", ",".join(PARTS), "--core_data", core_data]
+               "--parts", ",".join(parts), "--core_data", core_data]
     first = subprocess.run(command + ["--out", str(out), "--archive", str(root / "first.tgz")],
                            env=env, capture_output=True, text=True, cwd=REPO)
     second = None  # the rerun needs a complete first run (its failure is the first test's)
-    if first.returncode == 0:
+    if resume and first.returncode == 0:
         # A fresh machine: a new results folder, resumed from the first run's archive less
         # one part (as if the job had been cut before it).
         with tarfile.open(root / "first.tgz") as src, \
@@ -80,6 +86,38 @@ def suite(tmp_path_factory):
     return out, first, second
 
 
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    """Every part of `PARTS`, then the resumed run (for the `slow` tests)."""
+    return _run_suite(tmp_path_factory, PARTS, resume=True)
+
+
+@pytest.fixture(scope="module")
+def lean(tmp_path_factory):
+    """One real part of each section (`LEAN`), once."""
+    return _run_suite(tmp_path_factory, LEAN, resume=False)
+
+
+def test_one_real_part_of_each_section_runs_without_tensorflow(lean):
+    out, first, _ = lean
+    assert first.returncode == 0, first.stderr[-4000:]
+    rows = {r["part"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
+    assert set(rows) == set(LEAN)
+    bert = rows["bert_tfeff_jax_32"]
+    assert bert["tokens_per_step"] == 8 * 32 and 0 < bert["loss"] < 20, bert
+    assert rows["core_relaxed_jax_32"]["params"] != bert["params"]
+    assert rows["output_elmo_c_jax"]["tokens_per_s"] > 0
+    adaptive = rows["output_adaptive_torch"]
+    assert adaptive["tfeff_params"] == adaptive["torch_params"] > 0
+    for loss in adaptive["first_losses"].values():  # untrained: about log V per direction
+        assert abs(loss - 2 * math.log(5000)) < 1.5, adaptive["first_losses"]
+    assert rows["lstm_parity_torch"]["returncode"] == 0, rows["lstm_parity_torch"]["output"]
+    report = (out / "results.md").read_text()
+    assert "| tfeff `Bert`, JAX, XLA |" in report
+    assert "| `torch.nn.AdaptiveLogSoftmaxWithLoss` | 0.1M |" in report
+
+
+@pytest.mark.slow
 def test_the_parts_measure_equal_models_without_tensorflow(suite):
     out, first, _ = suite
     assert first.returncode == 0, first.stderr[-4000:]
@@ -137,8 +175,8 @@ def test_the_parts_measure_equal_models_without_tensorflow(suite):
 
 
 @pytest.mark.numerics
-def test_core_training_runs_both_schedules_on_the_same_steps(suite):
-    out, first, _ = suite
+def test_core_training_runs_both_schedules_on_the_same_steps(lean):
+    out, first, _ = lean
     assert first.returncode == 0, first.stderr[-4000:]
     data = json.loads((out / "results.json").read_text())
     rows = {r["part"]: r for r in data["rows"]}
@@ -196,8 +234,8 @@ def test_core_training_without_its_data_is_refused_before_anything_runs(tmp_path
     assert not (tmp_path / "out").exists()
 
 
-def test_the_archive_holds_the_results_without_work(suite):
-    out, first, _ = suite
+def test_the_archive_holds_the_results_without_work(lean):
+    out, first, _ = lean
     assert first.returncode == 0, first.stderr[-4000:]
     assert (out / "work").is_dir()  # word tables, the trace: left out of the archive
     with tarfile.open(out.parent / "first.tgz") as tar:
@@ -205,11 +243,12 @@ def test_the_archive_holds_the_results_without_work(suite):
         assert (json.load(tar.extractfile("results.json"))
                 == json.loads((out / "results.json").read_text()))
     assert sorted(names) == sorted(["environment.json", "results.json", "results.md",
-                                    *[f"parts/{p}.json" for p in PARTS]]
+                                    *[f"parts/{p}.json" for p in LEAN]]
                                    + (["core_training.png"]
                                       if (out / "core_training.png").exists() else []))
 
 
+@pytest.mark.slow
 def test_a_run_resumed_from_an_archive_runs_only_the_missing_part(suite):
     out, first, second = suite
     assert second is not None, first.stderr[-4000:]
@@ -307,6 +346,8 @@ def test_a_part_past_its_time_is_killed_and_writes_nothing(tmp_path):
         out, preset, core_data = str(tmp_path), "cpu", str(tmp_path / "unused.npz")
 
     (tmp_path / "parts").mkdir()
-    ok, detail = gpu_suite._run_part_process(Args, "lstm_speed_torch", "torch", 2)
+    ok, detail = load_tool("part_runner").run_process(
+        gpu_suite._part_command(Args, "lstm_speed_torch"), gpu_suite._part_environment("torch"),
+        2)
     assert (ok, detail) == (False, None)
     assert not (tmp_path / "parts" / "lstm_speed_torch.json").exists()
