@@ -5,8 +5,8 @@ from typing import List, Optional
 
 from tfeff.config.alone import AloneConfig
 from tfeff.config.base import ConfigError
-from tfeff.config.base import join
 from tfeff.config.base import fraction_or_none
+from tfeff.config.base import join
 from tfeff.config.base import one_of
 from tfeff.config.base import positive
 from tfeff.config.bert import validate_masked_lm_data
