@@ -43,6 +43,22 @@ def median_ratios(times, reference):
             for name, t in times.items()}
 
 
+def torch_adam_step(loss_fn, parameters, learning_rate=1e-4):
+    """A training step of PyTorch: `loss_fn()`, its gradients, one Adam update of
+    `parameters`; returns the loss as a float (which waits for the device)."""
+    import torch
+
+    optimizer = torch.optim.Adam(parameters, lr=learning_rate)
+
+    def step():
+        loss = loss_fn()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+    return step
+
+
 def zipf_ids(rng, shape, vocabulary, low=0, exponent=1.2):
     """int32 ids of a Zipfian language from `low` up (ids are frequency-ordered, as tfeff's
     vocabularies are; the long tail is clipped to `vocabulary - 1`)."""

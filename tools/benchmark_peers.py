@@ -248,22 +248,15 @@ def section_adaptive(preset, rounds):
             raise AssertionError(f"AdaptiveSoftmax and PyTorch's differ at V {v}: {start}")
 
         def trainer(loss_of, parameters):
-            optimizer = torch.optim.Adam(parameters, lr=1e-4)
-
-            def step():
-                inputs = x.clone().requires_grad_()
-                loss = loss_of(inputs)
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                return loss.item()
-            return step
+            """A step on a fresh copy of `x` that wants its gradient, as an encoder's output."""
+            return bench_results.torch_adam_step(
+                lambda: loss_of(x.clone().requires_grad_()), parameters)
 
         steps = {"tfeff": trainer(lambda inputs: ours.per_position_loss(
                      inputs, targets.int(), training=True).mean(),
                      [w.value for w in ours.trainable_weights]),
                  "PyTorch": trainer(lambda inputs: peer(inputs, targets).loss,
-                                    peer.parameters())}
+                                    list(peer.parameters()))}
         times = bench_results.interleaved_times(steps, rounds, warmup=2)
         tails = ", ".join(f"{float((targets >= c).float().mean()):.0%}" for c in cutoffs)
         rows.append(_row("adaptive", f"V {v:,}, cutoffs {cutoffs}, d {d}, {n} rows "

@@ -433,19 +433,9 @@ def run_adaptive_peer(sizes, work_dir):
     def torch_loss(features, targets):
         return peer(features, targets).loss * targets.shape[0]
 
-    def trainer(score, parameters):
-        optimizer = torch.optim.Adam(parameters, lr=1e-4)
-
-        def step():
-            loss = loss_of(score)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            return loss.item()
-        return step
-
-    runs = {"tfeff": trainer(tfeff_loss, encoder + ours),
-            "torch": trainer(torch_loss, encoder + list(peer.parameters()))}
+    runs = {"tfeff": bench_results.torch_adam_step(lambda: loss_of(tfeff_loss), encoder + ours),
+            "torch": bench_results.torch_adam_step(lambda: loss_of(torch_loss),
+                                                   encoder + list(peer.parameters()))}
     losses = {name: run() for name, run in runs.items()}  # the first step: untrained
     times = bench_results.interleaved_times(runs, sizes["steps"], warmup=sizes["warmup"])
     medians = bench_results.medians(times)

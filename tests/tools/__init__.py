@@ -2,7 +2,9 @@
 
 import functools
 import importlib.util
+import io
 import os
+import tarfile
 
 from tests.conftest import REPO
 
@@ -14,3 +16,12 @@ def load_tool(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def write_tar(path, members):
+    """A .tar.gz at `path` holding `members`, `{name: bytes}` (any name, `../` too)."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))

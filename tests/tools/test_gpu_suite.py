@@ -2,7 +2,6 @@
 results that resume part by part."""
 
 import importlib.util
-import io
 import json
 import math
 import os
@@ -14,6 +13,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.tools import load_tool
+from tests.tools import write_tar
 
 gpu_suite = load_tool("gpu_suite")
 
@@ -283,14 +283,6 @@ def test_a_run_resumed_from_an_archive_runs_only_the_missing_part(suite):
     assert "| `torch.nn.AdaptiveLogSoftmaxWithLoss` | 0.1M |" in text
 
 
-def _archive(path, members):
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-
-
 # What any archive is refused for (a member outside it, no results.json, not a .tar.gz) is
 # tests/tools/test_part_runner.py's; here, what the suite adds, through its command line.
 @pytest.mark.parametrize("members, message", [
@@ -303,7 +295,7 @@ def _archive(path, members):
 def test_an_archive_that_is_not_one_is_refused_naming_it(tmp_path, members, message):
     path = tmp_path / "in.tgz"
     if isinstance(members, dict):
-        _archive(path, members)
+        write_tar(path, members)
     elif members is not None:
         path.write_bytes(members)
     done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"),

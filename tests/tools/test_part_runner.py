@@ -2,7 +2,6 @@
 failures, time limits, the deadline, and the archive's round trip. Seconds, where the GPU
 suite's real parts take minutes (tests/tools/test_gpu_suite.py)."""
 
-import io
 import json
 import os
 import sys
@@ -12,6 +11,7 @@ import time
 import pytest
 
 from tests.tools import load_tool
+from tests.tools import write_tar
 
 runner = load_tool("part_runner")
 
@@ -75,14 +75,6 @@ def test_the_deadline_cuts_a_part_and_starts_none_it_cannot_finish(tmp_path, cap
     assert not os.listdir(tmp_path / "parts")
 
 
-def _tar(path, members):
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-
-
 NAMES = ("results.json", "results.md", "parts")
 
 
@@ -124,7 +116,7 @@ def test_a_foreign_archive_is_refused_before_anything_is_written(tmp_path, membe
     if members is None:
         path.write_bytes(b"not a tarball")
     else:
-        _tar(path, members)
+        write_tar(path, members)
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         runner.unpack_archive(str(path), str(tmp_path / "out"), NAMES, _accept, "test")
     assert not (tmp_path / "out").exists() and not (tmp_path / "escape.json").exists()

@@ -148,7 +148,9 @@ def _adaptive_target_log_probs_torch(head_log_probs, tail_log_probs, bounds, x, 
     cutoffs, shortlist_size = bounds[:-1], bounds[0]
     t = t.long()
     head = head_log_probs(x)  # (n, head_size)
-    cluster = torch.bucketize(t, torch.tensor(cutoffs, device=t.device), right=True)
+    cluster = torch.zeros_like(t)  # 0 for the shortlist, i + 1 for tail i
+    for cutoff in cutoffs:  # (comparisons with Python ints: no tensor copied to the device)
+        cluster += t >= cutoff
     head_column = torch.where(cluster == 0, t, shortlist_size + cluster - 1)
     log_probs = head.gather(1, head_column[:, None])[:, 0]  # (n,)
     for i in range(len(cutoffs)):
