@@ -25,7 +25,7 @@ install-test: $(VENV)/.installed-test
 demo: $(VENV)/.installed
 	$(VENV)/bin/tfeff-pretrain --config configs/demo_elmo_c.yaml --model_dir $(DEMO_DIR)
 	$(VENV)/bin/tfeff-export --model_dir $(DEMO_DIR) --output $(DEMO_DIR)/export --overwrite
-	$(PY) tools/demo_embed.py --embedder $(DEMO_DIR)/export --sentences_from $(DEMO_DIR)/corpus/heldout.txt
+	$(PY) examples/demo_embed.py --embedder $(DEMO_DIR)/export --sentences_from $(DEMO_DIR)/corpus/heldout.txt
 
 # Two pytest processes (pytest-xdist), each running whole files: in one process the suite
 # keeps one of two cores busy once the demo runs are done (small models, Python-bound).
@@ -38,7 +38,7 @@ test: $(VENV)/.installed-test
 # from the code first (tools/docs_reference.py), then mkdocs builds strictly (a broken link
 # or an unparsable docstring fails).
 docs: $(VENV)/.installed-test
-	$(PY) tools/docs_reference.py
+	$(PY) -m tools.docs_reference
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The tests that compare two implementations in floating point (`-m numerics`; their
@@ -84,23 +84,23 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 # and on real English text (WordNet glosses; needs `apt-get install wordnet-base`; about two
 # hours on 2 cores, the two corpora side by side on one core each; runs in runs/quality reused).
 bench: $(VENV)/.installed-bench $(VENV)/.installed-test
-	$(PY) tools/benchmark_output_layers.py --preset small --results_dir runs/bench
-	$(PY) tools/alone_reconstruct.py --preset full --results_dir runs/bench
-	$(PY) tools/benchmark_alone.py --results runs/bench/alone_lookup.md
-	$(PY) tools/benchmark_core.py --results_dir runs/bench
-	$(PY) tools/bert_curves.py --results_dir runs/bench
-	$(PY) tools/core_study.py --results_dir runs/bench
-	$(PY) tools/benchmark_lstm.py --results runs/bench/lstm.md
-	$(PY) tools/benchmark_peers.py --output_dir runs/bench
-	$(PY) tools/benchmark_pipeline.py --work_dir runs/bench/pipeline --results runs/bench/pipeline.md
-	$(PY) tools/evaluate_features.py --demo --work_dir runs/features --results runs/bench/features.md
-	TF_NUM_INTRAOP_THREADS=1 taskset -c 0 $(PY) tools/quality_study.py --corpora synthetic & \
-	pid=$$!; TF_NUM_INTRAOP_THREADS=1 taskset -c 1 $(PY) tools/quality_study.py --corpora english; \
+	$(PY) -m benchmarks.output_layers --preset small --results_dir runs/bench
+	$(PY) -m benchmarks.alone_reconstruct --preset full --results_dir runs/bench
+	$(PY) -m benchmarks.alone --results runs/bench/alone_lookup.md
+	$(PY) -m benchmarks.core --results_dir runs/bench
+	$(PY) -m benchmarks.bert_curves --results_dir runs/bench
+	$(PY) -m benchmarks.core_study --results_dir runs/bench
+	$(PY) -m benchmarks.lstm --results runs/bench/lstm.md
+	$(PY) -m benchmarks.peers --output_dir runs/bench
+	$(PY) -m benchmarks.pipeline --work_dir runs/bench/pipeline --results runs/bench/pipeline.md
+	$(PY) -m benchmarks.feature_study --demo --work_dir runs/features --results runs/bench/features.md
+	TF_NUM_INTRAOP_THREADS=1 taskset -c 0 $(PY) -m benchmarks.quality_study --corpora synthetic & \
+	pid=$$!; TF_NUM_INTRAOP_THREADS=1 taskset -c 1 $(PY) -m benchmarks.quality_study --corpora english; \
 	b=$$?; wait $$pid; a=$$?; test $$a = 0 -a $$b = 0
-	$(PY) tools/quality_study.py --table_only
+	$(PY) -m benchmarks.quality_study --table_only
 
 # tfeff against its peers on one GPU, in resumable parts, into one results folder
-# (tools/gpu_suite.py; docs/benchmarks.md): BERT-base MLM steps beside keras-hub and
+# (benchmarks/gpu_suite.py; docs/benchmarks.md): BERT-base MLM steps beside keras-hub and
 # Hugging Face, CoRe's relaxed model, the output layers at 800K words (and PyTorch's
 # adaptive softmax), Masked ELMo's encoder, CoRe's two-phase training on real English. Made
 # for a GPU machine with JAX and PyTorch and no network: `make gpu-wheels gpu-data` here
@@ -119,13 +119,13 @@ GPU_DATA_h100 = runs/gpu_data/wordnet_128.npz
 GPU_DATA_cpu = runs/gpu_data/synthetic_32.npz
 runs/gpu_data/wordnet_128.npz:
 	$(MAKE) $(VENV)/.installed-test
-	$(PY) tools/english_corpus.py --output_dir runs/english
-	$(PY) tools/mlm_arrays.py --train_files runs/english/train.txt \
+	$(PY) -m tools.english_corpus --output_dir runs/english
+	$(PY) -m tools.mlm_arrays --train_files runs/english/train.txt \
 		--heldout_files runs/english/heldout.txt --sequence_length 128 \
 		--vocabulary_size 8192 --output $@
 runs/gpu_data/synthetic_32.npz:
 	$(MAKE) $(VENV)/.installed-test
-	$(PY) tools/mlm_arrays.py --synthetic 500 --sequence_length 32 --vocabulary_size 400 \
+	$(PY) -m tools.mlm_arrays --synthetic 500 --sequence_length 32 --vocabulary_size 400 \
 		--output $@
 gpu-data: $(GPU_DATA_$(GPU_PRESET))
 # The pure-Python wheels a GPU machine with JAX, PyTorch and transformers lacks (keras,
@@ -148,7 +148,7 @@ bench-gpu: $(if $(filter cpu,$(GPU_PRESET)),$(GPU_DATA_cpu))
 	    $(BENCH_PYTHON) -m pip install -q --no-index --no-deps --target runs/gpu_site \
 	        runs/gpu_wheels/*.whl; fi; \
 	PYTHONPATH=$$(pwd)/runs/gpu_site$${PYTHONPATH:+:$$PYTHONPATH} $(BENCH_PYTHON) \
-	    tools/gpu_suite.py --preset $(GPU_PRESET) --out $(GPU_OUT) \
+	    -m benchmarks.gpu_suite --preset $(GPU_PRESET) --out $(GPU_OUT) \
 	    --deadline_s $(GPU_DEADLINE_S) --archive $(GPU_ARCHIVE) \
 	    $$(test -f $(GPU_ARCHIVE) && echo --resume_from $(GPU_ARCHIVE))
 

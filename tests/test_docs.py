@@ -54,22 +54,18 @@ def test_docs_site_builds_strictly_without_importing_the_package(tmp_path):
 
 
 def test_generated_references_are_current():
-    """`tools/docs_reference.py --check`: the command-line page equals the binaries'
+    """`python -m tools.docs_reference --check`: the command-line page equals the binaries'
     absl flags and the configuration page the config dataclasses; an undocumented flag
     or key is an error of its own."""
-    result = subprocess.run([sys.executable, "tools/docs_reference.py", "--check"],
+    result = subprocess.run([sys.executable, "-m", "tools.docs_reference", "--check"],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
 def _docs_reference():
-    import importlib.util
+    from tools import docs_reference
 
-    spec = importlib.util.spec_from_file_location(
-        "docs_reference", os.path.join(REPO, "tools", "docs_reference.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return docs_reference
 
 
 def test_recipe_tables_compare_the_paper_with_the_configs(tmp_path):

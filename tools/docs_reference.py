@@ -1,7 +1,7 @@
 """Writes the command-line and configuration references and the papers' recipe tables.
 
-    python tools/docs_reference.py            # rewrite docs/reference/*.md and the tables
-    python tools/docs_reference.py --check    # exit 1, naming the page, if one is stale
+    python -m tools.docs_reference            # rewrite docs/reference/*.md and the tables
+    python -m tools.docs_reference --check    # exit 1, naming the page, if one is stale
 
 The command-line page comes from the absl flags of each `tfeff-*` binary (name, type,
 default, help) and the module docstring of each binary; the configuration page from
@@ -36,7 +36,6 @@ import sys
 import typing
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 CLI_PAGE = os.path.join(REPO, "docs", "reference", "command-line.md")
 CONFIG_PAGE = os.path.join(REPO, "docs", "reference", "configuration.md")
@@ -407,7 +406,7 @@ def main():
             print(f"wrote {os.path.relpath(path, REPO)}")
     if stale:
         print(f"error: {', '.join(stale)} differ from the code; run "
-              "`python tools/docs_reference.py` and commit the result", file=sys.stderr)
+              "`python -m tools.docs_reference` and commit the result", file=sys.stderr)
         return 1
     return 0
 

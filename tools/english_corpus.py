@@ -15,14 +15,14 @@ the same side of the train/held-out split (chosen from a hash of the synset's
 offset and part of speech), so no example is seen in training through its
 sibling definition. The text is never committed; run this where you need it:
 
-    python tools/english_corpus.py --output_dir runs/english
+    python -m tools.english_corpus --output_dir runs/english
     tfeff-pretrain --config configs/demo_elmo_c.yaml --model_dir runs/en_elmo_c \
         --override data.synthetic=null \
         --override data.train_files=runs/english/train.txt \
         --override data.heldout_files=runs/english/heldout.txt
 
 It also writes two labeled tasks made from held-out text, in the formats of
-`tools/evaluate_features.py` (they need context: a word's form does not give
+`benchmarks/feature_study.py` (they need context: a word's form does not give
 the answer away):
 
 * `order_{train,test}.tsv`: sentence classification; in half the sentences two

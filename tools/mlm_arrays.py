@@ -16,13 +16,13 @@ writes what a JAX or PyTorch machine needs into one `.npz` file:
   `max_predictions_per_seq`, `special_ids` (`pad`, `unk`, `cls`, `sep`,
   `mask`) and `source` (the command's inputs).
 
-    python tools/english_corpus.py --output_dir runs/english
-    python tools/mlm_arrays.py --train_files runs/english/train.txt \\
+    python -m tools.english_corpus --output_dir runs/english
+    python -m tools.mlm_arrays --train_files runs/english/train.txt \\
         --heldout_files runs/english/heldout.txt --output runs/gpu_data/wordnet_128.npz
-    python tools/mlm_arrays.py --synthetic 2000 --sequence_length 32 \\
+    python -m tools.mlm_arrays --synthetic 2000 --sequence_length 32 \\
         --vocabulary_size 500 --output /tmp/synthetic_32.npz
 
-`tools/gpu_suite.py` trains CoRe's two phases from such a file (`--core_data`).
+`benchmarks/gpu_suite.py` trains CoRe's two phases from such a file (`--core_data`).
 """
 
 import argparse

@@ -8,7 +8,6 @@ module imports no TensorFlow of its own; run as a script, it makes TensorFlow
 unimportable first (`without_tensorflow`).
 """
 
-import os
 import sys
 
 import numpy as np
@@ -524,8 +523,6 @@ if __name__ == "__main__":
     # "x64/..."; and the lines of `without_tensorflow`: TensorFlow is unimportable in this
     # process, so every case also shows that the neutral core runs without it.
     sys.modules["tensorflow"] = None
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))))
     import keras
 
     results = {"backend": np.array(keras.backend.backend()),

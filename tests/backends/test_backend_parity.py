@@ -16,7 +16,6 @@ runs without it.)
 """
 
 import math
-import os
 import subprocess
 import sys
 
@@ -28,7 +27,6 @@ from tests.conftest import REPO
 from tests.conftest import backend_env
 from tests.numerics import assert_close
 
-SCRIPT = os.path.join(REPO, "tests", "backends", "cases.py")
 OTHER_BACKENDS = ("jax", "torch")
 
 
@@ -41,7 +39,7 @@ def results(tmp_path_factory):
     for backend in OTHER_BACKENDS:
         env = backend_env(backend)
         processes[backend] = subprocess.Popen(
-            [sys.executable, SCRIPT, str(folder / f"{backend}.npz")], env=env,
+            [sys.executable, "-m", "tests.backends.cases", str(folder / f"{backend}.npz")], env=env,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
         out = {"tensorflow": cases.run_all()}

@@ -1,5 +1,5 @@
 """tfeff.evaluation: task readers, metric, a real probe on fastText features, fine-tuning,
-and tools/evaluate_features.py, its command line."""
+and benchmarks/feature_study.py, its command line."""
 
 import os
 import subprocess

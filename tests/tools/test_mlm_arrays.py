@@ -3,11 +3,10 @@
 import numpy as np
 import pytest
 
-from tests.tools import load_tool
 from tfeff import data as data_lib
 from tfeff.data.mlm_dataset import bert_tokenizer
 
-mlm_arrays = load_tool("mlm_arrays")
+from tools import mlm_arrays
 N = 24
 
 

@@ -46,7 +46,7 @@ def padded(lengths, time):
 def native_is_faster(lengths, time):
     """On the CPU, whether torch's native LSTM beats the portable path for this call.
 
-    Measured with `tools/benchmark_lstm.py --threads 1` under
+    Measured with `benchmarks/lstm.py --threads 1` under
     `KERAS_BACKEND=torch` (2-core CPU; two layers, batch 32, time 64, 512
     cells, projection 64), the native LSTM's time over the portable path's:
     0.60 for the forward pass alone (`--step forward`), 0.66 for a training

@@ -64,7 +64,7 @@ class MaskedBiLSTM(keras.layers.Layer):
     * torch on the CPU, `"auto"`: the torch LSTM, except for training steps
       (gradients recorded) on padded rows, which take the portable path;
       True raises a `ValueError`. Measured on a 2-core CPU (two layers,
-      batch 32, time 64, 512 cells, projection 64; `tools/benchmark_lstm.py`
+      batch 32, time 64, 512 cells, projection 64; `benchmarks/lstm.py`
       under `KERAS_BACKEND=torch`), the native LSTM takes 0.60x the portable
       path's time for the forward pass alone and 0.66x for a training step on
       full-length rows, but 1.14x for a training step on padded rows, whose

@@ -2,7 +2,7 @@
 
 What every family's `build_model` (`tfeff.training.families`) calls, and what
 code that must not import TensorFlow uses (a JAX or PyTorch machine:
-`tools/benchmark_gpu.py`). Each function maps the config's `model` section
+`benchmarks/gpu.py`). Each function maps the config's `model` section
 (and the few `data`/`train` values a model needs) to the model's arguments.
 """
 

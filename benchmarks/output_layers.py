@@ -35,8 +35,8 @@ Results go to `--results_dir`: `output_layers.md` (the table) and
 `output_layers.png` (bar chart of S2 ratios, with matplotlib from the
 `bench` extra). The table is printed last.
 
-    python tools/benchmark_output_layers.py --preset small     # make bench
-    python tools/benchmark_output_layers.py --preset full      # docs/papers/elmo-c.md's table
+    python -m benchmarks.output_layers --preset small     # make bench
+    python -m benchmarks.output_layers --preset full      # docs/papers/elmo-c.md's table
 """
 
 import os
@@ -48,7 +48,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 
 from absl import app  # noqa: E402
@@ -57,8 +56,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import bench_results  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from tfeff.models import ElmoLM  # noqa: E402
 from tfeff.models import TransformerLM  # noqa: E402
 
@@ -291,10 +289,10 @@ def largest_batch(step, sample, length, budget, cap, state_bytes):
 
 def round_robin(steps_and_inputs, repeats):
     """Median seconds per step of each `(step, ids)`, timed in interleaved rounds
-    (`bench_results.interleaved_times`)."""
+    (`harness.interleaved_times`)."""
     runs = {k: lambda step=step, ids=ids: float(step(ids))
             for k, (step, ids) in enumerate(steps_and_inputs)}
-    median = bench_results.medians(bench_results.interleaved_times(runs, repeats))
+    median = harness.medians(harness.interleaved_times(runs, repeats))
     return [median[k] for k in range(len(steps_and_inputs))]
 
 

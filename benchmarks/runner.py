@@ -1,6 +1,6 @@
 """A resumable run of named parts, each in a process of its own, inside a deadline.
 
-What `tools/gpu_suite.py` runs its parts with, written without its parts:
+What `benchmarks/gpu_suite.py` runs its parts with, written without its parts:
 
 * A part is a name and a command line. It has succeeded when its process
   exits 0; it writes its own result, `OUT/parts/NAME.json`, and a part whose

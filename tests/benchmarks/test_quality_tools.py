@@ -1,9 +1,9 @@
-"""tools/english_corpus.py (WordNet glosses -> corpus and tasks) and tools/quality_study.py's
+"""tools/english_corpus.py (WordNet glosses -> corpus and tasks) and benchmarks/quality_study.py's
 table."""
 
+from importlib import import_module
 import pytest
 
-from tests.tools import load_tool
 
 # Three synsets in WordNet's data-file format (invented glosses; the header line of the
 # real files starts with two spaces).
@@ -16,7 +16,7 @@ DATA_NOUN = """  1 This software and database is being provided to you, the LICE
 
 @pytest.fixture(scope="module")
 def corpus_tool():
-    return load_tool("english_corpus")
+    return import_module("tools.english_corpus")
 
 
 def test_tokenize_golden(corpus_tool):
@@ -98,7 +98,7 @@ def test_replaced_task_replaces_one_word_by_a_word_of_similar_frequency(corpus_t
 
 
 def test_quality_study_table_reports_mean_and_sd_over_seeds(tmp_path):
-    study = load_tool("quality_study")
+    study = import_module("benchmarks.quality_study")
 
     def record(name, family, seed, steps, seconds, ev, probes, tuned=None):
         r = {"name": name, "family": family, "corpus": "synthetic", "seed": seed,

@@ -13,8 +13,8 @@ and, for reference, a conventional `keras.layers.Embedding` of the same
 vocabulary. Defaults: the paper's WMT sizes (V = 37000, D_e = D_o = 512,
 D_inter = 4096) and a 128 x 128 batch.
 
-    python tools/benchmark_alone.py                   # make bench
-    python tools/benchmark_alone.py --intermediate_dim 1024 --rounds 3
+    python -m benchmarks.alone                   # make bench
+    python -m benchmarks.alone --intermediate_dim 1024 --rounds 3
 """
 
 import os
@@ -29,7 +29,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import bench_results  # noqa: E402
+from benchmarks import harness  # noqa: E402
 
 from tfeff.layers import AloneEmbedding  # noqa: E402
 
@@ -76,7 +76,7 @@ def main(argv):
         float(loss)
         [g.numpy() if not isinstance(g, tf.IndexedSlices) else g.values.numpy() for g in grads]
 
-    median = bench_results.medians(bench_results.interleaved_times(
+    median = harness.medians(harness.interleaved_times(
         {name: lambda step=step: run(step) for name, step in steps.items()}, FLAGS.rounds))
     ffn_rows = {"unique": distinct, "token": ids.shape[0] * ids.shape[1], "table": v,
                 "Embedding": 0}

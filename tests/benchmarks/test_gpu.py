@@ -1,4 +1,4 @@
-"""tools/benchmark_gpu.py on CPU JAX: it runs without TensorFlow and measures real models."""
+"""benchmarks/gpu.py on CPU JAX: it runs without TensorFlow and measures real models."""
 
 import json
 import os
@@ -15,16 +15,16 @@ from tests.conftest import REPO
 @pytest.mark.slow
 def test_cpu_preset_on_jax_times_the_configured_models(tmp_path):
     results = tmp_path / "gpu.md"
-    command = [sys.executable, os.path.join(REPO, "tools", "benchmark_gpu.py"), "--preset",
+    command = [sys.executable, "-m", "benchmarks.gpu", "--preset",
                "cpu", "--models", "elmo_sampled,bert_relaxed,transformer_lm_gpt", "--precisions",
                "fp32", "--steps", "2", "--warmup", "1", "--work_dir", str(tmp_path),
                "--results", str(results)]
     # Fails the run if the tool (or anything it imports) imports TensorFlow.
     guard = ("import sys; sys.modules['tensorflow'] = None; "
              "sys.argv = sys.argv[1:]; import runpy; "
-             "runpy.run_path(sys.argv[0], run_name='__main__')")
+             "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", guard, *command[1:]], env=env,
+    done = subprocess.run([sys.executable, "-c", guard, *command[2:]], env=env,
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-4000:]
     data = json.loads((tmp_path / "gpu.json").read_text())

@@ -4,7 +4,7 @@ Counts come from the real layers (`AloneEmbedding.count_params()` and
 `keras.layers.Embedding.count_params()`), built at each setting's sizes:
 ALONE has D_o + D_inter * (D_o + D_e) parameters whatever V, a table V * D_e.
 
-    python tools/alone_parameters.py        # prints the Markdown table
+    python -m benchmarks.alone_parameters        # prints the Markdown table
 """
 
 import os

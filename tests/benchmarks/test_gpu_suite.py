@@ -1,7 +1,8 @@
-"""tools/gpu_suite.py with its CPU preset: real models on two backends, no TensorFlow,
+"""benchmarks/gpu_suite.py with its CPU preset: real models on two backends, no TensorFlow,
 results that resume part by part."""
 
 import importlib.util
+from importlib import import_module
 import json
 import math
 import os
@@ -12,10 +13,9 @@ import tarfile
 import pytest
 
 from tests.conftest import REPO
-from tests.tools import load_tool
-from tests.tools import write_tar
+from tests.benchmarks import write_tar
 
-gpu_suite = load_tool("gpu_suite")
+from benchmarks import gpu_suite
 
 # One length of the BERT sections: tfeff on both backends, keras-hub, Hugging Face
 # (measured where `transformers` is installed, reported as missing where not) and the
@@ -23,7 +23,7 @@ gpu_suite = load_tool("gpu_suite")
 # Masked ELMo's encoder, speed and parity; CoRe's standard and two-phase training. The
 # whole list, and a run resumed from its archive, are `slow` (about 3 minutes); the
 # default suite runs one real part of each section (`LEAN`), and the runner's logic with
-# fake parts (tests/tools/test_part_runner.py).
+# fake parts (tests/benchmarks/test_runner.py).
 PARTS = ["bert_tfeff_jax_32", "bert_keras_hub_jax_32", "bert_hf_torch_32",
          "bert_tfeff_torch_32", "core_relaxed_jax_32", "output_elmo_c_jax",
          "output_adaptive_torch", "lstm_speed_torch", "lstm_parity_torch",
@@ -64,9 +64,9 @@ def _run_suite(tmp_path_factory, parts, resume):
 
     core_data = str(root / "core_32.npz")
     train, heldout = data_lib.write_synthetic_corpus(str(root), 300, 60)
-    load_tool("mlm_arrays").build([train], [heldout], core_data, sequence_length=32,
+    import_module("tools.mlm_arrays").build([train], [heldout], core_data, sequence_length=32,
                                   vocabulary_size=300)
-    command = [sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"), "--preset", "cpu",
+    command = [sys.executable, "-m", "benchmarks.gpu_suite", "--preset", "cpu",
                "--parts", ",".join(parts), "--core_data", core_data]
     first = subprocess.run(command + ["--out", str(out), "--archive", str(root / "first.tgz")],
                            env=env, capture_output=True, text=True, cwd=REPO)
@@ -224,13 +224,13 @@ def test_core_training_runs_both_schedules_on_the_same_steps(lean):
 
 
 def test_core_training_without_its_data_is_refused_before_anything_runs(tmp_path):
-    done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"),
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite",
                            "--preset", "cpu", "--out", str(tmp_path / "out"),
                            "--core_data", str(tmp_path / "none.npz")],
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2
     assert f"--core_data {tmp_path / 'none.npz'}: no such file" in done.stderr
-    assert "tools/mlm_arrays.py --synthetic" in done.stderr and "Traceback" not in done.stderr
+    assert "python -m tools.mlm_arrays --synthetic" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -277,14 +277,14 @@ def test_a_run_resumed_from_an_archive_runs_only_the_missing_part(suite):
     relaxed = next(r for r in rows if r["part"] == "core_relaxed_jax_32")
     ratio = f"{standard['step_s'] / relaxed['step_s']:.2f}x"
     assert any(line.startswith("| 32 |") and ratio in line for line in text.splitlines()), text
-    assert "`python tools/gpu_suite.py --preset cpu --parts" in text and "--resume_from" in text
+    assert "`python -m benchmarks.gpu_suite --preset cpu --parts" in text and "--resume_from" in text
     assert "ELMo-C: " in text and "words/s against the target of 200,000" in text
     assert "Parity of the torch LSTM path on cpu: equal to the portable path" in text
     assert "| `torch.nn.AdaptiveLogSoftmaxWithLoss` | 0.1M |" in text
 
 
 # What any archive is refused for (a member outside it, no results.json, not a .tar.gz) is
-# tests/tools/test_part_runner.py's; here, what the suite adds, through its command line.
+# tests/benchmarks/test_runner.py's; here, what the suite adds, through its command line.
 @pytest.mark.parametrize("members, message", [
     ({"results.json": b'{"preset": "h100"}'}, "results of the h100 preset, not cpu"),
     ({"results.json": b'{"preset": "cpu"}', "work/table.npy": b""},
@@ -298,7 +298,7 @@ def test_an_archive_that_is_not_one_is_refused_naming_it(tmp_path, members, mess
         write_tar(path, members)
     elif members is not None:
         path.write_bytes(members)
-    done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"),
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite",
                            "--preset", "cpu", "--out", str(tmp_path / "out"),
                            "--parts", "bert_tfeff_jax_32", "--resume_from", str(path)],
                           capture_output=True, text=True, cwd=REPO)
@@ -309,7 +309,7 @@ def test_an_archive_that_is_not_one_is_refused_naming_it(tmp_path, members, mess
 
 
 def test_unknown_parts_are_named_and_nothing_runs(tmp_path):
-    done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"),
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite",
                            "--preset", "cpu", "--out", str(tmp_path / "out"),
                            "--parts", "bert_tfeff_jax_32,bert_nope"],
                           capture_output=True, text=True, cwd=REPO)
@@ -320,7 +320,7 @@ def test_unknown_parts_are_named_and_nothing_runs(tmp_path):
 
 def test_a_deadline_starts_no_part_it_cannot_finish_and_says_how_to_resume(tmp_path):
     """Within a minute of the deadline no part starts: exit 3, the parts left named."""
-    done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "gpu_suite.py"),
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite",
                            "--preset", "cpu", "--out", str(tmp_path / "out"),
                            "--parts", "bert_tfeff_jax_32,output_elmo_c_jax", "--deadline_s", "30"],
                           capture_output=True, text=True, cwd=REPO)
@@ -336,7 +336,7 @@ def test_a_part_past_its_time_is_killed_and_writes_nothing(tmp_path):
         out, preset, core_data = str(tmp_path), "cpu", str(tmp_path / "unused.npz")
 
     (tmp_path / "parts").mkdir()
-    ok, detail = load_tool("part_runner").run_process(
+    ok, detail = import_module("benchmarks.runner").run_process(
         gpu_suite._part_command(Args, "lstm_speed_torch"), gpu_suite._part_environment("torch"),
         2)
     assert (ok, detail) == (False, None)

@@ -29,7 +29,7 @@ fastText is trained once per corpus (`fasttext.pretrained` for every word
 model): the paper takes the vectors as given, so their training is not in
 ELMo-C's time. Runs are cached in `--work_dir` (delete a directory to redo it).
 
-    python tools/quality_study.py --results_dir runs/bench [--budget 90] [--seeds 0,1]
+    python -m benchmarks.quality_study --results_dir runs/bench [--budget 90] [--seeds 0,1]
 
 `make bench` runs the two corpora side by side, each process pinned to one core
 (`taskset -c N`, `TF_NUM_INTRAOP_THREADS=1`), then `--table_only` to merge them.
@@ -47,14 +47,11 @@ import time
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for path in (REPO, os.path.join(REPO, "tools")):
-    if path not in sys.path:
-        sys.path.insert(0, path)
 
-import bench_results  # noqa: E402
-import english_corpus  # noqa: E402
-import evaluate_features  # noqa: E402
+from benchmarks import feature_study  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from tfeff import evaluation  # noqa: E402
+from tools import english_corpus  # noqa: E402
 
 # name: (config, overrides of every corpus)
 MODELS = {
@@ -94,7 +91,7 @@ CURVE_TARGETS = 4000
 
 def corpus_overrides(corpus, english_dir):
     if corpus == "synthetic":
-        return list(evaluate_features.DEMO_LANGUAGE)
+        return list(feature_study.DEMO_LANGUAGE)
     return ["data.synthetic=null",
             f"data.train_files={os.path.join(english_dir, 'train.txt')}",
             f"data.heldout_files={os.path.join(english_dir, 'heldout.txt')}"]
@@ -393,7 +390,7 @@ def table(records, budget, seeds):
 
 
 def plot(records, path):
-    plt = bench_results.pyplot()
+    plt = harness.pyplot()
     if plt is None:
         return
     corpora = [c for c in CORPORA if any(r["corpus"] == c and r["curve"] for r in records)]
@@ -472,7 +469,7 @@ def main(argv=None):
     records = stored_records(args.work_dir, models, seeds)
     text = table(records, args.budget, seeds)
     print(text)
-    bench_results.write_results(args.results_dir, "quality_study", text, records)
+    harness.write_results(args.results_dir, "quality_study", text, records)
     plot(records, os.path.join(args.results_dir, "quality_study.png"))
     return 0
 

@@ -7,7 +7,7 @@ the same held-out masked tokens, next to the unigram perplexity of those
 targets. Training time excludes the evaluations.
 
     # the recipe table of docs/papers/core.md: learned vs rotary positions at the demo size
-    python tools/bert_curves.py --results_dir runs/bench \\
+    python -m benchmarks.bert_curves --results_dir runs/bench \\
         --variant learned:model.position_embedding=learned \\
         --variant rotary:model.position_embedding=rotary
 
@@ -26,7 +26,7 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import keras  # noqa: E402
 
-import bench_results  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from tfeff import data as data_lib  # noqa: E402
 from tfeff.config import load_config  # noqa: E402
 from tfeff.training.families.bert import BERT  # noqa: E402
@@ -123,8 +123,8 @@ def main(argv):
                      + f" | {r['points'][-1]['seconds']:.0f} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    bench_results.write_results(FLAGS.results_dir, "bert_curves", text, results)
-    plt = bench_results.pyplot()
+    harness.write_results(FLAGS.results_dir, "bert_curves", text, results)
+    plt = harness.pyplot()
     if plt is None:
         return
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -1,10 +1,9 @@
 """The benchmarks' shared timing helper: round-robin order, warm-up, medians and ratios."""
 
-from tests.tools import load_tool
+from benchmarks import harness as bench
 
 
 def test_runs_are_warmed_then_timed_round_robin():
-    bench = load_tool("bench_results")
     calls = []
     runs = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
     times = bench.interleaved_times(runs, rounds=3, warmup=2)
@@ -15,7 +14,6 @@ def test_runs_are_warmed_then_timed_round_robin():
 
 
 def test_medians_and_per_round_ratios():
-    bench = load_tool("bench_results")
     # Round 2 was slow for both: the per-round ratio ignores it, a ratio of medians not.
     times = {"ref": [1.0, 10.0, 1.0, 1.0], "x": [2.0, 20.0, 2.0, 30.0]}
     assert bench.medians(times) == {"ref": 1.0, "x": 11.0}
@@ -25,7 +23,6 @@ def test_medians_and_per_round_ratios():
 def test_zipf_ids_start_at_low_and_stay_in_the_vocabulary():
     import numpy as np
 
-    bench = load_tool("bench_results")
     ids = bench.zipf_ids(np.random.default_rng(0), (50, 40), 30, low=5)
     assert ids.dtype == np.int32 and ids.min() == 5 and ids.max() == 29
     # Zipfian: rank 1 (id 5) has probability 1 / zeta(1.2) (the sum to 10^6 plus the
@@ -39,7 +36,6 @@ def test_zipf_ids_start_at_low_and_stay_in_the_vocabulary():
 def test_the_mlm_batch_masks_distinct_sorted_positions_of_its_own_ids():
     import numpy as np
 
-    bench = load_tool("bench_results")
     data = bench.mlm_batch(np.random.default_rng(0), 3, 20, 50, masked=3)
     ids, positions = data["token_ids"], data["masked_positions"]
     assert ids.shape == (3, 20) and ids.min() >= 5 and ids.max() < 50

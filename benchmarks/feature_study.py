@@ -15,7 +15,7 @@ Features are computed once per embedder and task (`embed_tokens` for tagging,
 so output token i is input token i; `embed` for sentences), then each probe is
 trained with several seeds; the table reports mean ± standard deviation.
 
-    python tools/evaluate_features.py --embedder elmo=runs/demo/export \
+    python -m benchmarks.feature_study --embedder elmo=runs/demo/export \
         --tagging train.conll,test.conll --tag_column 1 \
         --classification train.tsv,test.tsv --results runs/bench/features.md
 
@@ -36,8 +36,6 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
 
 from tfeff.evaluation import FormatError  # noqa: E402
 from tfeff.evaluation import evaluate  # noqa: E402

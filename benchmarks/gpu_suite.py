@@ -1,7 +1,7 @@
 """tfeff against what users would use instead, on one GPU, in one resumable run.
 
-    python tools/gpu_suite.py --out runs/gpu --preset h100   # BERT-base sizes, one GPU
-    python tools/gpu_suite.py --out /tmp/gpu --preset cpu    # small sizes, minutes on a CPU
+    python -m benchmarks.gpu_suite --out runs/gpu --preset h100   # BERT-base sizes, one GPU
+    python -m benchmarks.gpu_suite --out /tmp/gpu --preset cpu    # small sizes, minutes on a CPU
 
 The measurement is a list of parts in priority order (the first tables come
 first, so that a shorter slot still yields them). Each part runs in a process
@@ -37,7 +37,7 @@ Sections so far:
 * **Output layers at the paper's vocabulary** (`configs/elmo_c.yaml`,
   `elmo_a.yaml`, `elmo_sampled.yaml` at 800K words, Li et al.'s Table 4 S2; the
   CPU preset: the demo configs at 5K): ELMo-C, ELMo-A and SAMPLED training
-  steps on JAX in bf16, timed by `tools/benchmark_gpu.py`'s `measure`, the
+  steps on JAX in bf16, timed by `benchmarks/gpu.py`'s `measure`, the
   step-time ratios beside the paper's, and ELMo-C's words/s beside the target
   of 200,000 on one H100 (the paper: about 37,000 on four GTX 1080 Ti). Then
   ELMo-A's `AdaptiveSoftmax` against PyTorch's `AdaptiveLogSoftmaxWithLoss` (same
@@ -45,15 +45,15 @@ Sections so far:
   hand-written training step each (the encoder under bf16 autocast, the output
   layers in float32, Adam), timed in interleaved rounds.
 * **Masked ELMo's encoder** (2 x 4096 cells, 384 projection; the CPU preset:
-  `tools/benchmark_lstm.py --preset tiny`): `tools/benchmark_lstm.py` on the
+  `benchmarks/lstm.py --preset tiny`): `benchmarks/lstm.py` on the
   torch backend (MaskedBiLSTM's torch LSTM path, i.e. cuDNN on CUDA, vs its
   portable path vs `torch.nn.LSTM(proj_size)` driven directly), and the parity
   of the torch LSTM path with the portable path on the device
   (`python -m tests.layers.torch_lstm_parity`: outputs, states, gradients).
 * **What limits ELMo-C's step**: `profile_steps` more ELMo-C steps traced with
-  `jax.profiler` and read by `tools/xla_profile.py` (the device's busy time
+  `jax.profiler` and read by `benchmarks/xla_profile.py` (the device's busy time
   against the step, its ops per step, the longest ops).
-* **CoRe's claim** (`tools/core_training.py`): standard vs two-phase training
+* **CoRe's claim** (`benchmarks/core_training.py`): standard vs two-phase training
   (the relaxed model to half the steps, merged with `merge_relaxed_bert`, then
   standard) of tfeff `Bert` at the preset's size, JAX, bf16, Keras `fit` on
   NumPy batches of the arrays file `--core_data` (made with TensorFlow by
@@ -63,7 +63,7 @@ Sections so far:
   standard run's final loss and their ratio.
 
 The runner (resume, time limits, the deadline, the archive) is
-`tools/part_runner.py`; this script holds the presets, the parts and the
+`benchmarks/runner.py`; this script holds the presets, the parts and the
 report.
 
 The machine is recorded once, by the first run into a folder
@@ -87,10 +87,7 @@ import time
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The parts import their sibling tools (benchmark_gpu, bench_results).
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import part_runner  # noqa: E402
+from benchmarks import runner
 
 # Model and batch sizes by preset. `lengths` maps a sequence length to its batch
 # (equal tokens per batch); every row of a length uses that length and batch.
@@ -119,11 +116,11 @@ PRESETS = {
 }
 # How the presets' `core_data` files are made (tools/mlm_arrays.py, with TensorFlow).
 CORE_DATA_COMMANDS = {
-    "h100": "python tools/english_corpus.py --output_dir runs/english && "
-            "python tools/mlm_arrays.py --train_files runs/english/train.txt "
+    "h100": "python -m tools.english_corpus --output_dir runs/english && "
+            "python -m tools.mlm_arrays --train_files runs/english/train.txt "
             "--heldout_files runs/english/heldout.txt --sequence_length 128 "
             "--vocabulary_size 8192 --output runs/gpu_data/wordnet_128.npz",
-    "cpu": "python tools/mlm_arrays.py --synthetic 500 --sequence_length 32 "
+    "cpu": "python -m tools.mlm_arrays --synthetic 500 --sequence_length 32 "
            "--vocabulary_size 400 --output runs/gpu_data/synthetic_32.npz",
 }
 MASKING_RATE = 0.15
@@ -154,7 +151,7 @@ def _parts(preset):
 def _lstm_command(what, sizes, work_dir):
     """The command line of an `lstm` part (run from the repository root)."""
     if what == "speed":
-        return [sys.executable, os.path.join(REPO, "tools", "benchmark_lstm.py"), "--preset",
+        return [sys.executable, "-m", "benchmarks.lstm", "--preset",
                 sizes["lstm_preset"], "--repeats", str(sizes["lstm_repeats"]), "--results",
                 os.path.join(work_dir, "lstm_speed.md")]
     return [sys.executable, "-m", "tests.layers.torch_lstm_parity", "--device", sizes["device"]]
@@ -193,9 +190,9 @@ def flops_per_token(sizes, n):
 def batch(sizes, n, seed=0):
     """One MLM batch as NumPy: ids of a Zipfian language (ids 0-4 reserved), two
     segments, no padding, sorted distinct masked positions."""
-    import bench_results
+    from benchmarks import harness
 
-    return bench_results.mlm_batch(np.random.default_rng(seed), sizes["lengths"][n], n,
+    return harness.mlm_batch(np.random.default_rng(seed), sizes["lengths"][n], n,
                                    sizes["vocabulary"], masked_per_sequence(n))
 
 
@@ -218,13 +215,13 @@ def _median_step(step, warmup, steps):
 
 def _on_device():
     """The device name, its dense bf16 peak FLOP/s and the peak memory of this part's
-    process (`tools/benchmark_gpu.py`'s probes; its module imports Keras, so it is
+    process (`benchmarks/gpu.py`'s probes; its module imports Keras, so it is
     imported in the parts only)."""
-    import benchmark_gpu
+    from benchmarks import gpu as gpu_step
 
-    device, peak = benchmark_gpu.device_info()
+    device, peak = gpu_step.device_info()
     return {"device": device, "peak_flops": peak,
-            "peak_memory_bytes": benchmark_gpu.peak_memory_bytes()}
+            "peak_memory_bytes": gpu_step.peak_memory_bytes()}
 
 
 def _tfeff_bert(sizes, n, relaxed):
@@ -251,7 +248,7 @@ def _keras_hub_bert(sizes, n):
 def run_keras(implementation, sizes, n, steps, warmup, profile_dir=None):
     """One Keras model's training step, bf16 compute (`mixed_bfloat16`), AdamW (weight
     decay 0.01, as PyTorch's default). With `profile_dir` on JAX, `profile_steps` more
-    steps are traced there and summarized (`tools/xla_profile.py`) as `profile`."""
+    steps are traced there and summarized (`benchmarks/xla_profile.py`) as `profile`."""
     import keras
 
     keras.config.set_dtype_policy("mixed_bfloat16")
@@ -278,9 +275,9 @@ def run_keras(implementation, sizes, n, steps, warmup, profile_dir=None):
         def step():
             return model.train_on_batch(data, return_dict=True)["loss"]
 
-    import benchmark_gpu
+    from benchmarks import gpu as gpu_step
 
-    benchmark_gpu.reset_peak_memory()
+    gpu_step.reset_peak_memory()
     median, loss = _median_step(step, warmup, steps)
     row = {"params": model.count_params(), "step_s": median, "loss": loss, **_on_device()}
     if profile_dir and jit:
@@ -330,9 +327,9 @@ def run_hf(implementation, sizes, n, steps, warmup):
         optimizer.zero_grad(set_to_none=True)
         return loss.item()  # synchronizes
 
-    import benchmark_gpu
+    from benchmarks import gpu as gpu_step
 
-    benchmark_gpu.reset_peak_memory()
+    gpu_step.reset_peak_memory()
     median, loss = _median_step(step, warmup, steps)
     return {"params": params, "step_s": median, "loss": loss, **_on_device()}
 
@@ -354,13 +351,13 @@ def _backend_versions():
 
 
 def run_output_layer(name, sizes, work_dir):
-    """An ELMo output-layer model's bf16 training step (tools/benchmark_gpu.py's)."""
-    import benchmark_gpu
+    """An ELMo output-layer model's bf16 training step (benchmarks/gpu.py's)."""
+    from benchmarks import gpu as gpu_step
 
-    config = benchmark_gpu.model_config(name, sizes["benchmark_preset"])
-    device, peak = benchmark_gpu.device_info()
+    config = gpu_step.model_config(name, sizes["benchmark_preset"])
+    device, peak = gpu_step.device_info()
     profile_dir = os.path.join(work_dir, f"profile_{name}") if name == "elmo_c" else None
-    row = benchmark_gpu.measure(name, config, sizes["word_vocabulary"], "bf16", sizes["steps"],
+    row = gpu_step.measure(name, config, sizes["word_vocabulary"], "bf16", sizes["steps"],
                                 sizes["warmup"], work_dir, peak, profile_dir=profile_dir,
                                 profile_steps=sizes["profile_steps"])
     row.pop("model")
@@ -369,9 +366,9 @@ def run_output_layer(name, sizes, work_dir):
 
 
 def run_core_training(preset, implementation, core_data, out):
-    """Section 3: standard or two-phase CoRe training (tools/core_training.py) on the
+    """Section 3: standard or two-phase CoRe training (benchmarks/core_training.py) on the
     arrays file; the two-phase run takes the standard run's steps."""
-    import core_training
+    from benchmarks import core_training
 
     sizes = PRESETS[preset]["core_training"]
     steps = None
@@ -383,9 +380,9 @@ def run_core_training(preset, implementation, core_data, out):
         with open(path, encoding="utf-8") as f:
             steps = json.load(f)["steps"]
     arrays = core_training.load_arrays(core_data)
-    import benchmark_gpu
+    from benchmarks import gpu as gpu_step
 
-    benchmark_gpu.reset_peak_memory()
+    gpu_step.reset_peak_memory()
     row = core_training.train(arrays, sizes, implementation == "two_phase",
                               budget_s=sizes["budget_s"], steps=steps)
     return {**row, "core_data": core_data, "source": arrays["source"],
@@ -401,12 +398,12 @@ def run_adaptive_peer(sizes, work_dir):
     direction, summed."""
     import torch
 
-    import bench_results
-    import benchmark_gpu
+    from benchmarks import harness
+    from benchmarks import gpu as gpu_step
 
-    config = benchmark_gpu.model_config("elmo_a", sizes["benchmark_preset"])
+    config = gpu_step.model_config("elmo_a", sizes["benchmark_preset"])
     vocabulary = sizes["word_vocabulary"]
-    model, ids, tokens = benchmark_gpu.build("elmo_a", config, vocabulary,
+    model, ids, tokens = gpu_step.build("elmo_a", config, vocabulary,
                                              np.random.default_rng(0), work_dir)
     model.build()
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -433,20 +430,20 @@ def run_adaptive_peer(sizes, work_dir):
     def torch_loss(features, targets):
         return peer(features, targets).loss * targets.shape[0]
 
-    runs = {"tfeff": bench_results.torch_adam_step(lambda: loss_of(tfeff_loss), encoder + ours),
-            "torch": bench_results.torch_adam_step(lambda: loss_of(torch_loss),
+    runs = {"tfeff": harness.torch_adam_step(lambda: loss_of(tfeff_loss), encoder + ours),
+            "torch": harness.torch_adam_step(lambda: loss_of(torch_loss),
                                                    encoder + list(peer.parameters()))}
     losses = {name: run() for name, run in runs.items()}  # the first step: untrained
-    times = bench_results.interleaved_times(runs, sizes["steps"], warmup=sizes["warmup"])
-    medians = bench_results.medians(times)
-    ratio = bench_results.median_ratios(times, "torch")["tfeff"]
+    times = harness.interleaved_times(runs, sizes["steps"], warmup=sizes["warmup"])
+    medians = harness.medians(times)
+    ratio = harness.median_ratios(times, "torch")["tfeff"]
     return {"word_vocabulary": vocabulary, "tokens_per_step": tokens,
             "cutoffs": list(config.model.adaptive_cutoffs),
             "tfeff_params": sum(int(np.prod(v.shape)) for v in ours),
             "torch_params": sum(p.numel() for p in peer.parameters()),
             "tfeff_step_s": medians["tfeff"], "torch_step_s": medians["torch"],
             "tfeff_over_torch": ratio, "first_losses": losses,
-            "device": benchmark_gpu.device_info()[0]}
+            "device": gpu_step.device_info()[0]}
 
 
 def run_part(preset, part, work_dir, core_data=None):
@@ -579,7 +576,7 @@ def tables(preset, rows):
     if profiled:
         import xla_profile
 
-        lines += ["### Where the JAX steps' time goes (`tools/xla_profile.py`)", ""]
+        lines += ["### Where the JAX steps' time goes (`benchmarks/xla_profile.py`)", ""]
         for part, implementation, length in profiled:
             r = by_part[part]
             lines += [f"{LABELS[implementation]}, n={length}:", ""]
@@ -613,7 +610,7 @@ def tables(preset, rows):
 
                 lines += ["", f"What limits ELMo-C's step (a trace of "
                           f"{output['elmo_c']['profile']['steps']} steps, "
-                          "`tools/xla_profile.py`):", "",
+                          "`benchmarks/xla_profile.py`):", "",
                           xla_profile.table(output["elmo_c"]["profile"],
                                             output["elmo_c"]["step_s"])]
         lines.append("")
@@ -637,7 +634,7 @@ def tables(preset, rows):
     if speed or parity:
         lines += ["### Masked ELMo's encoder (`MaskedBiLSTM`, torch backend)", ""]
         if speed:
-            lines += [speed.get("table") or f"`tools/benchmark_lstm.py` exited "
+            lines += [speed.get("table") or f"`benchmarks/lstm.py` exited "
                       f"{speed['returncode']}:\n\n```text\n{speed['output']}\n```", ""]
         if parity:
             verdict = ("equal to the portable path (outputs, states, gradients)"
@@ -653,7 +650,7 @@ def core_training_summary(by_part):
     """The comparison of section 3 once both runs are in, else None: the target (the
     standard run's final held-out loss), the time each run first reaches it (and the
     standard's best loss), and their ratios."""
-    import core_training
+    from benchmarks import core_training
 
     standard = by_part.get("core_train_standard_jax")
     two = by_part.get("core_train_two_phase_jax")
@@ -740,7 +737,7 @@ def write_results(out, preset, command, environment):
             "rows": rows}
     summary = core_training_summary({r["part"]: r for r in rows})
     if summary:
-        import core_training
+        from benchmarks import core_training
 
         data["core_training"] = summary
         by_part = {r["part"]: r for r in rows}
@@ -844,7 +841,7 @@ def main(argv=None):
                      "with --parts")
     limit = args.part_limit_s or PRESETS[args.preset]["part_limit_s"]
     os.makedirs(os.path.join(args.out, "parts"), exist_ok=True)
-    command = "python tools/gpu_suite.py " + " ".join(shlex.quote(a) for a in
+    command = "python -m benchmarks.gpu_suite " + " ".join(shlex.quote(a) for a in
                                                       (argv if argv is not None else sys.argv[1:]))
     # The machine of the first run: a rerun that only rewrites the results elsewhere
     # (say, for the PNG where matplotlib is installed) keeps it.
@@ -862,7 +859,7 @@ def main(argv=None):
         if args.archive:
             write_archive(args.out, args.archive)
 
-    failed, left = part_runner.run_parts(
+    failed, left = runner.run_parts(
         [(part, _part_command(args, part), _part_environment(backend))
          for part, backend, *_ in _parts(args.preset) if part in chosen],
         args.out, limit, args.deadline_s, after_each)
@@ -889,14 +886,14 @@ ARCHIVED = ("environment.json", "results.json", "results.md", "core_training.png
 def write_archive(out, path):
     """The results folder `out` without `work/` as one .tar.gz at `path`, its members named
     relative to `out` (`parts/PART.json`, `results.md`, ...); written atomically."""
-    part_runner.write_archive(out, path, ARCHIVED)
+    runner.write_archive(out, path, ARCHIVED)
 
 
 def unpack_archive(path, out, preset):
     """Unpacks an archive of `write_archive` into `out`; a part file `out` has already is
     kept. Raises ValueError (the caller names the file) for a file that is not such an
     archive, a member outside the archive's names, or another preset's results."""
-    what = "tools/gpu_suite.py --archive"
+    what = "benchmarks/gpu_suite.py --archive"
 
     def same_preset(data):
         if not isinstance(data, dict) or "preset" not in data:
@@ -904,12 +901,12 @@ def unpack_archive(path, out, preset):
         if data["preset"] != preset:
             raise ValueError(f"results of the {data['preset']} preset, not {preset}")
 
-    part_runner.unpack_archive(path, out, ARCHIVED, same_preset, what)
+    runner.unpack_archive(path, out, ARCHIVED, same_preset, what)
 
 
 def _part_command(args, part):
     """The command line of one part's own process (this script, `--run_part`)."""
-    return [sys.executable, os.path.abspath(__file__), "--out", args.out, "--preset",
+    return [sys.executable, "-m", "benchmarks.gpu_suite", "--out", args.out, "--preset",
             args.preset, "--core_data", args.core_data, "--run_part", part]
 
 

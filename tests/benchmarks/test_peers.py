@@ -1,4 +1,4 @@
-"""tools/benchmark_peers.py: a tiny run of two sections, one per backend, each in its own
+"""benchmarks/peers.py: a tiny run of two sections, one per backend, each in its own
 process, and its refusal of an unknown section."""
 
 import json
@@ -13,7 +13,7 @@ def test_a_tiny_run_writes_one_row_per_comparison(tmp_path):
     # adaptive (PyTorch; it also checks that both layers give the same loss on the same
     # weights) and continuous (JAX): two backends, two subprocesses, about 20 s.
     done = subprocess.run(
-        [sys.executable, os.path.join(REPO, "tools", "benchmark_peers.py"), "--preset", "tiny",
+        [sys.executable, "-m", "benchmarks.peers", "--preset", "tiny",
          "--sections", "continuous,adaptive", "--rounds", "2", "--output_dir", str(tmp_path)],
         capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -29,7 +29,7 @@ def test_a_tiny_run_writes_one_row_per_comparison(tmp_path):
 
 def test_an_unknown_section_is_refused_by_name(tmp_path):
     done = subprocess.run(
-        [sys.executable, os.path.join(REPO, "tools", "benchmark_peers.py"), "--sections",
+        [sys.executable, "-m", "benchmarks.peers", "--sections",
          "adaptive,softmax", "--output_dir", str(tmp_path)], capture_output=True, text=True,
         cwd=REPO)
     assert done.returncode != 0

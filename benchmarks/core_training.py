@@ -1,6 +1,6 @@
 """CoRe's two phases against standard BERT training, from NumPy arrays, without TensorFlow.
 
-`tools/core_study.py` measures CoRe's claim with `tfeff-pretrain`, which needs
+`benchmarks/core_study.py` measures CoRe's claim with `tfeff-pretrain`, which needs
 TensorFlow for its data pipeline. This module trains the same two schedules
 with Keras `fit` on NumPy batches, on whichever backend Keras runs (JAX on a
 GPU machine), from the arrays `tools/mlm_arrays.py` writes:
@@ -17,7 +17,7 @@ the seed, a new 80/10/10 mask per step, drawn from the seed and the step), the
 same AdamW schedule (linear warmup, cosine decay to a tenth) and the same
 held-out set (the arrays' fixed masks). Every `every` steps the held-out
 masked-LM loss is evaluated (the relaxed model's with exact attention, as
-the standard model it merges into, as `tools/core_study.py` does); the
+the standard model it merges into, as `benchmarks/core_study.py` does); the
 evaluation's time is left out of the wall
 time, which counts from the first step (its compilation included), and so
 includes the switch's merge and the second compilation. A run also stops at
@@ -116,9 +116,9 @@ def first_reach(points, target):
 
 def plot(path, curves, switch_seconds, target, title):
     """Both held-out curves against wall time in one PNG (False without matplotlib)."""
-    import bench_results
+    from benchmarks import harness
 
-    plt = bench_results.pyplot()
+    plt = harness.pyplot()
     if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -33,8 +33,8 @@ the first stage of `make demo` if missing); `--vectors` takes any `.vec` /
 Writes `alone_reconstruct.md` (the table), `.json` and `.png` (with
 matplotlib from the `bench` extra) to `--results_dir`.
 
-    python tools/alone_reconstruct.py --preset small    # CI size: 1,000 words (seconds)
-    python tools/alone_reconstruct.py --preset full     # make bench
+    python -m benchmarks.alone_reconstruct --preset small    # CI size: 1,000 words (seconds)
+    python -m benchmarks.alone_reconstruct --preset full     # make bench
 """
 
 import os

@@ -4,7 +4,7 @@ For a few sentences (some with words never seen in training) it prints the
 shape of the contextual representations and, for some positions, the
 vocabulary words nearest to the model's prediction of the next word.
 
-    python tools/demo_embed.py --embedder runs/demo/export
+    python examples/demo_embed.py --embedder runs/demo/export
 """
 
 import argparse

@@ -15,7 +15,7 @@ tokens per second (non-padding tokens of the batches). It is compared with
   bf16 at ~20% of its dense peak; LSTMs reach less, which only lowers what
   they consume).
 
-    python tools/benchmark_pipeline.py [--work_dir runs/bench/pipeline] [--results F.md] \
+    python -m benchmarks.pipeline [--work_dir runs/bench/pipeline] [--results F.md] \
         [--configs demo_elmo_c.yaml,demo_bert.yaml]
 """
 
@@ -32,7 +32,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import bench_results  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from tfeff import data as data_lib  # noqa: E402
 from tfeff.config import load_config  # noqa: E402
 from tfeff.training import build_model  # noqa: E402
@@ -95,7 +95,7 @@ def pipeline_tokens_per_second(ds, batches, repeats):
     def run():
         tokens.append(sum(_tokens(next(iterator)) for _ in range(batches)))
 
-    seconds = bench_results.interleaved_times({"pipeline": run}, repeats, warmup=0)
+    seconds = harness.interleaved_times({"pipeline": run}, repeats, warmup=0)
     return statistics.median(n / t for n, t in zip(tokens, seconds["pipeline"]))
 
 

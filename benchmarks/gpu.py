@@ -20,8 +20,8 @@ batch's tokens, whatever the number of mask sets. Off TensorFlow, SAMPLED
 draws its negatives with replacement (`tfeff.layers.sampled_softmax`), at
 the cost of TensorFlow's distinct draws.
 
-    KERAS_BACKEND=jax python tools/benchmark_gpu.py --preset paper --results gpu.md
-    python tools/benchmark_gpu.py --preset cpu     # demo sizes: minutes on a CPU
+    KERAS_BACKEND=jax python -m benchmarks.gpu --preset paper --results gpu.md
+    python -m benchmarks.gpu --preset cpu     # demo sizes: minutes on a CPU
 
 Presets: `paper` (configs/elmo_c.yaml etc.; word models at an 800K vocabulary,
 the setting of Li et al.'s Table 4) and `cpu` (configs/demo_*.yaml at a 5K
@@ -32,19 +32,16 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
 
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for path in (REPO, os.path.dirname(os.path.abspath(__file__))):
-    if path not in sys.path:
-        sys.path.insert(0, path)
 
 import keras  # noqa: E402
 
-from bench_results import zipf_ids  # noqa: E402
+from benchmarks import harness  # noqa: E402
+from benchmarks.harness import zipf_ids  # noqa: E402
 from tfeff.config import load_config  # noqa: E402
 from tfeff.models import from_config  # noqa: E402
 
@@ -225,7 +222,7 @@ def measure(name, config, vocabulary, precision, steps, warmup, work_dir, peak_f
             profile_dir=None, profile_steps=3):
     """The timed training step of one model (see `table` for the fields); with
     `profile_dir` on JAX, `profile_steps` more steps are traced there and
-    summarized as `profile` (`tools/xla_profile.py`'s `trace_steps`)."""
+    summarized as `profile` (`benchmarks/xla_profile.py`'s `trace_steps`)."""
     keras.config.set_dtype_policy("mixed_bfloat16" if precision == "bf16" else "float32")
     keras.utils.set_random_seed(0)
     try:
@@ -327,12 +324,10 @@ def main(argv=None):
     text = table(rows, device, backend, args.preset)
     print(text)
     if args.results:
-        import bench_results
-
         stem = os.path.splitext(os.path.basename(args.results))[0]
         data = {"device": device, "backend": backend, "preset": args.preset,
                 "keras": keras.__version__, "rows": rows}
-        bench_results.write_results(os.path.dirname(os.path.abspath(args.results)), stem,
+        harness.write_results(os.path.dirname(os.path.abspath(args.results)), stem,
                                     text, data)
     return rows
 

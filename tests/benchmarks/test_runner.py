@@ -1,6 +1,6 @@
-"""tools/part_runner.py with fake parts (a few lines of Python each): order, resume,
+"""benchmarks/runner.py with fake parts (a few lines of Python each): order, resume,
 failures, time limits, the deadline, and the archive's round trip. Seconds, where the GPU
-suite's real parts take minutes (tests/tools/test_gpu_suite.py)."""
+suite's real parts take minutes (tests/benchmarks/test_gpu_suite.py)."""
 
 import json
 import os
@@ -10,10 +10,9 @@ import time
 
 import pytest
 
-from tests.tools import load_tool
-from tests.tools import write_tar
+from tests.benchmarks import write_tar
 
-runner = load_tool("part_runner")
+from benchmarks import runner
 
 
 def _part(out, name, body="", sleep=0.0, child_sleep=None):

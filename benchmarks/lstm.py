@@ -34,8 +34,8 @@ torch sees it). Variants:
 Targets (issue 6): portable >= 1.3x faster than rnn_cell on CPU; cudnn >= 3x
 faster than portable on GPU.
 
-    python tools/benchmark_lstm.py [--preset small|paper|tiny] [--results runs/bench/lstm.md]
-    KERAS_BACKEND=torch python tools/benchmark_lstm.py [--preset small|paper|tiny] [--threads 1]
+    python -m benchmarks.lstm [--preset small|paper|tiny] [--results runs/bench/lstm.md]
+    KERAS_BACKEND=torch python -m benchmarks.lstm [--preset small|paper|tiny] [--threads 1]
         [--step train|forward] [--lengths random|full]
 
 `--step forward` times the forward pass alone (no gradients recorded);
@@ -57,13 +57,13 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
-import bench_results  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from tfeff.layers import MaskedBiLSTM  # noqa: E402
 
 PRESETS = {
     # CPU-sized: minutes on 2 cores.
     "small": dict(batch=32, time=64, units=512, projection_dim=64, num_layers=2),
-    # Seconds: checks that every variant runs (tools/gpu_suite.py's CPU preset).
+    # Seconds: checks that every variant runs (benchmarks/gpu_suite.py's CPU preset).
     "tiny": dict(batch=4, time=8, units=16, projection_dim=4, num_layers=1),
     # The paper's layer sizes (GPU).
     "paper": dict(batch=128, time=128, units=4096, projection_dim=384, num_layers=2),
@@ -287,13 +287,13 @@ def main():
     elif backend == "torch":
         runs, device = _torch_runs(cfg, x, x_plain, mask, args.step == "train")
     else:
-        raise SystemExit(f"tools/benchmark_lstm.py runs on KERAS_BACKEND=tensorflow or torch, "
+        raise SystemExit(f"benchmarks/lstm.py runs on KERAS_BACKEND=tensorflow or torch, "
                          f"not {backend!r}")
     step = ("training step (forward + backward)" if args.step == "train"
             else "forward pass (no gradients)")
-    times = bench_results.interleaved_times(runs, args.repeats, warmup=0)  # warmed up above
-    ratios = bench_results.median_ratios(times, "portable")
-    peer = bench_results.median_ratios(times, "torch_peer") if "torch_peer" in runs else None
+    times = harness.interleaved_times(runs, args.repeats, warmup=0)  # warmed up above
+    ratios = harness.median_ratios(times, "portable")
+    peer = harness.median_ratios(times, "torch_peer") if "torch_peer" in runs else None
     lines = [
         f"MaskedBiLSTM {step} on {device}, Keras backend {backend}: batch {b}, time {t} "
         f"({'every row full' if args.lengths == 'full' else 'lengths from time / 2'}), "
@@ -305,7 +305,7 @@ def main():
         + (" time / torch_peer |" if peer else ""),
         "|---|---|---|" + ("---|" if peer else ""),
     ]
-    for name, seconds in bench_results.medians(times).items():
+    for name, seconds in harness.medians(times).items():
         lines.append(f"| {name} | {seconds * 1000:.1f} | {ratios[name]:.2f} |"
                      + (f" {peer[name]:.2f} |" if peer else ""))
     lines.append("")

@@ -15,9 +15,9 @@ These are CPU figures. A CPU has no bfloat16 arithmetic units worth the name
 (TensorFlow emulates most bf16 ops in float32 and pays for the casts), and XLA
 on a CPU mostly fuses small ops: neither ratio says what a GPU gains (bf16
 tensor cores, XLA's fused kernels). Measure there with
-`tools/benchmark_gpu.py` (which compiles every step with XLA).
+`benchmarks/gpu.py` (which compiles every step with XLA).
 
-    python tools/benchmark_precision.py [--preset demo|tiny] [--models elmo_c,bert]
+    python -m benchmarks.precision [--preset demo|tiny] [--models elmo_c,bert]
         [--variants fp32,xla,bf16,bf16_xla] [--rounds 5] [--results runs/bench/precision.md]
 """
 
@@ -28,21 +28,17 @@ import sys
 
 import numpy as np
 
-TOOLS = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(TOOLS)
-for path in (REPO, TOOLS):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import keras  # noqa: E402
 
-import bench_results  # noqa: E402
-import benchmark_gpu  # noqa: E402
+from benchmarks import harness  # noqa: E402
+from benchmarks import gpu as gpu_step  # noqa: E402
 from tfeff.config import load_config  # noqa: E402
 from tfeff.training import precision  # noqa: E402
 
 # name -> demo config (every demo model; CoRe's is its relaxed phase).
-MODELS = {name: demo for name, (_, demo, _) in benchmark_gpu.MODELS.items()}
+MODELS = {name: demo for name, (_, demo, _) in gpu_step.MODELS.items()}
 MODELS.update({"elmo_fixed": "demo_elmo_fixed", "elmo_alone": "demo_elmo_alone"})
 # name -> (train.precision, XLA)
 VARIANTS = {"fp32": ("float32", False), "xla": ("float32", True),
@@ -66,7 +62,7 @@ def build(name, config, variant, vocabulary, work_dir):
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     with precision.dtype_policy(policy):
-        model, batch, _ = benchmark_gpu.build(name, config, vocabulary, rng, work_dir)
+        model, batch, _ = gpu_step.build(name, config, vocabulary, rng, work_dir)
         model.build()
     blockers = precision.jit_blockers(model)
     if jit and blockers:
@@ -90,7 +86,7 @@ def measure(name, config, variants, vocabulary, rounds, warmup, work_dir):
                 raise FloatingPointError(f"{name}: loss {loss}")
 
         runs[variant] = step
-    times = bench_results.interleaved_times(runs, rounds, warmup=warmup) if runs else {}
+    times = harness.interleaved_times(runs, rounds, warmup=warmup) if runs else {}
     return times, skipped
 
 
@@ -106,8 +102,8 @@ def table(results, variants, machine, command):
     ]
     notes = {}
     for name, (times, skipped) in results.items():
-        medians = bench_results.medians(times)
-        ratios = (bench_results.median_ratios(times, "fp32") if "fp32" in times else {})
+        medians = harness.medians(times)
+        ratios = (harness.median_ratios(times, "fp32") if "fp32" in times else {})
         cells = []
         for variant in variants:
             if variant in skipped:
@@ -131,8 +127,8 @@ def _tf_version():
 
 
 def machine_name():
-    """The CPU model and core count (`benchmark_gpu.device_info` names an accelerator)."""
-    name, _ = benchmark_gpu.device_info()
+    """The CPU model and core count (`gpu_step.device_info` names an accelerator)."""
+    name, _ = gpu_step.device_info()
     if name.startswith("CPU"):
         try:
             with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -179,8 +175,8 @@ def main(argv=None):
                                 args.rounds or preset["rounds"], preset["warmup"],
                                 args.work_dir)
         print(name, {v: f"{1000 * m:.1f} ms" for v, m in
-                     bench_results.medians(results[name][0]).items()}, flush=True)
-    command = "python tools/benchmark_precision.py " + " ".join(argv if argv is not None
+                     harness.medians(results[name][0]).items()}, flush=True)
+    command = "python -m benchmarks.precision " + " ".join(argv if argv is not None
                                                                else sys.argv[1:])
     text = table(results, variants, machine, command.strip())
     print(text)
@@ -189,7 +185,7 @@ def main(argv=None):
                 "times": {name: times for name, (times, _) in results.items()},
                 "not_compilable": {name: skipped for name, (_, skipped) in results.items()}}
         stem = os.path.splitext(os.path.basename(args.results))[0]
-        bench_results.write_results(os.path.dirname(os.path.abspath(args.results)), stem,
+        harness.write_results(os.path.dirname(os.path.abspath(args.results)), stem,
                                     text, data)
     return results
 

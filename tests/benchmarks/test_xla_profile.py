@@ -1,13 +1,12 @@
-"""tools/xla_profile.py on a real JAX trace."""
+"""benchmarks/xla_profile.py on a real JAX trace."""
 
 import time
 
 import jax
 import jax.numpy as jnp
 
-from tests.tools import load_tool
 
-xla_profile = load_tool("xla_profile")
+from benchmarks import xla_profile
 
 
 def test_busy_time_is_the_union_of_overlapping_intervals():

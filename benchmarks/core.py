@@ -11,10 +11,10 @@ forward+backward step, `--tokens` tokens per batch) at BERT-Base width
 with parameter counts and the FLOP ratio of each pair.
 
 Two-phase vs standard pretraining (held-out loss against wall time) is
-tools/core_study.py.
+benchmarks/core_study.py.
 
-    python tools/benchmark_core.py --results_dir runs/bench     # make bench
-    python tools/benchmark_core.py --lengths 128
+    python -m benchmarks.core --results_dir runs/bench     # make bench
+    python -m benchmarks.core --lengths 128
 """
 
 import os
@@ -28,7 +28,7 @@ from absl import flags  # noqa: E402
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import bench_results  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from tfeff.layers import AnchorMultiHeadAttention  # noqa: E402
 from tfeff.layers import FactorizedDense  # noqa: E402
 from tfeff.models.bert_layer import BertLayer  # noqa: E402
@@ -105,7 +105,7 @@ def layer_table():
         runs = {(name, kind): lambda fn=fn: float(fn(x, mask)[0])
                 for name, standard, relaxed, _, _ in variants
                 for kind, fn in enumerate((standard, relaxed))}
-        median = bench_results.medians(bench_results.interleaved_times(
+        median = harness.medians(harness.interleaved_times(
             runs, FLAGS.rounds, warmup=2))
         for name, _, _, p_std, p_rel in variants:
             t_std, t_rel = median[(name, 0)], median[(name, 1)]
@@ -138,7 +138,7 @@ def main(argv):
     out = {"layers": rows}
     text = "\n".join(lines) + "\n"
     print(text)
-    bench_results.write_results(FLAGS.results_dir, "core", text, out)
+    harness.write_results(FLAGS.results_dir, "core", text, out)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""tools/core_training.py: BERT's masking in NumPy, the batches both runs share, and the
+"""benchmarks/core_training.py: BERT's masking in NumPy, the batches both runs share, and the
 time-to-loss reading of a curve."""
 
 import math
@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from tests.numerics import assert_close
-from tests.tools import load_tool
 
-core_training = load_tool("core_training")
+from benchmarks import core_training
 
 SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 

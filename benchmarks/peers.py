@@ -39,9 +39,9 @@ Every step is float32. The sections of one backend run in one subprocess
 Presets: `cpu` (sizes where compute dominates, minutes on 2 cores) and
 `tiny` (seconds; where per-call overhead dominates).
 
-    python tools/benchmark_peers.py                       # every section, cpu preset
-    python tools/benchmark_peers.py --preset tiny --sections adaptive,lstm
-    python tools/benchmark_peers.py --output_dir runs/bench --rounds 9
+    python -m benchmarks.peers                       # every section, cpu preset
+    python -m benchmarks.peers --preset tiny --sections adaptive,lstm
+    python -m benchmarks.peers --output_dir runs/bench --rounds 9
 
 Writes `peers.md` and `peers.json` to `--output_dir`.
 """
@@ -58,7 +58,9 @@ from absl import app
 from absl import flags
 import numpy as np
 
-import bench_results
+from benchmarks import harness
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PRESETS = {
     "cpu": dict(rounds=5,
@@ -97,15 +99,15 @@ flags.DEFINE_string("rows_json", None, "Internal: run the sections in this proce
 def _row(section, case, times, tfeff, peer, note=""):
     """One table row from `interleaved_times`' result: tfeff's and the peer's medians and
     the median per-round ratio."""
-    medians = bench_results.medians(times)
+    medians = harness.medians(times)
     return {"section": section, "case": case, "tfeff": tfeff, "peer": peer,
             "tfeff_ms": medians[tfeff] * 1e3, "peer_ms": medians[peer] * 1e3,
-            "ratio": bench_results.median_ratios(times, peer)[tfeff], "note": note}
+            "ratio": harness.median_ratios(times, peer)[tfeff], "note": note}
 
 
 def mlm_batch(sizes, seed=0):
     """The section's BERT MLM batch: 15% of the positions masked."""
-    return bench_results.mlm_batch(np.random.default_rng(seed), sizes["batch"],
+    return harness.mlm_batch(np.random.default_rng(seed), sizes["batch"],
                                    sizes["length"], sizes["vocabulary"],
                                    max(1, round(0.15 * sizes["length"])))
 
@@ -157,7 +159,7 @@ def section_bert_jax(preset, rounds):
     sizes = PRESETS[preset]["bert"]
     models = {"tfeff": _tfeff_bert(sizes, "gelu_approximate"),
               "keras-hub": _keras_hub_bert(sizes)}
-    times = bench_results.interleaved_times(_keras_steps(models, mlm_batch(sizes), True),
+    times = harness.interleaved_times(_keras_steps(models, mlm_batch(sizes), True),
                                             rounds, warmup=2)
     return [_row("bert_jax", _bert_case(sizes), times, "tfeff", "keras-hub")]
 
@@ -205,7 +207,7 @@ def section_bert_torch(preset, rounds):
         return loss.item()
 
     steps["Hugging Face"] = hugging_face
-    times = bench_results.interleaved_times(steps, rounds, warmup=2)
+    times = harness.interleaved_times(steps, rounds, warmup=2)
     case = _bert_case(sizes)
     return [_row("bert_torch", case, times, "tfeff", "Hugging Face"),
             _row("bert_torch", case, times, "tfeff", "keras-hub",
@@ -216,7 +218,7 @@ def section_core(preset, rounds):
     sizes = PRESETS[preset]["bert"]
     models = {"relaxed": _tfeff_bert(sizes, "gelu", relaxed=True),
               "standard": _tfeff_bert(sizes, "gelu")}
-    times = bench_results.interleaved_times(_keras_steps(models, mlm_batch(sizes), True),
+    times = harness.interleaved_times(_keras_steps(models, mlm_batch(sizes), True),
                                             rounds, warmup=2)
     return [_row("core", f"{_bert_case(sizes)}; {sizes['anchors']} anchors, FFN rank "
                  f"{sizes['ffn_rank']}", times, "relaxed", "standard",
@@ -233,7 +235,7 @@ def section_adaptive(preset, rounds):
         v, cutoffs, d, n = (sizes[k] for k in ("vocabulary", "cutoffs", "dim", "rows"))
         torch.manual_seed(0)
         rng = np.random.default_rng(0)
-        targets = torch.tensor(bench_results.zipf_ids(rng, n, v)).long()
+        targets = torch.tensor(harness.zipf_ids(rng, n, v)).long()
         x = torch.randn(n, d)
         ours = AdaptiveSoftmax(v, cutoffs, div_value=4.0)
         ours.build((None, d))
@@ -249,7 +251,7 @@ def section_adaptive(preset, rounds):
 
         def trainer(loss_of, parameters):
             """A step on a fresh copy of `x` that wants its gradient, as an encoder's output."""
-            return bench_results.torch_adam_step(
+            return harness.torch_adam_step(
                 lambda: loss_of(x.clone().requires_grad_()), parameters)
 
         steps = {"tfeff": trainer(lambda inputs: ours.per_position_loss(
@@ -257,7 +259,7 @@ def section_adaptive(preset, rounds):
                      [w.value for w in ours.trainable_weights]),
                  "PyTorch": trainer(lambda inputs: peer(inputs, targets).loss,
                                     list(peer.parameters()))}
-        times = bench_results.interleaved_times(steps, rounds, warmup=2)
+        times = harness.interleaved_times(steps, rounds, warmup=2)
         tails = ", ".join(f"{float((targets >= c).float().mean()):.0%}" for c in cutoffs)
         rows.append(_row("adaptive", f"V {v:,}, cutoffs {cutoffs}, d {d}, {n} rows "
                          f"(targets at or past each cutoff: {tails})", times, "tfeff",
@@ -281,7 +283,7 @@ def section_lstm(preset, rounds):
     import keras
     import torch
 
-    import benchmark_lstm
+    from benchmarks import lstm as lstm_bench
     from tfeff.layers import MaskedBiLSTM
 
     sizes = PRESETS[preset]["lstm"]
@@ -296,19 +298,19 @@ def section_lstm(preset, rounds):
     def keras_step(layer, inputs):
         layer(inputs, mask=mask)  # build
         params = [w.value for w in layer.trainable_weights]
-        return benchmark_lstm._torch_step_fn(lambda: layer(inputs, mask=mask), params,
+        return lstm_bench._torch_step_fn(lambda: layer(inputs, mask=mask), params,
                                              lambda: None, True, warmup=0)
 
     keras.utils.set_random_seed(0)
-    steps = {"tfeff": keras_step(benchmark_lstm.TorchLSTMPath(u, p, num_layers=layers), x)}
+    steps = {"tfeff": keras_step(lstm_bench.TorchLSTMPath(u, p, num_layers=layers), x)}
     torch.manual_seed(0)
-    forward, params = benchmark_lstm._torch_peer(u, p, layers, "cpu")
-    steps["PyTorch"] = benchmark_lstm._torch_step_fn(lambda: forward(x, mask.sum(1)), params,
+    forward, params = lstm_bench._torch_peer(u, p, layers, "cpu")
+    steps["PyTorch"] = lstm_bench._torch_step_fn(lambda: forward(x, mask.sum(1)), params,
                                                      lambda: None, True, warmup=0)
     steps["tfeff, no projection"] = keras_step(MaskedBiLSTM(plain, None, num_layers=layers),
                                                x_plain)
     steps["Keras"] = keras_step(_keras_bilstm_stack_class()(plain, layers), x_plain)
-    times = bench_results.interleaved_times(steps, rounds, warmup=2)
+    times = harness.interleaved_times(steps, rounds, warmup=2)
     case = f"batch {b}, time {t} (lengths from {t // 2}), {layers} layer(s)"
     return [_row("lstm", f"{case}, {u} cells, projection {p}", times, "tfeff", "PyTorch"),
             _row("lstm", f"{case}, {plain} cells, no projection", times,
@@ -355,7 +357,7 @@ def section_continuous(preset, rounds):
     rng = np.random.default_rng(0)
     table = rng.normal(size=(v, d)).astype("float32")
     x = rng.normal(size=(n, h)).astype("float32")
-    targets = bench_results.zipf_ids(rng, n, v)
+    targets = harness.zipf_ids(rng, n, v)
     ours = ContinuousOutput(d, loss="cosine", target_embedding=FixedEmbedding(table))
     dense = keras.layers.Dense(d)
     ours.build((None, h))
@@ -369,7 +371,7 @@ def section_continuous(preset, rounds):
              "Keras": _jax_grad_step(
                  dense, lambda inputs: keras.ops.mean(cosine.call(
                      keras.ops.take(vectors, targets, axis=0), dense(inputs))), x)}
-    times = bench_results.interleaved_times(steps, rounds, warmup=2)
+    times = harness.interleaved_times(steps, rounds, warmup=2)
     return [_row("continuous", f"V {v:,}, hidden {h}, vectors {d}, {n} rows", times,
                  "tfeff", "Keras")]
 
@@ -382,7 +384,7 @@ def section_alone(preset, rounds):
     sizes = PRESETS[preset]["alone"]
     v, d, inter = sizes["vocabulary"], sizes["dim"], sizes["intermediate"]
     rng = np.random.default_rng(0)
-    ids = bench_results.zipf_ids(rng, (sizes["batch"], sizes["length"]), v)
+    ids = harness.zipf_ids(rng, (sizes["batch"], sizes["length"]), v)
     ours = AloneEmbedding(v, output_dim=d, base_dim=d, intermediate_dim=inter, seed=0)
     table = keras.layers.Embedding(v, d)
     ours.build()
@@ -391,7 +393,7 @@ def section_alone(preset, rounds):
                  ours(i))), ids),
              "Keras": _tf_grad_step(table, lambda i: keras.ops.mean(keras.ops.square(
                  table(i))), ids)}
-    times = bench_results.interleaved_times(steps, rounds, warmup=2)
+    times = harness.interleaved_times(steps, rounds, warmup=2)
     return [_row("alone", f"V {v:,}, width {d}, FFN {inter}, {ids.size:,} ids "
                  f"({len(np.unique(ids)):,} distinct); {ours.count_params():,} against "
                  f"{table.count_params():,} parameters", times, "tfeff", "Keras",
@@ -449,7 +451,7 @@ def section_overhead(preset, rounds):
     v, n = sizes["vocabulary"], sizes["rows"]
     x, w = torch.randn(n, sizes["dim"]), torch.randn(sizes["dim"], sizes["dim"])
     rng = np.random.default_rng(0)
-    ids = torch.tensor(bench_results.zipf_ids(rng, n, v))
+    ids = torch.tensor(harness.zipf_ids(rng, n, v))
     layer = AdaptiveSoftmax(v, sizes["cutoffs"], div_value=4.0)
     layer(x, ids)  # build
 
@@ -465,7 +467,7 @@ def section_overhead(preset, rounds):
              "torch.matmul": repeated(lambda: torch.matmul(x, w)),
              "eager id check": repeated(lambda: check_ids(layer, ids)),
              "none": repeated(lambda: ids)}
-    times = bench_results.interleaved_times(steps, rounds, warmup=2)
+    times = harness.interleaved_times(steps, rounds, warmup=2)
     note = "ms per 1,000 calls"
     return [_row("overhead", "the forward of the smallest adaptive case above", times,
                  "Layer.__call__", "call()", note),
@@ -533,7 +535,7 @@ def main(argv):
         with open(FLAGS.rows_json, "w", encoding="utf-8") as f:
             json.dump(rows, f)
         return 0
-    command = "python tools/benchmark_peers.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks.peers " + " ".join(sys.argv[1:])
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     rows = []
     for backend in dict.fromkeys(SECTIONS[s] for s in FLAGS.sections):
@@ -542,9 +544,9 @@ def main(argv):
             path = os.path.join(folder, "rows.json")
             env = {**os.environ, "KERAS_BACKEND": backend}
             done = subprocess.run(
-                [sys.executable, os.path.abspath(__file__), "--preset", FLAGS.preset,
+                [sys.executable, "-m", "benchmarks.peers", "--preset", FLAGS.preset,
                  "--sections", ",".join(chosen), "--rounds", str(rounds),
-                 "--rows_json", path], env=env)
+                 "--rows_json", path], env=env, cwd=REPO)
             if done.returncode:
                 print(f"benchmark_peers: the {backend} sections ({', '.join(chosen)}) "
                       f"failed with exit code {done.returncode}", file=sys.stderr)
@@ -556,7 +558,7 @@ def main(argv):
     rows.sort(key=lambda r: order[r["section"]])
     text = table(rows, FLAGS.preset, rounds, command, when)
     print(text)
-    bench_results.write_results(FLAGS.output_dir, "peers", text,
+    harness.write_results(FLAGS.output_dir, "peers", text,
                                 {"preset": FLAGS.preset, "rounds": rounds, "date": when,
                                  "machine": machine(), "versions": versions(),
                                  "command": command, "rows": rows})

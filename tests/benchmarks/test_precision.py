@@ -1,15 +1,15 @@
-"""tools/benchmark_precision.py's tiny preset: it times the variants side by side and names
+"""benchmarks/precision.py's tiny preset: it times the variants side by side and names
 the layer that keeps a model off XLA instead of timing it."""
 
+from importlib import import_module
 import json
 
-from tests.tools import load_tool
 
 
 def test_tiny_preset_times_float32_and_bfloat16_and_names_what_blocks_xla(tmp_path):
     import keras
 
-    tool = load_tool("benchmark_precision")
+    tool = import_module("benchmarks.precision")
     results = tmp_path / "precision.md"
     tool.main(["--preset", "tiny", "--models", "elmo_sampled", "--variants",
                "fp32,xla,bf16", "--rounds", "2", "--work_dir", str(tmp_path),

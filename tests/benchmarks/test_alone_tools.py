@@ -1,3 +1,4 @@
+from importlib import import_module
 import json
 import os
 import subprocess
@@ -8,11 +9,10 @@ import pytest
 import scipy.stats
 
 from tests.conftest import REPO
-from tests.tools import load_tool
 
 
 def test_spearman_equals_scipy_with_ties():
-    reconstruct = load_tool("alone_reconstruct")
+    reconstruct = import_module("benchmarks.alone_reconstruct")
     rng = np.random.default_rng(0)
     for _ in range(5):
         a = rng.integers(0, 6, size=50).astype(float)  # many ties
@@ -23,7 +23,7 @@ def test_spearman_equals_scipy_with_ties():
 
 
 def test_similarity_files_parse_with_header_and_report_bad_lines(tmp_path):
-    reconstruct = load_tool("alone_reconstruct")
+    reconstruct = import_module("benchmarks.alone_reconstruct")
     good = tmp_path / "ws.csv"
     good.write_text("Word 1,Word 2,Human (mean)\nlove,sex,6.77\ntiger\tcat\t7.35\n")
     assert reconstruct.read_similarity(str(good)) == [("love", "sex", 6.77), ("tiger", "cat", 7.35)]
@@ -67,7 +67,7 @@ def test_reconstruction_of_real_fasttext_vectors_at_ci_size(fasttext_model, tmp_
     results = tmp_path / "results"
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
     run = subprocess.run(
-        [sys.executable, "tools/alone_reconstruct.py", "--preset", "small", "--vectors", str(vec),
+        [sys.executable, "-m", "benchmarks.alone_reconstruct", "--preset", "small", "--vectors", str(vec),
          "--similarity", str(sim), "--results_dir", str(results)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -94,10 +94,10 @@ def test_reconstruction_of_real_fasttext_vectors_at_ci_size(fasttext_model, tmp_
 
 
 def test_alone_page_shows_the_computed_parameter_table():
-    parameters = load_tool("alone_parameters")
+    parameters = import_module("benchmarks.alone_parameters")
     table = parameters.markdown()
     assert "| WMT En-De, Takase & Kobayashi (2020) | 37,000 | 512 | 512 | 4096 | 4,194,816 | " \
            "18,944,000 | 0.22 |" in table
     page = open(os.path.join(REPO, "docs", "papers", "alone.md"), encoding="utf-8").read()
     assert table in page, ("docs/papers/alone.md's parameter table is stale: run "
-                           "tools/alone_parameters.py")
+                           "python -m benchmarks.alone_parameters")

@@ -24,8 +24,8 @@ checkpoints) and their ratio (the paper: about 0.75), the final losses, and
 where the time goes: median seconds per step of each phase, the switch's
 cost, and the FLOPs per step of both models.
 
-    python tools/core_study.py --results_dir runs/bench           # make bench, ~30 min
-    python tools/core_study.py --results_dir runs/bench --reuse   # re-evaluate finished runs
+    python -m benchmarks.core_study --results_dir runs/bench           # make bench, ~30 min
+    python -m benchmarks.core_study --results_dir runs/bench --reuse   # re-evaluate finished runs
 """
 
 import os
@@ -46,9 +46,9 @@ from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import bench_results  # noqa: E402
-from core_training import first_reach  # noqa: E402
-from core_training import plot  # noqa: E402
+from benchmarks import harness  # noqa: E402
+from benchmarks.core_training import first_reach  # noqa: E402
+from benchmarks.core_training import plot  # noqa: E402
 from tfeff.training import checkpoints  # noqa: E402
 from tfeff.training import model_directory  # noqa: E402
 from tfeff.training.families.bert import BERT  # noqa: E402
@@ -170,7 +170,7 @@ def flops_per_step(config, relaxed):
     """FLOPs of one training step (forward + backward = 3 forward) of the encoder and MLM head.
 
     Matrix products only, 2 FLOPs per multiply-add; the relaxed attention as
-    in tools/benchmark_core.py (anchor scores, S2 V, U = S2 V W_O, S1 U).
+    in benchmarks/core.py (anchor scores, S2 V, U = S2 V W_O, S1 U).
     """
     m, d = config.model, config.model.hidden_dim
     n, b = config.data.max_sequence_length, config.data.batch_size
@@ -300,7 +300,7 @@ def main(argv):
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    bench_results.write_results(out_dir, stem, text, {"summary": summary, "curves": curves})
+    harness.write_results(out_dir, stem, text, {"summary": summary, "curves": curves})
 
 
 if __name__ == "__main__":
