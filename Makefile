@@ -82,18 +82,18 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 # about 30 minutes; finished runs in runs/features are reused), and the quality study: each
 # cheap model against its expensive twin for the same training time, on the synthetic language
 # and on real English text (WordNet glosses; needs `apt-get install wordnet-base`; about two
-# hours on 2 cores, the two corpora side by side on one core each; runs in runs/quality reused).
+# hours on 2 cores, the two corpora side by side on one core each; runs in runs/bench/quality reused).
 bench: $(VENV)/.installed-bench $(VENV)/.installed-test
-	$(PY) -m benchmarks.output_layers --preset small --results_dir runs/bench
-	$(PY) -m benchmarks.alone_reconstruct --preset full --results_dir runs/bench
-	$(PY) -m benchmarks.alone --results runs/bench/alone_lookup.md
-	$(PY) -m benchmarks.core --results_dir runs/bench
-	$(PY) -m benchmarks.bert_curves --results_dir runs/bench
-	$(PY) -m benchmarks.core_study --results_dir runs/bench
-	$(PY) -m benchmarks.lstm --results runs/bench/lstm.md
+	$(PY) -m benchmarks.output_layers --preset cpu --output_dir runs/bench
+	$(PY) -m benchmarks.alone_reconstruct --preset cpu --output_dir runs/bench
+	$(PY) -m benchmarks.alone --output_dir runs/bench
+	$(PY) -m benchmarks.core --output_dir runs/bench
+	$(PY) -m benchmarks.bert_curves --output_dir runs/bench
+	$(PY) -m benchmarks.core_study --output_dir runs/bench
+	$(PY) -m benchmarks.lstm --output_dir runs/bench
 	$(PY) -m benchmarks.peers --output_dir runs/bench
-	$(PY) -m benchmarks.pipeline --work_dir runs/bench/pipeline --results runs/bench/pipeline.md
-	$(PY) -m benchmarks.feature_study --demo --work_dir runs/features --results runs/bench/features.md
+	$(PY) -m benchmarks.pipeline --output_dir runs/bench
+	$(PY) -m benchmarks.feature_study --output_dir runs/bench
 	TF_NUM_INTRAOP_THREADS=1 taskset -c 0 $(PY) -m benchmarks.quality_study --corpora synthetic & \
 	pid=$$!; TF_NUM_INTRAOP_THREADS=1 taskset -c 1 $(PY) -m benchmarks.quality_study --corpora english; \
 	b=$$?; wait $$pid; a=$$?; test $$a = 0 -a $$b = 0
@@ -104,18 +104,18 @@ bench: $(VENV)/.installed-bench $(VENV)/.installed-test
 # Hugging Face, CoRe's relaxed model, the output layers at 800K words (and PyTorch's
 # adaptive softmax), Masked ELMo's encoder, CoRe's two-phase training on real English. Made
 # for a GPU machine with JAX and PyTorch and no network: `make gpu-wheels gpu-data` here
-# (the wheels it lacks and the training parts' arrays, made with TensorFlow; the h100
+# (the wheels it lacks and the training parts' arrays, made with TensorFlow; the paper
 # preset's come from WordNet: apt-get install wordnet-base), then `make bench-gpu` there. It
 # installs nothing and needs no .venv: BENCH_PYTHON is the venv's where there is one, else
 # python3; each run stops inside GPU_DEADLINE_S, writes GPU_ARCHIVE and resumes from it.
 # GPU_PRESET=cpu runs small sizes here.
-GPU_PRESET ?= h100
+GPU_PRESET ?= paper
 GPU_PYTHON_VERSION ?= 3.12
 GPU_DEADLINE_S ?= 540
 GPU_OUT ?= runs/bench/gpu_$(GPU_PRESET)
 GPU_ARCHIVE ?= $(GPU_OUT).tgz
 BENCH_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
-GPU_DATA_h100 = runs/gpu_data/wordnet_128.npz
+GPU_DATA_paper = runs/gpu_data/wordnet_128.npz
 GPU_DATA_cpu = runs/gpu_data/synthetic_32.npz
 runs/gpu_data/wordnet_128.npz:
 	$(MAKE) $(VENV)/.installed-test
@@ -148,7 +148,7 @@ bench-gpu: $(if $(filter cpu,$(GPU_PRESET)),$(GPU_DATA_cpu))
 	    $(BENCH_PYTHON) -m pip install -q --no-index --no-deps --target runs/gpu_site \
 	        runs/gpu_wheels/*.whl; fi; \
 	PYTHONPATH=$$(pwd)/runs/gpu_site$${PYTHONPATH:+:$$PYTHONPATH} $(BENCH_PYTHON) \
-	    -m benchmarks.gpu_suite --preset $(GPU_PRESET) --out $(GPU_OUT) \
+	    -m benchmarks.gpu_suite --preset $(GPU_PRESET) --output_dir $(GPU_OUT) \
 	    --deadline_s $(GPU_DEADLINE_S) --archive $(GPU_ARCHIVE) \
 	    $$(test -f $(GPU_ARCHIVE) && echo --resume_from $(GPU_ARCHIVE))
 

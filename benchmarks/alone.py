@@ -34,15 +34,19 @@ from benchmarks import harness  # noqa: E402
 from tfeff.layers import AloneEmbedding  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("vocabulary_size", 37000, "V.")
-flags.DEFINE_integer("output_dim", 512, "D_e.")
-flags.DEFINE_integer("base_dim", 512, "D_o.")
-flags.DEFINE_integer("intermediate_dim", 4096, "D_inter.")
-flags.DEFINE_integer("batch", 128, "Sequences per batch.")
-flags.DEFINE_integer("length", 128, "Tokens per sequence.")
-flags.DEFINE_float("zipf", 1.2, "Zipf exponent of the ids.")
-flags.DEFINE_integer("rounds", 5, "Timed rounds (each runs every mode once, interleaved).")
-flags.DEFINE_string("results", "", "Optional path of a Markdown file for the table.")
+
+
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags()
+    flags.DEFINE_integer("vocabulary_size", 37000, "V.")
+    flags.DEFINE_integer("output_dim", 512, "D_e.")
+    flags.DEFINE_integer("base_dim", 512, "D_o.")
+    flags.DEFINE_integer("intermediate_dim", 4096, "D_inter.")
+    flags.DEFINE_integer("batch", 128, "Sequences per batch.")
+    flags.DEFINE_integer("length", 128, "Tokens per sequence.")
+    flags.DEFINE_float("zipf", 1.2, "Zipf exponent of the ids.")
+    flags.DEFINE_integer("rounds", 5, "Timed rounds (each runs every mode once, interleaved).")
 
 
 def make_step(layer):
@@ -58,7 +62,7 @@ def main(argv):
     del argv
     v = FLAGS.vocabulary_size
     rng = np.random.default_rng(0)
-    ranks = np.minimum(rng.zipf(FLAGS.zipf, size=(FLAGS.batch, FLAGS.length)), v - 1)
+    ranks = harness.zipf_ids(rng, (FLAGS.batch, FLAGS.length), v, exponent=FLAGS.zipf)
     ids = tf.constant(ranks, tf.int32)
     distinct = len(np.unique(ranks))
     steps = {}
@@ -95,11 +99,13 @@ def main(argv):
                      f"{median[name] / median['unique']:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    if FLAGS.results:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.results)), exist_ok=True)
-        with open(FLAGS.results, "w") as f:
-            f.write(text)
+    harness.write_results(FLAGS.output_dir, "alone_lookup", text, {
+        "vocabulary_size": v, "output_dim": FLAGS.output_dim, "base_dim": FLAGS.base_dim,
+        "intermediate_dim": FLAGS.intermediate_dim, "batch": FLAGS.batch,
+        "length": FLAGS.length, "zipf": FLAGS.zipf, "distinct_ids": distinct,
+        "rounds": FLAGS.rounds, "parameters": params, "median_s": median})
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -31,17 +31,16 @@ the first stage of `make demo` if missing); `--vectors` takes any `.vec` /
 `.npy` (with `--vocabulary`, one word per line, tab-separated count allowed).
 
 Writes `alone_reconstruct.md` (the table), `.json` and `.png` (with
-matplotlib from the `bench` extra) to `--results_dir`.
+matplotlib from the `bench` extra) to `--output_dir`.
 
-    python -m benchmarks.alone_reconstruct --preset small    # CI size: 1,000 words (seconds)
-    python -m benchmarks.alone_reconstruct --preset full     # make bench
+    python -m benchmarks.alone_reconstruct --preset tiny     # the tests: 1,000 words (seconds)
+    python -m benchmarks.alone_reconstruct --preset cpu      # make bench
 """
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import json  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -50,36 +49,42 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_DIR = os.path.join(REPO, "runs", "demo")
 DEMO_CONFIG = os.path.join(REPO, "configs", "demo_elmo_c.yaml")
 
 PRESETS = {
-    "small": {"intermediate_dims": [16, 512], "steps": 1500, "num_pairs": 2000,
+    "tiny": {"intermediate_dims": [16, 512], "steps": 1500, "num_pairs": 2000,
               "max_words": 1000},
-    "full": {"intermediate_dims": [64, 128, 256, 512, 1024, 2048, 4096], "steps": 6000,
+    "cpu": {"intermediate_dims": [64, 128, 256, 512, 1024, 2048, 4096], "steps": 6000,
              "num_pairs": 20000, "max_words": 0},
 }
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("preset", "full", list(PRESETS), "Sizes: `small` (CI) or `full` (make bench).")
-flags.DEFINE_string("vectors", "", "Embedding table (.vec/.txt, fastText .bin, or .npy with "
-                    "--vocabulary). Default: the demo's fastText vectors in runs/demo.")
-flags.DEFINE_string("vocabulary", "", "Words of an .npy table, one per line (word[<tab>count]).")
-flags.DEFINE_list("similarity", [], "Word-similarity files: `word1 word2 score` per line.")
-flags.DEFINE_list("filter_types", ["binary", "real"], "ALONE filter types to fit.")
-flags.DEFINE_list("intermediate_dims", None, "D_inter values (default: the preset's).")
-flags.DEFINE_integer("base_dim", 0, "D_o (0: the table's dimension).")
-flags.DEFINE_integer("steps", None, "Adam steps per fit (default: the preset's).")
-flags.DEFINE_integer("batch_size", 256, "Words per minibatch (uniform over the vocabulary).")
-flags.DEFINE_list("learning_rates", ["0.001", "0.003"], "Peak Adam learning rates (cosine "
-                  "decay to 0) tried per fit; the one with the lower final L2 loss is kept.")
-flags.DEFINE_integer("num_pairs", None, "Word pairs of the cosine comparison (default: preset's).")
-flags.DEFINE_integer("max_words", None, "Use only the first N words of the table (0: all; "
-                     "default: the preset's).")
-flags.DEFINE_integer("seed", 0, "Seed of the filters, the initialization, batches and pairs.")
-flags.DEFINE_string("results_dir", os.path.join(REPO, "runs", "alone_reconstruct"),
-                    "Where the .md, .json and .png go.")
+
+
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags(PRESETS, "cpu", output_dir="runs/alone_reconstruct")
+    flags.DEFINE_string("vectors", "", "Embedding table (.vec/.txt, fastText .bin, or .npy with "
+                        "--vocabulary). Default: the demo's fastText vectors in runs/demo.")
+    flags.DEFINE_string("vocabulary", "", "Words of an .npy table, one per line "
+                        "(word[<tab>count]).")
+    flags.DEFINE_list("similarity", [], "Word-similarity files: `word1 word2 score` per line.")
+    flags.DEFINE_list("filter_types", ["binary", "real"], "ALONE filter types to fit.")
+    flags.DEFINE_list("intermediate_dims", None, "D_inter values (default: the preset's).")
+    flags.DEFINE_integer("base_dim", 0, "D_o (0: the table's dimension).")
+    flags.DEFINE_integer("steps", None, "Adam steps per fit (default: the preset's).")
+    flags.DEFINE_integer("batch_size", 256, "Words per minibatch (uniform over the vocabulary).")
+    flags.DEFINE_list("learning_rates", ["0.001", "0.003"], "Peak Adam learning rates (cosine "
+                      "decay to 0) tried per fit; the one with the lower final L2 loss is kept.")
+    flags.DEFINE_integer("num_pairs", None, "Word pairs of the cosine comparison "
+                         "(default: the preset's).")
+    flags.DEFINE_integer("max_words", None, "Use only the first N words of the table (0: all; "
+                         "default: the preset's).")
+    flags.DEFINE_integer("seed", 0, "Seed of the filters, the initialization, batches and pairs.")
 
 
 # ---------------------------------------------------------------------------
@@ -364,11 +369,7 @@ def run(vectors="", vocabulary="", similarity=(), filter_types=("binary", "real"
                   f"{learning_rate:g}), Spearman (pairs) {entry['spearman_pairs']:.3f}, "
                   f"{seconds:.1f}s", flush=True)
     if results_dir:
-        os.makedirs(results_dir, exist_ok=True)
-        with open(os.path.join(results_dir, "alone_reconstruct.md"), "w") as f:
-            f.write(markdown(result))
-        with open(os.path.join(results_dir, "alone_reconstruct.json"), "w") as f:
-            json.dump(result, f, indent=1)
+        harness.write_results(results_dir, "alone_reconstruct", markdown(result), result)
         plot(result, os.path.join(results_dir, "alone_reconstruct.png"))
     return result
 
@@ -398,7 +399,7 @@ def main(argv):
             learning_rates=_positive(FLAGS.learning_rates, "--learning_rates", float),
             num_pairs=FLAGS.num_pairs or preset["num_pairs"],
             max_words=preset["max_words"] if FLAGS.max_words is None else FLAGS.max_words,
-            seed=FLAGS.seed, results_dir=FLAGS.results_dir,
+            seed=FLAGS.seed, results_dir=FLAGS.output_dir,
         )
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -409,4 +410,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

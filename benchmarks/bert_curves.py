@@ -2,17 +2,17 @@
 
 Each variant is a set of config overrides on --config (default the demo
 BERT). All variants train on the same corpus and vocabulary (prepared once in
---work_dir), with the same batches, and are evaluated every --every steps on
+--output_dir's `bert_curves/`), with the same batches, and are evaluated every --every steps on
 the same held-out masked tokens, next to the unigram perplexity of those
 targets. Training time excludes the evaluations.
 
     # the recipe table of docs/papers/core.md: learned vs rotary positions at the demo size
-    python -m benchmarks.bert_curves --results_dir runs/bench \\
+    python -m benchmarks.bert_curves --output_dir runs/bench \\
         --variant learned:model.position_embedding=learned \\
         --variant rotary:model.position_embedding=rotary
 
 Writes `bert_curves.md`, `bert_curves.json` and `bert_curves.png` (with
-matplotlib) to --results_dir.
+matplotlib) to --output_dir.
 """
 
 import os
@@ -20,7 +20,6 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import platform  # noqa: E402
-import time  # noqa: E402
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
@@ -37,15 +36,19 @@ from tfeff.training.optimizers import make_optimizer  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = flags.FLAGS
-flags.DEFINE_string("config", os.path.join(REPO, "configs", "demo_bert.yaml"), "Base config.")
-flags.DEFINE_multi_string(
-    "variant", ["learned:model.position_embedding=learned",
-                "rotary:model.position_embedding=rotary"],
-    "NAME:key=value[,key=value...] (overrides on --config).")
-flags.DEFINE_multi_string("override", [], "key=value for every variant (e.g. train.steps=3000).")
-flags.DEFINE_integer("every", 200, "Evaluate every this many steps.")
-flags.DEFINE_string("work_dir", "runs/bert_curves", "Corpus and vocabulary (reused).")
-flags.DEFINE_string("results_dir", "runs/bench", "Where the table, JSON and PNG go.")
+
+
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags()
+    flags.DEFINE_string("config", os.path.join(REPO, "configs", "demo_bert.yaml"), "Base config.")
+    flags.DEFINE_multi_string(
+        "variant", ["learned:model.position_embedding=learned",
+                    "rotary:model.position_embedding=rotary"],
+        "NAME:key=value[,key=value...] (overrides on --config).")
+    flags.DEFINE_multi_string("override", [], "key=value for every variant "
+                              "(e.g. train.steps=3000).")
+    flags.DEFINE_integer("every", 200, "Evaluate every this many steps.")
 
 
 def parse_variant(text):
@@ -53,27 +56,6 @@ def parse_variant(text):
     if not name or not overrides:
         raise app.UsageError(f"--variant {text!r}: expected NAME:key=value[,key=value...]")
     return name, overrides.split(",")
-
-
-class Curve(keras.callbacks.Callback):
-    """Held-out perplexity every `every` steps; training seconds exclude the evaluations."""
-
-    def __init__(self, evaluate, every, total, name):
-        super().__init__()
-        self.evaluate, self.every, self.total, self.name = evaluate, every, total, name
-        self.seconds, self.points, self._t = 0.0, [], None
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self._t = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.seconds += time.perf_counter() - self._t
-        step = batch + 1
-        if step % self.every == 0 or step == self.total:
-            ev = self.evaluate(self.model)
-            self.points.append({"step": step, "seconds": self.seconds, **ev})
-            print(f"{self.name}: step {step}, {self.seconds:.0f} s, held-out perplexity "
-                  f"{ev['perplexity']:.1f}", flush=True)
 
 
 def train_variant(name, config, files, vocabulary_path, unigram):
@@ -89,19 +71,27 @@ def train_variant(name, config, files, vocabulary_path, unigram):
     def evaluate(m):
         return evaluate_bert(m, config, heldout_files, vocabulary_path, unigram=unigram)
 
-    curve = Curve(evaluate, FLAGS.every, config.train.steps, name)
+    points = []
+
+    def on_step(model, step, seconds):  # held-out perplexity every FLAGS.every steps
+        if step % FLAGS.every == 0 or step == config.train.steps:
+            ev = evaluate(model)
+            points.append({"step": step, "seconds": seconds, **ev})
+            print(f"{name}: step {step}, {seconds:.0f} s, held-out perplexity "
+                  f"{ev['perplexity']:.1f}", flush=True)
+
     model.fit(dataset, steps_per_epoch=config.train.steps, epochs=1, verbose=0,
-              callbacks=[curve])
-    return curve.points
+              callbacks=[harness.training_clock(on_step)])
+    return points
 
 
 def main(argv):
     del argv
     variants = [parse_variant(v) for v in FLAGS.variant]
     base = load_config(FLAGS.config, FLAGS.override)
-    os.makedirs(FLAGS.work_dir, exist_ok=True)
-    os.makedirs(FLAGS.results_dir, exist_ok=True)
-    artifacts = BERT.prepare_data(base, FLAGS.work_dir)
+    work_dir = os.path.join(FLAGS.output_dir, "bert_curves")  # corpus and vocabulary, reused
+    os.makedirs(work_dir, exist_ok=True)
+    artifacts = BERT.prepare_data(base, work_dir)
     train_files, heldout_files, vocabulary_path = (
         artifacts.train_files, artifacts.heldout_files, artifacts.vocabulary_path)
     unigram = unigram_log_probs(base, train_files, vocabulary_path)
@@ -123,7 +113,7 @@ def main(argv):
                      + f" | {r['points'][-1]['seconds']:.0f} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    harness.write_results(FLAGS.results_dir, "bert_curves", text, results)
+    harness.write_results(FLAGS.output_dir, "bert_curves", text, results)
     plt = harness.pyplot()
     if plt is None:
         return
@@ -138,8 +128,9 @@ def main(argv):
     ax.set_ylabel("held-out masked-LM perplexity")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(FLAGS.results_dir, "bert_curves.png"), dpi=120)
+    fig.savefig(os.path.join(FLAGS.output_dir, "bert_curves.png"), dpi=120)
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -13,7 +13,7 @@ with parameter counts and the FLOP ratio of each pair.
 Two-phase vs standard pretraining (held-out loss against wall time) is
 benchmarks/core_study.py.
 
-    python -m benchmarks.core --results_dir runs/bench     # make bench
+    python -m benchmarks.core --output_dir runs/bench     # make bench
     python -m benchmarks.core --lengths 128
 """
 
@@ -34,15 +34,19 @@ from tfeff.layers import FactorizedDense  # noqa: E402
 from tfeff.models.bert_layer import BertLayer  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("lengths", ["128", "512"], "Sequence lengths n.")
-flags.DEFINE_integer("tokens", 4096, "Tokens per batch (batch = tokens / n).")
-flags.DEFINE_integer("hidden_dim", 768, "d.")
-flags.DEFINE_integer("num_heads", 12, "h.")
-flags.DEFINE_integer("intermediate_dim", 3072, "d_f.")
-flags.DEFINE_integer("num_anchors", 32, "m.")
-flags.DEFINE_integer("ffn_rank", 64, "d_r.")
-flags.DEFINE_integer("rounds", 5, "Timed rounds (each runs every variant once, interleaved).")
-flags.DEFINE_string("results_dir", "runs/bench", "Where the table and JSON go.")
+
+
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags()
+    flags.DEFINE_list("lengths", ["128", "512"], "Sequence lengths n.")
+    flags.DEFINE_integer("tokens", 4096, "Tokens per batch (batch = tokens / n).")
+    flags.DEFINE_integer("hidden_dim", 768, "d.")
+    flags.DEFINE_integer("num_heads", 12, "h.")
+    flags.DEFINE_integer("intermediate_dim", 3072, "d_f.")
+    flags.DEFINE_integer("num_anchors", 32, "m.")
+    flags.DEFINE_integer("ffn_rank", 64, "d_r.")
+    flags.DEFINE_integer("rounds", 5, "Timed rounds (each runs every variant once, interleaved).")
 
 
 def _step(fn, variables):
@@ -121,7 +125,7 @@ def layer_table():
 
 def main(argv):
     del argv
-    os.makedirs(FLAGS.results_dir, exist_ok=True)
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, " + (
         "GPU" if tf.config.list_physical_devices("GPU") else "no GPU")
     rows = layer_table()
@@ -138,8 +142,9 @@ def main(argv):
     out = {"layers": rows}
     text = "\n".join(lines) + "\n"
     print(text)
-    harness.write_results(FLAGS.results_dir, "core", text, out)
+    harness.write_results(FLAGS.output_dir, "core", text, out)
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

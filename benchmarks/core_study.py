@@ -16,7 +16,7 @@ included). Afterwards each checkpoint is evaluated on the same held-out
 batches: the coarse phase's checkpoints as the model they convert to
 (`exact_attention=True`, what the conversion checks equal to float32 rounding).
 
-Output in --results_dir: `core_study.md` (the table), `core_study.json`
+Output in --output_dir: `core_study.md` (the table), `core_study.json`
 (every point) and `core_study.png` (both curves against wall time, like the
 paper's Figure 3). The table has the wall time at which each run first
 reaches the standard run's final held-out loss (linear between
@@ -24,8 +24,8 @@ checkpoints) and their ratio (the paper: about 0.75), the final losses, and
 where the time goes: median seconds per step of each phase, the switch's
 cost, and the FLOPs per step of both models.
 
-    python -m benchmarks.core_study --results_dir runs/bench           # make bench, ~30 min
-    python -m benchmarks.core_study --results_dir runs/bench --reuse   # re-evaluate finished runs
+    python -m benchmarks.core_study --output_dir runs/bench           # make bench, ~30 min
+    python -m benchmarks.core_study --output_dir runs/bench --reuse   # re-evaluate finished runs
 """
 
 import os
@@ -59,24 +59,29 @@ from tfeff.training.families.bert import evaluate_bert  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE_CONFIG = os.path.join(REPO, "configs", "demo_bert_core.yaml")
 FLAGS = flags.FLAGS
-flags.DEFINE_string("results_dir", "runs/bench", "Where the runs, table, JSON and PNG go.")
-flags.DEFINE_integer("hidden_dim", 256, "d.")
-flags.DEFINE_integer("num_heads", 4, "h.")
-flags.DEFINE_integer("intermediate_dim", 1024, "d_f.")
-flags.DEFINE_integer("num_layers", 2, "Transformer layers.")
-flags.DEFINE_integer("sequence_length", 256, "n.")
-flags.DEFINE_integer("batch_size", 16, "Sequences per batch.")
-flags.DEFINE_integer("num_anchors", 16, "m of the relaxed attention.")
-flags.DEFINE_integer("ffn_rank", 32, "d_r of the relaxed feed-forward network.")
-flags.DEFINE_integer("train_sentences", 300000, "Synthetic training sentences.")
-flags.DEFINE_integer("steps", 2400, "Step budget of both runs.")
-flags.DEFINE_integer("coarse_steps", 1200, "Most steps of the relaxed phase.")
-flags.DEFINE_integer("every", 200, "Checkpoint (and curve point) interval in steps.")
-flags.DEFINE_integer("eval_batches", 60, "Held-out batches per evaluation.")
-flags.DEFINE_bool("reuse", False, "Reuse finished runs in --results_dir (only re-evaluate).")
-flags.DEFINE_string("name", "two_phase",
-                    "Name of the two-phase run (its directory; outputs core_study_NAME.* unless "
-                    "the default): compare relaxed variants against one standard run with --reuse.")
+
+
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags()
+    flags.DEFINE_integer("hidden_dim", 256, "d.")
+    flags.DEFINE_integer("num_heads", 4, "h.")
+    flags.DEFINE_integer("intermediate_dim", 1024, "d_f.")
+    flags.DEFINE_integer("num_layers", 2, "Transformer layers.")
+    flags.DEFINE_integer("sequence_length", 256, "n.")
+    flags.DEFINE_integer("batch_size", 16, "Sequences per batch.")
+    flags.DEFINE_integer("num_anchors", 16, "m of the relaxed attention.")
+    flags.DEFINE_integer("ffn_rank", 32, "d_r of the relaxed feed-forward network.")
+    flags.DEFINE_integer("train_sentences", 300000, "Synthetic training sentences.")
+    flags.DEFINE_integer("steps", 2400, "Step budget of both runs.")
+    flags.DEFINE_integer("coarse_steps", 1200, "Most steps of the relaxed phase.")
+    flags.DEFINE_integer("every", 200, "Checkpoint (and curve point) interval in steps.")
+    flags.DEFINE_integer("eval_batches", 60, "Held-out batches per evaluation.")
+    flags.DEFINE_bool("reuse", False, "Reuse finished runs in --output_dir (only re-evaluate).")
+    flags.DEFINE_string("name", "two_phase",
+                        "Name of the two-phase run (its directory; outputs core_study_NAME.* "
+                        "unless the default): compare relaxed variants against one standard "
+                        "run with --reuse.")
 
 
 def study_overrides():
@@ -188,7 +193,7 @@ def flops_per_step(config, relaxed):
 
 def main(argv):
     del argv
-    out_dir = os.path.abspath(FLAGS.results_dir)
+    out_dir = os.path.abspath(FLAGS.output_dir)
     runs_dir = os.path.join(out_dir, "core_study")
     os.makedirs(runs_dir, exist_ok=True)
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, " + (
@@ -304,4 +309,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

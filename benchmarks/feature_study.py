@@ -1,45 +1,32 @@
-"""Feature-based evaluation: probes trained on frozen embedder outputs.
+"""The offline comparison of docs/papers/elmo-c.md: probes on the frozen features of
+every demo model.
 
 As in the continuous-output paper (Li et al., 2019, Section 5), representations
-are compared by training small task models on frozen features. A probe is a
-learned `ScalarMix` over the embedder's layers followed by a linear layer or a
-small biLSTM, for
+are compared by training small task models on frozen features (`tfeff-evaluate`,
+`tfeff.evaluation`). This study pre-trains the demo models on one shared
+synthetic language (their `configs/demo_*.yaml` with the corpus section of
+demo_elmo_c.yaml), exports them and a fastText-only embedder, writes the
+grammar-derived tasks (`tfeff.data.synthetic_tasks`) and probes everything
+(about 30 minutes on 2 CPU cores; finished pre-training runs in
+`--output_dir`'s `features/` are reused).
 
-* token tagging from CoNLL-format files (one token per line, the tag in
-  `--tag_column`, blank lines between sentences; `#` lines are comments):
-  token accuracy and macro-F1 over tags;
-* sentence classification from TSV files (`label<TAB>sentence`): accuracy and
-  macro-F1 over labels.
+    python -m benchmarks.feature_study --output_dir runs/bench
+    python -m benchmarks.feature_study --models demo_elmo_c,demo_bert --seeds 0
 
-Features are computed once per embedder and task (`embed_tokens` for tagging,
-so output token i is input token i; `embed` for sentences), then each probe is
-trained with several seeds; the table reports mean ± standard deviation.
-
-    python -m benchmarks.feature_study --embedder elmo=runs/demo/export \
-        --tagging train.conll,test.conll --tag_column 1 \
-        --classification train.tsv,test.tsv --results runs/bench/features.md
-
-The readers, features, probes, fine-tuning and table are `tfeff.evaluation`'s;
-this script is their command line.
-
-`--demo` runs the whole offline comparison of docs/papers/elmo-c.md: it pre-trains the
-demo models on one shared synthetic language (their `configs/demo_*.yaml`
-with the corpus section of demo_elmo_c.yaml), exports them and a
-fastText-only embedder, writes the grammar-derived tasks
-(`tfeff.data.synthetic_tasks`) and probes everything (about 30 minutes on 2
-CPU cores; finished pre-training runs are reused).
+Writes `features.md` and `features.json` to `--output_dir`.
 """
 
-import argparse
 import os
-import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from absl import app
+from absl import flags
 
-from tfeff.evaluation import FormatError  # noqa: E402
-from tfeff.evaluation import evaluate  # noqa: E402
-from tfeff.evaluation import table  # noqa: E402
+from benchmarks import harness
+from tfeff.evaluation import evaluate
+from tfeff.evaluation import table
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DEMO_MODELS = ("demo_elmo_c", "demo_elmo_a", "demo_elmo_sub", "demo_elmo_alone", "demo_masked_elmo",
                "demo_bert", "demo_bert_core")
@@ -83,62 +70,31 @@ def run_demo(work_dir, models=DEMO_MODELS, num_train=1500, num_test=500, log=pri
     return embedders, tasks
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--embedder", action="append", default=[], metavar="NAME=PATH",
-                        help="an exported embedder (repeat for several)")
-    parser.add_argument("--tagging", action="append", default=[], metavar="TRAIN,TEST",
-                        help="CoNLL train and test files (repeatable)")
-    parser.add_argument("--tag_column", type=int, default=-1,
-                        help="column of the tag (0 is the word; default: the last)")
-    parser.add_argument("--classification", action="append", default=[], metavar="TRAIN,TEST",
-                        help="TSV train and test files, label<TAB>sentence (repeatable)")
-    parser.add_argument("--probe", default="linear", help="linear, bilstm, or both: linear,bilstm")
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--results", help="write the markdown table here")
-    parser.add_argument("--demo", action="store_true",
-                        help="pre-train the demo models and evaluate them on synthetic tasks")
-    parser.add_argument("--work_dir", default="runs/features", help="--demo's directory")
-    parser.add_argument("--demo_models", default=",".join(DEMO_MODELS))
-    parser.add_argument("--demo_sentences", default="1500,500",
-                        help="--demo's task sizes: TRAIN,TEST sentences")
-    args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
-    probes = args.probe.split(",")
-    try:
-        if args.demo:
-            num_train, num_test = (int(n) for n in args.demo_sentences.split(","))
-            embedders, tasks = run_demo(args.work_dir, args.demo_models.split(","), num_train,
-                                        num_test)
-        else:
-            embedders, tasks = {}, {}
-            for spec in args.embedder:
-                name, sep, path = spec.partition("=")
-                if not sep:
-                    raise FormatError(f"--embedder wants NAME=PATH, got {spec!r}")
-                embedders[name] = path
-            for kind, specs in (("tagging", args.tagging), ("classification", args.classification)):
-                for spec in specs:
-                    parts = spec.split(",")
-                    if len(parts) != 2:
-                        raise FormatError(f"--{kind} wants TRAIN,TEST, got {spec!r}")
-                    name = os.path.splitext(os.path.basename(parts[0]))[0]
-                    tasks[name] = (kind, *parts) + ((args.tag_column,) if kind == "tagging" else ())
-            if not embedders or not tasks:
-                parser.error("give at least one --embedder and one task, or --demo")
-        rows = evaluate(embedders, tasks, probes, seeds, args.epochs)
-    except (FormatError, FileNotFoundError, FileExistsError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags()
+    flags.DEFINE_list("models", list(DEMO_MODELS), "Demo configs to pre-train and probe.")
+    flags.DEFINE_list("sentences", ["1500", "500"], "Task sizes: TRAIN,TEST sentences.")
+    flags.DEFINE_list("probe", ["linear"], "linear, bilstm, or both.")
+    flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of every probe.")
+    flags.DEFINE_integer("epochs", 10, "Epochs of every probe.")
+
+
+def main(argv):
+    del argv
+    args = flags.FLAGS
+    num_train, num_test = (int(n) for n in args.sentences)
+    seeds = [int(s) for s in args.seeds]
+    work_dir = os.path.join(args.output_dir, "features")  # pre-training runs, reused
+    embedders, tasks = run_demo(work_dir, args.models, num_train, num_test)
+    rows = evaluate(embedders, tasks, args.probe, seeds, args.epochs)
     text = table(rows, seeds)
     print(text)
-    if args.results:
-        os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
-        with open(args.results, "w", encoding="utf-8") as f:
-            f.write(text)
+    harness.write_results(args.output_dir, "features", text, {
+        "models": args.models, "sentences": [num_train, num_test], "probes": args.probe,
+        "seeds": seeds, "epochs": args.epochs, "rows": rows})
 
 
 if __name__ == "__main__":
-    main()
+    define_flags()
+    app.run(main)

@@ -20,7 +20,7 @@ batch's tokens, whatever the number of mask sets. Off TensorFlow, SAMPLED
 draws its negatives with replacement (`tfeff.layers.sampled_softmax`), at
 the cost of TensorFlow's distinct draws.
 
-    KERAS_BACKEND=jax python -m benchmarks.gpu --preset paper --results gpu.md
+    KERAS_BACKEND=jax python -m benchmarks.gpu --preset paper --output_dir runs/bench
     python -m benchmarks.gpu --preset cpu     # demo sizes: minutes on a CPU
 
 Presets: `paper` (configs/elmo_c.yaml etc.; word models at an 800K vocabulary,
@@ -28,16 +28,15 @@ the setting of Li et al.'s Table 4) and `cpu` (configs/demo_*.yaml at a 5K
 vocabulary, a few steps).
 """
 
-import argparse
 import os
 import platform
-import statistics
-import time
 
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
 import keras  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
@@ -169,15 +168,7 @@ def build(name, config, vocabulary, rng, work_dir):
         vocabulary = d.wordpiece_vocabulary_size
         model = from_config.bert(config, vocabulary, relaxed=config.model.relaxed is not None)
         b, n, p = d.batch_size, d.max_sequence_length, d.max_predictions_per_seq
-        batch = {
-            "token_ids": zipf_ids(rng, (b, n), vocabulary, low=5),
-            "segment_ids": (np.arange(n)[None, :] >= n // 2).repeat(b, 0).astype("int32"),
-            "padding_mask": np.ones((b, n), "int32"),
-            "masked_positions": np.sort(np.stack([rng.choice(n, p, replace=False)
-                                                  for _ in range(b)]), -1).astype("int32"),
-            "masked_ids": zipf_ids(rng, (b, p), vocabulary, low=5),
-            "masked_weights": np.ones((b, p), "float32"),
-        }
+        batch = harness.mlm_batch(rng, b, n, vocabulary, p)
         if config.model.use_nsp:
             batch["nsp_labels"] = rng.integers(0, 2, size=(b,)).astype("int32")
         return model, batch, b * n
@@ -231,18 +222,13 @@ def measure(name, config, vocabulary, precision, steps, warmup, work_dir, peak_f
         model.build()
         model.compile(optimizer=keras.optimizers.Adam(1e-4), jit_compile=True)
         reset_peak_memory()
-        times = []
-        for step in range(warmup + steps):
-            start = time.perf_counter()
-            logs = model.train_on_batch(batch, return_dict=True)  # floats: synchronized
-            if step >= warmup:
-                times.append(time.perf_counter() - start)
+        median, logs = harness.median_step(  # train_on_batch's floats: synchronized
+            lambda: model.train_on_batch(batch, return_dict=True), steps, warmup)
         if not np.isfinite(logs["loss"]):
             raise FloatingPointError(f"{name} {precision}: loss {logs['loss']}")
-        median = statistics.median(times)
         profile = {}
         if profile_dir and keras.backend.backend() == "jax":
-            import xla_profile
+            from benchmarks import xla_profile
 
             profile = xla_profile.trace_steps(
                 lambda: model.train_on_batch(batch, return_dict=True), profile_steps,
@@ -289,48 +275,48 @@ def table(rows, device, backend, preset):
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--precisions", default="fp32,bf16")
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--warmup", type=int, default=None)
-    parser.add_argument("--word_vocabulary", type=int, default=None)
-    parser.add_argument("--work_dir", default=os.path.join(REPO, "runs", "bench", "gpu"))
-    parser.add_argument("--results", default=None, help="write the markdown table here "
-                        "(and the rows as JSON beside it)")
-    args = parser.parse_args(argv)
-    preset = PRESETS[args.preset]
-    steps = args.steps or preset["steps"]
-    warmup = args.warmup if args.warmup is not None else preset["warmup"]
-    vocabulary = args.word_vocabulary or preset["word_vocabulary"]
-    os.makedirs(args.work_dir, exist_ok=True)
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags(PRESETS, "paper")
+    flags.DEFINE_list("models", list(MODELS), "Models to time (`MODELS`' names).")
+    flags.DEFINE_list("precisions", ["fp32", "bf16"], "fp32 and/or bf16 (mixed_bfloat16).")
+    flags.DEFINE_integer("steps", None, "Timed steps (default: the preset's).")
+    flags.DEFINE_integer("warmup", None, "Untimed steps first (default: the preset's).")
+    flags.DEFINE_integer("word_vocabulary", None, "Words of the word-level models "
+                         "(default: the preset's).")
+
+
+def main(argv):
+    del argv
+    FLAGS = flags.FLAGS
+    unknown = [name for name in FLAGS.models if name not in MODELS]
+    if unknown:
+        raise app.UsageError(f"unknown model {unknown[0]!r}; one of {', '.join(MODELS)}")
+    preset = PRESETS[FLAGS.preset]
+    steps = FLAGS.steps or preset["steps"]
+    warmup = FLAGS.warmup if FLAGS.warmup is not None else preset["warmup"]
+    vocabulary = FLAGS.word_vocabulary or preset["word_vocabulary"]
+    work_dir = os.path.join(FLAGS.output_dir, "gpu_tables")  # the random vector tables, reused
+    os.makedirs(work_dir, exist_ok=True)
     backend = keras.backend.backend()
     device, peak = device_info()
     print(f"{device}, {backend} backend, dense bf16 peak "
           f"{peak / 1e12 if peak else 'unknown'} TFLOP/s", flush=True)
     rows = []
-    for name in args.models.split(","):
-        if name not in MODELS:
-            parser.error(f"unknown model {name!r}; one of {', '.join(MODELS)}")
-        config = model_config(name, args.preset)
-        for precision in args.precisions.split(","):
-            row = measure(name, config, vocabulary, precision, steps, warmup, args.work_dir,
-                          peak)
+    for name in FLAGS.models:
+        config = model_config(name, FLAGS.preset)
+        for precision in FLAGS.precisions:
+            row = measure(name, config, vocabulary, precision, steps, warmup, work_dir, peak)
             rows.append(row)
             print(f"{name} {precision}: {1000 * row['step_s']:.1f} ms/step, "
                   f"{row['tokens_per_s']:,.0f} tokens/s, loss {row['loss']:.3f}", flush=True)
-    text = table(rows, device, backend, args.preset)
+    text = table(rows, device, backend, FLAGS.preset)
     print(text)
-    if args.results:
-        stem = os.path.splitext(os.path.basename(args.results))[0]
-        data = {"device": device, "backend": backend, "preset": args.preset,
-                "keras": keras.__version__, "rows": rows}
-        harness.write_results(os.path.dirname(os.path.abspath(args.results)), stem,
-                                    text, data)
-    return rows
+    harness.write_results(FLAGS.output_dir, "gpu", text, {
+        "device": device, "backend": backend, "preset": FLAGS.preset,
+        "keras": keras.__version__, "rows": rows})
 
 
 if __name__ == "__main__":
-    main()
+    define_flags()
+    app.run(main)

@@ -1,7 +1,7 @@
 """tfeff against what users would use instead, on one GPU, in one resumable run.
 
-    python -m benchmarks.gpu_suite --out runs/gpu --preset h100   # BERT-base sizes, one GPU
-    python -m benchmarks.gpu_suite --out /tmp/gpu --preset cpu    # small sizes, minutes on a CPU
+    python -m benchmarks.gpu_suite --output_dir runs/gpu --preset paper  # BERT-base, one GPU
+    python -m benchmarks.gpu_suite --output_dir /tmp/gpu --preset cpu    # minutes on a CPU
 
 The measurement is a list of parts in priority order (the first tables come
 first, so that a shorter slot still yields them). Each part runs in a process
@@ -57,7 +57,7 @@ Sections so far:
   (the relaxed model to half the steps, merged with `merge_relaxed_bert`, then
   standard) of tfeff `Bert` at the preset's size, JAX, bf16, Keras `fit` on
   NumPy batches of the arrays file `--core_data` (made with TensorFlow by
-  `tools/mlm_arrays.py`; the h100 preset's: WordNet English, n = 128): held-out
+  `tools/mlm_arrays.py`; the paper preset's: WordNet English, n = 128): held-out
   masked-LM loss against wall time, both curves in `OUT/core_training.png`
   (where matplotlib is installed), the time each run first reaches the
   standard run's final loss and their ratio.
@@ -72,27 +72,27 @@ rerunning a finished command elsewhere (say, where matplotlib draws the PNG)
 rewrites the results without claiming that machine measured them.
 """
 
-import argparse
 import datetime
 import importlib.metadata
 import json
 import os
 import platform
 import shlex
-import statistics
 import subprocess
 import sys
-import time
 
+from absl import app
+from absl import flags
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks import harness
 from benchmarks import runner
 
 # Model and batch sizes by preset. `lengths` maps a sequence length to its batch
 # (equal tokens per batch); every row of a length uses that length and batch.
 PRESETS = {
-    "h100": dict(vocabulary=30522, layers=12, hidden=768, heads=12, intermediate=3072,
+    "paper": dict(vocabulary=30522, layers=12, hidden=768, heads=12, intermediate=3072,
                  lengths={128: 128, 512: 32}, steps=20, warmup=5, part_limit_s=540,
                  word_vocabulary=800_000, benchmark_preset="paper", lstm_preset="paper",
                  lstm_repeats=5, device="cuda", profile_steps=5,
@@ -116,7 +116,7 @@ PRESETS = {
 }
 # How the presets' `core_data` files are made (tools/mlm_arrays.py, with TensorFlow).
 CORE_DATA_COMMANDS = {
-    "h100": "python -m tools.english_corpus --output_dir runs/english && "
+    "paper": "python -m tools.english_corpus --output_dir runs/english && "
             "python -m tools.mlm_arrays --train_files runs/english/train.txt "
             "--heldout_files runs/english/heldout.txt --sequence_length 128 "
             "--vocabulary_size 8192 --output runs/gpu_data/wordnet_128.npz",
@@ -152,8 +152,8 @@ def _lstm_command(what, sizes, work_dir):
     """The command line of an `lstm` part (run from the repository root)."""
     if what == "speed":
         return [sys.executable, "-m", "benchmarks.lstm", "--preset",
-                sizes["lstm_preset"], "--repeats", str(sizes["lstm_repeats"]), "--results",
-                os.path.join(work_dir, "lstm_speed.md")]
+                sizes["lstm_preset"], "--repeats", str(sizes["lstm_repeats"]), "--output_dir",
+                work_dir]
     return [sys.executable, "-m", "tests.layers.torch_lstm_parity", "--device", sizes["device"]]
 
 
@@ -190,24 +190,18 @@ def flops_per_token(sizes, n):
 def batch(sizes, n, seed=0):
     """One MLM batch as NumPy: ids of a Zipfian language (ids 0-4 reserved), two
     segments, no padding, sorted distinct masked positions."""
-    from benchmarks import harness
 
     return harness.mlm_batch(np.random.default_rng(seed), sizes["lengths"][n], n,
                                    sizes["vocabulary"], masked_per_sequence(n))
 
 
 def _median_step(step, warmup, steps):
-    """Median seconds of `steps` calls of `step` after `warmup`; `step` must block
-    until its loss is on the host. Returns `(median, last loss)`."""
-    times, loss = [], None
-    for i in range(warmup + steps):
-        start = time.perf_counter()
-        loss = step()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
+    """`harness.median_step` of a step returning its loss: `(median, last loss)`, the
+    loss checked finite."""
+    median, loss = harness.median_step(step, steps, warmup)
     if not np.isfinite(loss):
         raise FloatingPointError(f"loss {loss}")
-    return statistics.median(times), float(loss)
+    return median, float(loss)
 
 
 # ------------------------------------------------------------------ Keras parts
@@ -281,7 +275,7 @@ def run_keras(implementation, sizes, n, steps, warmup, profile_dir=None):
     median, loss = _median_step(step, warmup, steps)
     row = {"params": model.count_params(), "step_s": median, "loss": loss, **_on_device()}
     if profile_dir and jit:
-        import xla_profile
+        from benchmarks import xla_profile
 
         row.update(xla_profile.trace_steps(step, sizes["profile_steps"], profile_dir, median))
     return row
@@ -398,7 +392,6 @@ def run_adaptive_peer(sizes, work_dir):
     direction, summed."""
     import torch
 
-    from benchmarks import harness
     from benchmarks import gpu as gpu_step
 
     config = gpu_step.model_config("elmo_a", sizes["benchmark_preset"])
@@ -460,7 +453,7 @@ def run_part(preset, part, work_dir, core_data=None):
                               capture_output=True, text=True)
         row = {"returncode": done.returncode, "output": (done.stdout + done.stderr)[-3000:]}
         if implementation == "speed" and done.returncode == 0:
-            with open(os.path.join(work_dir, "lstm_speed.md"), encoding="utf-8") as f:
+            with open(os.path.join(work_dir, "lstm_torch.md"), encoding="utf-8") as f:
                 row["table"] = f.read()
         return {"part": part, "section": section, "implementation": implementation, **row,
                 "versions": _backend_versions()}
@@ -574,7 +567,7 @@ def tables(preset, rows):
                 and ("profile" in by_part.get(part, {})
                      or "profile_error" in by_part.get(part, {}))]
     if profiled:
-        import xla_profile
+        from benchmarks import xla_profile
 
         lines += ["### Where the JAX steps' time goes (`benchmarks/xla_profile.py`)", ""]
         for part, implementation, length in profiled:
@@ -606,7 +599,7 @@ def tables(preset, rows):
             if output["elmo_c"].get("profile_error"):
                 lines += ["", f"No profile of ELMo-C's step: {output['elmo_c']['profile_error']}"]
             elif output["elmo_c"].get("profile"):
-                import xla_profile
+                from benchmarks import xla_profile
 
                 lines += ["", f"What limits ELMo-C's step (a trace of "
                           f"{output['elmo_c']['profile']['steps']} steps, "
@@ -761,11 +754,8 @@ def write_results(out, preset, command, environment):
             f"Written {date} ({when}); `{command}`\n\nDevice: {gpus}; Python "
             f"{environment['python']}, {environment['cpu_count']} CPU cores; {versions}.\n\n" + tables(preset, rows)
             + text_png)
-    for name, content in (("results.json", json.dumps(data, indent=1)), ("results.md", text)):
-        tmp = os.path.join(out, name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(content)
-        os.replace(tmp, os.path.join(out, name))
+    harness.write_text_atomic(os.path.join(out, "results.json"), json.dumps(data, indent=1))
+    harness.write_text_atomic(os.path.join(out, "results.md"), text)
     return rows
 
 
@@ -779,95 +769,97 @@ def _part_environment(backend):
     return env
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True, help="the results folder (resumed if it "
-                        "holds parts already)")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="h100")
-    parser.add_argument("--parts", default=None, help="comma-separated part names "
-                        "(default: all, in priority order)")
-    parser.add_argument("--part_limit_s", type=int, default=None,
-                        help="the time limit of one part's process (default: the preset's)")
-    parser.add_argument("--deadline_s", type=int, default=None,
-                        help="stop starting parts after this many seconds, and cut a part "
-                        "that would run past it (then rerun the same command to resume; "
-                        "exit 3)")
-    parser.add_argument("--core_data", default=None,
-                        help="the arrays file of the CoRe training parts (tools/mlm_arrays.py; "
-                        "default: the preset's, relative to the working folder)")
-    parser.add_argument("--archive", default=None,
-                        help="also write the results folder, without its `work/` folder, as "
-                        "one .tar.gz here after every part (a job's output folder), so a run "
-                        "cut anywhere leaves what it finished")
-    parser.add_argument("--resume_from", default=None,
-                        help="first unpack an archive written by --archive into --out (the "
-                        "parts it holds are not run again)")
-    parser.add_argument("--run_part", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    args.core_data = args.core_data or PRESETS[args.preset]["core_data"]
-    for flag in ("out", "archive", "resume_from", "core_data"):
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags(PRESETS, "paper", output_dir=None)
+    flags.DEFINE_list("parts", None, "Part names (default: all, in priority order).")
+    flags.DEFINE_integer("part_limit_s", None, "The time limit of one part's process "
+                         "(default: the preset's).")
+    flags.DEFINE_integer("deadline_s", None, "Stop starting parts after this many seconds, "
+                         "and cut a part that would run past it (then rerun the same command "
+                         "to resume; exit 3).")
+    flags.DEFINE_string("core_data", None, "The arrays file of the CoRe training parts "
+                        "(python -m tools.mlm_arrays; default: the preset's, relative to the "
+                        "working folder).")
+    flags.DEFINE_string("archive", None, "Also write the results folder, without its `work/` "
+                        "folder, as one .tar.gz here after every part (a job's output "
+                        "folder), so a run cut anywhere leaves what it finished.")
+    flags.DEFINE_string("resume_from", None, "First unpack an archive written by --archive "
+                        "into --output_dir (the parts it holds are not run again).")
+    flags.DEFINE_string("run_part", None, "Internal: run this one part in this process.")
+
+
+def _usage_error(message):
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv):
+    del argv
+    args = flags.FLAGS
+    core_data = args.core_data or PRESETS[args.preset]["core_data"]
+    if not args.output_dir:
+        return _usage_error("--output_dir is required: the results folder (resumed if it "
+                            "holds parts already)")
+    for flag in ("output_dir", "archive", "resume_from", "core_data"):
         value = getattr(args, flag)
         if value is not None and not value.strip():
-            parser.error(f"--{flag} is empty")
+            return _usage_error(f"--{flag} is empty")
+    out = args.output_dir
     if args.run_part:  # a part's own process
-        work_dir = os.path.join(args.out, "work")
+        work_dir = os.path.join(out, "work")
         os.makedirs(work_dir, exist_ok=True)
-        result = run_part(args.preset, args.run_part, work_dir, args.core_data)
+        result = run_part(args.preset, args.run_part, work_dir, core_data)
         result["finished"] = _utc_now()
-        path = os.path.join(args.out, "parts", f"{args.run_part}.json")
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
-        os.replace(path + ".tmp", path)
+        harness.write_text_atomic(runner.part_path(out, args.run_part),
+                                  json.dumps(result, indent=1))
         return 0
     known = [p[0] for p in _parts(args.preset)]
-    chosen = args.parts.split(",") if args.parts else known
+    chosen = args.parts or known
     unknown = sorted(set(chosen) - set(known))
     if unknown:
-        parser.error(f"--parts: unknown {', '.join(unknown)}; the {args.preset} preset has "
+        return _usage_error(f"--parts: unknown {', '.join(unknown)}; the {args.preset} preset has "
                      f"{', '.join(known)}")
     pending = [p for p, _, section, *_ in _parts(args.preset) if section == "core_training"
-               and p in chosen and not os.path.exists(os.path.join(args.out, "parts", f"{p}.json"))]
+               and p in chosen and not os.path.exists(runner.part_path(out, p))]
     if args.resume_from:
         try:
-            unpack_archive(args.resume_from, args.out, args.preset)
+            unpack_archive(args.resume_from, out, args.preset)
         except ValueError as e:
-            parser.error(f"--resume_from {args.resume_from}: {e}")
+            return _usage_error(f"--resume_from {args.resume_from}: {e}")
         pending = [p for p in pending
-                   if not os.path.exists(os.path.join(args.out, "parts", f"{p}.json"))]
-    if pending and not os.path.isfile(args.core_data):
-        parser.error(f"--core_data {args.core_data}: no such file, which the parts "
+                   if not os.path.exists(runner.part_path(out, p))]
+    if pending and not os.path.isfile(core_data):
+        return _usage_error(f"--core_data {core_data}: no such file, which the parts "
                      f"{', '.join(pending)} train on; make it where TensorFlow is installed "
                      f"with `{CORE_DATA_COMMANDS[args.preset]}`, or leave those parts out "
                      "with --parts")
     limit = args.part_limit_s or PRESETS[args.preset]["part_limit_s"]
-    os.makedirs(os.path.join(args.out, "parts"), exist_ok=True)
-    command = "python -m benchmarks.gpu_suite " + " ".join(shlex.quote(a) for a in
-                                                      (argv if argv is not None else sys.argv[1:]))
+    os.makedirs(os.path.join(out, "parts"), exist_ok=True)
+    command = "python -m benchmarks.gpu_suite " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     # The machine of the first run: a rerun that only rewrites the results elsewhere
     # (say, for the PNG where matplotlib is installed) keeps it.
-    environment_path = os.path.join(args.out, "environment.json")
+    environment_path = os.path.join(out, "environment.json")
     if os.path.exists(environment_path):
         with open(environment_path, encoding="utf-8") as f:
             environment = json.load(f)
     else:
         environment = _environment()
-        with open(environment_path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(environment, f, indent=1)
-        os.replace(environment_path + ".tmp", environment_path)
+        harness.write_text_atomic(environment_path, json.dumps(environment, indent=1))
     def after_each():
-        write_results(args.out, args.preset, command, environment)
+        write_results(out, args.preset, command, environment)
         if args.archive:
-            write_archive(args.out, args.archive)
+            write_archive(out, args.archive)
 
     failed, left = runner.run_parts(
-        [(part, _part_command(args, part), _part_environment(backend))
+        [(part, _part_command(args.preset, out, core_data, part), _part_environment(backend))
          for part, backend, *_ in _parts(args.preset) if part in chosen],
-        args.out, limit, args.deadline_s, after_each)
-    write_results(args.out, args.preset, command, environment)
+        out, limit, args.deadline_s, after_each)
+    write_results(out, args.preset, command, environment)
     if args.archive:
-        write_archive(args.out, args.archive)
+        write_archive(out, args.archive)
         print(f"archive: {args.archive} (resume with --resume_from {args.archive})", flush=True)
-    with open(os.path.join(args.out, "results.md"), encoding="utf-8") as f:
+    with open(os.path.join(out, "results.md"), encoding="utf-8") as f:
         print(f.read())
     if failed:
         print(f"error: parts failed: {', '.join(failed)}", file=sys.stderr)
@@ -904,11 +896,12 @@ def unpack_archive(path, out, preset):
     runner.unpack_archive(path, out, ARCHIVED, same_preset, what)
 
 
-def _part_command(args, part):
-    """The command line of one part's own process (this script, `--run_part`)."""
-    return [sys.executable, "-m", "benchmarks.gpu_suite", "--out", args.out, "--preset",
-            args.preset, "--core_data", args.core_data, "--run_part", part]
+def _part_command(preset, out, core_data, part):
+    """The command line of one part's own process (this module, `--run_part`)."""
+    return [sys.executable, "-m", "benchmarks.gpu_suite", "--output_dir", out, "--preset",
+            preset, "--core_data", core_data, "--run_part", part]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    define_flags()
+    app.run(main)

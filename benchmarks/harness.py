@@ -1,12 +1,55 @@
-"""What the benchmark and study scripts share: interleaved timing, synthetic Zipfian ids and
-MLM batches, writing results, pyplot."""
+"""What the benchmarks and studies share: their flags and presets, interleaved timing,
+synthetic Zipfian ids and MLM batches, a training clock, writing results, pyplot."""
 
 import json
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
+
+
+# Every benchmark's sizes are one of these, in this order: `tiny` runs in seconds (the
+# tests), `cpu` in minutes on a 2-core CPU (`make bench`), `paper` at the papers' sizes
+# (an accelerator, or hours).
+PRESETS = ("tiny", "cpu", "paper")
+
+
+def define_flags(presets=None, default_preset="cpu", output_dir="runs/bench"):
+    """Defines the flags every benchmark shares: `--output_dir` (where its results and
+    any reusable work go) and, given the names of its presets (some of `PRESETS`),
+    `--preset`.
+
+    Call it from the module's own `define_flags()`, which its `__main__` block calls
+    before `absl.app.run`: flags defined at import would collide when two benchmarks
+    are imported into one process (one uses the other's functions, or a test imports
+    both).
+
+    Args:
+        presets: The names of the module's presets, or None if it has none.
+        default_preset: The preset of a run without `--preset`.
+        output_dir: The default of `--output_dir`.
+
+    Raises:
+        ValueError: If a preset is not one of `PRESETS`, or `default_preset` is not
+            one of `presets`.
+    """
+    from absl import flags
+
+    module = sys.argv[0]  # absl's name of the program's own flags (its --help)
+    flags.DEFINE_string("output_dir", output_dir, "Where the results go (NAME.md, NAME.json "
+                        "and a PNG where there is a chart) and the reusable work.",
+                        module_name=module)
+    if presets is None:
+        return
+    unknown = [name for name in presets if name not in PRESETS]
+    if unknown or default_preset not in presets:
+        raise ValueError(f"presets {list(presets)} (default {default_preset!r}): each must be "
+                         f"one of {PRESETS}, the default one of them")
+    flags.DEFINE_enum("preset", default_preset, [p for p in PRESETS if p in presets],
+                      "Sizes: tiny (seconds; the tests), cpu (minutes on a CPU), paper (the "
+                      "papers' sizes; an accelerator).", module_name=module)
 
 
 def interleaved_times(runs, rounds, warmup=1):
@@ -29,6 +72,21 @@ def interleaved_times(runs, rounds, warmup=1):
             run()
             times[name].append(time.perf_counter() - start)
     return times
+
+
+def median_step(step, steps, warmup=1):
+    """`(median seconds, last result)` of `steps` timed calls of `step` after `warmup`
+    untimed ones (compilation, allocator). `step` takes no argument and must block until
+    its results are on the host (return a loss as a float). For one variant; compare
+    variants with `interleaved_times`."""
+    for _ in range(warmup):
+        step()
+    times, result = [], None
+    for _ in range(steps):
+        start = time.perf_counter()
+        result = step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
 
 
 def medians(times):
@@ -59,6 +117,44 @@ def torch_adam_step(loss_fn, parameters, learning_rate=1e-4):
     return step
 
 
+def training_clock(on_step=None):
+    """A Keras callback that times `fit`'s training steps, from the start of a batch to
+    its end, so that what runs between steps is not counted.
+
+    It records `step_seconds` (each step's), `times` (the training seconds after each
+    step), `elapsed` (their total) and `steps`. After each step it calls
+    `on_step(model, step, elapsed)` if given: an evaluation there runs between two
+    steps, outside the clock.
+
+    Args:
+        on_step: Called after every step, or None.
+
+    Returns:
+        The callback (a `keras.callbacks.Callback`).
+    """
+    import keras
+
+    class TrainingClock(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.step_seconds, self.times, self.elapsed, self.steps = [], [], 0.0, 0
+            self._began = None
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._began = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            seconds = time.perf_counter() - self._began
+            self.step_seconds.append(seconds)
+            self.elapsed += seconds
+            self.steps += 1
+            self.times.append(self.elapsed)
+            if on_step is not None:
+                on_step(self.model, self.steps, self.elapsed)
+
+    return TrainingClock()
+
+
 def zipf_ids(rng, shape, vocabulary, low=0, exponent=1.2):
     """int32 ids of a Zipfian language from `low` up (ids are frequency-ordered, as tfeff's
     vocabularies are; the long tail is clipped to `vocabulary - 1`)."""
@@ -82,21 +178,29 @@ def mlm_batch(rng, batch, length, vocabulary, masked, low=5):
             "masked_weights": np.ones((batch, masked), "float32")}
 
 
-def _write_text_atomic(path, text):
-    """Writes `path` through a temporary sibling and a rename (no TensorFlow needed: the
-    GPU benchmark runs where there is none)."""
+def write_text_atomic(path, text):
+    """Writes `path` through a temporary sibling and a rename: a reader (or a run cut
+    midway) sees the old file or the new one, never half of one. Plain Python: the GPU
+    suite runs where there is no TensorFlow (`tfeff.io` needs it)."""
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp, path)
 
 
+def _plain(value):
+    """NumPy scalars and arrays as JSON's numbers and lists."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def write_results(results_dir, stem, text, data):
     """Writes `stem.md` (the markdown table) and `stem.json` (`data`) to `results_dir`,
     each atomically, creating the directory."""
     os.makedirs(results_dir, exist_ok=True)
-    _write_text_atomic(os.path.join(results_dir, f"{stem}.md"), text)
-    _write_text_atomic(os.path.join(results_dir, f"{stem}.json"),
+    write_text_atomic(os.path.join(results_dir, f"{stem}.md"), text)
+    write_text_atomic(os.path.join(results_dir, f"{stem}.json"),
                        json.dumps(data, indent=2) + "\n")
 
 

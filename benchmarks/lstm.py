@@ -31,12 +31,14 @@ torch sees it). Variants:
   (`torch.nn.LSTM(proj_size=...)` modules with their own contiguous weights,
   `torch.nn.LayerNorm`), no Keras: what `torch_lstm` costs over plain torch.
 
-Targets (issue 6): portable >= 1.3x faster than rnn_cell on CPU; cudnn >= 3x
+Targets: portable >= 1.3x faster than rnn_cell on CPU; cudnn >= 3x
 faster than portable on GPU.
 
-    python -m benchmarks.lstm [--preset small|paper|tiny] [--results runs/bench/lstm.md]
-    KERAS_BACKEND=torch python -m benchmarks.lstm [--preset small|paper|tiny] [--threads 1]
+    python -m benchmarks.lstm [--preset tiny|cpu|paper] [--output_dir runs/bench]
+    KERAS_BACKEND=torch python -m benchmarks.lstm [--preset tiny|cpu|paper] [--threads 1]
         [--step train|forward] [--lengths random|full]
+
+Writes `lstm_<backend>.md` and `.json` to `--output_dir`.
 
 `--step forward` times the forward pass alone (no gradients recorded);
 `--lengths full` gives every row the full length (random lengths from
@@ -48,11 +50,12 @@ torch's thread pool waits for busy cores at every small op, and a step can
 take ten times as long with two threads as with one: there, pass 1.
 """
 
-import argparse
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
@@ -62,7 +65,7 @@ from tfeff.layers import MaskedBiLSTM  # noqa: E402
 
 PRESETS = {
     # CPU-sized: minutes on 2 cores.
-    "small": dict(batch=32, time=64, units=512, projection_dim=64, num_layers=2),
+    "cpu": dict(batch=32, time=64, units=512, projection_dim=64, num_layers=2),
     # Seconds: checks that every variant runs (benchmarks/gpu_suite.py's CPU preset).
     "tiny": dict(batch=4, time=8, units=16, projection_dim=4, num_layers=1),
     # The paper's layer sizes (GPU).
@@ -260,16 +263,19 @@ def _set_threads(backend, threads):
         torch.set_num_threads(threads)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
-    parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--results", default="")
-    parser.add_argument("--step", choices=("train", "forward"), default="train")
-    parser.add_argument("--lengths", choices=("random", "full"), default="random")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="CPU threads per op (0: the library's default)")
-    args = parser.parse_args()
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags(PRESETS, "cpu")
+    flags.DEFINE_integer("repeats", 11, "Timed rounds (each runs every variant once).")
+    flags.DEFINE_enum("step", "train", ["train", "forward"], "A training step or a forward pass.")
+    flags.DEFINE_enum("lengths", "random", ["random", "full"],
+                      "Row lengths: from time / 2 up (random) or every row full.")
+    flags.DEFINE_integer("threads", 0, "CPU threads per op (0: the library's default).")
+
+
+def main(argv):
+    del argv
+    args = flags.FLAGS
     cfg = PRESETS[args.preset]
     b, t, u, p, n = (cfg[k] for k in ("batch", "time", "units", "projection_dim", "num_layers"))
     rng = np.random.default_rng(0)
@@ -317,11 +323,13 @@ def main():
                      f"torch_lstm / torch_peer: {peer['torch_lstm']:.2f}")
     table = "\n".join(lines)
     print(table)
-    if args.results:
-        os.makedirs(os.path.dirname(args.results) or ".", exist_ok=True)
-        with open(args.results, "w", encoding="utf-8") as f:
-            f.write(table + "\n")
+    harness.write_results(args.output_dir, f"lstm_{backend}", table + "\n", {
+        "preset": args.preset, "sizes": cfg, "backend": backend, "device": device,
+        "step": args.step, "lengths": args.lengths, "threads": args.threads,
+        "rounds": args.repeats, "median_s": harness.medians(times), "ratios": ratios,
+        "ratios_to_torch_peer": peer})
 
 
 if __name__ == "__main__":
-    main()
+    define_flags()
+    app.run(main)

@@ -31,12 +31,12 @@ A step is forward, loss, gradients and a sparse-aware SGD update (rows of
 gathered matrices are updated with scatter, as TF1's Adagrad/SGD did for
 bilm-tf), so optimizer cost does not hide the output layer's.
 
-Results go to `--results_dir`: `output_layers.md` (the table) and
+Results go to `--output_dir`: `output_layers.md` (the table) and
 `output_layers.png` (bar chart of S2 ratios, with matplotlib from the
 `bench` extra). The table is printed last.
 
-    python -m benchmarks.output_layers --preset small     # make bench
-    python -m benchmarks.output_layers --preset full      # docs/papers/elmo-c.md's table
+    python -m benchmarks.output_layers --preset cpu       # make bench
+    python -m benchmarks.output_layers --preset paper     # docs/papers/elmo-c.md's table
 """
 
 import os
@@ -45,7 +45,6 @@ import os
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
@@ -64,39 +63,43 @@ HEADS = ("NONE", "CONT", "FIXED", "SUBWORD", "ADAPTIVE", "SAMPLED", "FULL")
 ENCODERS = ("elmo", "lstm2", "transformer")
 PRESETS = {
     # make bench: a few minutes on 2 CPU cores.
-    "small": dict(runs=["elmo:40000", "elmo:800000", "lstm2:800000", "transformer:800000"],
-                  units=256, projection_dim=64, embedding_dim=64, sequence_length=20,
-                  num_sampled=1024, subword_vocabulary_size=8000, memory_budget_gib=2.0,
-                  s2_max_batch=64, max_search_batch=4096, repeats=7),
-    # The docs table: a larger encoder, the paper's num_sampled and budget.
-    "full": dict(runs=["elmo:40000", "elmo:800000", "elmo:2000000", "lstm2:800000",
-                       "transformer:800000"],
-                 units=1024, projection_dim=256, embedding_dim=300, sequence_length=20,
-                 num_sampled=8192, subword_vocabulary_size=30000, memory_budget_gib=8.0,
-                 s2_max_batch=128, max_search_batch=4096, repeats=5),
+    "cpu": dict(runs=["elmo:40000", "elmo:800000", "lstm2:800000", "transformer:800000"],
+                units=256, projection_dim=64, embedding_dim=64, sequence_length=20,
+                num_sampled=1024, subword_vocabulary_size=8000, memory_budget_gib=2.0,
+                s2_max_batch=64, max_search_batch=4096, repeats=7),
+    # The docs table: the paper's vocabularies (to 2M words), num_sampled and memory
+    # budget, with a smaller encoder than ELMo's 4096 cells (an hour on 2 CPU cores).
+    "paper": dict(runs=["elmo:40000", "elmo:800000", "elmo:2000000", "lstm2:800000",
+                        "transformer:800000"],
+                  units=1024, projection_dim=256, embedding_dim=300, sequence_length=20,
+                  num_sampled=8192, subword_vocabulary_size=30000, memory_budget_gib=8.0,
+                  s2_max_batch=128, max_search_batch=4096, repeats=5),
 }
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("preset", "small", list(PRESETS), "Sizes; the flags below override them.")
-flags.DEFINE_list("runs", None, f"encoder:vocabulary_size pairs; encoders are {ENCODERS}.")
-flags.DEFINE_integer("full_max_vocabulary_size", 800000,
-                     "FULL is skipped above this vocabulary size (its steps take minutes on CPU).")
-flags.DEFINE_list("heads", list(HEADS), "Output layers to measure.")
-flags.DEFINE_integer("units", None, "LSTM cells (ELMo: 4096).")
-flags.DEFINE_integer("projection_dim", None, "LSTM projection / model width (ELMo: 512).")
-flags.DEFINE_integer("embedding_dim", None, "Fixed (fastText) vector size (paper: 300).")
-flags.DEFINE_integer("sequence_length", None, "Words per sequence (ELMo: 20).")
-flags.DEFINE_integer("num_sampled", None, "Negatives of SAMPLED and FIXED.")
-flags.DEFINE_integer("subword_vocabulary_size", None, "WordPiece vocabulary of SUBWORD.")
-flags.DEFINE_float("pieces_per_word", 1.3, "WordPiece tokens per word for SUBWORD.")
-flags.DEFINE_float("memory_budget_gib", None, "Memory budget of the largest-batch search.")
-flags.DEFINE_integer("s2_max_batch", None, "Largest batch at which S2 is timed.")
-flags.DEFINE_integer("max_search_batch", None, "The memory search stops at this batch.")
-flags.DEFINE_integer("repeats", None, "Timed steps per measurement (median).")
-flags.DEFINE_float("zipf", 1.2, "Exponent of the Zipfian word distribution (1.2: the top "
-                   "10K of 800K words cover ~91% of tokens, about English news text).")
-flags.DEFINE_float("learning_rate", 0.01, "SGD learning rate of the timed steps.")
-flags.DEFINE_string("results_dir", "runs/bench", "Where the table and chart are written.")
+
+
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags(PRESETS, "cpu")
+    flags.DEFINE_list("runs", None, f"encoder:vocabulary_size pairs; encoders are {ENCODERS}.")
+    flags.DEFINE_integer("full_max_vocabulary_size", 800000,
+                         "FULL is skipped above this vocabulary size (its steps take minutes on CPU).")
+    flags.DEFINE_list("heads", list(HEADS), "Output layers to measure.")
+    flags.DEFINE_integer("units", None, "LSTM cells (ELMo: 4096).")
+    flags.DEFINE_integer("projection_dim", None, "LSTM projection / model width (ELMo: 512).")
+    flags.DEFINE_integer("embedding_dim", None, "Fixed (fastText) vector size (paper: 300).")
+    flags.DEFINE_integer("sequence_length", None, "Words per sequence (ELMo: 20).")
+    flags.DEFINE_integer("num_sampled", None, "Negatives of SAMPLED and FIXED.")
+    flags.DEFINE_integer("subword_vocabulary_size", None, "WordPiece vocabulary of SUBWORD.")
+    flags.DEFINE_float("pieces_per_word", 1.3, "WordPiece tokens per word for SUBWORD.")
+    flags.DEFINE_float("memory_budget_gib", None, "Memory budget of the largest-batch search.")
+    flags.DEFINE_integer("s2_max_batch", None, "Largest batch at which S2 is timed.")
+    flags.DEFINE_integer("max_search_batch", None, "The memory search stops at this batch.")
+    flags.DEFINE_integer("repeats", None, "Timed steps per measurement (median).")
+    flags.DEFINE_float("zipf", 1.2, "Exponent of the Zipfian word distribution (1.2: the top "
+                       "10K of 800K words cover ~91% of tokens, about English news text).")
+    flags.DEFINE_float("learning_rate", 0.01, "SGD learning rate of the timed steps.")
 
 
 def _settings():
@@ -446,18 +449,15 @@ def chart(rows, path):
 def main(argv):
     del argv
     s = _settings()
-    os.makedirs(FLAGS.results_dir, exist_ok=True)
     rows = benchmark(s)
     table = markdown(rows, s)
-    with open(os.path.join(FLAGS.results_dir, "output_layers.md"), "w") as f:
-        f.write(table)
-    with open(os.path.join(FLAGS.results_dir, "output_layers.json"), "w") as f:
-        json.dump({"settings": s, "rows": rows}, f, indent=1)
-    png = chart(rows, os.path.join(FLAGS.results_dir, "output_layers.png"))
-    print(f"\nWrote {FLAGS.results_dir}/output_layers.md" + (f" and {png}" if png else ""))
+    harness.write_results(FLAGS.output_dir, "output_layers", table, {"settings": s, "rows": rows})
+    png = chart(rows, os.path.join(FLAGS.output_dir, "output_layers.png"))
+    print(f"\nWrote {FLAGS.output_dir}/output_layers.md" + (f" and {png}" if png else ""))
     print()
     print(table)
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -88,12 +88,15 @@ SECTIONS = {"bert_jax": "jax", "bert_torch": "torch", "core": "jax", "adaptive":
             "lstm": "torch", "continuous": "jax", "alone": "tensorflow", "overhead": "torch"}
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("preset", "cpu", sorted(PRESETS), "Sizes: cpu (compute) or tiny (overhead).")
-flags.DEFINE_list("sections", list(SECTIONS), "Sections to run, in this order.")
-flags.DEFINE_integer("rounds", None, "Timed rounds (default: the preset's).")
-flags.DEFINE_string("output_dir", "runs/bench", "Where peers.md and peers.json go.")
-flags.DEFINE_string("rows_json", None, "Internal: run the sections in this process (their "
-                    "backend already chosen) and write their rows to this file.")
+
+
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags(PRESETS, "cpu")
+    flags.DEFINE_list("sections", list(SECTIONS), "Sections to run, in this order.")
+    flags.DEFINE_integer("rounds", None, "Timed rounds (default: the preset's).")
+    flags.DEFINE_string("rows_json", None, "Internal: run the sections in this process (their "
+                        "backend already chosen) and write their rows to this file.")
 
 
 def _row(section, case, times, tfeff, peer, note=""):
@@ -566,4 +569,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

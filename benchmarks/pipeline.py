@@ -15,19 +15,18 @@ tokens per second (non-padding tokens of the batches). It is compared with
   bf16 at ~20% of its dense peak; LSTMs reach less, which only lowers what
   they consume).
 
-    python -m benchmarks.pipeline [--work_dir runs/bench/pipeline] [--results F.md] \
+    python -m benchmarks.pipeline [--output_dir runs/bench] \
         [--configs demo_elmo_c.yaml,demo_bert.yaml]
 """
 
-import argparse
 import glob
 import os
 import statistics
-import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -99,18 +98,6 @@ def pipeline_tokens_per_second(ds, batches, repeats):
     return statistics.median(n / t for n, t in zip(tokens, seconds["pipeline"]))
 
 
-class _StepTimes(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.times = []
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self._t0 = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.times.append(time.perf_counter() - self._t0)
-
-
 def model_tokens_per_second(config, build, ds, steps):
     cached = list(ds.take(4))
     tokens = statistics.mean(_tokens(b) for b in cached)
@@ -121,9 +108,9 @@ def model_tokens_per_second(config, build, ds, steps):
     model.compile(optimizer=optimizer, jit_compile=False)
     x = tf.data.Dataset.from_tensor_slices(
         tf.nest.map_structure(lambda *t: tf.stack(t), *cached)).repeat()
-    timer = _StepTimes()
+    timer = harness.training_clock()
     model.fit(x, steps_per_epoch=steps + 3, epochs=1, verbose=0, callbacks=[timer])
-    return tokens / statistics.median(timer.times[3:])
+    return tokens / statistics.median(timer.step_seconds[3:])
 
 
 def paper_flops_per_token(config, work_dir):
@@ -151,22 +138,25 @@ def paper_flops_per_token(config, work_dir):
     return flops, dense
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--work_dir", default=None)
-    parser.add_argument("--results", default=None)
-    parser.add_argument("--batches", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=15)
-    parser.add_argument("--accelerator_tflops", type=float, default=200.0)
-    parser.add_argument("--configs", default=None,
-                        help="comma-separated demo configs (default: every demo_*.yaml)")
-    args = parser.parse_args()
-    work_dir = args.work_dir or tempfile.mkdtemp(prefix="tfeff-pipeline-")
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags()
+    flags.DEFINE_integer("batches", 20, "Batches per pipeline measurement.")
+    flags.DEFINE_integer("repeats", 5, "Pipeline measurements (median).")
+    flags.DEFINE_integer("steps", 15, "Timed training steps of each demo model.")
+    flags.DEFINE_float("accelerator_tflops", 200.0, "Effective TFLOP/s of the paper models' "
+                       "accelerator.")
+    flags.DEFINE_list("configs", None, "Demo configs (default: every demo_*.yaml).")
+
+
+def main(argv):
+    del argv
+    args = flags.FLAGS
+    work_dir = os.path.join(args.output_dir, "pipeline")  # the demo runs' data, reused
     keras.utils.set_random_seed(0)
     rows = []
     pairs = demo_configs()
-    for demo_name in (args.configs.split(",") if args.configs else pairs):
+    for demo_name in (args.configs or pairs):
         paper_name = pairs[demo_name]
         config = _config(demo_name)
         label = f"{get_family(config).label} ({demo_name[:-len('.yaml')]})"
@@ -194,11 +184,13 @@ def main():
                      f"| {paper:,.0f} | {h2:.2f}x |")
     table = "\n".join(lines)
     print(table)
-    if args.results:
-        os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
-        with open(args.results, "w", encoding="utf-8") as f:
-            f.write(table + "\n")
+    harness.write_results(args.output_dir, "pipeline", table + "\n", {
+        "accelerator_tflops": args.accelerator_tflops, "rows": [dict(zip(
+            ("family", "pipeline_tokens_per_s", "demo_tokens_per_s", "demo_headroom",
+             "paper_dense_parameters", "paper_tokens_per_s", "paper_headroom"), row))
+            for row in rows]})
 
 
 if __name__ == "__main__":
-    main()
+    define_flags()
+    app.run(main)

@@ -17,11 +17,10 @@ on a CPU mostly fuses small ops: neither ratio says what a GPU gains (bf16
 tensor cores, XLA's fused kernels). Measure there with
 `benchmarks/gpu.py` (which compiles every step with XLA).
 
-    python -m benchmarks.precision [--preset demo|tiny] [--models elmo_c,bert]
-        [--variants fp32,xla,bf16,bf16_xla] [--rounds 5] [--results runs/bench/precision.md]
+    python -m benchmarks.precision [--preset cpu|tiny] [--models elmo_c,bert] [--output_dir runs/bench]
+        [--variants fp32,xla,bf16,bf16_xla] [--rounds 5] [--output_dir runs/bench]
 """
 
-import argparse
 import datetime
 import os
 import sys
@@ -30,6 +29,8 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
 import keras  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
@@ -44,7 +45,7 @@ MODELS.update({"elmo_fixed": "demo_elmo_fixed", "elmo_alone": "demo_elmo_alone"}
 VARIANTS = {"fp32": ("float32", False), "xla": ("float32", True),
             "bf16": ("mixed_bfloat16", False), "bf16_xla": ("mixed_bfloat16", True)}
 PRESETS = {
-    "demo": dict(vocabulary=5000, rounds=5, warmup=2, overrides=()),
+    "cpu": dict(vocabulary=5000, rounds=5, warmup=2, overrides=()),
     # A smoke run: tiny models, seconds.
     "tiny": dict(vocabulary=3000, rounds=2, warmup=1, overrides=(
         "data.batch_size=4", "data.max_sequence_length=8", "model.num_layers=1")),
@@ -140,55 +141,63 @@ def machine_name():
     return name
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="demo")
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--work_dir", default=os.path.join(REPO, "runs", "bench", "precision"))
-    parser.add_argument("--results", default=None,
-                        help="write the markdown table here (and the times as JSON beside it)")
-    args = parser.parse_args(argv)
-    preset = PRESETS[args.preset]
-    variants = args.variants.split(",")
+def run(preset_name, names, variants, rounds, output_dir, command):
+    """Times `variants` of the models `names` at a preset's sizes and writes
+    `precision.md` and `precision.json` to `output_dir`; returns `{name: (times,
+    not compilable)}`. Raises ValueError for an unknown model or variant."""
+    preset = PRESETS[preset_name]
     for variant in variants:
         if variant not in VARIANTS:
-            parser.error(f"unknown variant {variant!r}; one of {', '.join(VARIANTS)}")
-    if "fp32" not in variants:
-        variants.insert(0, "fp32")  # the reference of the ratios
-    names = args.models.split(",")
+            raise ValueError(f"unknown variant {variant!r}; one of {', '.join(VARIANTS)}")
     for name in names:
         if name not in MODELS:
-            parser.error(f"unknown model {name!r}; one of {', '.join(MODELS)}")
-    os.makedirs(args.work_dir, exist_ok=True)
+            raise ValueError(f"unknown model {name!r}; one of {', '.join(MODELS)}")
+    if "fp32" not in variants:
+        variants = ["fp32", *variants]  # the reference of the ratios
+    work_dir = os.path.join(output_dir, "precision")  # fastText models and tables, reused
+    os.makedirs(work_dir, exist_ok=True)
     machine = machine_name()
     print(machine, flush=True)
     results = {}
     for name in names:
         path = os.path.join(REPO, "configs", MODELS[name] + ".yaml")
         overrides = list(preset["overrides"])
-        if args.preset == "tiny":
+        if preset_name == "tiny":
             overrides += TINY_SIZES[load_config(path).family]
         config = load_config(path, overrides)
         results[name] = measure(name, config, variants, preset["vocabulary"],
-                                args.rounds or preset["rounds"], preset["warmup"],
-                                args.work_dir)
+                                rounds or preset["rounds"], preset["warmup"], work_dir)
         print(name, {v: f"{1000 * m:.1f} ms" for v, m in
                      harness.medians(results[name][0]).items()}, flush=True)
-    command = "python -m benchmarks.precision " + " ".join(argv if argv is not None
-                                                               else sys.argv[1:])
-    text = table(results, variants, machine, command.strip())
+    text = table(results, variants, machine, command)
     print(text)
-    if args.results:
-        data = {"machine": machine, "keras": keras.__version__, "preset": args.preset,
-                "times": {name: times for name, (times, _) in results.items()},
-                "not_compilable": {name: skipped for name, (_, skipped) in results.items()}}
-        stem = os.path.splitext(os.path.basename(args.results))[0]
-        harness.write_results(os.path.dirname(os.path.abspath(args.results)), stem,
-                                    text, data)
+    harness.write_results(output_dir, "precision", text, {
+        "machine": machine, "keras": keras.__version__, "preset": preset_name,
+        "times": {name: times for name, (times, _) in results.items()},
+        "not_compilable": {name: skipped for name, (_, skipped) in results.items()}})
     return results
 
 
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags(PRESETS, "cpu")
+    flags.DEFINE_list("models", list(MODELS), "Models to time (`MODELS`' names).")
+    flags.DEFINE_list("variants", list(VARIANTS), "Variants to time (fp32 is always timed).")
+    flags.DEFINE_integer("rounds", None, "Timed rounds (default: the preset's).")
+
+
+def main(argv):
+    del argv
+    args = flags.FLAGS
+    try:
+        run(args.preset, args.models, args.variants, args.rounds, args.output_dir,
+            "python -m benchmarks.precision " + " ".join(sys.argv[1:]))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    define_flags()
+    app.run(main)

@@ -27,9 +27,9 @@ tasks). For each model and corpus it
 
 fastText is trained once per corpus (`fasttext.pretrained` for every word
 model): the paper takes the vectors as given, so their training is not in
-ELMo-C's time. Runs are cached in `--work_dir` (delete a directory to redo it).
+ELMo-C's time. Runs are cached in `--output_dir`'s `quality/` (delete a directory to redo it).
 
-    python -m benchmarks.quality_study --results_dir runs/bench [--budget 90] [--seeds 0,1]
+    python -m benchmarks.quality_study --output_dir runs/bench [--budget 90] [--seeds 0,1]
 
 `make bench` runs the two corpora side by side, each process pinned to one core
 (`taskset -c N`, `TF_NUM_INTRAOP_THREADS=1`), then `--table_only` to merge them.
@@ -38,12 +38,13 @@ writes `quality_study.md` (the table), `quality_study.json` and
 `quality_study.png` (LM quality against training time).
 """
 
-import argparse
 import json
 import os
 import sys
 import time
 
+from absl import app
+from absl import flags
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -120,25 +121,11 @@ def clock_callback(on_point=None, every=0):
     Every `every` steps before the last curve point it calls `on_point(model, step,
     seconds)`; that evaluation runs between two steps, so the clock does not count it.
     """
-    import keras
+    def on_step(model, step, seconds):
+        if on_point and every and step % every == 0 and step < every * CURVE_POINTS:
+            on_point(model, step, seconds)
 
-    class Clock(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.times, self.elapsed, self.started, self.steps = [], 0.0, None, 0
-
-        def on_train_batch_begin(self, batch, logs=None):
-            self.started = time.perf_counter()
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.elapsed += time.perf_counter() - self.started
-            self.steps += 1
-            self.times.append(self.elapsed)
-            if (on_point and every and self.steps % every == 0
-                    and self.steps < every * CURVE_POINTS):
-                on_point(self.model, self.steps, self.elapsed)
-
-    return Clock()
+    return harness.training_clock(on_step)
 
 
 def curve_evaluator(config, model_dir, points):
@@ -417,33 +404,37 @@ def plot(records, path):
     fig.savefig(path, dpi=110)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results_dir", default="runs/bench")
-    parser.add_argument("--work_dir", default="runs/quality")
-    parser.add_argument("--english_dir", default="",
-                        help="corpus of tools/english_corpus.py (default: built in work_dir)")
-    parser.add_argument("--corpora", default=",".join(CORPORA))
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--budget", type=float, default=90.0,
-                        help="training seconds of every model (steps from calibration)")
-    parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--fine_tune_epochs", type=int, default=2)
-    parser.add_argument("--table_only", action="store_true",
-                        help="only write the table and the PNG of the finished runs")
-    args = parser.parse_args(argv)
-    corpora = [c for c in args.corpora.split(",") if c]
-    models = [m for m in args.models.split(",") if m]
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags()
+    flags.DEFINE_string("english_dir", "", "Corpus of `python -m tools.english_corpus` "
+                        "(default: built in --output_dir).")
+    flags.DEFINE_list("corpora", list(CORPORA), "Corpora to train on.")
+    flags.DEFINE_list("models", list(MODELS), "Models to train.")
+    flags.DEFINE_float("budget", 90.0, "Training seconds of every model (steps from "
+                       "calibration).")
+    flags.DEFINE_list("seeds", ["0", "1"], "Seeds of every model.")
+    flags.DEFINE_integer("fine_tune_epochs", 2, "Epochs of the fine-tuning task.")
+    flags.DEFINE_bool("table_only", False, "Only write the table and the PNG of the "
+                      "finished runs.")
+
+
+def main(argv):
+    del argv
+    args = flags.FLAGS
+    corpora, models = args.corpora, args.models
     for c in corpora:
         if c not in CORPORA:
-            parser.error(f"--corpora: unknown corpus {c!r}; expected some of {CORPORA}")
+            raise app.UsageError(
+                f"--corpora: unknown corpus {c!r}; expected some of {CORPORA}", 2)
     for m in models:
         if m not in MODELS:
-            parser.error(f"--models: unknown model {m!r}; expected some of {list(MODELS)}")
-    seeds = [int(s) for s in args.seeds.split(",")]
-    english_dir = args.english_dir or os.path.join(args.work_dir, "english_text")
-    os.makedirs(args.work_dir, exist_ok=True)
+            raise app.UsageError(f"--models: unknown model {m!r}; expected some of "
+                                 f"{list(MODELS)}", 2)
+    work_dir = os.path.join(args.output_dir, "quality")  # the runs, reused
+    seeds = [int(s) for s in args.seeds]
+    english_dir = args.english_dir or os.path.join(work_dir, "english_text")
+    os.makedirs(work_dir, exist_ok=True)
 
     def log(message):
         print(message, flush=True)
@@ -451,28 +442,32 @@ def main(argv=None):
     if args.table_only:
         corpora = []
     if "english" in corpora and not os.path.exists(os.path.join(english_dir, "order_test.tsv")):
-        if english_corpus.main(["--output_dir", english_dir]) != 0:
+        try:
+            log(english_corpus.write_corpus(english_dir))
+        except english_corpus.CorpusError as e:
+            print(f"error: {e}", file=sys.stderr)
             return 1
     for corpus in corpora:
-        fasttext_bin = shared_fasttext(corpus, args.work_dir, english_dir, log)
+        fasttext_bin = shared_fasttext(corpus, work_dir, english_dir, log)
         corpus_records = []
         for name in models:
-            step_time = calibrate(name, corpus, args.work_dir, english_dir, fasttext_bin, log)
+            step_time = calibrate(name, corpus, work_dir, english_dir, fasttext_bin, log)
             steps = max(CURVE_POINTS, int(round(args.budget / step_time)))
             for seed in seeds:
-                corpus_records.append(pretrain_run(name, corpus, seed, steps, args.work_dir,
+                corpus_records.append(pretrain_run(name, corpus, seed, steps, work_dir,
                                                    english_dir, fasttext_bin, log))
-        probe_and_fine_tune(corpus_records, corpus, args.work_dir, english_dir,
+        probe_and_fine_tune(corpus_records, corpus, work_dir, english_dir,
                             args.fine_tune_epochs, log)
     # The table holds every finished run of these models and seeds (an earlier
     # invocation's other corpus included).
-    records = stored_records(args.work_dir, models, seeds)
+    records = stored_records(work_dir, models, seeds)
     text = table(records, args.budget, seeds)
     print(text)
-    harness.write_results(args.results_dir, "quality_study", text, records)
-    plot(records, os.path.join(args.results_dir, "quality_study.png"))
+    harness.write_results(args.output_dir, "quality_study", text, records)
+    plot(records, os.path.join(args.output_dir, "quality_study.png"))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    define_flags()
+    app.run(main)

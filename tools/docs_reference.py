@@ -25,7 +25,6 @@ config has, a `tfeff` text beside a key, or a status the configs contradict, is 
 error. The test suite runs `--check`.
 """
 
-import argparse
 import configparser
 import dataclasses
 import importlib
@@ -34,6 +33,9 @@ import os
 import re
 import sys
 import typing
+
+from absl import app
+from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -379,11 +381,9 @@ def recipe_pages():
     return pages
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 if a page differs from what the code gives")
-    args = parser.parse_args()
+def main(argv):
+    del argv
+    args = flags.FLAGS
     try:
         pages = {CONFIG_PAGE: configuration_page(), CLI_PAGE: command_line_page(),
                  **recipe_pages()}
@@ -411,5 +411,11 @@ def main():
     return 0
 
 
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    flags.DEFINE_bool("check", False, "Exit 1 if a page differs from what the code gives.")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    define_flags()
+    app.run(main)

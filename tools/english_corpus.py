@@ -33,13 +33,17 @@ the answer away):
   original (`O`), as in ELECTRA's replaced-token detection.
 """
 
-import argparse
 import collections
 import os
 import random
 import re
 import sys
 import zlib
+
+from absl import app
+from absl import flags
+
+from tfeff.data import files
 
 WORDNET_DIR = "/usr/share/wordnet"
 PARTS = ("noun", "verb", "adj", "adv")
@@ -155,11 +159,7 @@ def replaced_task(sentences, counts, rng):
 
 
 def _write_atomic(path, lines):
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(line + "\n")
-    os.replace(tmp, path)
+    files.write_text_atomic(path, "".join(line + "\n" for line in lines))
 
 
 def write_tasks(output_dir, heldout, train, num_train=1500, num_test=500, seed=0, max_len=30):
@@ -186,34 +186,45 @@ def write_tasks(output_dir, heldout, train, num_train=1500, num_test=500, seed=0
         _write_atomic(os.path.join(output_dir, f"replaced_{name}.conll"), lines)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--wordnet_dir", default=WORDNET_DIR)
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--heldout_fraction", type=float, default=0.05)
-    parser.add_argument("--min_tokens", type=int, default=3)
-    parser.add_argument("--keep_case", action="store_true", help="do not lower-case")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the tasks")
-    args = parser.parse_args(argv)
-    if not 0 < args.heldout_fraction < 1:
-        parser.error(f"--heldout_fraction must be in (0, 1), got {args.heldout_fraction}")
-    try:
-        train, heldout = build(args.wordnet_dir, args.heldout_fraction, args.min_tokens,
-                               lower=not args.keep_case)
-        os.makedirs(args.output_dir, exist_ok=True)
-        _write_atomic(os.path.join(args.output_dir, "train.txt"), train)
-        _write_atomic(os.path.join(args.output_dir, "heldout.txt"), heldout)
-        write_tasks(args.output_dir, heldout, train, seed=args.seed)
-    except CorpusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+def write_corpus(output_dir, wordnet_dir=WORDNET_DIR, heldout_fraction=0.05, min_tokens=3,
+                 lower=True, seed=0):
+    """Writes `train.txt`, `heldout.txt` and the tasks to `output_dir`; returns a summary
+    line. Raises CorpusError (naming the file) for a missing or unreadable WordNet."""
+    if not 0 < heldout_fraction < 1:
+        raise CorpusError(f"--heldout_fraction must be in (0, 1), got {heldout_fraction}")
+    train, heldout = build(wordnet_dir, heldout_fraction, min_tokens, lower=lower)
+    _write_atomic(os.path.join(output_dir, "train.txt"), train)
+    _write_atomic(os.path.join(output_dir, "heldout.txt"), heldout)
+    write_tasks(output_dir, heldout, train, seed=seed)
     words = sum(len(line.split()) for line in train)
     vocab = len({w for line in train for w in line.split()})
     train, heldout = [x for x in train if x], [x for x in heldout if x]
-    print(f"{args.output_dir}: {len(train)} training lines ({words} tokens, {vocab} types), "
-          f"{len(heldout)} held-out lines, tasks order_*.tsv and replaced_*.conll")
+    return (f"{output_dir}: {len(train)} training lines ({words} tokens, {vocab} types), "
+            f"{len(heldout)} held-out lines, tasks order_*.tsv and replaced_*.conll")
+
+
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    flags.DEFINE_string("wordnet_dir", WORDNET_DIR, "WordNet's dict folder (wordnet-base).")
+    flags.DEFINE_string("output_dir", None, "Where the corpus and tasks go.", required=True)
+    flags.DEFINE_float("heldout_fraction", 0.05, "Share of synsets held out, in (0, 1).")
+    flags.DEFINE_integer("min_tokens", 3, "Shorter lines are dropped.")
+    flags.DEFINE_bool("keep_case", False, "Do not lower-case.")
+    flags.DEFINE_integer("seed", 0, "Seed of the tasks.")
+
+
+def main(argv):
+    del argv
+    args = flags.FLAGS
+    try:
+        print(write_corpus(args.output_dir, args.wordnet_dir, args.heldout_fraction,
+                           args.min_tokens, lower=not args.keep_case, seed=args.seed))
+    except CorpusError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    define_flags()
+    app.run(main)

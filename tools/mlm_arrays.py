@@ -25,7 +25,6 @@ writes what a JAX or PyTorch machine needs into one `.npz` file:
 `benchmarks/gpu_suite.py` trains CoRe's two phases from such a file (`--core_data`).
 """
 
-import argparse
 import json
 import math
 import os
@@ -34,6 +33,8 @@ import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tfeff import data as data_lib  # noqa: E402
@@ -95,23 +96,27 @@ def build(train_files, heldout_files, output, sequence_length=128, vocabulary_si
             "heldout_predictions": int(heldout["masked_weights"].sum())}
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--train_files", nargs="+", help="training text, one sentence a line")
-    parser.add_argument("--heldout_files", nargs="+", help="held-out text")
-    parser.add_argument("--synthetic", type=int, default=None, metavar="SENTENCES",
-                        help="instead of files: tfeff's synthetic language, this many "
-                        "training sentences (and a tenth of it held out)")
-    parser.add_argument("--output", required=True, help="the .npz file to write")
-    parser.add_argument("--sequence_length", type=int, default=128)
-    parser.add_argument("--vocabulary_size", type=int, default=8192)
-    parser.add_argument("--lower_case", action="store_true")
-    parser.add_argument("--max_heldout_windows", type=int, default=None)
-    args = parser.parse_args(argv)
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    flags.DEFINE_list("train_files", None, "Training text, one sentence a line.")
+    flags.DEFINE_list("heldout_files", None, "Held-out text.")
+    flags.DEFINE_integer("synthetic", None, "Instead of files: tfeff's synthetic language, "
+                         "this many training sentences (and a tenth of it held out).")
+    flags.DEFINE_string("output", None, "The .npz file to write.", required=True)
+    flags.DEFINE_integer("sequence_length", 128, "Tokens per window (at least 8).")
+    flags.DEFINE_integer("vocabulary_size", 8192, "WordPiece vocabulary size.")
+    flags.DEFINE_bool("lower_case", False, "Lower-case the text first.")
+    flags.DEFINE_integer("max_heldout_windows", None, "Keep at most this many held-out windows.")
+
+
+def main(argv):
+    del argv
+    args = flags.FLAGS
     if args.synthetic is None and not (args.train_files and args.heldout_files):
-        parser.error("give --train_files and --heldout_files, or --synthetic")
+        raise app.UsageError("give --train_files and --heldout_files, or --synthetic", 2)
     if args.sequence_length < 8:
-        parser.error(f"--sequence_length must be at least 8, not {args.sequence_length}")
+        raise app.UsageError(
+            f"--sequence_length must be at least 8, not {args.sequence_length}", 2)
     with tempfile.TemporaryDirectory() as corpus_dir:
         train, heldout = args.train_files, args.heldout_files
         if args.synthetic is not None:
@@ -122,11 +127,12 @@ def main(argv=None):
             summary = build(train, heldout, args.output, args.sequence_length,
                             args.vocabulary_size, args.lower_case, args.max_heldout_windows)
         except (data_lib.CorpusError, ValueError) as e:
-            print(f"mlm_arrays.py: {e}", file=sys.stderr)
+            print(f"error: {e}", file=sys.stderr)
             return 2
     print(json.dumps(summary))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    define_flags()
+    app.run(main)

@@ -67,8 +67,8 @@ def test_reconstruction_of_real_fasttext_vectors_at_ci_size(fasttext_model, tmp_
     results = tmp_path / "results"
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
     run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.alone_reconstruct", "--preset", "small", "--vectors", str(vec),
-         "--similarity", str(sim), "--results_dir", str(results)],
+        [sys.executable, "-m", "benchmarks.alone_reconstruct", "--preset", "tiny", "--vectors", str(vec),
+         "--similarity", str(sim), "--output_dir", str(results)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.load(open(results / "alone_reconstruct.json"))

@@ -17,8 +17,7 @@ def test_cpu_preset_on_jax_times_the_configured_models(tmp_path):
     results = tmp_path / "gpu.md"
     command = [sys.executable, "-m", "benchmarks.gpu", "--preset",
                "cpu", "--models", "elmo_sampled,bert_relaxed,transformer_lm_gpt", "--precisions",
-               "fp32", "--steps", "2", "--warmup", "1", "--work_dir", str(tmp_path),
-               "--results", str(results)]
+               "fp32", "--steps", "2", "--warmup", "1", "--output_dir", str(tmp_path)]
     # Fails the run if the tool (or anything it imports) imports TensorFlow.
     guard = ("import sys; sys.modules['tensorflow'] = None; "
              "sys.argv = sys.argv[1:]; import runpy; "

@@ -68,7 +68,7 @@ def _run_suite(tmp_path_factory, parts, resume):
                                   vocabulary_size=300)
     command = [sys.executable, "-m", "benchmarks.gpu_suite", "--preset", "cpu",
                "--parts", ",".join(parts), "--core_data", core_data]
-    first = subprocess.run(command + ["--out", str(out), "--archive", str(root / "first.tgz")],
+    first = subprocess.run(command + ["--output_dir", str(out), "--archive", str(root / "first.tgz")],
                            env=env, capture_output=True, text=True, cwd=REPO)
     second = None  # the rerun needs a complete first run (its failure is the first test's)
     if resume and first.returncode == 0:
@@ -79,7 +79,7 @@ def _run_suite(tmp_path_factory, parts, resume):
             for member in src.getmembers():
                 if member.name != "parts/bert_hf_torch_32.json":
                     dst.addfile(member, src.extractfile(member))
-        second = subprocess.run(command + ["--out", str(root / "out2"), "--resume_from",
+        second = subprocess.run(command + ["--output_dir", str(root / "out2"), "--resume_from",
                                            str(root / "cut.tgz"), "--archive",
                                            str(root / "second.tgz")],
                                 env=env, capture_output=True, text=True, cwd=REPO)
@@ -225,7 +225,7 @@ def test_core_training_runs_both_schedules_on_the_same_steps(lean):
 
 def test_core_training_without_its_data_is_refused_before_anything_runs(tmp_path):
     done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite",
-                           "--preset", "cpu", "--out", str(tmp_path / "out"),
+                           "--preset", "cpu", "--output_dir", str(tmp_path / "out"),
                            "--core_data", str(tmp_path / "none.npz")],
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2
@@ -286,7 +286,7 @@ def test_a_run_resumed_from_an_archive_runs_only_the_missing_part(suite):
 # What any archive is refused for (a member outside it, no results.json, not a .tar.gz) is
 # tests/benchmarks/test_runner.py's; here, what the suite adds, through its command line.
 @pytest.mark.parametrize("members, message", [
-    ({"results.json": b'{"preset": "h100"}'}, "results of the h100 preset, not cpu"),
+    ({"results.json": b'{"preset": "paper"}'}, "results of the paper preset, not cpu"),
     ({"results.json": b'{"preset": "cpu"}', "work/table.npy": b""},
      "member 'work/table.npy' is not part of a results archive"),
     ({"results.json": b"[1, 2]"}, "its results.json names no preset"),
@@ -299,7 +299,7 @@ def test_an_archive_that_is_not_one_is_refused_naming_it(tmp_path, members, mess
     elif members is not None:
         path.write_bytes(members)
     done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite",
-                           "--preset", "cpu", "--out", str(tmp_path / "out"),
+                           "--preset", "cpu", "--output_dir", str(tmp_path / "out"),
                            "--parts", "bert_tfeff_jax_32", "--resume_from", str(path)],
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2, done.stderr
@@ -310,7 +310,7 @@ def test_an_archive_that_is_not_one_is_refused_naming_it(tmp_path, members, mess
 
 def test_unknown_parts_are_named_and_nothing_runs(tmp_path):
     done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite",
-                           "--preset", "cpu", "--out", str(tmp_path / "out"),
+                           "--preset", "cpu", "--output_dir", str(tmp_path / "out"),
                            "--parts", "bert_tfeff_jax_32,bert_nope"],
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2
@@ -321,7 +321,7 @@ def test_unknown_parts_are_named_and_nothing_runs(tmp_path):
 def test_a_deadline_starts_no_part_it_cannot_finish_and_says_how_to_resume(tmp_path):
     """Within a minute of the deadline no part starts: exit 3, the parts left named."""
     done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite",
-                           "--preset", "cpu", "--out", str(tmp_path / "out"),
+                           "--preset", "cpu", "--output_dir", str(tmp_path / "out"),
                            "--parts", "bert_tfeff_jax_32,output_elmo_c_jax", "--deadline_s", "30"],
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 3, done.stderr[-2000:]
@@ -332,12 +332,9 @@ def test_a_deadline_starts_no_part_it_cannot_finish_and_says_how_to_resume(tmp_p
 
 
 def test_a_part_past_its_time_is_killed_and_writes_nothing(tmp_path):
-    class Args:
-        out, preset, core_data = str(tmp_path), "cpu", str(tmp_path / "unused.npz")
-
     (tmp_path / "parts").mkdir()
     ok, detail = import_module("benchmarks.runner").run_process(
-        gpu_suite._part_command(Args, "lstm_speed_torch"), gpu_suite._part_environment("torch"),
-        2)
+        gpu_suite._part_command("cpu", str(tmp_path), str(tmp_path / "unused.npz"),
+                                "lstm_speed_torch"), gpu_suite._part_environment("torch"), 2)
     assert (ok, detail) == (False, None)
     assert not (tmp_path / "parts" / "lstm_speed_torch.json").exists()

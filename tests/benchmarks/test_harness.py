@@ -44,3 +44,34 @@ def test_the_mlm_batch_masks_distinct_sorted_positions_of_its_own_ids():
     np.testing.assert_array_equal(data["masked_ids"], np.take_along_axis(ids, positions, 1))
     np.testing.assert_array_equal(data["segment_ids"][0], [0] * 10 + [1] * 10)
     assert data["padding_mask"].all() and data["masked_weights"].shape == (3, 3)
+
+
+def test_median_step_warms_up_then_times_each_call(monkeypatch):
+    ticks = iter([0.0, 1.0, 10.0, 13.0, 20.0, 22.0])  # the timed calls take 1, 3, 2 s
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(ticks))
+    calls = []
+    median, last = bench.median_step(lambda: calls.append(len(calls)) or len(calls), 3,
+                                     warmup=2)
+    assert len(calls) == 5 and last == 5  # two untimed calls first, the last result kept
+    assert median == 2.0
+
+
+def test_training_clock_counts_the_steps_but_not_what_runs_between_them():
+    import keras
+    import numpy as np
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", run_eagerly=True)
+    seen = []
+
+    def slow_evaluation(model_, step, seconds):
+        seen.append((step, seconds))
+        __import__("time").sleep(0.3)  # an evaluation between steps: not training time
+
+    clock = bench.training_clock(slow_evaluation)
+    x = np.zeros((12, 4), "float32")
+    model.fit(x, x[:, :1], batch_size=4, epochs=1, verbose=0, callbacks=[clock])
+    assert clock.steps == 3 and len(clock.step_seconds) == 3
+    assert np.allclose(clock.times, np.cumsum(clock.step_seconds))
+    assert seen == [(step, clock.times[step - 1]) for step in (1, 2, 3)]
+    assert clock.elapsed == clock.times[-1] < 0.6  # the 0.9 s of evaluations left out

@@ -11,9 +11,8 @@ def test_tiny_preset_times_float32_and_bfloat16_and_names_what_blocks_xla(tmp_pa
 
     tool = import_module("benchmarks.precision")
     results = tmp_path / "precision.md"
-    tool.main(["--preset", "tiny", "--models", "elmo_sampled", "--variants",
-               "fp32,xla,bf16", "--rounds", "2", "--work_dir", str(tmp_path),
-               "--results", str(results)])
+    tool.run("tiny", ["elmo_sampled"], ["fp32", "xla", "bf16"], 2, str(tmp_path),
+             "python -m benchmarks.precision --preset tiny")
     assert keras.config.dtype_policy().name == "float32"  # the policy scope was left
     data = json.loads((tmp_path / "precision.json").read_text())
     times = data["times"]["elmo_sampled"]

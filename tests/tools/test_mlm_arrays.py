@@ -63,9 +63,8 @@ def test_heldout_batches_are_masked_once_over_the_heldout_windows(arrays):
     assert not x["segment_ids"].any()
 
 
-def test_a_missing_file_is_named_and_nothing_is_written(tmp_path, capsys):
-    code = mlm_arrays.main(["--train_files", str(tmp_path / "nope.txt"), "--heldout_files",
-                            str(tmp_path / "nope.txt"), "--output", str(tmp_path / "a.npz")])
-    assert code == 2
-    assert f"`{tmp_path / 'nope.txt'}`" in capsys.readouterr().err
+def test_a_missing_file_is_named_and_nothing_is_written(tmp_path):
+    missing = str(tmp_path / "nope.txt")
+    with pytest.raises(data_lib.CorpusError, match=f"`{missing}`"):
+        mlm_arrays.build([missing], [missing], str(tmp_path / "a.npz"))
     assert list(tmp_path.iterdir()) == []
