@@ -5,13 +5,19 @@ Counts come from the real layers (`AloneEmbedding.count_params()` and
 ALONE has D_o + D_inter * (D_o + D_e) parameters whatever V, a table V * D_e.
 
     python -m benchmarks.alone_parameters        # prints the Markdown table
+
+Also writes `alone_parameters.md` and `alone_parameters.json` to `--output_dir`.
 """
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
 import keras  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
 
 from tfeff.layers import AloneEmbedding  # noqa: E402
 
@@ -46,16 +52,34 @@ def parameter_rows():
     return rows
 
 
-def markdown():
+def markdown(rows=None):
+    """The Markdown table of `rows` (default: `parameter_rows()`)."""
     lines = [
         "| setting | V | D_e | D_o | D_inter | ALONE parameters | table parameters | ratio |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for name, v, d_e, d_o, d_inter, alone, table in parameter_rows():
+    for name, v, d_e, d_o, d_inter, alone, table in rows or parameter_rows():
         lines.append(f"| {name} | {v:,} | {d_e} | {d_o} | {d_inter} | {alone:,} | {table:,} | "
                      f"{alone / table:.2f} |")
     return "\n".join(lines) + "\n"
 
 
+def define_flags():
+    """The command line's flags, defined when the module runs as the program."""
+    harness.define_flags()
+
+
+def main(argv):
+    del argv
+    rows = parameter_rows()
+    text = markdown(rows)
+    print(text, end="")
+    columns = ("setting", "vocabulary", "output_dim", "base_dim", "intermediate_dim",
+               "alone_parameters", "table_parameters")
+    harness.write_results(flags.FLAGS.output_dir, "alone_parameters", text,
+                          [dict(zip(columns, row)) for row in rows])
+
+
 if __name__ == "__main__":
-    print(markdown(), end="")
+    define_flags()
+    app.run(main)

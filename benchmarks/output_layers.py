@@ -239,10 +239,7 @@ def _device():
 
 
 def _run(step, batch):
-    t0 = time.perf_counter()
-    loss = step(batch)
-    float(loss)
-    return time.perf_counter() - t0
+    float(step(batch))  # the loss on the host: the step has finished
 
 
 def measure_memory(step, sample, batch, length, state_bytes):
