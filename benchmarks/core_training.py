@@ -159,14 +159,10 @@ class _Clock:
 
 
 def _model(sizes, arrays, relaxed):
-    from tfeff.models import Bert
+    from benchmarks import harness
 
-    return Bert(arrays["vocabulary_size"], num_layers=sizes["layers"],
-                hidden_dim=sizes["hidden"], num_heads=sizes["heads"],
-                intermediate_dim=sizes["intermediate"],
-                max_sequence_length=arrays["train"].shape[1], dropout_rate=0.1,
-                activation="gelu", position_embedding=sizes["position_embedding"],
-                relaxed=sizes["relaxed"] if relaxed else None, seed=sizes["seed"], name="bert")
+    return harness.tfeff_bert(int(arrays["vocabulary_size"]), arrays["train"].shape[1], sizes,
+                              sizes["relaxed"] if relaxed else None)
 
 
 def heldout_evaluator(model, heldout, batch_size, exact_attention=False):

@@ -94,6 +94,7 @@ from benchmarks import runner
 PRESETS = {
     "paper": dict(vocabulary=30522, layers=12, hidden=768, heads=12, intermediate=3072,
                  lengths={128: 128, 512: 32}, steps=20, warmup=5, part_limit_s=540,
+                 relaxed={"num_anchors": 32, "ffn_rank": 64},
                  word_vocabulary=800_000, benchmark_preset="paper", lstm_preset="paper",
                  lstm_repeats=5, device="cuda", profile_steps=5,
                  core_data="runs/gpu_data/wordnet_128.npz",
@@ -105,6 +106,7 @@ PRESETS = {
                                     budget_s=300)),
     "cpu": dict(vocabulary=2000, layers=2, hidden=64, heads=4, intermediate=256,
                 lengths={32: 8, 64: 4}, steps=2, warmup=1, part_limit_s=300,
+                relaxed={"num_anchors": 4, "ffn_rank": 8},
                 word_vocabulary=5_000, benchmark_preset="cpu", lstm_preset="tiny",
                 lstm_repeats=1, device="cpu", profile_steps=2,
                 core_data="runs/gpu_data/synthetic_32.npz",
@@ -219,14 +221,8 @@ def _on_device():
 
 
 def _tfeff_bert(sizes, n, relaxed):
-    from tfeff.models import Bert
-
-    return Bert(sizes["vocabulary"], num_layers=sizes["layers"], hidden_dim=sizes["hidden"],
-                num_heads=sizes["heads"], intermediate_dim=sizes["intermediate"],
-                max_sequence_length=n, dropout_rate=0.1, activation="gelu",
-                relaxed={"num_anchors": 32 if sizes["hidden"] >= 256 else 4,
-                         "ffn_rank": 64 if sizes["hidden"] >= 256 else 8} if relaxed else None,
-                name="bert")
+    return harness.tfeff_bert(sizes["vocabulary"], n, sizes,
+                              sizes["relaxed"] if relaxed else None)
 
 
 def _keras_hub_bert(sizes, n):

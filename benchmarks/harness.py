@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Every benchmark's sizes are one of these, in this order: `tiny` runs in seconds (the
 # tests), `cpu` in minutes on a 2-core CPU (`make bench`), `paper` at the papers' sizes
 # (an accelerator, or hours).
@@ -186,6 +187,28 @@ def write_text_atomic(path, text):
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def tfeff_bert(vocabulary_size, sequence_length, sizes, relaxed=None):
+    """A tfeff `Bert` built as `tfeff-pretrain` builds one: `configs/bert_base.yaml` with
+    `sizes`' `layers`, `hidden`, `heads` and `intermediate` (and `position_embedding` and
+    `seed` where given), through `tfeff.models.from_config.bert`. `relaxed`: CoRe's
+    relaxed model's `{"num_anchors", "ffn_rank"}`, or None for the standard one."""
+    from tfeff.config import load_config
+    from tfeff.models import from_config
+
+    overrides = [f"data.max_sequence_length={sequence_length}",
+                 "data.max_predictions_per_seq=1",  # the batches' business, not the model's
+                 f"data.wordpiece_vocabulary_size={vocabulary_size}",
+                 f"model.num_layers={sizes['layers']}", f"model.hidden_dim={sizes['hidden']}",
+                 f"model.num_heads={sizes['heads']}",
+                 f"model.intermediate_dim={sizes['intermediate']}",
+                 f"model.position_embedding={sizes.get('position_embedding', 'learned')}",
+                 f"train.seed={sizes.get('seed', 0)}"]
+    if relaxed is not None:
+        overrides.append("model.relaxed=" + json.dumps(relaxed))
+    config = load_config(os.path.join(REPO, "configs", "bert_base.yaml"), overrides)
+    return from_config.bert(config, vocabulary_size, relaxed=relaxed is not None)
 
 
 def _plain(value):
