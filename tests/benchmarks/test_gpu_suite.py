@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import REPO
 from tests.benchmarks import write_tar
 
+from benchmarks import gpu_parts
 from benchmarks import gpu_suite
 
 # One length of the BERT sections: tfeff on both backends, keras-hub, Hugging Face
@@ -36,12 +37,12 @@ LEAN = ["bert_tfeff_jax_32", "core_relaxed_jax_32", "output_elmo_c_jax",
 def test_flops_per_token_golden():
     """2 layers of width 64 and FFN 256, n = 32 with 5 masked, vocabulary 2,000:
     6 x 2 (4 x 64^2 + 2 x 64 x 256) + 12 x 2 x 32 x 64 + 6 (64^2 + 2000 x 64) x 5 / 32."""
-    assert gpu_suite.flops_per_token(gpu_suite.PRESETS["cpu"], 32) == 589_824 + 49_152 + 123_840
-    assert gpu_suite.masked_per_sequence(128) == 19 and gpu_suite.masked_per_sequence(512) == 77
+    assert gpu_parts.flops_per_token(gpu_suite.PRESETS["cpu"], 32) == 589_824 + 49_152 + 123_840
+    assert gpu_parts.masked_per_sequence(128) == 19 and gpu_parts.masked_per_sequence(512) == 77
 
 
 def test_batches_mask_distinct_sorted_positions_of_ordinary_ids():
-    data = gpu_suite.batch(gpu_suite.PRESETS["cpu"], 64)
+    data = gpu_parts.batch(gpu_suite.PRESETS["cpu"], 64)
     assert data["token_ids"].shape == (4, 64) and data["masked_positions"].shape == (4, 10)
     for row in data["masked_positions"]:
         assert list(row) == sorted(set(row))
