@@ -79,7 +79,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 # against its peers layer for layer (keras-hub, Hugging Face, PyTorch, Keras), the
 # input-pipeline throughput of every family against the training step's consumption, and the
 # feature-based evaluation of every demo model (pre-trains them on one synthetic language,
-# about 30 minutes; finished runs in runs/features are reused), and the quality study: each
+# about 30 minutes; finished runs in runs/bench/features are reused), and the quality study: each
 # cheap model against its expensive twin for the same training time, on the synthetic language
 # and on real English text (WordNet glosses; needs `apt-get install wordnet-base`; about two
 # hours on 2 cores, the two corpora side by side on one core each; runs in runs/bench/quality reused).

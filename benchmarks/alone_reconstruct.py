@@ -67,7 +67,7 @@ FLAGS = flags.FLAGS
 
 def define_flags():
     """The command line's flags, defined when the module runs as the program."""
-    harness.define_flags(PRESETS, "cpu", output_dir="runs/alone_reconstruct")
+    harness.define_flags(PRESETS, "cpu")
     flags.DEFINE_string("vectors", "", "Embedding table (.vec/.txt, fastText .bin, or .npy with "
                         "--vocabulary). Default: the demo's fastText vectors in runs/demo.")
     flags.DEFINE_string("vocabulary", "", "Words of an .npy table, one per line "
