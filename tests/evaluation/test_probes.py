@@ -1,9 +1,7 @@
-"""tfeff.evaluation: task readers, metric, a real probe on fastText features, fine-tuning,
-and tools/evaluate_features.py, its command line."""
+"""tfeff.evaluation: task readers, metric, a real probe on fastText features and
+fine-tuning (its command line, tfeff-evaluate, is tested in tests/bin/test_evaluate.py)."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -106,14 +104,3 @@ def test_fine_tuning_trains_the_encoder_and_learns_the_task(tmp_path):
     majority = max(np.mean([y for y, _ in data[300:]]), 1 - np.mean([y for y, _ in data[300:]]))
     assert scores["accuracy"] > majority + 0.1, (scores, majority)
 
-
-def test_command_line_names_a_bad_argument_and_exits_non_zero(tmp_path):
-    tool_path = os.path.join(REPO, "tools", "evaluate_features.py")
-    bad = subprocess.run([sys.executable, tool_path, "--embedder", "no-equals-sign",
-                          "--classification", "a.tsv,b.tsv"], capture_output=True, text=True)
-    assert bad.returncode == 1
-    assert "error: --embedder wants NAME=PATH, got 'no-equals-sign'" in bad.stderr
-    missing = subprocess.run([sys.executable, tool_path, "--embedder", f"x={tmp_path}/none",
-                              "--classification", f"{tmp_path}/a.tsv,{tmp_path}/b.tsv"],
-                             capture_output=True, text=True)
-    assert missing.returncode == 1 and "error: " in missing.stderr, missing.stderr[-2000:]
