@@ -121,7 +121,8 @@ def test_every_api_module_has_a_page():
     packages = {os.path.basename(os.path.dirname(p))
                 for p in glob.glob(os.path.join(REPO, "tfeff", "*", "__init__.py"))}
     # bin: the binaries (documented by the command-line reference); evaluation: the
-    # feature-probe tasks the tools use; backend: what the layers call, no public API.
+    # feature probes of tfeff-evaluate and the tools; backend: what the layers call, no
+    # public API.
     assert packages - {"bin", "evaluation", "backend"} == set(API_MODULES)
 
 

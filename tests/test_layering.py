@@ -1,7 +1,7 @@
 """The package's shape: rooms import only downward, and no module circle exists.
 
 The layers contract is `.importlinter` (import-linter, in the `test` extra):
-bin | evaluation > export | convert > training > models > layers > losses > config > data.
+bin > evaluation > export | convert > training > models > layers > losses > config > data.
 The circle check covers what a layers contract cannot see: modules of one room
 importing each other in a loop (function-level imports included).
 """

@@ -44,6 +44,9 @@ def test_pretrain_exits_nonzero_with_a_clear_message(extra, message, tmp_path):
      ["embedder", "input", "output", "format", "layers"]),
     ("convert_core", "tfeff-convert-core --model_dir runs/relaxed --output_dir runs/standard",
      ["model_dir", "output_dir", "keras_hub_preset", "overwrite", "rtol"]),
+    ("evaluate", "tfeff-evaluate --embedder elmo=runs/demo/export",
+     ["embedder", "tagging", "tag_column", "classification", "probe", "seeds", "epochs",
+      "output", "overwrite"]),
 ])
 def test_help_shows_the_binarys_own_flags_and_an_example_without_importing_tensorflow(
         binary, usage, flag_names):
@@ -206,7 +209,8 @@ def test_pretrain_refuses_a_nan_learning_rate_by_name(tmp_path):
 _PATH_FLAGS = {"pretrain": ["config", "model_dir"],
                "export": ["model_dir", "fasttext", "output"],
                "embed": ["embedder", "input", "output"],
-               "convert_core": ["model_dir", "output_dir", "keras_hub_preset", "hf_dir"]}
+               "convert_core": ["model_dir", "output_dir", "keras_hub_preset", "hf_dir"],
+               "evaluate": ["output"]}
 _CHECK_FLAGS = """
 import json, sys
 from absl import flags

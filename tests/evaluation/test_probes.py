@@ -1,5 +1,5 @@
-"""tfeff.evaluation: task readers, metric, a real probe on fastText features, fine-tuning
-(its command line, `tfeff-evaluate`, is tested with the binaries)."""
+"""tfeff.evaluation: task readers, metric, a real probe on fastText features and
+fine-tuning (its command line, tfeff-evaluate, is tested in tests/bin/test_evaluate.py)."""
 
 import os
 
@@ -103,3 +103,4 @@ def test_fine_tuning_trains_the_encoder_and_learns_the_task(tmp_path):
     assert len(moved) > len(head) + 4
     majority = max(np.mean([y for y, _ in data[300:]]), 1 - np.mean([y for y, _ in data[300:]]))
     assert scores["accuracy"] > majority + 0.1, (scores, majority)
+

@@ -9,7 +9,7 @@ Features are computed once per embedder and task (`embed_tokens` for tagging,
 so output token i is input token i; `embed` for sentences), then each probe is
 trained with several seeds (`evaluate`); `table` reports mean ± standard
 deviation. `fine_tune` instead trains the encoder of a model directory with
-the classifier. `benchmarks/feature_study.py` is the command line.
+the classifier. `tfeff-evaluate` (`tfeff.bin.evaluate`) is the command line.
 """
 
 import time

@@ -1,0 +1,160 @@
+r"""tfeff-evaluate: train probes on the frozen features of exported embedders, print a table.
+
+    tfeff-evaluate --embedder elmo=runs/demo/export --embedder ft=runs/ft_export \
+        --tagging pos_train.conll,pos_test.conll --tag_column 1 \
+        --classification sentiment_train.tsv,sentiment_test.tsv --output runs/features.md
+    tfeff-evaluate --embedder elmo=runs/demo/export --tagging ner=train.conll,test.conll \
+        --probe linear,bilstm --seeds 0,1 --epochs 5
+
+As in the continuous-output paper (Li et al., 2019, Section 5), representations
+are compared by training small task models on frozen features: a probe is a
+learned `ScalarMix` over the embedder's layers followed by a linear layer or a
+small biLSTM (`--probe`). Tagging tasks are CoNLL files (one token per line,
+the tag in `--tag_column`, blank lines between sentences, `#` lines are
+comments), scored by token accuracy and macro-F1 over tags; classification
+tasks are TSV files (`label<TAB>sentence`), scored by accuracy and macro-F1
+over labels. A task is named after its training file (`pos_train` above)
+unless written `NAME=TRAIN,TEST`.
+
+Features are computed once per embedder and task, then every probe is trained
+once per seed of `--seeds` (see tfeff.evaluation). The Markdown table, one row
+per embedder and probe and the mean ± standard deviation over the seeds in
+percent, goes to stdout and, with `--output`, to a file; the progress lines go
+to stderr.
+"""
+
+import os
+import re
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from tfeff.bin import common
+
+_EMBEDDER = flags.DEFINE_multi_string(
+    "embedder", [], "`NAME=PATH`: a tfeff-export SavedModel and its name in the table "
+    "(repeatable).")
+_TAGGING = flags.DEFINE_multi_string(
+    "tagging", [], "`[NAME=]TRAIN,TEST`: CoNLL training and test files of a tagging task "
+    "(repeatable).")
+_TAG_COLUMN = flags.DEFINE_integer(
+    "tag_column", -1, "Column of the tag in the CoNLL files (0 is the word; negative counts "
+    "from the end: -1 is the last).")
+_CLASSIFICATION = flags.DEFINE_multi_string(
+    "classification", [], "`[NAME=]TRAIN,TEST`: TSV training and test files of a sentence "
+    "classification task, one `label<TAB>sentence` a line (repeatable).")
+_PROBE = flags.DEFINE_list("probe", ["linear"], "Probes to train: linear, bilstm, or both.")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the probes (integers); each "
+                           "probe is trained once per seed.")
+_EPOCHS = flags.DEFINE_integer("epochs", 10, "Training epochs of each probe.")
+_OUTPUT = common.DEFINE_path("output", None, "Markdown file to write the table to (its "
+                             "directory is created).")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing --output file.")
+
+_PROBES = ("linear", "bilstm")
+# An optional task name before `=`: a word (a spec whose two files exist is not named).
+_TASK_NAME = re.compile(r"^([\w.-]+)=(.*)$")
+
+
+def _embedders():
+    """`{name: path}` of --embedder."""
+    embedders = {}
+    for spec in _EMBEDDER.value:
+        name, sep, path = spec.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ValueError(f"--embedder wants NAME=PATH, got {spec!r}")
+        if name in embedders:
+            raise ValueError(f"--embedder: two embedders named {name!r}")
+        embedders[name] = path
+    return embedders
+
+
+def _tasks():
+    """`{name: spec}` of --tagging and --classification, as `tfeff.evaluation.evaluate`
+    takes them; the files must exist."""
+    tasks = {}
+    for kind, specs in (("tagging", _TAGGING.value), ("classification", _CLASSIFICATION.value)):
+        for spec in specs:
+            parts, name = spec.split(","), None
+            named = _TASK_NAME.match(spec)
+            if named and not (len(parts) == 2 and all(map(os.path.isfile, parts))):
+                name, parts = named.group(1), named.group(2).split(",")
+            if len(parts) != 2 or not all(part.strip() for part in parts):
+                raise ValueError(f"--{kind} wants [NAME=]TRAIN,TEST, got {spec!r}")
+            for path in parts:
+                if not os.path.isfile(path):
+                    raise FileNotFoundError(f"--{kind} {spec}: {path} is not a file")
+            name = name or os.path.splitext(os.path.basename(parts[0]))[0]
+            if name in tasks:
+                raise ValueError(f"--{kind} {spec}: a second task named {name!r}; name one "
+                                 f"of them: --{kind} NAME=TRAIN,TEST")
+            tasks[name] = (kind, *parts) + ((_TAG_COLUMN.value,) if kind == "tagging" else ())
+    return tasks
+
+
+def _arguments():
+    """`(embedders, tasks, probes, seeds)` from the flags; ValueError (naming the flag) for
+    a bad value, before anything heavy is imported."""
+    embedders, tasks = _embedders(), _tasks()
+    if not embedders or not tasks:
+        raise ValueError("give at least one --embedder and one --tagging or --classification")
+    if _TAGGING.value and _TAG_COLUMN.value == 0:
+        raise ValueError("--tag_column 0 is the word column; give the tag's column")
+    probes = _PROBE.value
+    unknown = [p for p in probes if p not in _PROBES]
+    if unknown or not probes or len(set(probes)) != len(probes):
+        raise ValueError(f"--probe wants linear, bilstm or both (linear,bilstm), got "
+                         f"{','.join(probes)!r}")
+    try:
+        seeds = [int(s) for s in _SEEDS.value]
+    except ValueError as e:
+        raise ValueError(f"--seeds must be integers, got {','.join(_SEEDS.value)!r}") from e
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds wants one or more different integers, got "
+                         f"{','.join(_SEEDS.value)!r}")
+    if _EPOCHS.value < 1:
+        raise ValueError(f"--epochs must be a positive integer, got {_EPOCHS.value}")
+    return embedders, tasks, probes, seeds
+
+
+def _check_output(path, tasks):
+    """Refuses an --output that is a directory, one of the task files, or (without
+    --overwrite) an existing file, before any probe is trained."""
+    inputs = {os.path.realpath(p) for spec in tasks.values() for p in spec[1:3]}
+    if os.path.realpath(path) in inputs:
+        raise ValueError(f"--output {path} is one of the task files")
+    if os.path.isdir(path):
+        raise ValueError(f"--output {path} is a directory; give a file name")
+    if os.path.exists(path) and not _OVERWRITE.value:
+        raise FileExistsError(f"--output {path} exists; pass --overwrite to replace it")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+
+    def body():
+        embedders, tasks, probes, seeds = _arguments()
+        if _OUTPUT.value is not None:
+            _check_output(_OUTPUT.value, tasks)
+        from tfeff.data.files import write_text_atomic
+        from tfeff.evaluation import evaluate
+        from tfeff.evaluation import table
+
+        rows = evaluate(embedders, tasks, probes, seeds, _EPOCHS.value, log=logging.info)
+        text = table(rows, seeds)
+        print(text, end="")
+        if _OUTPUT.value is not None:
+            write_text_atomic(_OUTPUT.value, text)
+            logging.info("wrote the table to %s", _OUTPUT.value)
+
+    common.run_main(body)
+
+
+def run():
+    common.run_app(main)
+
+
+if __name__ == "__main__":
+    run()
