@@ -9,8 +9,9 @@ the command that reproduces it.
 
 Shared pieces:
 
-    harness       timing (interleaved rounds, medians, ratios), the machine's
-                  description, synthetic data, training clocks, result writing
+    harness       the shared flags, timing (interleaved rounds, medians, ratios),
+                  a training clock, synthetic data, tfeff's BERT of given sizes,
+                  result writing
     runner        a resumable runner of parts (subprocesses) with time limits,
                   a deadline and an archive (the GPU suite's)
 

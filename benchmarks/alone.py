@@ -62,7 +62,7 @@ def main(argv):
     del argv
     v = FLAGS.vocabulary_size
     rng = np.random.default_rng(0)
-    ranks = harness.zipf_ids(rng, (FLAGS.batch, FLAGS.length), v, exponent=FLAGS.zipf)
+    ranks = harness.zipf_ids(rng, (FLAGS.batch, FLAGS.length), v, low=1, exponent=FLAGS.zipf)
     ids = tf.constant(ranks, tf.int32)
     distinct = len(np.unique(ranks))
     steps = {}

@@ -39,18 +39,20 @@ def define_flags(presets=None, default_preset="cpu", output_dir="runs/bench"):
     from absl import flags
 
     module = sys.argv[0]  # absl's name of the program's own flags (its --help)
-    flags.DEFINE_string("output_dir", output_dir, "Where the results go (NAME.md, NAME.json "
-                        "and a PNG where there is a chart) and the reusable work.",
-                        module_name=module)
+    flags.DEFINE_string("output_dir", output_dir, "Where the results go (a Markdown table "
+                        "and its JSON, a PNG where there is a chart; the module's docstring "
+                        "names them) and the reusable work.", module_name=module)
     if presets is None:
         return
     unknown = [name for name in presets if name not in PRESETS]
     if unknown or default_preset not in presets:
         raise ValueError(f"presets {list(presets)} (default {default_preset!r}): each must be "
                          f"one of {PRESETS}, the default one of them")
-    flags.DEFINE_enum("preset", default_preset, [p for p in PRESETS if p in presets],
-                      "Sizes: tiny (seconds; the tests), cpu (minutes on a CPU), paper (the "
-                      "papers' sizes; an accelerator).", module_name=module)
+    meaning = {"tiny": "seconds; the tests", "cpu": "minutes on a CPU",
+               "paper": "the papers' sizes; an accelerator"}
+    names = [p for p in PRESETS if p in presets]
+    flags.DEFINE_enum("preset", default_preset, names, "Sizes: " + ", ".join(
+        f"{p} ({meaning[p]})" for p in names) + ".", module_name=module)
 
 
 def interleaved_times(runs, rounds, warmup=1):
@@ -224,7 +226,7 @@ def write_results(results_dir, stem, text, data):
     os.makedirs(results_dir, exist_ok=True)
     write_text_atomic(os.path.join(results_dir, f"{stem}.md"), text)
     write_text_atomic(os.path.join(results_dir, f"{stem}.json"),
-                       json.dumps(data, indent=2) + "\n")
+                      json.dumps(data, indent=2, default=_plain) + "\n")
 
 
 def pyplot():

@@ -551,7 +551,7 @@ def main(argv):
                  "--sections", ",".join(chosen), "--rounds", str(rounds),
                  "--rows_json", path], env=env, cwd=REPO)
             if done.returncode:
-                print(f"benchmark_peers: the {backend} sections ({', '.join(chosen)}) "
+                print(f"error: the {backend} sections ({', '.join(chosen)}) "
                       f"failed with exit code {done.returncode}", file=sys.stderr)
                 return 1
             with open(path, encoding="utf-8") as f:

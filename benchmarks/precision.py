@@ -17,7 +17,7 @@ on a CPU mostly fuses small ops: neither ratio says what a GPU gains (bf16
 tensor cores, XLA's fused kernels). Measure there with
 `benchmarks/gpu.py` (which compiles every step with XLA).
 
-    python -m benchmarks.precision [--preset cpu|tiny] [--models elmo_c,bert] [--output_dir runs/bench]
+    python -m benchmarks.precision [--preset cpu|tiny] [--models elmo_c,bert]
         [--variants fp32,xla,bf16,bf16_xla] [--rounds 5] [--output_dir runs/bench]
 """
 

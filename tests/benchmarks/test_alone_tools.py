@@ -37,10 +37,10 @@ def test_similarity_files_parse_with_header_and_report_bad_lines(tmp_path):
         reconstruct.read_similarity(str(short))
 
 
-# A benchmark tool at its small preset (31 s): `make test-slow`.
+# A benchmark at its tiny preset (31 s): `make test-slow`.
 @pytest.mark.slow
 def test_reconstruction_of_real_fasttext_vectors_at_ci_size(fasttext_model, tmp_path):
-    """The tool's small preset on a real fastText model's vectors (a .vec file)."""
+    """The tiny preset on a real fastText model's vectors (a .vec file)."""
     _, model = fasttext_model
     words = [w for w in model.get_words() if w.isalpha()][:400]
     matrix = np.stack([model.get_word_vector(w) for w in words])

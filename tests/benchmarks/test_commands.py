@@ -88,6 +88,22 @@ def _documented():
     return found
 
 
+def test_no_command_runs_a_module_by_its_path():
+    """`python benchmarks/x.py` fails (`benchmarks` is a package, imported from the
+    repository root): every command says `python -m benchmarks.x`. The results folders'
+    READMEs may quote the command a past measurement was made with."""
+    by_path = re.compile(r"(?:python3?|\$\(PY\))\s+((?:benchmarks|tools)/\w+\.py)")
+    found = []
+    for source in SOURCES:
+        if source.startswith("results"):
+            continue
+        original = open(os.path.join(REPO, source), encoding="utf-8").read()
+        text = _joined_prose(original) if source.endswith(".md") else original
+        found += [f"{source}:{original.count(chr(10), 0, m.start()) + 1}: {m.group(1)}"
+                  for m in by_path.finditer(text)]
+    assert not found, found
+
+
 def test_the_documented_commands_are_found():
     documented = {module for _, module, _ in _documented()}
     # The harness and the runner are libraries; the rest are documented somewhere.

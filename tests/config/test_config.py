@@ -1,6 +1,8 @@
 import dataclasses
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -284,3 +286,20 @@ def test_jit_compile_true_is_refused_with_op_determinism_and_values_round_trip(t
     write_yaml(c, str(tmp_path / "c.yaml"))
     assert to_dict(load_config(str(tmp_path / "c.yaml"))) == to_dict(c)
     assert load_config(DEMO, ["train.jit_compile=true"]).train.jit_compile is True
+
+
+def test_a_local_config_is_read_without_tensorflow_a_remote_one_needs_it(monkeypatch):
+    # Reading a local file imports no TensorFlow (the JAX and PyTorch machines of the
+    # GPU benchmarks have none; where it is installed, it is not loaded for this).
+    code = ("import sys; from tfeff.config import load_config; "
+            f"load_config({os.path.join(REPO, 'configs', 'demo_bert.yaml')!r}); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "KERAS_BACKEND": "jax"})
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    from tfeff.config import base
+
+    monkeypatch.setattr(base, "_gfile", lambda: None)  # as where TensorFlow is missing
+    with pytest.raises(ConfigError, match=r"^gs://bucket/c\.yaml: a remote path needs "
+                                          r"TensorFlow's file systems"):
+        load_config("gs://bucket/c.yaml")

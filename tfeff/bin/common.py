@@ -19,11 +19,11 @@ def user_errors():
     directory resumable: reported in one line, exit status 1."""
     from tfeff.config import ConfigError
     from tfeff.data import CorpusError
-    from tfeff.evaluation import FormatError
     from tfeff.training.errors import TrainingError
 
-    return (ConfigError, CorpusError, FormatError, FileNotFoundError, FileExistsError,
-            ValueError, TrainingError)
+    # tfeff.evaluation's FormatError (tfeff-evaluate) is a ValueError.
+    return (ConfigError, CorpusError, FileNotFoundError, FileExistsError, ValueError,
+            TrainingError)
 
 
 def _module_name(name):

@@ -198,9 +198,13 @@ def _gfile():
 
 
 def _read_bytes(path):
-    """The bytes of `path` (TensorFlow's gfile where installed); ConfigError naming
-    the path when it is missing, a directory or unreadable."""
-    gfile = _gfile()
+    """The bytes of `path` (a remote path, `gs://...`, through TensorFlow's gfile; a local
+    one without importing TensorFlow); ConfigError naming the path when it is missing, a
+    directory or unreadable."""
+    gfile = _gfile() if "://" in str(path) else None
+    if gfile is None and "://" in str(path):
+        raise ConfigError(f"{path}: a remote path needs TensorFlow's file systems "
+                          "(pip install tensorflow)")
     exists, isdir = ((gfile.exists, gfile.isdir) if gfile is not None
                      else (os.path.exists, os.path.isdir))
     if not exists(path):
