@@ -162,33 +162,34 @@ def test_binary_filter_zero_rate_is_zero_probability(p_zero):
     assert abs(zero_rate - p_zero) < 4 * sd, (zero_rate, sd)
 
 
-_DIGEST_SCRIPT = """
-import hashlib, numpy as np
-from tfeff.layers import AloneEmbedding
-layer = AloneEmbedding(3000, 16, 32, 24, filter_type={ft!r}, seed=7)
-layer.build()
-h = hashlib.sha256(layer.filters(np.arange(3000)).numpy().tobytes())
-h.update(layer.embedding_table().numpy().tobytes())
-print("DIGEST", h.hexdigest())
-"""
+FILTER_TYPES = ("binary", "real")
 
 
-@pytest.mark.parametrize("filter_type", ["binary", "real"])
-def test_same_seed_gives_bit_identical_embeddings_in_separate_processes(filter_type):
+def _digest(filter_type, seed=7):
+    """The SHA-256 of an `AloneEmbedding`'s filters and table, built from `seed`."""
+    layer = AloneEmbedding(3000, 16, 32, 24, filter_type=filter_type, seed=seed)
+    layer.build()
+    digest = hashlib.sha256(layer.filters(np.arange(3000)).numpy().tobytes())
+    digest.update(layer.embedding_table().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def test_same_seed_gives_bit_identical_embeddings_in_separate_processes():
+    # Both filter types in each process: two TensorFlow imports, not four.
+    script = ("from tests.layers.test_alone_embedding import FILTER_TYPES, _digest\n"
+              "print('DIGESTS', *(_digest(t) for t in FILTER_TYPES))")
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
     digests = []
     for _ in range(2):
-        run = subprocess.run([sys.executable, "-c", _DIGEST_SCRIPT.format(ft=filter_type)],
-                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        run = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
-        digests.append(run.stdout.split("DIGEST ")[1].strip())
-    layer = AloneEmbedding(3000, 16, 32, 24, filter_type=filter_type, seed=7)
-    layer.build()
-    here = hashlib.sha256(layer.filters(np.arange(3000)).numpy().tobytes())
-    here.update(layer.embedding_table().numpy().tobytes())
-    assert digests == [here.hexdigest()] * 2
-    other = AloneEmbedding(3000, 16, 32, 24, filter_type=filter_type, seed=8)
-    assert not np.array_equal(other.filters(np.arange(3000)), layer.filters(np.arange(3000)))
+        digests.append(run.stdout.split("DIGESTS ")[1].split())
+    here = [_digest(t) for t in FILTER_TYPES]
+    assert digests == [here] * 2
+    assert len(set(here)) == 2
+    for filter_type in FILTER_TYPES:  # another seed, other filters
+        assert _digest(filter_type, seed=8) != _digest(filter_type)
 
 
 def _colliding_pairs(rows):
