@@ -94,7 +94,11 @@ def overrides(name):
 
 
 def _env():
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    # One thread per op: two runs go side by side with the suite's two processes, so each
+    # has about half a core; a second thread per op would only wait for the first
+    # (the suite's own processes keep TensorFlow's default).
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+                TF_NUM_INTRAOP_THREADS=os.environ.get("TF_NUM_INTRAOP_THREADS", "1"))
 
 
 def _run_on_terminal(args):
