@@ -42,7 +42,8 @@ def tables(preset, sizes, parts, rows):
                                                          "hf_torch_compile", "tfeff_torch",
                                                          "keras_hub_torch")):
             continue
-        lines += [f"n = {n}, batch {sizes['lengths'][n]}, {gpu_parts.masked_per_sequence(n)} masked "
+        masked = gpu_parts.masked_per_sequence(n)
+        lines += [f"n = {n}, batch {sizes['lengths'][n]}, {masked} masked "
                   "per sequence:", "",
                   "| implementation | parameters | step ms | tokens/s | vs Hugging Face "
                   "eager | peak memory | MFU |", "|---|---|---|---|---|---|---|"]

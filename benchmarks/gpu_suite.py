@@ -141,7 +141,8 @@ def _parts(preset):
                   (f"bert_keras_hub_torch_{n}", "torch", "peers", "keras_hub_torch", n)]
     parts += [(f"core_relaxed_jax_{n}", "jax", "core", "tfeff_relaxed_jax", n)
               for n in PRESETS[preset]["lengths"]]
-    parts += [(f"output_{name}_jax", "jax", "output", name, None) for name in gpu_parts.OUTPUT_MODELS]
+    parts += [(f"output_{name}_jax", "jax", "output", name, None)
+              for name in gpu_parts.OUTPUT_MODELS]
     parts.append(("output_adaptive_torch", "torch", "adaptive", "elmo_a", None))
     parts += [("lstm_speed_torch", "torch", "lstm", "speed", None),
               ("lstm_parity_torch", "torch", "lstm", "parity", None)]

@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Every benchmark's sizes are one of these, in this order: `tiny` runs in seconds (the
 # tests), `cpu` in minutes on a 2-core CPU (`make bench`), `paper` at the papers' sizes

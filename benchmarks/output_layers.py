@@ -83,8 +83,8 @@ def define_flags():
     """The command line's flags, defined when the module runs as the program."""
     harness.define_flags(PRESETS, "cpu")
     flags.DEFINE_list("runs", None, f"encoder:vocabulary_size pairs; encoders are {ENCODERS}.")
-    flags.DEFINE_integer("full_max_vocabulary_size", 800000,
-                         "FULL is skipped above this vocabulary size (its steps take minutes on CPU).")
+    flags.DEFINE_integer("full_max_vocabulary_size", 800000, "FULL is skipped above this "
+                         "vocabulary size (its steps take minutes on CPU).")
     flags.DEFINE_list("heads", list(HEADS), "Output layers to measure.")
     flags.DEFINE_integer("units", None, "LSTM cells (ELMo: 4096).")
     flags.DEFINE_integer("projection_dim", None, "LSTM projection / model width (ELMo: 512).")

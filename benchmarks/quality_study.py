@@ -27,14 +27,15 @@ tasks). For each model and corpus it
 
 fastText is trained once per corpus (`fasttext.pretrained` for every word
 model): the paper takes the vectors as given, so their training is not in
-ELMo-C's time. Runs are cached in `--output_dir`'s `quality/` (delete a directory to redo it).
+ELMo-C's time. Runs are cached in `--output_dir`'s `quality/` (delete a directory to
+redo it).
 
     python -m benchmarks.quality_study --output_dir runs/bench [--budget 90] [--seeds 0,1]
 
 `make bench` runs the two corpora side by side, each process pinned to one core
 (`taskset -c N`, `TF_NUM_INTRAOP_THREADS=1`), then `--table_only` to merge them.
 
-writes `quality_study.md` (the table), `quality_study.json` and
+It writes `quality_study.md` (the table), `quality_study.json` and
 `quality_study.png` (LM quality against training time).
 """
 
@@ -47,12 +48,12 @@ from absl import app
 from absl import flags
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks import feature_study
+from benchmarks import harness
+from tfeff import evaluation
+from tools import english_corpus
 
-from benchmarks import feature_study  # noqa: E402
-from benchmarks import harness  # noqa: E402
-from tfeff import evaluation  # noqa: E402
-from tools import english_corpus  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # name: (config, overrides of every corpus)
 MODELS = {
