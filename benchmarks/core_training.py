@@ -33,6 +33,8 @@ import time
 
 import numpy as np
 
+from benchmarks import harness
+
 
 def load_arrays(path):
     """The arrays file as a dict: `train` `(windows, n)`, `heldout` (a dict of the
@@ -116,8 +118,6 @@ def first_reach(points, target):
 
 def plot(path, curves, switch_seconds, target, title):
     """Both held-out curves against wall time in one PNG (False without matplotlib)."""
-    from benchmarks import harness
-
     plt = harness.pyplot()
     if plt is None:
         return False
@@ -159,8 +159,6 @@ class _Clock:
 
 
 def _model(sizes, arrays, relaxed):
-    from benchmarks import harness
-
     return harness.tfeff_bert(int(arrays["vocabulary_size"]), arrays["train"].shape[1], sizes,
                               sizes["relaxed"] if relaxed else None)
 

@@ -40,7 +40,6 @@ from absl import flags  # noqa: E402
 import keras  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
-from benchmarks.harness import zipf_ids  # noqa: E402
 from tfeff.config import load_config  # noqa: E402
 from tfeff.models import from_config  # noqa: E402
 
@@ -161,7 +160,7 @@ def build(name, config, vocabulary, rng, work_dir):
         else:
             vocabulary = d.wordpiece_vocabulary_size
         model = LM_BUILDERS[config.family](config, vocabulary, vectors)
-        batch = zipf_ids(rng, (d.batch_size, d.max_sequence_length), vocabulary, low=2)
+        batch = harness.zipf_ids(rng, (d.batch_size, d.max_sequence_length), vocabulary, low=2)
         batch[:, 0] = 2  # <s>
         return model, batch, batch.size
     if config.family == "bert":
@@ -178,7 +177,7 @@ def build(name, config, vocabulary, rng, work_dir):
     k = config.model.mask_accumulation
     positions = np.sort(np.stack([rng.choice(n, p * k, replace=False) for _ in range(b)]),
                         -1).reshape(b, p, k).transpose(0, 2, 1).astype("int32")  # disjoint sets
-    ids = zipf_ids(rng, (b, n), vocabulary, low=5)
+    ids = harness.zipf_ids(rng, (b, n), vocabulary, low=5)
     masked = np.repeat(ids[:, None, :], k, axis=1)
     np.put_along_axis(masked, positions, 4, axis=2)  # [MASK]
     batch = {"masked_token_ids": masked, "masked_positions": positions,

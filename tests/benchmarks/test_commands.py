@@ -9,6 +9,7 @@ here in milliseconds instead of in a reader's terminal after minutes of set-up.
 """
 
 import ast
+import functools
 import glob
 import os
 import re
@@ -46,6 +47,7 @@ def _programs():
                   if "\nif __name__ == \"__main__\":" in open(p, encoding="utf-8").read())
 
 
+@functools.lru_cache(maxsize=None)  # one parse per module, not per command
 def _interface(module):
     """`(flag names, preset names or None, has define_flags)` of a module's source."""
     tree = ast.parse(open(_module_path(module), encoding="utf-8").read())
