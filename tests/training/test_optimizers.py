@@ -14,15 +14,17 @@ from tfeff.config import ConfigError
 from tfeff.config import load_config
 from tfeff.training import FAMILIES
 from tfeff.training import make_strategy
-from tfeff.training.optimizers import Adam, AdamW
+from tfeff.training.optimizers import Adagrad, Adam, AdamW
 
 DEVICES = ["/cpu:0", "/cpu:1"]
 
 
-def _optimizer(kind):
+def _optimizer(kind, clipnorm=1.0):
     if kind == "adamw":
-        return AdamW(0.1, weight_decay=0.1, global_clipnorm=1.0)
-    return Adam(0.1, global_clipnorm=1.0)
+        return AdamW(0.1, weight_decay=0.1, global_clipnorm=clipnorm)
+    if kind == "adagrad":  # ELMo's (bilm-tf): accumulators start at 1.0
+        return Adagrad(0.1, initial_accumulator_value=1.0, global_clipnorm=clipnorm)
+    return Adam(0.1, global_clipnorm=clipnorm)
 
 
 def _train(strategy, kind, gradients):
@@ -51,8 +53,20 @@ def _train(strategy, kind, gradients):
     return history
 
 
+# Roundings per step, of the step's size, of the float64 reference's update (see below), and
+# of two replicas against one device. Adam: the global norm (a sum of 3 squares, sqrt) and
+# the clipping (~8), the weight decay (3), the moments (7), the bias correction (~8),
+# m / (sqrt(v) + eps) (6): ~35; its second step's 1 - beta_2**2 cancels beta_2**2, whose
+# power rounds ~4 times (0.998 / 0.002 = 500 times that, halved by the sqrt: 1000; 20 for
+# 1 - beta_1**2): 1100 over two steps. Adagrad: the norm and clipping (8), g**2 and the
+# accumulation (2), + eps, the sqrt, lr * g and the division (4): 14 a step, 30 over two.
+# Two replicas add the shares g/3 and 2g/3 (the shares, products and sum: 3 roundings of
+# g), then take the same steps: 2 * (per step + 3).
+ROUNDINGS = {"adam": (1100, 76), "adamw": (1100, 76), "adagrad": (30, 34)}
+
+
 @pytest.mark.numerics
-@pytest.mark.parametrize("kind", ["adam", "adamw"])
+@pytest.mark.parametrize("kind", ["adam", "adamw", "adagrad"])
 def test_non_finite_update_is_skipped_and_replicas_equal_one_device(kind):
     grads = [[3.0, -4.0, 12.0], [1.0, np.nan, 0.0], [0.5, 0.5, np.inf], [2.0, 1.0, -1.0]]
     one = _train(make_strategy("default"), kind, grads)
@@ -62,29 +76,33 @@ def test_non_finite_update_is_skipped_and_replicas_equal_one_device(kind):
     np.testing.assert_array_equal(one[2][0], one[0][0])
     assert [h[1:] for h in one] == [(1, 0, 0), (1, 1, 2), (1, 2, 2), (2, 2, 2)]
     assert not np.array_equal(one[3][0], one[0][0])
-    # Float64 reference of the applied updates (clipping the global gradient). A float32
-    # step: the global norm (a sum of 3 squares, sqrt) and the clipping (~8), the weight
-    # decay (3), the moments (7), the bias correction (~8), m / (sqrt(v) + eps) (6): ~35
-    # roundings of the step's size; the second's 1 - beta_2**2 cancels beta_2**2, whose
-    # power rounds ~4 times (0.998 / 0.002 = 500 times that, halved by the sqrt: 1000; 20
-    # for 1 - beta_1**2). The weights (3) round twice.
+    # Float64 reference of the applied updates (clipping the global gradient), with the
+    # roundings of ROUNDINGS; the weights (3) round twice.
     ref = _reference(kind, [grads[0], grads[3]])
     moved = np.abs(ref - [1.0, -2.0, 3.0]).max()
-    assert_close(one[3][0], ref, n=2 + 1100 * moved / 3, scale=3.0)
-    # Two replicas add the shares g/3 and 2g/3 (the shares, products and sum: 3 roundings
-    # of g), then take the same steps: what differs is the rounding of values that moved
-    # by those 3 (at most 35 + 3 per step, of its size) and the weights' (2).
+    reference_roundings, replica_roundings = ROUNDINGS[kind]
+    assert_close(one[3][0], ref, n=2 + reference_roundings * moved / 3, scale=3.0)
+    # Two replicas: what differs is the rounding of values that moved by those steps and
+    # the weights' (2).
     for (w1, *c1), (w2, *c2) in zip(one, two):
-        assert_close(w2, w1, n=2 + 76 * moved / 3, scale=3.0)
+        assert_close(w2, w1, n=2 + replica_roundings * moved / 3, scale=3.0)
         assert c1 == c2
 
 
 def _reference(kind, grads, lr=0.1, b1=0.9, b2=0.999, eps=1e-7, wd=0.1):
+    """The weights after `grads`, in float64: Adam and AdamW (Kingma & Ba, Algorithm 1, in
+    its efficient form; Loshchilov & Hutter's decoupled decay) or Adagrad (Duchi et al.:
+    `a += g**2; w -= lr * g / sqrt(a)`, Keras adding eps under the root, a from 1.0)."""
     w = np.array([1.0, -2.0, 3.0])
     m = v = np.zeros(3)
+    accumulator = np.ones(3)
     for t, g in enumerate(grads, 1):
         g = np.asarray(g, np.float64)
         g = g * min(1.0, 1.0 / np.linalg.norm(g))
+        if kind == "adagrad":
+            accumulator = accumulator + g * g
+            w = w - lr * g / np.sqrt(accumulator + eps)
+            continue
         if kind == "adamw":
             w = w - w * wd * lr
         m = b1 * m + (1 - b1) * g
@@ -208,6 +226,7 @@ def test_make_optimizer_scales_the_peak_with_the_batch_and_follows_the_config(ba
                         weight_decay=weight_decay)
     optimizer = make_optimizer(train, batch_size)
     assert type(optimizer) is (AdamW if weight_decay else Adam)
+    assert optimizer.global_clipnorm == train.clipnorm
     # Adam's epsilon: Keras' for Adam, BERT's for AdamW, unless the config names one.
     assert optimizer.epsilon == (1e-6 if weight_decay else 1e-7)
     train.adam_epsilon = 1e-8
@@ -273,3 +292,60 @@ def test_weight_decay_spares_biases_and_layer_norms_of_every_family(name):
         else:
             # w - w * (lr * weight_decay) in float32: 3 roundings of w (and 2 here).
             assert_close(now, w * (1 - 0.1 * lr), n=3, err_msg=v.path)
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("clipnorm", [None, 1.0])
+@pytest.mark.parametrize("kind", ["adam", "adamw", "adagrad"])
+def test_sparse_gradient_with_repeated_rows_updates_as_its_dense_equivalent(kind, clipnorm):
+    """A gather's gradient lists a row once per occurrence: row 1 three times here. The
+    update squares the gradient, so its parts must be summed first (Keras alone adds
+    1 + 9 + 1 to the second moment where the row's gradient squared is 9), and so does
+    the global norm the gradient is clipped by."""
+    values = tf.constant([[1.0, -1.0], [2.0, 0.5], [3.0, 1.0], [-1.0, 2.0]])
+    sparse = tf.IndexedSlices(values, tf.constant([1, 3, 1, 1]), tf.constant([4, 2]))
+    dense = tf.convert_to_tensor(sparse)
+    np.testing.assert_array_equal(dense[1], [3.0, 2.0])
+
+    def run(gradient):
+        variable = keras.Variable(np.arange(8, dtype=np.float32).reshape(4, 2))
+        optimizer = _optimizer(kind, clipnorm)
+        optimizer.build([variable])
+        step = tf.function(lambda g: optimizer.apply([g], [variable]))
+        for _ in range(3):
+            step(gradient)
+        return keras.ops.convert_to_numpy(variable)
+
+    sparse_result, dense_result = run(sparse), run(dense)
+    assert not np.array_equal(dense_result, np.arange(8).reshape(4, 2))
+    # Untouched rows stay; the repeated row's three parts are summed in another order
+    # (2 roundings of the gradient), then both sides take the same steps (ROUNDINGS per
+    # step, of the step's size 0.1 against the weights' 7), and the weights round (3).
+    np.testing.assert_array_equal(sparse_result[[0, 2]], dense_result[[0, 2]])
+    assert_close(sparse_result, dense_result, n=3 + 3 * (2 + ROUNDINGS[kind][1]) * 0.1 / 7,
+                 scale=7.0)
+
+
+def test_adagrad_follows_the_config_and_refuses_adams_keys():
+    """`train.optimizer: adagrad` builds Adagrad with the config's initial accumulator and
+    clipping; Adam's epsilon and AdamW's weight decay would have no effect and are refused."""
+    from tfeff.config.elmo import TrainConfig
+    from tfeff.training.optimizers import make_optimizer
+
+    train = TrainConfig(optimizer="adagrad", adagrad_initial_accumulator=1.0, clipnorm=10.0,
+                        decay="constant", warmup_steps=0, learning_rate=0.2,
+                        base_batch_size=384)
+    train.validate("train")
+    optimizer = make_optimizer(train, 384)
+    assert type(optimizer) is Adagrad and optimizer.global_clipnorm == 10.0
+    variable = keras.Variable(np.zeros(3, np.float32))
+    optimizer.build([variable])
+    np.testing.assert_array_equal(optimizer._accumulators[0].numpy(), np.ones(3))
+    assert float(optimizer.learning_rate) == pytest.approx(0.2, rel=1e-7)
+    for key, value in (("adam_epsilon", 1e-6), ("weight_decay", 0.01)):
+        refused = TrainConfig(optimizer="adagrad", **{key: value})
+        with pytest.raises(ConfigError, match=rf"`train.{key}` is Adam's: it has no effect "
+                                              r"with `train.optimizer: adagrad`"):
+            refused.validate("train")
+    with pytest.raises(ConfigError, match=r"train.optimizer"):
+        TrainConfig(optimizer="sgd").validate("train")

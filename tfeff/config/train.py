@@ -10,14 +10,19 @@ from tfeff.config.base import positive
 
 # Keras dtype policies a run may train under (`train.precision`).
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+# The optimizers a run may train with (`train.optimizer`).
+OPTIMIZERS = ("adam", "adagrad")
 
 
 @dataclasses.dataclass
 class TrainConfig:
     """Optimization. The peak learning rate is `learning_rate * batch_size / base_batch_size`.
 
-    `weight_decay` > 0 selects AdamW (decoupled decay, not applied to biases,
-    layer norms or embeddings' bias-like vectors; BERT uses 0.01).
+    `optimizer` is `adam` (the default; `weight_decay` > 0 selects AdamW:
+    decoupled decay, not applied to biases, layer norms or embeddings'
+    bias-like vectors; BERT uses 0.01) or `adagrad` (Duchi et al.'s, as ELMo
+    trains: Peters et al.'s bilm-tf uses a rate of 0.2 and accumulators
+    starting at 1.0).
 
     `precision` is the Keras dtype policy of the model: `float32`,
     `mixed_bfloat16` or `mixed_float16` (with dynamic loss scaling). Weights
@@ -53,9 +58,14 @@ class TrainConfig:
         decay_start_step: `rnmt`: the step its decay starts at.
         decay_end_step: `rnmt`: the step its decay ends at (> the start).
         clipnorm: global-norm gradient clipping; 0 disables it.
-        weight_decay: AdamW's decoupled weight decay; 0 selects Adam.
+        optimizer: `adam` or `adagrad` (see above).
+        adagrad_initial_accumulator: `adagrad`: the value its accumulators of
+            squared gradients start at, > 0 (Keras' and TensorFlow's 0.1;
+            ELMo's bilm-tf 1.0).
+        weight_decay: AdamW's decoupled weight decay; 0 selects Adam
+            (`optimizer: adam` only).
         adam_epsilon: Adam's epsilon; 0: Keras' 1e-7 for Adam, BERT's 1e-6 for
-            AdamW.
+            AdamW (`optimizer: adam` only).
         checkpoint_every: steps between checkpoints (also Keras' epoch length,
             the validation interval).
         keep_checkpoints: checkpoints kept.
@@ -90,6 +100,8 @@ class TrainConfig:
     decay_start_step: int = 0
     decay_end_step: int = 0
     clipnorm: float = 1.0
+    optimizer: str = "adam"
+    adagrad_initial_accumulator: float = 0.1
     weight_decay: float = 0.0
     adam_epsilon: float = 0.0
     checkpoint_every: int = 500
@@ -127,6 +139,14 @@ class TrainConfig:
         positive(self.clipnorm, join(prefix, "clipnorm"), allow_zero=True)
         positive(self.weight_decay, join(prefix, "weight_decay"), allow_zero=True)
         positive(self.adam_epsilon, join(prefix, "adam_epsilon"), allow_zero=True)
+        one_of(self.optimizer, OPTIMIZERS, join(prefix, "optimizer"))
+        positive(self.adagrad_initial_accumulator, join(prefix, "adagrad_initial_accumulator"))
+        if self.optimizer != "adam":
+            for name in ("weight_decay", "adam_epsilon"):
+                if getattr(self, name):
+                    raise ConfigError(
+                        f"`{join(prefix, name)}` is Adam's: it has no effect with "
+                        f"`{join(prefix, 'optimizer')}: {self.optimizer}` (set it to 0)")
         one_of(self.decay, ("cosine", "linear", "exponential", "constant", "rnmt"),
                join(prefix, "decay"))
         positive(self.decay_start_step, join(prefix, "decay_start_step"), allow_zero=True)

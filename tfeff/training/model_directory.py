@@ -146,16 +146,23 @@ def _checkpoint_steps(model_dir):
     return [int(m.group(1)) for m in matches if m]
 
 
+def _optimizer_name(train):
+    """The optimizer a `train` section builds: `Adam`, `AdamW` or `Adagrad`."""
+    if train.get("optimizer", "adam") == "adagrad":
+        return "Adagrad"
+    return "AdamW" if train.get("weight_decay") else "Adam"
+
+
 def _optimizer_change(saved_train, new_train):
     """A change of train.* that changes the optimizer a checkpoint holds, or None."""
-    before, after = bool(saved_train.get("weight_decay")), bool(new_train.get("weight_decay"))
+    before, after = _optimizer_name(saved_train), _optimizer_name(new_train)
     if before == after:
         return None
-    name = {False: "Adam", True: "AdamW"}
-    return (f"train.weight_decay: {saved_train.get('weight_decay')!r} -> "
-            f"{new_train.get('weight_decay')!r} (switches the optimizer from {name[before]} to "
-            f"{name[after]}, whose state the checkpoints hold; a non-zero value may change to "
-            "another non-zero value)")
+    keys = [k for k in ("optimizer", "weight_decay")
+            if saved_train.get(k) != new_train.get(k)]
+    return ("; ".join(f"train.{k}: {saved_train.get(k)!r} -> {new_train.get(k)!r}" for k in keys)
+            + f" (switches the optimizer from {before} to {after}, whose state the checkpoints "
+            "hold; a non-zero weight_decay may change to another non-zero value)")
 
 
 def _precision_change(saved_train, new_train):
@@ -174,8 +181,8 @@ def resolve_config(config, model_dir):
     """Checks `config` against `<model_dir>/config.yaml` and writes it.
 
     Resuming may change `train` and `eval` (for example more steps) but not
-    the data, word vectors, model or CoRe phases, nor the optimizer (Adam or,
-    with `train.weight_decay`, AdamW), nor `train.precision`: those would make
+    the data, word vectors, model or CoRe phases, nor the optimizer (Adam,
+    AdamW with `train.weight_decay`, or Adagrad with `train.optimizer`), nor `train.precision`: those would make
     the checkpoint meaningless (`train.jit_compile` and
     `model.adaptive_tail_capacity` may change: the checkpoint is the same
     either way). A directory with no checkpoint yet (a run that failed before

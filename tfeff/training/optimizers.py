@@ -116,6 +116,22 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+def sum_duplicate_indices(slices):
+    """`tf.IndexedSlices` with each index once, its rows summed.
+
+    The gradient of a gather (an embedding lookup, a sampled softmax's rows) lists a
+    row once per occurrence. Keras' updates square the gradient before adding it to
+    a dense slot, so a row met k times would add the sum of its parts' squares where
+    the gradient's square is the square of their sum: Adam's and Adagrad's second
+    moments would be wrong (TensorFlow's own v1 optimizers sum duplicates first,
+    as this does), and a global norm for clipping taken over the parts would not be
+    the gradient's.
+    """
+    unique, positions = tf.unique(slices.indices)
+    values = tf.math.unsorted_segment_sum(slices.values, positions, tf.shape(unique)[0])
+    return tf.IndexedSlices(values, unique, slices.dense_shape)
+
+
 class SkipNonFiniteUpdates:
     """Optimizer mixin: an update whose gradients are not all finite is not applied.
 
@@ -131,6 +147,9 @@ class SkipNonFiniteUpdates:
     The condition sits inside each variable's update (and weight decay), not
     around `apply`: strategies that synchronize through `merge_call`
     (MultiWorkerMirroredStrategy) cannot run one inside a `tf.cond`.
+
+    A sparse gradient (`tf.IndexedSlices`) is clipped and applied as its dense
+    equivalent: duplicate indices are summed first (`sum_duplicate_indices`).
 
     Under `tf.distribute` the gradients are summed over replicas *before*
     clipping (`global_clipnorm` then sees the global batch's gradient, as on
@@ -161,6 +180,10 @@ class SkipNonFiniteUpdates:
             for i, g in zip(present, ctx.all_reduce(tf.distribute.ReduceOp.SUM,
                                                     [grads[i] for i in present])):
                 grads[i] = g
+        # Before clipping: the global norm of a gradient with repeated rows is that of
+        # their sums, not of their parts.
+        grads = [sum_duplicate_indices(g) if isinstance(g, tf.IndexedSlices) else g
+                 for g in grads]
         checks = [tf.reduce_all(tf.math.is_finite(
             g.values if isinstance(g, tf.IndexedSlices) else g)) for g in grads if g is not None]
         skip = tf.logical_not(tf.reduce_all(tf.stack(checks))) if checks else tf.constant(False)
@@ -220,6 +243,17 @@ class AdamW(SkipNonFiniteUpdates, keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` that skips non-finite updates (`SkipNonFiniteUpdates`)."""
 
 
+class Adagrad(SkipNonFiniteUpdates, keras.optimizers.Adagrad):
+    """`keras.optimizers.Adagrad` that skips non-finite updates (`SkipNonFiniteUpdates`).
+
+    Keras' update is Duchi et al.'s, `a += g**2; w -= lr * g / sqrt(a + epsilon)`,
+    with the accumulator `a` starting at `initial_accumulator_value`; TensorFlow's
+    `tf.compat.v1.train.AdagradOptimizer` (which ELMo's bilm-tf uses) divides by
+    `sqrt(a)`, a relative difference below `epsilon / (2 a)` (5e-8 at bilm-tf's
+    initial 1.0).
+    """
+
+
 class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     """Keras' dynamic loss scaling (`mixed_float16`) around a `SkipNonFiniteUpdates` optimizer.
 
@@ -252,9 +286,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 def make_optimizer(train_config, global_batch_size):
     """The optimizer of a run's `train` section.
 
-    Adam (AdamW with `train.weight_decay`) with warmup/decay (`WarmupDecay`),
-    the rate scaled linearly with the batch size, and global-norm gradient
-    clipping (`train.clipnorm`, 0 disables). Updates with NaN/Inf gradients
+    Adam (AdamW with `train.weight_decay`), or Adagrad (`train.optimizer`),
+    with warmup/decay (`WarmupDecay`), the rate scaled linearly with the batch
+    size, and global-norm gradient clipping (`train.clipnorm`, 0 disables). Updates with NaN/Inf gradients
     are skipped (`SkipNonFiniteUpdates`). With `train.precision:
     mixed_float16` it is wrapped in `LossScaleOptimizer` (whose scale is
     checkpointed with it).
@@ -287,6 +321,13 @@ def _inner_optimizer(train_config, global_batch_size):
         decay_end=train_config.decay_end_step,
         replicas=global_batch_size / train_config.base_batch_size,
     )
+    if getattr(train_config, "optimizer", "adam") == "adagrad":
+        return Adagrad(
+            learning_rate=schedule,
+            initial_accumulator_value=train_config.adagrad_initial_accumulator,
+            global_clipnorm=train_config.clipnorm or None,
+            name="adagrad",
+        )
     weight_decay = getattr(train_config, "weight_decay", 0.0)
     epsilon = getattr(train_config, "adam_epsilon", 0.0)
     if weight_decay:
