@@ -25,7 +25,7 @@ def test_yaml_round_trip_and_overrides(tmp_path):
     ("trian.steps=3", r"Unknown config key `trian`"),
     ("train.steps=0", r"`train.steps` must be positive"),
     ("data.batch_size=-4", r"`data.batch_size` must be positive"),
-    ("model.projection_dim=0", r"`model.projection_dim` must be positive"),
+    ("model.projection_dim=-1", r"`model.projection_dim` must be non-negative"),
     ("fasttext.dim=-1", r"`fasttext.dim` must be positive"),
     ("model.dropout_rate=1.5", r"`model.dropout_rate` must be in"),
     ("model.units=abc", r"`model.units` must be an integer"),
@@ -47,10 +47,10 @@ def test_bad_values_name_file_and_key(override, message):
 
 
 def test_an_error_is_blamed_on_the_override_that_made_it_or_on_the_file(tmp_path):
-    with pytest.raises(ConfigError) as info:  # ELMo has no train.optimizer
-        load_config(DEMO, ["train.steps=7", "train.optimizer=adagrad"])
-    assert str(info.value).startswith(f"override `train.optimizer=adagrad` (applied to {DEMO}): "
-                                      "Unknown config key `train.optimizer`")
+    with pytest.raises(ConfigError) as info:  # no family has train.momentum
+        load_config(DEMO, ["train.steps=7", "train.momentum=0.9"])
+    assert str(info.value).startswith(f"override `train.momentum=0.9` (applied to {DEMO}): "
+                                      "Unknown config key `train.momentum`")
     with pytest.raises(ConfigError) as info:  # a cross-key rule: the key it names
         load_config(DEMO, ["model.output_layer=adaptive", "model.adaptive_cutoffs=[50, 10]"])
     assert str(info.value).startswith("override `model.adaptive_cutoffs=[50, 10]`")
@@ -303,3 +303,13 @@ def test_a_local_config_is_read_without_tensorflow_a_remote_one_needs_it(monkeyp
     with pytest.raises(ConfigError, match=r"^gs://bucket/c\.yaml: a remote path needs "
                                           r"TensorFlow's file systems"):
         load_config("gs://bucket/c.yaml")
+
+
+def test_lstms_without_a_projection_refuse_a_projection_clip():
+    """`model.projection_dim: 0` is a plain LSTM (Li et al.'s Table 5 rows): there is no
+    projected state for `proj_clip` to bound."""
+    config = load_config(DEMO, ["model.projection_dim=0"])
+    assert config.model.projection_dim == 0
+    with pytest.raises(ConfigError, match=r"`model.proj_clip` bounds the LSTMs' projected "
+                                          r"state: it needs `model.projection_dim` > 0"):
+        load_config(DEMO, ["model.projection_dim=0", "model.proj_clip=3"])

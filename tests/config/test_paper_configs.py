@@ -124,15 +124,17 @@ def _softmax_head(m, config, vocabulary_size, hidden, embedding_dim):
 def _elmo_lm_parameters(config, vocabulary_size, relaxed=False):
     m = config.model
     units, projection = m.units, m.projection_dim
+    width = projection or units                          # projection_dim 0: plain LSTMs
     embedding_dim = config.fasttext.dim if m.input_embedding == "fixed" else m.embedding_dim
     # Per layer and direction: LSTMP kernel, recurrent kernel (from the projection), bias,
     # projection, and the layer norm after it.
-    direction = (_dense(projection, 4 * units) + projection * 4 * units
-                 + _dense(units, projection, False) + 2 * projection)
+    direction = (_dense(width, 4 * units) + width * 4 * units
+                 + (_dense(units, projection, False) if projection else 0)
+                 + (2 * width if m.layer_norm else 0))
     return (_input_embedding(m, vocabulary_size, embedding_dim)
-            + _dense(embedding_dim, projection)         # token_projection
+            + _dense(embedding_dim, width)              # token_projection
             + 2 * m.num_layers * direction
-            + _softmax_head(m, config, vocabulary_size, projection, embedding_dim))
+            + _softmax_head(m, config, vocabulary_size, width, embedding_dim))
 
 
 def _transformer_layer(hidden, intermediate, rank=None):

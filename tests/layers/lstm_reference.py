@@ -11,7 +11,7 @@ def lstmp(x, kernel, recurrent, bias, projection, h=None, c=None, cell_clip=None
           proj_clip=None):
     """Unrolled float64 LSTMP recurrence over one sequence (time, features); with
     `cell_clip`/`proj_clip`, TensorFlow's LSTMCell clipping (the new cell state, the
-    projected state)."""
+    projected state); `projection=None`: a plain LSTM."""
     units = recurrent.shape[1] // 4
     h = np.zeros(recurrent.shape[0]) if h is None else h
     c = np.zeros(units) if c is None else c
@@ -22,11 +22,13 @@ def lstmp(x, kernel, recurrent, bias, projection, h=None, c=None, cell_clip=None
         c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
         if cell_clip is not None:
             c = np.clip(c, -cell_clip, cell_clip)
-        h = (sigmoid(o) * np.tanh(c)) @ projection
+        h = sigmoid(o) * np.tanh(c)
+        if projection is not None:
+            h = h @ projection
         if proj_clip is not None:
             h = np.clip(h, -proj_clip, proj_clip)
         out.append(h)
-    return np.array(out).reshape(len(x), projection.shape[1]), h, c
+    return np.array(out).reshape(len(x), len(h)), h, c
 
 
 def step_roundings(features, proj, units):

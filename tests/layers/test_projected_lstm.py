@@ -118,3 +118,38 @@ def test_right_padded_full_and_empty_rows_equal_the_unpadded_prefix():
         assert_close(out[0], layer(x[:1]).numpy()[0], **bound)
         assert_close(out[1, :3], layer(x[1:2, :3]).numpy()[0], **bound)
         assert np.all(out[1, 3:] == 0) and np.all(out[2] == 0)
+
+
+@pytest.mark.numerics
+def test_without_projection_is_keras_lstm_and_the_plain_recurrence(tmp_path):
+    """`projection_dim=None`: the plain LSTM of Li et al.'s Table 5 rows (2048 cells, no
+    projection): Keras' LSTM with the same weights, and the NumPy recurrence without P,
+    in float64; the layer's own checks (serialization, XLA, mixed precision) too."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(2, 6, 4))
+    run_layer_test(ProjectedLSTM, dict(units=5, projection_dim=None, name="lstm"),
+                   x.astype("float32"), tmp_path, expected_num_weights=3,
+                   xla_n=6 * step_roundings(4, None, 5), mixed_n=1 + 6 * STEP_ROUNDINGS_16,
+                   scale=1.0)
+    layer = ProjectedLSTM(5, None, dtype="float64")
+    out = layer(x).numpy()
+    assert out.shape == (2, 6, 5)
+    assert layer.count_params() == 4 * 20 + 5 * 20 + 20
+    keras_lstm = keras.layers.LSTM(5, return_sequences=True, dtype="float64")
+    keras_lstm.build((None, 6, 4))
+    keras_lstm.set_weights(layer.get_weights())
+    # float64, 6 steps; outputs below 1, the LSTM's scale.
+    assert_close(out, keras_lstm(x).numpy(), n=6 * step_roundings(4, None, 5),
+                 dtype="float64", scale=1.0)
+    mask = np.array([[1, 1, 1, 0, 0, 0], [1] * 6], bool)
+    backward = ProjectedLSTM(5, None, go_backwards=True, dtype="float64")
+    out = backward(x, mask=mask).numpy()
+    kernel, recurrent, bias = [keras.ops.convert_to_numpy(v) for v in backward.weights]
+    for b in range(2):
+        n = mask[b].sum()
+        ref, _, _ = lstmp(x[b, :n][::-1], kernel, recurrent, bias, None)
+        assert_close(out[b, :n], ref[::-1], n=6 * step_roundings(4, None, 5),
+                     dtype="float64", scale=1.0)
+        assert np.all(out[b, n:] == 0)
+    with pytest.raises(ValueError, match=r"`proj_clip` bounds the projected state"):
+        ProjectedLSTM(5, None, proj_clip=3.0)

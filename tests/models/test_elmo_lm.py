@@ -245,3 +245,32 @@ def test_the_old_name_of_token_embedding_dim_is_read_with_a_warning():
     ids = np.array([[2, 5, 6, 3, 0]], "int32")
     stack, _, _ = lm.encode(lm.token_embedding(ids), ids > 0)
     np.testing.assert_array_equal(np.asarray(lm.embedding_layers(ids, ids > 0)), np.asarray(stack))
+
+
+def test_plain_lstms_without_layer_norm_save_load_and_embed(tmp_path):
+    """Li et al.'s Table 5 encoders (`projection_dim=None`: 2048-cell LSTMs, here 8) and
+    ELMo's (`layer_norm=False`): the width is `units`, no projection or norm weights exist,
+    and a `.keras` round trip gives the same outputs and embedding layers."""
+    table = str(tmp_path / "table.npy")
+    np.save(table, np.random.default_rng(2).normal(size=(12, 4)).astype("float32"))
+    model = ElmoLM(embedding_table=table, num_layers=2, units=8, projection_dim=None,
+                   layer_norm=False, dropout_rate=0.0)
+    model.build()
+    names = {w.path.split("/")[-1] for w in model.weights}
+    assert not names & {"projection_kernel", "gamma", "beta"}, names
+    assert model.width == 8 and model.embedding_dim == 16 and model.layer_norm is False
+    ids = np.array([[2, 5, 6, 3, 0], [2, 7, 3, 0, 0]], "int32")
+    assert tuple(model(ids)["forward"].shape) == (2, 5, 4)  # the continuous head: 4-d
+    path = str(tmp_path / "plain.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.projection_dim is None and loaded.layer_norm is False
+    for key in ("forward", "backward"):
+        np.testing.assert_array_equal(loaded(ids)[key], model(ids)[key])
+    np.testing.assert_array_equal(loaded.embedding_layers(ids, ids > 0),
+                                  model.embedding_layers(ids, ids > 0))
+    # With the norms (the default), each direction of each layer has one.
+    normed = ElmoLM(embedding_table=table, num_layers=2, units=8, projection_dim=None,
+                    dropout_rate=0.0)
+    normed.build()
+    assert sum("gamma" in w.path for w in normed.weights) == 4

@@ -182,8 +182,12 @@ class ElmoModelConfig:
     Args:
         num_layers: LSTM layers per direction.
         units: LSTM cell size.
-        projection_dim: LSTM projection (and token-projection) size.
+        projection_dim: LSTM projection (and token-projection) size; 0: plain
+            LSTMs without a projection, whose width is `units` (Li et al.'s
+            Table 5 LSTM rows).
         dropout_rate: dropout after each LSTM layer, in [0, 1).
+        layer_norm: layer normalization after each LSTM layer (Li et al.'s
+            addition to ELMo's encoder; ELMo has none).
         output_layer: `continuous`, `full`, `adaptive`, `sampled` or `fixed`.
         output_loss: `cosine`, `l2` or `vmf` (`continuous` only).
         vmf_regularization1: lambda_1 of the `vmf` loss, >= 0.
@@ -215,6 +219,7 @@ class ElmoModelConfig:
     units: int = 4096
     projection_dim: int = 512
     dropout_rate: float = 0.1
+    layer_norm: bool = True
     output_layer: str = "continuous"
     output_loss: str = "cosine"
     vmf_regularization1: float = 0.0
@@ -232,8 +237,13 @@ class ElmoModelConfig:
     direction_loss: str = "sum"
 
     def validate(self, prefix):
-        for name in ("num_layers", "units", "projection_dim"):
+        for name in ("num_layers", "units"):
             positive(getattr(self, name), join(prefix, name))
+        positive(self.projection_dim, join(prefix, "projection_dim"), allow_zero=True)
+        if not self.projection_dim and self.proj_clip:
+            raise ConfigError(
+                f"`{join(prefix, 'proj_clip')}` bounds the LSTMs' projected state: it needs "
+                f"`{join(prefix, 'projection_dim')}` > 0 (0: no projection)")
         if not 0 <= self.dropout_rate < 1:
             raise ConfigError(f"`{join(prefix, 'dropout_rate')}` must be in [0, 1)")
         one_of(self.output_layer, OUTPUT_LAYERS, join(prefix, "output_layer"))

@@ -33,6 +33,10 @@ class ProjectedLSTM(keras.layers.Layer):
     projected state to [-proj_clip, proj_clip]: `cell_clip=3.0, proj_clip=3.0`
     here. Off by default. A clipped value passes no gradient.
 
+    `projection_dim=None` is a plain LSTM (no P: r_t = h_t, of size `units`,
+    Keras' `LSTM` cell with `unit_forget_bias`), the one-layer and two-layer
+    2048-cell encoders of Li et al.'s Table 5; `proj_clip` needs a projection.
+
     With 4096 units and a 512 projection this is 4x cheaper per step than a
     plain 4096-unit LSTM. The input product x_t W is computed for all steps in
     one matmul before the loop; only the recurrent part runs per step.
@@ -51,7 +55,8 @@ class ProjectedLSTM(keras.layers.Layer):
 
     Args:
         units: positive int, LSTM cell size.
-        projection_dim: positive int, size of the projected state and output.
+        projection_dim: positive int, size of the projected state and output;
+            None: no projection (a plain LSTM whose output has `units`).
         go_backwards: if True, process each sequence from its last real token
             to its first; outputs are returned in the original order.
         kernel_initializer: initializer of the input kernel W.
@@ -68,11 +73,13 @@ class ProjectedLSTM(keras.layers.Layer):
         mask: optional boolean `(batch, time)`, right-padded.
 
     Returns:
-        `(batch, time, projection_dim)`.
+        `(batch, time, projection_dim or units)`.
 
     Raises:
-        ValueError: `units` or `projection_dim` is not a positive integer, or
-            `cell_clip` or `proj_clip` is neither None nor a positive number.
+        ValueError: `units` is not a positive integer, `projection_dim` is
+            neither None nor one, `cell_clip` or `proj_clip` is neither None
+            nor a positive number, or `proj_clip` is given without a
+            projection.
 
     Example:
 
@@ -101,7 +108,9 @@ class ProjectedLSTM(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         for arg, value in (("units", units), ("projection_dim", projection_dim)):
-            if not isinstance(value, int) or value <= 0:
+            if arg == "projection_dim" and value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(
                     f"Received an invalid value for `{arg}`, expected a positive "
                     f"integer. Received: {arg}={value}"
@@ -122,6 +131,10 @@ class ProjectedLSTM(keras.layers.Layer):
                 )
         self.cell_clip = None if cell_clip is None else float(cell_clip)
         self.proj_clip = None if proj_clip is None else float(proj_clip)
+        if projection_dim is None and proj_clip is not None:
+            raise ValueError(
+                "`proj_clip` bounds the projected state: it needs a `projection_dim`. "
+                f"Received: projection_dim=None, proj_clip={proj_clip!r}")
         self.supports_masking = True
 
     def build(self, input_shape):
@@ -136,7 +149,7 @@ class ProjectedLSTM(keras.layers.Layer):
             name="kernel",
         )
         self.recurrent_kernel = self.add_weight(
-            shape=(self.projection_dim, 4 * self.units),
+            shape=(self.output_dim, 4 * self.units),
             initializer=self.recurrent_initializer,
             name="recurrent_kernel",
         )
@@ -144,11 +157,17 @@ class ProjectedLSTM(keras.layers.Layer):
             shape=(4 * self.units,),
             initializer=forget_bias_initializer(self.units, self.unit_forget_bias), name="bias"
         )
-        self.projection_kernel = self.add_weight(
-            shape=(self.units, self.projection_dim),
-            initializer=self.projection_initializer,
-            name="projection_kernel",
-        )
+        if self.projection_dim is not None:
+            self.projection_kernel = self.add_weight(
+                shape=(self.units, self.projection_dim),
+                initializer=self.projection_initializer,
+                name="projection_kernel",
+            )
+
+    @property
+    def output_dim(self):
+        """The size of the output and of the state fed back: `projection_dim` or `units`."""
+        return self.units if self.projection_dim is None else self.projection_dim
 
     def call(self, inputs, mask=None):
         check_float_inputs(self, inputs)
@@ -165,7 +184,8 @@ class ProjectedLSTM(keras.layers.Layer):
         # Hoisted input product for every step: (time, batch, 4 * units).
         gates_x = ops.einsum("btf,fg->tbg", inputs, self.kernel) + self.bias
         recurrent_kernel = ops.convert_to_tensor(self.recurrent_kernel)
-        projection_kernel = ops.convert_to_tensor(self.projection_kernel)
+        projection_kernel = (None if self.projection_dim is None
+                             else ops.convert_to_tensor(self.projection_kernel))
         cell_clip, proj_clip = self.cell_clip, self.proj_clip
 
         def step(state, gate_x):
@@ -175,22 +195,24 @@ class ProjectedLSTM(keras.layers.Layer):
             c = ops.sigmoid(f) * c_prev + ops.sigmoid(i) * ops.tanh(g)
             if cell_clip is not None:
                 c = ops.clip(c, -cell_clip, cell_clip)
-            r = ops.matmul(ops.sigmoid(o) * ops.tanh(c), projection_kernel)
+            r = ops.sigmoid(o) * ops.tanh(c)
+            if projection_kernel is not None:
+                r = ops.matmul(r, projection_kernel)
             if proj_clip is not None:
                 r = ops.clip(r, -proj_clip, proj_clip)
             return r, c
 
         dtype = gates_x.dtype
-        init = (ops.zeros((batch_size, self.projection_dim), dtype=dtype),
+        init = (ops.zeros((batch_size, self.output_dim), dtype=dtype),
                 ops.zeros((batch_size, self.units), dtype=dtype))
         outputs, _ = scan_carries(step, gates_x, init)  # (time, batch, proj)
-        outputs = ops.transpose(outputs, (1, 0, 2))  # (batch, time, projection_dim)
+        outputs = ops.transpose(outputs, (1, 0, 2))  # (batch, time, output_dim)
         if self.go_backwards:
             outputs = reverse_sequence(outputs, lengths)
         return outputs * ops.cast(mask, outputs.dtype)[:, :, None]
 
     def compute_output_shape(self, input_shape):
-        return tuple(input_shape[:-1]) + (self.projection_dim,)
+        return tuple(input_shape[:-1]) + (self.output_dim,)
 
     def compute_mask(self, inputs, mask=None):
         return mask

@@ -18,20 +18,24 @@ class ElmoBackbone(LanguageModelBackbone):
       `AloneEmbedding` (`input_embedding`), linearly projected to
       `projection_dim`.
     * Forward and backward stacks of `num_layers` LSTMs with a recurrent
-      projection (`ProjectedLSTM`: `units` cells, `projection_dim` outputs),
-      each followed by layer normalization and dropout; from the second layer
-      on, a residual connection adds the layer's input.
+      projection (`ProjectedLSTM`: `units` cells, `projection_dim` outputs;
+      `projection_dim=None`: plain LSTMs of `units` outputs), each followed by
+      layer normalization (Li et al.'s addition to ELMo; `layer_norm=False`
+      leaves it out, as ELMo has none) and dropout; from the second layer on,
+      a residual connection adds the layer's input.
 
     The representation stack used for feature extraction is
     `[concat(x, x), concat(f_1, b_1), ..., concat(f_L, b_L)]`, each of size
-    `2 * projection_dim` (ELMo's layer 0 duplicates the token layer).
+    `2 * width`, where the width is `projection_dim` (or `units` without a
+    projection; ELMo's layer 0 duplicates the token layer).
 
     Args:
         vocabulary_size: number of ids (row 0 is padding); may be left out
             when `embedding_table` is given.
         num_layers: LSTM layers per direction.
         units: LSTM cell size.
-        projection_dim: LSTM projection (and token-projection) size.
+        projection_dim: LSTM projection (and token-projection) size; None:
+            LSTMs without a projection, the width is `units`.
         dropout_rate: dropout after each LSTM layer, in [0, 1).
         embedding_table: path of the `.npy` vocabulary vectors, or an array
             `(vocabulary_size, dim)`; row 0 is padding. Required by the fixed
@@ -43,6 +47,7 @@ class ElmoBackbone(LanguageModelBackbone):
             (see `LanguageModelBackbone`).
         cell_clip: None or the bound of each LSTM's cell state (ELMo: 3).
         proj_clip: None or the bound of each LSTM's projected state (ELMo: 3).
+        layer_norm: whether each LSTM layer's output is layer-normalized.
         **kwargs: base `Model` arguments.
 
     Call arguments:
@@ -51,11 +56,11 @@ class ElmoBackbone(LanguageModelBackbone):
 
     Returns:
         dict with the top layer of each direction, `"forward"` and
-        `"backward"`, `(batch, time, projection_dim)`, zero at padding.
+        `"backward"`, `(batch, time, width)`, zero at padding.
 
     Raises:
-        ValueError: `num_layers`, `units` or `projection_dim` is not a
-            positive integer or `dropout_rate` is not in [0, 1) (and, from
+        ValueError: `num_layers` or `units` is not a positive integer,
+            `projection_dim` is neither None nor one, or `dropout_rate` is not in [0, 1) (and, from
             `LanguageModelBackbone`, a bad `vocabulary_size`, table or
             input embedding; a `vocabulary_size` that is no integer, such as
             fixed vectors passed first, raises `TypeError`).
@@ -74,28 +79,30 @@ class ElmoBackbone(LanguageModelBackbone):
     def __init__(self, vocabulary_size=None, num_layers=2, units=4096, projection_dim=512,
                  dropout_rate=0.1, embedding_table=None, input_embedding="fixed",
                  token_embedding_dim=None, alone=None, cell_clip=None, proj_clip=None,
-                 **kwargs):
+                 layer_norm=True, **kwargs):
         for arg, value in (
             ("num_layers", num_layers),
             ("units", units),
             ("projection_dim", projection_dim),
         ):
-            check_positive_int(arg, value)
+            if value is not None or arg != "projection_dim":
+                check_positive_int(arg, value)
         if not 0 <= dropout_rate < 1:
             raise ValueError(
                 "Received an invalid value for `dropout_rate`, expected a value in "
                 f"[0, 1). Received: dropout_rate={dropout_rate}"
             )
-        super().__init__(vocabulary_size, hidden_dim=projection_dim,
+        width = projection_dim or units
+        super().__init__(vocabulary_size, hidden_dim=width,
                          embedding_table=embedding_table, input_embedding=input_embedding,
                          token_embedding_dim=token_embedding_dim, alone=alone, **kwargs)
         self.num_layers = num_layers
         self.units = units
         self.projection_dim = projection_dim
+        self.width = width
+        self.layer_norm = bool(layer_norm)
         self.dropout_rate = float(dropout_rate)
-        self.token_projection = keras.layers.Dense(
-            projection_dim, name="token_projection"
-        )
+        self.token_projection = keras.layers.Dense(width, name="token_projection")
         self.forward_lstms, self.backward_lstms = [], []
         self.forward_norms, self.backward_norms = [], []
         for i in range(num_layers):
@@ -113,24 +120,18 @@ class ElmoBackbone(LanguageModelBackbone):
                         name=f"{direction}_lstm_{i}",
                     )
                 )
-                norms.append(
-                    keras.layers.LayerNormalization(
-                        epsilon=1e-6, name=f"{direction}_norm_{i}"
-                    )
-                )
+                if self.layer_norm:
+                    norms.append(keras.layers.LayerNormalization(
+                        epsilon=1e-6, name=f"{direction}_norm_{i}"))
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
 
     def build_layers(self):
-        hidden_shape = (None, None, self.projection_dim)
+        hidden_shape = (None, None, self.width)
         self.build_token_embedding()
         self.token_projection.build((None, None, self.token_embedding_dim))
-        for i in range(self.num_layers):
-            for lstm, norm in (
-                (self.forward_lstms[i], self.forward_norms[i]),
-                (self.backward_lstms[i], self.backward_norms[i]),
-            ):
-                lstm.build(hidden_shape)
-                norm.build(hidden_shape)
+        for layer in self.forward_lstms + self.backward_lstms + self.forward_norms + \
+                self.backward_norms:
+            layer.build(hidden_shape)
 
     def encode(self, vectors, mask, training=False):
         """Runs the biLSTM stacks on token vectors.
@@ -145,8 +146,8 @@ class ElmoBackbone(LanguageModelBackbone):
 
         Returns:
             `(stack, forward_top, backward_top)`: the representation stack
-            `(batch, num_layers + 1, time, 2 * projection_dim)` and the top
-            layer of each direction `(batch, time, projection_dim)`.
+            `(batch, num_layers + 1, time, 2 * width)` and the top layer of
+            each direction `(batch, time, width)`.
         """
         mask = check_right_padded(self, mask)
         token = self.token_projection(vectors)  # (batch, time, proj)
@@ -154,10 +155,12 @@ class ElmoBackbone(LanguageModelBackbone):
         forward, backward = token, token
         stack = [ops.concatenate([token, token], axis=-1)]
         for i in range(self.num_layers):
-            f = self.forward_lstms[i](forward, mask=mask)  # (batch, time, proj)
+            f = self.forward_lstms[i](forward, mask=mask)  # (batch, time, width)
             b = self.backward_lstms[i](backward, mask=mask)
-            f = self.dropout(self.forward_norms[i](f), training=training)
-            b = self.dropout(self.backward_norms[i](b), training=training)
+            if self.layer_norm:
+                f, b = self.forward_norms[i](f), self.backward_norms[i](b)
+            f = self.dropout(f, training=training)
+            b = self.dropout(b, training=training)
             if i > 0:
                 f, b = f + forward, b + backward
             keep = ops.cast(mask, f.dtype)[:, :, None]
@@ -181,7 +184,7 @@ class ElmoBackbone(LanguageModelBackbone):
     @property
     def embedding_dim(self):
         """Size of each layer of `embedding_layers` (both directions concatenated)."""
-        return 2 * self.projection_dim
+        return 2 * self.width
 
     def embedding_layers(self, token_ids, padding_mask, training=False):
         """The representation stack of `encode` for `token_ids` (with `<s>` and `</s>`):
@@ -199,5 +202,6 @@ class ElmoBackbone(LanguageModelBackbone):
             "dropout_rate": self.dropout_rate,
             "cell_clip": self.forward_lstms[0].cell_clip,
             "proj_clip": self.forward_lstms[0].proj_clip,
+            "layer_norm": self.layer_norm,
         })
         return config

@@ -58,7 +58,8 @@ class ElmoLM(LanguageModel):
             must equal them when both are given).
         num_layers: LSTM layers per direction.
         units: LSTM cell size.
-        projection_dim: LSTM projection (and token-projection) size.
+        projection_dim: LSTM projection (and token-projection) size; None:
+            LSTMs without a projection (the width is `units`).
         dropout_rate: dropout after each LSTM layer, in [0, 1).
         output_layer: one of `OUTPUT_LAYERS`.
         output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
@@ -90,6 +91,8 @@ class ElmoLM(LanguageModel):
             (`ProjectedLSTM`; ELMo: 3).
         proj_clip: None or the bound of each LSTM's projected state (ELMo: 3).
         direction_loss: `"sum"` or `"mean"` of the two directions' losses.
+        layer_norm: whether each LSTM layer's output is layer-normalized (Li et
+            al.'s encoder; ELMo's has none).
         **kwargs: base `Model` arguments.
 
     Call arguments:
@@ -152,6 +155,7 @@ class ElmoLM(LanguageModel):
         cell_clip=None,
         proj_clip=None,
         direction_loss="sum",
+        layer_norm=True,
         **kwargs,
     ):
         if "embedding_dim" in kwargs:  # its earlier name, still in saved configs
@@ -177,14 +181,16 @@ class ElmoLM(LanguageModel):
             dropout_rate=dropout_rate, embedding_table=embedding_table,
             input_embedding=input_embedding, token_embedding_dim=token_embedding_dim,
             alone=self.backbone_alone(alone, input_embedding), cell_clip=cell_clip,
-            proj_clip=proj_clip, dtype=self.dtype_policy, name=f"{self.name}_backbone")
-        for name in ("num_layers", "units", "projection_dim", "dropout_rate"):
+            proj_clip=proj_clip, layer_norm=layer_norm, dtype=self.dtype_policy,
+            name=f"{self.name}_backbone")
+        for name in ("num_layers", "units", "projection_dim", "width", "dropout_rate",
+                     "layer_norm"):
             setattr(self, name, getattr(backbone, name))
-        self.attach_backbone(backbone, _BACKBONE_LAYERS, projection_dim)
+        self.attach_backbone(backbone, _BACKBONE_LAYERS, self.width)
 
     def build(self, input_shape=None):
         self.build_backbone()
-        self.build_output_head(self.projection_dim)
+        self.build_output_head(self.width)
         self.built = True
 
     def encode(self, vectors, mask, training=False):

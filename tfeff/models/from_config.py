@@ -49,8 +49,8 @@ def elmo_lm(config, vocabulary_size, vectors_path=None):
     m = config.model
     return ElmoLM(
         vocabulary_size, cell_clip=m.cell_clip or None, proj_clip=m.proj_clip or None,
-        name="elmo_lm", **_same_names(m, ("num_layers", "units", "projection_dim",
-                                          "dropout_rate")),
+        projection_dim=m.projection_dim or None, name="elmo_lm",
+        **_same_names(m, ("num_layers", "units", "dropout_rate", "layer_norm")),
         **_language_model_kwargs(config, vectors_path))
 
 
