@@ -256,8 +256,14 @@ def test_plain_lstms_without_layer_norm_save_load_and_embed(tmp_path):
     model = ElmoLM(embedding_table=table, num_layers=2, units=8, projection_dim=None,
                    layer_norm=False, dropout_rate=0.0)
     model.build()
-    names = {w.path.split("/")[-1] for w in model.weights}
-    assert not names & {"projection_kernel", "gamma", "beta"}, names
+    # Every LSTM's kernel, recurrent kernel and bias is trained, and nothing else of the
+    # encoder but the token projection.
+    names = [w.path.split("/")[-1] for w in model.trainable_weights]
+    assert sorted(n for n in names if n in ("kernel", "recurrent_kernel", "bias")) == \
+        sorted(["kernel", "bias"] + ["kernel", "recurrent_kernel", "bias"] * 4 + ["kernel",
+                                                                                   "bias"])
+    assert not set(names) & {"projection_kernel", "gamma", "beta"}, names
+    assert model.count_params() == (4 * 8 + 8) + 2 * 2 * (8 * 32 * 2 + 32) + (8 * 4 + 4)
     assert model.width == 8 and model.embedding_dim == 16 and model.layer_norm is False
     ids = np.array([[2, 5, 6, 3, 0], [2, 7, 3, 0, 0]], "int32")
     assert tuple(model(ids)["forward"].shape) == (2, 5, 4)  # the continuous head: 4-d

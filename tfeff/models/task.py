@@ -53,14 +53,16 @@ class BackboneTask(keras.Model):
 
         A tuple of names stands for lists that the single class filled together: they
         are adopted item by item, interleaved (`forward_lstms[0]`, `forward_norms[0]`,
-        `backward_lstms[0]`, ..., then `[1]`), which is the order of its `weights`.
+        `backward_lstms[0]`, ..., then `[1]`), which is the order of its `weights`. An
+        empty list (an ELMo without layer norms) drops out of the interleaving.
         """
         for name in layer_names:
             if isinstance(name, tuple):
                 for list_name in name:
                     setattr(self, list_name, [])
-                for items in zip(*(getattr(backbone, n) for n in name)):
-                    for list_name, item in zip(name, items):
+                filled = tuple(n for n in name if getattr(backbone, n))
+                for items in zip(*(getattr(backbone, n) for n in filled)):
+                    for list_name, item in zip(filled, items):
                         getattr(self, list_name).append(item)
             elif hasattr(backbone, name):
                 setattr(self, name, getattr(backbone, name))
