@@ -139,7 +139,8 @@ def test_every_bundled_config_loads():
     ("model.num_heads=5", "`model.hidden_dim` must be a multiple of num_heads"),
     ("data.max_predictions_per_seq=0", "`data.max_predictions_per_seq` must be in"),
     ("core.plateau_patience=2", "`core.plateau_patience` needs `core.coarse_steps`"),
-    ("train.epochs=2", "`train.epochs` is counted by the elmo and transformer_lm families"),
+    ("train.epochs=2", "`train.epochs` is counted by the elmo, transformer_lm and masked_elmo "
+                      "families"),
 ])
 def test_bert_config_errors_name_the_key(override, message):
     path = os.path.join(REPO, "configs", "demo_bert.yaml")

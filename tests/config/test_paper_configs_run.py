@@ -87,9 +87,10 @@ def test_paper_config_trains_at_demo_size(name, tmp_path):
     model_dir = str(tmp_path / name)
     results = pretrain(config, model_dir, verbose=0)
     if paper.train.epochs:  # the budget in epochs of the corpus: steps from its windows
-        with open(os.path.join(model_dir, "epoch_windows.json")) as f:
-            windows = json.load(f)["windows"]
-        assert config.train.steps == math.ceil(0.1 * windows / config.data.batch_size)
+        if config.family != "masked_elmo":  # (its documents' windows: tests/training)
+            with open(os.path.join(model_dir, "epoch_windows.json")) as f:
+                windows = json.load(f)["windows"]
+            assert config.train.steps == math.ceil(0.1 * windows / config.data.batch_size)
         assert load_config(os.path.join(model_dir, "config.yaml")).train.steps == \
             config.train.steps
     assert results["step"] == config.train.steps > 0

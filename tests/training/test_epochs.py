@@ -71,3 +71,28 @@ def test_epochs_set_the_steps_from_the_corpus_windows_and_are_logged(tmp_path, c
     with open(os.path.join(model_dir, EPOCH_FILE)) as f:
         assert json.load(f)["windows"] == len(epoch)
 
+
+
+def test_masked_elmo_epochs_count_the_windows_its_streams_read(tmp_path):
+    """Masked ELMo's epoch is every window of its documents once, as one epoch's TBPTT
+    streams read them (their filler rows aside): `train.epochs` x those windows / batch
+    steps, resolved when the run starts and written to the directory's config."""
+    from tfeff.data.masked_elmo_dataset import masked_elmo_batches
+    from tfeff.training import FAMILIES
+
+    demo = os.path.join(REPO, "configs", "demo_masked_elmo.yaml")
+    config = load_config(demo, [
+        "data.synthetic.num_train_sentences=300", "data.synthetic.num_heldout_sentences=20",
+        "data.synthetic.lexicon_size=100", "data.synthetic.paragraph_sentences=4",
+        "data.wordpiece_vocabulary_size=200", "data.max_sequence_length=16",
+        "data.batch_size=8", "train.epochs=2.5"])
+    model_dir = str(tmp_path / "run")
+    _, _, artifacts = FAMILIES["masked_elmo"].start(config, model_dir, "default", None)
+    d = config.data
+    rows = sum(int((batch["padding_mask"].sum(axis=1) > 0).sum()) for batch in
+               masked_elmo_batches(artifacts.documents, d.batch_size, d.max_sequence_length,
+                                   d.max_predictions_per_seq, artifacts.vocabulary_size,
+                                   repeat=False))
+    assert artifacts.epoch_windows == rows > d.batch_size
+    assert config.train.steps == math.ceil(2.5 * rows / d.batch_size)
+    assert load_config(os.path.join(model_dir, "config.yaml")).train.steps == config.train.steps

@@ -259,8 +259,8 @@ class BertConfig:
         one_of(self.family, ("bert",), join(prefix, "family"))
         if self.train.epochs:
             raise ConfigError(
-                f"`{join(prefix, 'train.epochs')}` is counted by the elmo and transformer_lm "
-                "families; this family trains `train.steps`")
+                f"`{join(prefix, 'train.epochs')}` is counted by the elmo, transformer_lm and "
+                "masked_elmo families; this family trains `train.steps`")
         if self.core.enabled:
             if self.model.relaxed is None:
                 raise ConfigError(

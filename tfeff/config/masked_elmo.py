@@ -195,10 +195,6 @@ class MaskedElmoConfig:
 
     def validate(self, prefix):
         one_of(self.family, ("masked_elmo",), join(prefix, "family"))
-        if self.train.epochs:
-            raise ConfigError(
-                f"`{join(prefix, 'train.epochs')}` is counted by the elmo and transformer_lm "
-                "families; this family trains `train.steps`")
         if self.model.mask_accumulation * self.data.mask_rate > 1:
             raise ConfigError(
                 f"`{join(prefix, 'model.mask_accumulation')}` x `data.mask_rate` must be "

@@ -35,11 +35,13 @@ class TrainConfig:
 
     Args:
         steps: the step training ends at (unless `epochs` is set).
-        epochs: the training budget in passes over the training corpus (ELMo
-            and transformer LM families): > 0 sets `steps` from the windows
-            of one pass (counted once, kept in the model directory) in
-            batches of `data.batch_size`, rounded up, and the progress lines
-            show the epoch; 0 keeps `steps`.
+        epochs: the training budget in passes over the training corpus (ELMo,
+            transformer LM and Masked ELMo families): > 0 sets `steps` from
+            the windows of one pass (ELMo and transformer LMs: counted once,
+            kept in the model directory; Masked ELMo: its documents' windows,
+            `tfeff.data.masked_elmo_dataset.epoch_windows`) in batches of
+            `data.batch_size`, rounded up, and the progress lines show the
+            epoch; 0 keeps `steps`.
         learning_rate: the peak learning rate at `base_batch_size` (scaled
             linearly with `data.batch_size`).
         base_batch_size: the batch size `learning_rate` is given for.

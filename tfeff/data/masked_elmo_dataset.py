@@ -95,6 +95,16 @@ def tokenize_documents(patterns, vocabulary_path, lower_case=False, on_invalid_u
     return [np.concatenate(parts) for parts in documents]
 
 
+def epoch_windows(document_lengths, window):
+    """The windows of one pass over the documents, `train.epochs`' unit: each document's
+    tokens cut into windows of `window`, its last one partial.
+
+    An epoch's plan (`tbptt_plan`) deals them to the streams: its steps are at least
+    `windows / num_streams`, a few more where the documents do not pack evenly.
+    """
+    return int(sum(-(-int(n) // window) for n in document_lengths))
+
+
 def tbptt_plan(document_lengths, num_streams, window, rng, reverse_half=True):
     """Which window of which document each stream reads at each step.
 
@@ -116,7 +126,7 @@ def tbptt_plan(document_lengths, num_streams, window, rng, reverse_half=True):
     streams = [[] for _ in range(num_streams)]
     heap = [(0, s) for s in range(num_streams)]
     for doc in order:
-        count = int(-(-lengths[doc] // window))  # ceil
+        count = epoch_windows([lengths[doc]], window)
         if count == 0:
             continue
         size, s = heapq.heappop(heap)

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from tfeff import data as data_lib
 from tfeff.data import files
+from tfeff.data.masked_elmo_dataset import epoch_windows
 from tfeff.models import from_config
 from tfeff.training import evaluation
 from tfeff.training import model_directory
@@ -128,6 +129,9 @@ class MaskedElmoFamily(Family):
                                                d.lower_case, d.on_invalid_utf8)
 
         artifacts.documents = tokenize(artifacts.train_files)
+        if config.train.epochs:
+            artifacts.epoch_windows = epoch_windows([len(doc) for doc in artifacts.documents],
+                                                    d.max_sequence_length)
         artifacts.heldout_documents = (tokenize(artifacts.heldout_files)
                                        if artifacts.heldout_files else None)
         if self.uses_vectors(config):
