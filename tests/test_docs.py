@@ -71,32 +71,64 @@ def _docs_reference():
 def test_recipe_tables_compare_the_paper_with_the_configs(tmp_path):
     """A row's status comes from the configs where the paper's value is given; a claim
     the configs contradict, a difference without its reason or a key no config has is
-    refused, naming the spec's row."""
+    refused, naming the spec's row. Every row cites the paper's text, or says it is
+    silent and names the other source of its value, or is `unverified`."""
     docs_reference = _docs_reference()
     spec = tmp_path / "spec.yaml"
 
-    def table(*rows):
-        spec.write_text("configs: {ELMo-C: elmo_c.yaml, ELMo-A: elmo_a.yaml}\nrows:\n"
-                        + "".join(rows))
+    def table(*rows, sources="{The authors' code: 'their release'}"):
+        spec.write_text(f"sources: {sources}\nconfigs: {{ELMo-C: elmo_c.yaml, ELMo-A: "
+                        "elmo_a.yaml}\nrows:\n" + "".join(rows))
         return docs_reference.recipe_table(str(spec))
 
-    units = "- {setting: Cells, paper: '4096', key: model.units, value: 4096}\n"
-    assert "| Cells | 4096 | `model.units` | 4096 | same |  |" in table(units)
-    batch = ("- {setting: Batch, paper: 768 per card, key: data.batch_size, "
-             "value: {ELMo-C: 3072, ELMo-A: 768}, why: ELMo-A's is 4 cards' worth}\n")
-    assert ("| Batch | 768 per card | `data.batch_size` | ELMo-C: 3072 · ELMo-A: 1024 | "
-            "**differs** | ELMo-A's is 4 cards' worth |") in table(batch)
+    units = "- {setting: Cells, paper: '4096', cite: Table 2, key: model.units, value: 4096}\n"
+    code = ("- {setting: Clipping, cite: silent, source: \"The authors' code: 1.0\", "
+            "key: train.clipnorm, value: 1.0}\n")
+    rendered = table(units, code)
+    assert "| Cells | 4096 (Table 2) | `model.units` | 4096 | same |  |" in rendered
+    assert ("| Clipping | the text is silent; The authors' code: 1.0 | `train.clipnorm` | 1 | "
+            "same |  |") in rendered
+    assert rendered.endswith("Besides the paper's text: **The authors' code**, their "
+                             "release.\n")
+    batch = ("- {setting: Batch, paper: 768 per card, cite: '§4.1, Table 2', "
+             "key: data.batch_size, value: {ELMo-C: 3072, ELMo-A: 768}, "
+             "why: ELMo-A's is 4 cards' worth}\n")
+    assert ("| Batch | 768 per card (§4.1, Table 2) | `data.batch_size` | ELMo-C: 3072 · "
+            "ELMo-A: 1024 | **differs** | ELMo-A's is 4 cards' worth |") in table(code, batch)
     error = docs_reference.UndocumentedError
     with pytest.raises(error, match=r"row 1 \('Batch'\): a row that is 'differs' must say"):
-        table(batch.replace(", why: ELMo-A's is 4 cards' worth", ""))
+        table(batch.replace(", why: ELMo-A's is 4 cards' worth", ""), code)
     with pytest.raises(error, match=r"row 2 \('Cells'\): says 'differs', but the configs"):
-        table(units, units.replace("value: 4096", "value: 4096, status: differs"))
+        table(code, units.replace("value: 4096", "value: 4096, status: differs"))
     with pytest.raises(error, match=r"row 1 \('Cells'\): no config key `model.cells`"):
-        table(units.replace("model.units", "model.cells"))
+        table(units.replace("model.units", "model.cells"), code)
     with pytest.raises(error, match=r"`status` must be one of"):
-        table("- {setting: Hardware, paper: 4 GPUs}\n")
+        table(code, "- {setting: Hardware, paper: 4 GPUs, cite: Table 2}\n")
     with pytest.raises(error, match=r"a row with a `key` shows the configs' values"):
-        table("- {setting: Cells, paper: '4096', key: model.units, tfeff: many, status: same}\n")
+        table(code, "- {setting: Cells, paper: '4096', cite: Table 1, key: model.units, "
+              "tfeff: many, status: same}\n")
+    # Citations: a place in the text, or `silent`.
+    with pytest.raises(error, match=r"row 1 \('Cells'\): needs `cite`"):
+        table(units.replace("cite: Table 2, ", ""), code)
+    with pytest.raises(error, match=r"`cite` names no place in the paper: \['the paper'\]"):
+        table(units.replace("cite: Table 2", "cite: the paper"), code)
+    with pytest.raises(error, match=r"`unverified` is for a setting the paper's text does "
+                                    r"not state, but the row cites Table 2"):
+        table(code, "- {setting: Cells, paper: '4096', cite: Table 2, status: unverified, "
+              "why: not checked}\n")
+    with pytest.raises(error, match=r"the paper is silent and no `source` is named: the row "
+                                    r"is `unverified`"):
+        table(code, "- {setting: Cutoffs, cite: silent, status: differs, why: ours}\n")
+    assert "| Cutoffs | the text is silent |  | ours | *unverified* | tfeff's choice |" in \
+        table(code, "- {setting: Cutoffs, cite: silent, tfeff: ours, status: unverified, "
+              "why: tfeff's choice}\n")
+    with pytest.raises(error, match=r"a row citing nothing \(`cite: silent`\) has no `paper`"):
+        table(code.replace("cite: silent", "paper: '1.0', cite: silent"))
+    with pytest.raises(error, match=r"`source` must read `<name>: <what it gives>` with a name "
+                                    r"from the spec's `sources`"):
+        table(code.replace("The authors' code: 1.0", "bilm-tf: 1.0"))
+    with pytest.raises(error, match=r"`sources` no row uses: \['bilm-tf'\]"):
+        table(units, code, sources="{The authors' code: x, bilm-tf: y}")
 
 
 @pytest.mark.parametrize("module", API_MODULES)

@@ -15,14 +15,24 @@ Each paper page (`docs/papers/<page>.md`) holds a recipe table between two marke
 lines, rendered from `docs/papers/recipes/<page>.yaml` and the configs it names:
 one row per setting of the paper's setup, with the paper's value and where the paper
 gives it, the config key, the value each config holds (read from the YAML files,
-so that column cannot drift from them), and whether tfeff follows the paper. A row
-with a machine-readable `value` is compared with the configs (`same` or `differs`);
-other rows state their status (`same`, `differs`, or `unverified`: a value the
-table could not check against the paper's text), a claim of the spec's author that
-no config can check (residual connections, hardware). A row without a key may give
-its own `tfeff` text. Every `differs` and `unverified` row must say why; a key no
-config has, a `tfeff` text beside a key, or a status the configs contradict, is an
-error. The test suite runs `--check`.
+so that column cannot drift from them), and whether tfeff follows the paper.
+
+Every row cites the paper's text: `cite` is where the text states the setting (one
+or more of `§4.1`, `Table 2`, `Figure 3`, `Eq. 4`, `Algorithm 1`, `Appendix A`,
+`footnote 7`, `abstract`, joined by `, `), or `silent` where the text does not state
+it. A silent row has no `paper` text: it either names the other source its value
+comes from (`source: "<name>: <value>"`, a name from the spec's `sources`, such as
+the authors' released code), or it is `unverified` (nothing to check tfeff's choice
+against); `unverified` is refused on a row that cites the text. A `source` may also
+add to a cited row (the text says Adam; the authors' code gives its epsilon).
+
+A row with a machine-readable `value` is compared with the configs (`same` or
+`differs`); other rows state their status (`same`, `differs` or `unverified`), a
+claim of the spec's author that no config can check (residual connections,
+hardware). A row without a key may give its own `tfeff` text. Every `differs` and
+`unverified` row must say why; a key no config has, a `tfeff` text beside a key, a
+status the configs contradict, or a row without a citation is an error. The test
+suite runs `--check`.
 """
 
 import configparser
@@ -304,6 +314,57 @@ def _same(a, b):
     return a == b
 
 
+# A place in the paper's text: a section, table, figure, equation, algorithm, appendix,
+# footnote or the abstract. A row's `cite` is one or more, joined by ", ".
+CITATION = re.compile(r"(§\d+(\.\d+)*|(Table|Figure|Eq\.|Algorithm|footnote) \d+|"
+                      r"Appendix [A-Z](\.\d+)*|abstract)")
+SILENT = "silent"
+ROW_FIELDS = {"setting", "paper", "cite", "source", "key", "value", "status", "why", "configs",
+              "tfeff"}
+
+
+def _citation(row, sources, where):
+    """The `the paper` cell of a row: its text, citation and other source, checked."""
+    cite, source, paper = row.get("cite"), row.get("source"), row.get("paper")
+    if not isinstance(cite, str) or not cite.strip():
+        raise UndocumentedError(
+            f"{where}: needs `cite`, where the paper's text states it (§4.1, Table 2, "
+            f"Figure 3, ...), or `cite: {SILENT}` where the text does not")
+    if source is not None:
+        name = str(source).split(":", 1)[0]
+        if ":" not in str(source) or name not in sources:
+            raise UndocumentedError(
+                f"{where}: `source` must read `<name>: <what it gives>` with a name from the "
+                f"spec's `sources` ({sorted(sources)}), got {source!r}")
+    if cite == SILENT:
+        if paper:
+            raise UndocumentedError(f"{where}: a row citing nothing (`cite: {SILENT}`) has no "
+                                    "`paper` text: name the other `source`, or leave it "
+                                    "`unverified`")
+        if source is None and row.get("status") != "unverified":
+            raise UndocumentedError(f"{where}: the paper is silent and no `source` is named: "
+                                    "the row is `unverified`")
+        text = "the text is silent"
+    else:
+        bad = [part for part in cite.split(", ") if not CITATION.fullmatch(part)]
+        if bad:
+            raise UndocumentedError(
+                f"{where}: `cite` names no place in the paper: {bad} (write §4.1, Table 2, "
+                f"Figure 3, Eq. 4, Algorithm 1, Appendix A, footnote 7 or abstract, joined "
+                f"by ', '; or `{SILENT}`)")
+        if not paper:
+            raise UndocumentedError(f"{where}: a row citing the text says what it states "
+                                    "(`paper`)")
+        if row.get("status") == "unverified":
+            raise UndocumentedError(
+                f"{where}: `unverified` is for a setting the paper's text does not state, "
+                f"but the row cites {cite}: compare the configs with what it says")
+        text = f"{paper} ({cite})"
+    if source is not None:
+        text += f"; {source}"
+    return text
+
+
 def recipe_table(spec_path):
     """The Markdown table of one recipe spec (see the module docstring)."""
     import yaml
@@ -315,15 +376,16 @@ def recipe_table(spec_path):
         spec = yaml.safe_load(f)
     configs = {short: load_config(os.path.join(REPO, "configs", file))
                for short, file in spec["configs"].items()}
+    sources = spec.get("sources") or {}
     lines = ["| setting | the paper | config key | tfeff | | why it differs |",
              "|---|---|---|---|---|---|"]
     for i, row in enumerate(spec["rows"]):
         where = f"{name}, row {i + 1} ({row.get('setting')!r})"
-        unknown = set(row) - {"setting", "paper", "key", "value", "status", "why", "configs",
-                              "tfeff"}
-        if unknown or not row.get("setting") or not row.get("paper"):
-            raise UndocumentedError(f"{where}: needs `setting` and `paper`; unknown fields "
+        unknown = set(row) - ROW_FIELDS
+        if unknown or not row.get("setting"):
+            raise UndocumentedError(f"{where}: needs `setting`; unknown fields "
                                     f"{sorted(unknown)}")
+        paper = _citation(row, sources, where)
         scope = row.get("configs") or list(configs)
         status, shown = row.get("status"), row.get("tfeff")
         if row.get("key"):
@@ -355,14 +417,23 @@ def recipe_table(spec_path):
             raise UndocumentedError(f"{where}: a row that is {status!r} must say why")
         key = f"`{row['key']}`" if row.get("key") else ""
         lines.append(" | ".join([
-            f"| {_cell(row['setting'])}", _cell(row["paper"]), key, _cell(shown or ""),
+            f"| {_cell(row['setting'])}", _cell(paper), key, _cell(shown or ""),
             {"same": "same", "differs": "**differs**", "unverified": "*unverified*"}[status],
             _cell(row.get("why", "")) + " |"]))
+    used = {str(row["source"]).split(":", 1)[0] for row in spec["rows"] if row.get("source")}
+    if set(sources) - used:
+        raise UndocumentedError(f"{name}: `sources` no row uses: {sorted(set(sources) - used)}")
+    if sources:
+        lines += ["", "Besides the paper's text: " + "; ".join(
+            f"**{source}**, {_cell(described)}" for source, described in sources.items()) + "."]
     return "\n".join(lines) + "\n"
 
 
-def recipe_pages():
-    """`{page path: text}` of each paper page with its recipe table rendered."""
+def recipe_pages(errors=None):
+    """`{page path: text}` of each paper page with its recipe table rendered.
+
+    With a list as `errors`, a page whose spec is refused is left out and its error
+    appended (the other pages still render); without, the first error is raised."""
     pages = {}
     for file in sorted(os.listdir(RECIPES_DIR)):
         if not file.endswith(".yaml"):
@@ -372,24 +443,32 @@ def recipe_pages():
         with open(page, encoding="utf-8") as f:
             text = f.read()
         begin = RECIPE_BEGIN.format(source=os.path.relpath(spec_path, REPO))
-        if text.count(begin) != 1 or text.count(RECIPE_END) != 1:
-            raise UndocumentedError(f"{os.path.relpath(page, REPO)} needs one line "
-                                    f"`{begin}` and one `{RECIPE_END}`")
+        try:
+            if text.count(begin) != 1 or text.count(RECIPE_END) != 1:
+                raise UndocumentedError(f"{os.path.relpath(page, REPO)} needs one line "
+                                        f"`{begin}` and one `{RECIPE_END}`")
+            table = recipe_table(spec_path)
+        except UndocumentedError as error:
+            if errors is None:
+                raise
+            errors.append(error)
+            continue
         head, rest = text.split(begin + "\n", 1)
         _, tail = rest.split(RECIPE_END, 1)
-        pages[page] = head + begin + "\n" + recipe_table(spec_path) + RECIPE_END + tail
+        pages[page] = head + begin + "\n" + table + RECIPE_END + tail
     return pages
 
 
 def main(argv):
     del argv
     args = flags.FLAGS
+    errors = []
     try:
-        pages = {CONFIG_PAGE: configuration_page(), CLI_PAGE: command_line_page(),
-                 **recipe_pages()}
+        pages = {CONFIG_PAGE: configuration_page(), CLI_PAGE: command_line_page()}
     except UndocumentedError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        errors.append(error)
+        pages = {}
+    pages.update(recipe_pages(errors))
     stale = []
     for path, text in pages.items():
         current = None
@@ -404,11 +483,12 @@ def main(argv):
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
             print(f"wrote {os.path.relpath(path, REPO)}")
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
     if stale:
         print(f"error: {', '.join(stale)} differ from the code; run "
               "`python -m tools.docs_reference` and commit the result", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if errors or stale else 0
 
 
 def define_flags():
