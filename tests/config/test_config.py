@@ -159,7 +159,7 @@ def test_coarse_phase_must_leave_refined_steps():
 
 def test_output_layer_is_checked_against_the_vocabulary():
     from tfeff.data import Vocabulary
-    from tfeff.training.families.shared import check_output_layer
+    from tfeff.training.families.language_model import check_output_layer
 
     vocab = Vocabulary(["<pad>", "<unk>", "<s>", "</s>", "a", "b", "c"], [0, 0, 5, 5, 9, 4, 1])
     check_output_layer(load_config(DEMO, ["model.output_layer=adaptive",

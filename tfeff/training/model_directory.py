@@ -1,8 +1,7 @@
 """The model directory: its layout, its config and checkpoints, and the start of a run.
 
-Every family's training (`pretraining`, `bert_pretraining`,
-`masked_elmo_pretraining`), export and conversion import this module; it
-imports none of them.
+Every family's training (`tfeff.training.families`, `tfeff.training.pretraining`),
+export and conversion import this module; it imports none of them.
 
 The model directory is transactional. Every artifact is written to a
 temporary sibling and renamed; checkpoints go through

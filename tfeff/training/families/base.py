@@ -107,9 +107,10 @@ class Family:
     * `name` is the config's `family`, `label` what logs call the model; the
       family's config dataclass is registered in `tfeff.config.FAMILIES` under
       the same name, and at least one `configs/demo_*.yaml` uses it.
-    * `prepare_data` returns a `DataArtifacts` (the shared helpers of
-      `tfeff.training.families.shared` do a language model's or a masked
-      language model's); `train_dataset` yields the batches `fit` consumes, from
+    * `prepare_data` returns a `DataArtifacts` (the helpers of
+      `tfeff.training.families.language_model` do a language model's, those of
+      `tfeff.training.families.masked_lm` a masked language model's);
+      `train_dataset` yields the batches `fit` consumes, from
       input `position` on (`position_addressed`: the position alone resumes
       them, no tf.data iterator is checkpointed).
     * `build_model` returns an unbuilt Keras model whose `build()`, without
@@ -388,3 +389,15 @@ def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=Non
     if not preempted:
         training.save_if_new()
     return Phase(model, training.step, history, preempted, int(training.position.numpy()))
+
+
+# What a summary line flagged below its baseline points to.
+SUMMARY_HELP = "docs/guides/pretraining.md#reading-the-summary"
+
+
+def below_baseline_line(names):
+    """The line that flags results below their baseline, or none."""
+    if not names:
+        return []
+    return [f"held-out results below the unigram baseline ({', '.join(names)}): the model "
+            f"predicts worse than word frequencies alone; see {SUMMARY_HELP}"]

@@ -28,12 +28,12 @@ from tfeff.models import from_config
 from tfeff.training import evaluation
 from tfeff.training import model_directory
 from tfeff.training.families.base import Family
-from tfeff.training.families.shared import MASKED_LM_NEVER_TARGETS
-from tfeff.training.families.shared import MaskedLMTally
-from tfeff.training.families.shared import first_batches
-from tfeff.training.families.shared import masked_lm_artifacts
-from tfeff.training.families.shared import masked_lm_example_batch
-from tfeff.training.families.shared import masked_lm_summary
+from tfeff.training.families.masked_lm import MASKED_LM_NEVER_TARGETS
+from tfeff.training.families.masked_lm import MaskedLMTally
+from tfeff.training.families.masked_lm import first_batches
+from tfeff.training.families.masked_lm import masked_lm_artifacts
+from tfeff.training.families.masked_lm import masked_lm_example_batch
+from tfeff.training.families.masked_lm import masked_lm_summary
 from tfeff.training.model_directory import file_path
 
 
