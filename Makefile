@@ -71,7 +71,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 	touch $@
 
 # Output-layer speed/memory table at a reduced size (minutes; the full run: docs/benchmarks.md),
-# the ALONE reconstruction experiment at full size, the ALONE lookup benchmark, the
+# the ALONE reconstruction experiment (its cpu preset; --preset paper is section 3.1's full protocol), the ALONE lookup benchmark, the
 # CoRe layer benchmark (relaxed vs standard layers), the BERT recipe curves (learned vs
 # rotary positions, about 3 minutes), the CoRe study (two-phase vs standard pretraining,
 # held-out loss against wall time, about 30 minutes), and
