@@ -320,6 +320,12 @@ def run_part(sizes, spec, work_dir, core_data=None):
         return {"part": part, "section": section, "implementation": implementation,
                 **run_output_layer(implementation, sizes, work_dir),
                 "versions": _backend_versions()}
+    if section == "speed":
+        from benchmarks import paper_speed
+
+        return {"part": part, "section": section, "implementation": implementation,
+                **paper_speed.run(implementation, sizes, work_dir),
+                "versions": _backend_versions()}
     try:
         if implementation.startswith("hf_"):
             row = run_hf(implementation, sizes, n, sizes["steps"], sizes["warmup"])

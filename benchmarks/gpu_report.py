@@ -7,6 +7,7 @@ import os
 
 from benchmarks import gpu_parts
 from benchmarks import harness
+from benchmarks import paper_speed
 
 
 ELMO_C_TARGET_WORDS_PER_S = 200_000
@@ -149,6 +150,7 @@ def tables(preset, sizes, parts, rows):
                        f"{parity['output']}\n```")
             lines += [f"Parity of the torch LSTM path on {sizes['device']}: {verdict}", ""]
     lines += core_training_table(by_part)
+    lines += paper_speed.tables(by_part)
     return "\n".join(lines)
 
 

@@ -61,6 +61,12 @@ Sections so far:
   masked-LM loss against wall time, both curves in `OUT/core_training.png`
   (where matplotlib is installed), the time each run first reaches the
   standard run's final loss and their ratio.
+* **The papers' speed tables** (`benchmarks/paper_speed.py`, after every other
+  part): Li et al.'s Table 4 (S1 and S2 at 800K and 2,000K words), Table 2's
+  models at their configs' settings and per-card batches, Table 5's GPT row,
+  and Masked ELMo with 1 and 4 mask sets on the cuDNN and the portable path,
+  each row labelled with the shapes it ran and printed beside the paper's
+  figure.
 
 The runner (resume, time limits, the deadline, the archive) is
 `benchmarks/runner.py`, the parts' measurements `benchmarks/gpu_parts.py`, the
@@ -88,6 +94,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from benchmarks import gpu_parts
 from benchmarks import gpu_report
 from benchmarks import harness
+from benchmarks import paper_speed
 from benchmarks import runner
 
 # Model and batch sizes by preset. `lengths` maps a sequence length to its batch
@@ -104,7 +111,11 @@ PRESETS = {
                                     relaxed={"num_anchors": 32, "ffn_rank": 64}, seed=0,
                                     batch=32, steps=4000, warmup_steps=400,
                                     learning_rate=2e-4, every=200, eval_batch=64,
-                                    budget_s=300)),
+                                    budget_s=300),
+                  speed=dict(configs="paper", vocabularies={"800K": 800_000, "2000K": 2_000_000},
+                             batch_scale=1.0, common_batch=128, precision="bf16", rounds=20,
+                             warmup=3, torch_precision="fp32_strict", torch_rounds=5,
+                             torch_warmup=1)),
     "cpu": dict(vocabulary=2000, layers=2, hidden=64, heads=4, intermediate=256,
                 lengths={32: 8, 64: 4}, steps=2, warmup=1, part_limit_s=300,
                 relaxed={"num_anchors": 4, "ffn_rank": 8},
@@ -115,7 +126,11 @@ PRESETS = {
                                    position_embedding="rotary",
                                    relaxed={"num_anchors": 4, "ffn_rank": 8}, seed=0,
                                    batch=8, steps=20, warmup_steps=2, learning_rate=2e-3,
-                                   every=10, eval_batch=64, budget_s=120)),
+                                   every=10, eval_batch=64, budget_s=120),
+                speed=dict(configs="demo", vocabularies={"800K": 5_000, "2000K": 12_000},
+                           batch_scale=1 / 64, common_batch=16, precision="bf16", rounds=2,
+                           warmup=1, torch_precision="fp32_strict", torch_rounds=2,
+                           torch_warmup=1)),
 }
 # How the presets' `core_data` files are made (tools/mlm_arrays.py, with TensorFlow).
 CORE_DATA_COMMANDS = {
@@ -148,6 +163,8 @@ def _parts(preset):
               ("lstm_parity_torch", "torch", "lstm", "parity", None)]
     parts += [("core_train_standard_jax", "jax", "core_training", "standard", None),
               ("core_train_two_phase_jax", "jax", "core_training", "two_phase", None)]
+    parts += [(part, backend, "speed", group, None)
+              for part, backend, group in paper_speed.PARTS]
     return parts
 
 
