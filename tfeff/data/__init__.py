@@ -1,9 +1,11 @@
 """Data: corpora, vocabularies, fastText files, training and tables, tf.data pipelines."""
 
 from tfeff.data.corpus import CorpusError
+from tfeff.data.corpus import ResolvedFiles
 from tfeff.data.corpus import paragraphs
 from tfeff.data.corpus import resolve_files
 from tfeff.data.corpus import text_lines
+from tfeff.data.corpus import training_and_heldout_files
 from tfeff.data.fasttext_files import WordVectors
 from tfeff.data.fasttext_files import WordVectorsError
 from tfeff.data.fasttext_files import check_fasttext_model
@@ -30,6 +32,7 @@ from tfeff.data.wordpiece import learn_wordpiece_vocabulary
 
 __all__ = [
     "CorpusError",
+    "ResolvedFiles",
     "SPECIALS",
     "Vocabulary",
     "WordVectors",
@@ -54,5 +57,6 @@ __all__ = [
     "text_lines",
     "tokenize_documents",
     "train_fasttext",
+    "training_and_heldout_files",
     "write_synthetic_corpus",
 ]

@@ -232,7 +232,10 @@ class WordVectors:
 
     `.bin` models give every string a vector (through character n-grams).
     `.vec` files only know their own words; any other word gets the zero
-    vector, which the training pipeline then masks out.
+    vector (`compute_vocabulary_vectors` warns how many vocabulary words do).
+    Words are compared byte for byte (no Unicode normalization). A `.vec` line
+    is split at runs of ASCII whitespace, as fastText reads it; a word given
+    two vectors is refused (`WordVectorsError` naming both lines).
 
     Args:
         path: a fastText `.bin` model (checked with `check_fasttext_model`,
@@ -274,6 +277,10 @@ class WordVectors:
         words = list(self._vectors)
         return words, np.stack([self._vectors[w] for w in words])
 
+    def __contains__(self, word):
+        """Whether `word` has a vector of its own (`.bin`: any word, by its subwords)."""
+        return self._fasttext is not None or word in self._vectors
+
     def vector(self, word):
         if self._fasttext is not None:
             return self._fasttext.get_word_vector(word)
@@ -290,28 +297,54 @@ def _vec_header(f, path):
 
 def _read_vec(path):
     """A `.vec` file as `{word: vector}`; its header's count and size are checked, and
-    every value must be finite (errors name the file and line)."""
-    vectors = {}
+    every value must be finite (errors name the file and line).
+
+    A line is split as fastText reads it: at runs of ASCII whitespace (spaces, tabs),
+    so a tab or two spaces between fields read like one space, while a word that
+    holds another Unicode space (U+00A0, published vectors have some) stays one
+    word. A word given two vectors is refused, naming both lines: the file does not
+    say which one is meant (fastText keeps the last, gensim the first).
+    """
+    vectors, lines = {}, {}
+    number = 1
     with tf.io.gfile.GFile(path, "rb") as f:
         count, dim = _vec_header(f, path)
         for number, raw in enumerate(f, start=2):
-            parts = raw.decode("utf-8", errors="replace").rstrip().split(" ")
+            parts = raw.split()  # ASCII whitespace, as fastText's `>>` reads it
             if len(parts) != dim + 1:
+                got = "a blank line" if not parts else f"{len(parts) - 1} numbers"
                 raise WordVectorsError(
-                    f"{path}:{number}: expected a word and {dim} numbers, got "
-                    f"{len(parts) - 1} numbers"
-                )
+                    f"{path}:{number}: expected a word and {dim} numbers, got {got}")
+            word = parts[0].decode("utf-8", errors="replace")
             try:
-                vector = np.asarray(parts[1:], dtype=np.float32)
+                vector = np.asarray([float(p) for p in parts[1:]], dtype=np.float32)
             except ValueError as e:
-                raise WordVectorsError(f"{path}:{number}: {e}") from e
+                bad = next(p for p in parts[1:] if not _is_number(p))
+                raise WordVectorsError(
+                    f"{path}:{number}: {bad.decode('utf-8', errors='replace')[:40]!r} in the "
+                    f"vector of {word!r} is not a number") from e
             if not np.isfinite(vector).all():
-                raise WordVectorsError(f"{path}:{number}: the vector of {parts[0]!r} is not "
+                raise WordVectorsError(f"{path}:{number}: the vector of {word!r} is not "
                                        "finite (NaN/Inf)")
-            vectors[parts[0]] = vector
+            if word in lines:
+                raise WordVectorsError(
+                    f"{path}:{number}: the word {word!r} has a vector already, on line "
+                    f"{lines[word]}: a .vec file gives each word one vector, and which of the "
+                    "two is meant is not known. Remove one of the lines (and lower the "
+                    "header's count).")
+            lines[word] = number
+            vectors[word] = vector
     if not vectors:
         raise WordVectorsError(f"{path}: no vectors")
     if number - 1 != count:
         raise WordVectorsError(f"{path}: the header says {count} vectors, the file holds "
                                f"{number - 1} (truncated?)")
     return vectors
+
+
+def _is_number(field):
+    try:
+        float(field)
+    except ValueError:
+        return False
+    return True

@@ -6,10 +6,14 @@ and read back with `mmap_mode="r"`. They are ELMo-C's fixed input layer and
 its fixed output targets.
 """
 
+import logging
+import unicodedata
+
 import numpy as np
 
 from tfeff.data import files
 from tfeff.data import vocabulary as vocabulary_lib
+from tfeff.data.fasttext_files import WordVectorsError
 
 _CHUNK = 65536
 
@@ -18,7 +22,10 @@ def compute_vocabulary_vectors(word_vectors, vocabulary, output_path, expected_d
                                center=False):
     """Writes the `(len(vocabulary), dim)` float32 table of vocabulary vectors.
 
-    Rows of `<pad>` and `<unk>` are zero. Written through a memory map in
+    Rows of `<pad>` and `<unk>` are zero, and so are the rows of words the vectors do
+    not know (a `.vec` file has no subwords): how many is logged as a warning, with
+    a few of them, and the sentence boundaries `<s>` and `</s>` when they are among
+    them. Written through a memory map in
     chunks, then renamed, so a 2M-word table never needs two copies in memory
     and a killed run leaves no partial table.
 
@@ -41,6 +48,8 @@ def compute_vocabulary_vectors(word_vectors, vocabulary, output_path, expected_d
 
     Raises:
         ValueError: `expected_dim` is given and differs from the vectors' size.
+        WordVectorsError: no word of the vocabulary (the reserved ones aside)
+            has a vector; nothing is written.
     """
     if expected_dim is not None and word_vectors.dim != expected_dim:
         raise ValueError(
@@ -53,8 +62,15 @@ def compute_vocabulary_vectors(word_vectors, vocabulary, output_path, expected_d
             tmp, mode="w+", dtype=np.float32, shape=(len(vocabulary), word_vectors.dim)
         )
         table[:first] = 0.0
+        missing = []
         for i in range(first, len(vocabulary)):
-            table[i] = word_vectors.vector(vocabulary.words[i])
+            row = word_vectors.vector(vocabulary.words[i])
+            table[i] = row
+            if not np.any(row):
+                missing.append(vocabulary.words[i])
+        refusal = _report_missing(word_vectors, vocabulary, missing) if missing else None
+        if refusal:
+            raise WordVectorsError(refusal)
         if center:
             mean = np.zeros(word_vectors.dim, np.float64)
             for start in range(first, len(vocabulary), _CHUNK):
@@ -68,6 +84,46 @@ def compute_vocabulary_vectors(word_vectors, vocabulary, output_path, expected_d
         table.flush()
         del table
     return output_path
+
+
+def _report_missing(word_vectors, vocabulary, missing):
+    """Warns how many vocabulary words got no vector (a zero row): a `.vec` file knows
+    only its own words, and tfeff compares words byte for byte. Returns the message
+    that refuses the vectors when no corpus word has one (nothing could be learned),
+    else None."""
+    words = len(vocabulary) - vocabulary_lib.BOS_ID
+    corpus_words = len(vocabulary) - len(vocabulary_lib.SPECIALS)
+    missing_corpus = [w for w in missing if w not in vocabulary_lib.SPECIALS]
+    boundaries = [w for w in (vocabulary_lib.BOS, vocabulary_lib.EOS) if w in missing]
+    other_form = _in_another_normal_form(word_vectors, missing)
+    hint = (f" {other_form} of them {'is' if other_form == 1 else 'are'} in it spelled in "
+            "another Unicode normalization form "
+            "(NFC or NFD): words are compared byte for byte, so normalize the corpus and the "
+            "vectors the same way." if other_form else "")
+    if corpus_words and len(missing_corpus) == corpus_words:
+        return (f"{word_vectors.path}: none of the {corpus_words:,} words of the vocabulary "
+                "has a vector in it (all would be zeros): vectors of another language, "
+                f"tokenization or casing?{hint}")
+    shown = ", ".join(repr(w) for w in missing[:5]) + (", ..." if len(missing) > 5 else "")
+    logging.warning(
+        "%s: %s of %s vocabulary words have no vector in it and get zeros (%s)%s: as inputs "
+        "they carry nothing, as targets nothing can be learned for them.%s",
+        word_vectors.path, f"{len(missing):,}", f"{words:,}", shown,
+        (", among them the sentence boundar" + ("ies " if len(boundaries) > 1 else "y ")
+         + " and ".join(boundaries)) if boundaries else "", hint)
+    return None
+
+
+def _in_another_normal_form(word_vectors, words):
+    """How many of `words` a `.vec` file holds in another Unicode normalization form."""
+    if word_vectors.has_subwords:
+        return 0
+    found = 0
+    for word in words:
+        if not word.isascii():
+            forms = {unicodedata.normalize(f, word) for f in ("NFC", "NFD")} - {word}
+            found += any(form in word_vectors for form in forms)
+    return found
 
 
 def mean_path(vectors_path):

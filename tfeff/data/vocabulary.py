@@ -2,6 +2,7 @@
 
 import collections
 import logging
+import unicodedata
 
 import tensorflow as tf
 
@@ -19,6 +20,25 @@ CLS_ID = BOS_ID
 SEP_ID = EOS_ID
 # BERT's names of the reserved tokens (Hugging Face vocab.txt, keras-hub).
 BERT_RESERVED_NAMES = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", MASK)
+
+
+def _warn_about_unicode_forms(counter):
+    """Warns when words of `counter` differ only in Unicode normalization (NFC)."""
+    forms = collections.defaultdict(list)
+    for word in counter:
+        if not word.isascii():
+            forms[unicodedata.normalize("NFC", word)].append(word)
+    spelled = [words for words in forms.values() if len(words) > 1]
+    if not spelled:
+        return
+    example = sorted(spelled[0])
+    shown = " and ".join(
+        f"{w!r} ({' '.join(f'U+{ord(c):04X}' for c in w if not c.isascii())})" for w in example)
+    logging.warning(
+        "The text spells %d word(s) in more than one Unicode normalization form, e.g. %s: "
+        "words are taken byte for byte, so these count as different words, with vectors "
+        "of their own. If they are one word, normalize the text (to NFC) before training, "
+        "and the text you embed later the same way.", len(spelled), shown)
 
 
 class Vocabulary:
@@ -62,6 +82,10 @@ class Vocabulary:
     def build(cls, lines, min_count=1, max_words_in_memory=10_000_000):
         """Counts the words (`tfeff.data.words.split`) of `lines` in one streaming pass.
 
+        Words are taken byte for byte, without Unicode normalization: `café` with
+        U+00E9 (NFC) and with `e` + U+0301 (NFD) are two words. When the text holds
+        a word in more than one such form, a warning says how many and shows one.
+
         Memory is bounded: when more than `max_words_in_memory` distinct words
         are held, the rarest are pruned with a rising threshold (as fastText
         does), so counts of very rare words in huge corpora are lower bounds.
@@ -96,6 +120,7 @@ class Vocabulary:
                 )
         for special in SPECIALS:
             counter.pop(special, None)
+        _warn_about_unicode_forms(counter)
         kept = sorted(
             ((w, c) for w, c in counter.items() if c >= min_count),
             key=lambda wc: (-wc[1], wc[0]),

@@ -13,6 +13,11 @@ TensorFlow's `tf.strings.split` splits at ASCII whitespace only, and RE2's
 to a space (`normalize_whitespace`). Both give the same words for every
 string (tests/data/test_words.py checks every character).
 
+Words are compared byte for byte: nothing in tfeff normalizes Unicode, so a word
+written in NFC (`café` with U+00E9) and in NFD (`e` + U+0301) is two words
+(`Vocabulary.build` warns when a text holds both). BERT's uncased basic tokenizer
+(`lower_case`) is the exception: it decomposes words and strips their accents.
+
 Every site that splits text uses these: the vocabulary count
 (`Vocabulary.build`), the training and held-out pipelines (`line_dataset`,
 `lines_to_windows`), the masked-LM tokenizers (BERT's basic tokenizer, which
