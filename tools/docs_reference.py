@@ -235,7 +235,9 @@ def configuration_page():
              "model family and with it the sections below. Unknown keys are refused, naming "
              "the key and the closest valid one; every value is type-checked and validated "
              "when the file is read. `--override section.key=value` (repeatable) sets one "
-             "key from the command line, its value read as YAML.", "",
+             "key from the command line: a string key's value as written (a path such as "
+             "`*.txt` is that path; `''` is the empty string), any other key's value read as "
+             "YAML; a mapping (`model={units: 48}`) is merged into the section.", "",
              "| `family` | Sections |", "|---|---|"]
     order, seen = [], set()
 

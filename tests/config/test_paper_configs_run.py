@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import REPO
 from tfeff.config import load_config
+from tfeff.config.train import ONLY_WITH
 from tfeff.training import pretrain
 
 PAPER_CONFIGS = sorted(
@@ -51,6 +52,11 @@ def _present(config, key):
         config = getattr(config, part, None)
         if config is None:
             return False
+    # A key that applies to one choice only (the exponential decay's steps) is shrunk under
+    # that choice; elsewhere it keeps its default, as the config requires.
+    if key.startswith("train.") and name in ONLY_WITH:
+        choice_key, allowed, _ = ONLY_WITH[name]
+        return getattr(config, choice_key) in allowed
     # A key whose 0 turns a feature off (epochs, CoRe's switch) shrinks it where it is on.
     return hasattr(config, name) and (key not in OFF_AT_ZERO or getattr(config, name))
 

@@ -46,8 +46,10 @@ def config_from_dict(data, overrides=None):
 
     Args:
         data: the config as nested dicts (a parsed YAML file), with `family`.
-        overrides: optional `key.sub=value` strings applied first (values
-            parsed as YAML).
+        overrides: optional `key.sub=value` strings applied first
+            (`tfeff.config.base.apply_overrides`: a string key's value is taken
+            as written, any other key's is parsed as YAML; a mapping is merged
+            into its section).
 
     Returns:
         The validated config dataclass of the family (`FAMILIES`).
@@ -57,24 +59,36 @@ def config_from_dict(data, overrides=None):
             key, a wrong type or an impossible value raises it too, naming the
             key).
     """
-    data = base.apply_overrides(copy.deepcopy(data), overrides)  # the caller's stays
+    # The caller's dict stays as it was; the family's dataclass gives the keys' types.
+    data = base.apply_overrides(copy.deepcopy(data), overrides, schema=_family_config)
     family = data.get("family")
-    if family not in FAMILIES:
+    if _family_config(data) is None:
         raise ConfigError(
-            f"`family` must be one of {tuple(FAMILIES)}, got {family!r}"
+            f"`family` must be one of {tuple(FAMILIES)}, got {base.shown(family)}"
         )
     config = base.from_dict(FAMILIES[family], data)
     _validate_all(config)
     return config
 
 
-def load_config(path, overrides=None):
+def _family_config(data):
+    """The config dataclass of `data`'s `family`, or None when it names none."""
+    family = data.get("family") if isinstance(data, dict) else None
+    return FAMILIES.get(family) if isinstance(family, str) else None
+
+
+def load_config(path, overrides=None, saved=False):
     """Reads a YAML config, applies `key.sub=value` overrides, validates it.
 
     Args:
         path: the YAML file (local, or any `tf.io.gfile` path where TensorFlow
             is installed).
-        overrides: optional `key.sub=value` strings (values parsed as YAML).
+        overrides: optional `key.sub=value` strings, as `config_from_dict`
+            applies them.
+        saved: the file is one tfeff wrote (a model directory's `config.yaml`):
+            keys a run would ignore are not refused there
+            (`tfeff.config.base.reading_saved_config`), so that directories
+            written before such a check still resume and export.
 
     Returns:
         The validated config dataclass of the file's `family`.
@@ -86,14 +100,19 @@ def load_config(path, overrides=None):
     """
     data = base.read_yaml(path)
     try:
+        if saved:
+            with base.reading_saved_config():
+                return config_from_dict(data, overrides)
         return config_from_dict(data, overrides)
     except ConfigError as e:
         overrides = list(overrides or [])
         if overrides and _builds(data):  # valid alone: an override broke it
             blamed = _override_of(str(e), overrides)
             if blamed is not None:
-                raise ConfigError(f"override `{blamed}` (applied to {path}): {e}") from e
-            listed = ", ".join(f"`{o}`" for o in overrides)
+                raise ConfigError(f"override `{base.clipped(blamed)}` (applied to {path}): "
+                                  f"{e}") from e
+            listed = ", ".join(f"`{base.clipped(o)}`" for o in overrides[:8])
+            listed += f" and {len(overrides) - 8} more" if len(overrides) > 8 else ""
             raise ConfigError(f"{path} with the overrides {listed}: {e}") from e
         raise ConfigError(f"{path}: {e}") from e
 

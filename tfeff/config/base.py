@@ -2,7 +2,9 @@
 
 Unknown keys are rejected with their full dotted name (and the closest valid
 key), values are type-checked, and each dataclass can `validate()` its own
-values. Overrides are `dotted.key=value` strings whose value is parsed as YAML.
+values. Overrides are `dotted.key=value` strings (`apply_overrides`): a string
+key's value is taken as written, any other key's is parsed as YAML, and a mapping
+is merged into the section it names.
 
 YAML is read with two changes to PyYAML's safe loader: a key given twice in one
 mapping is an error naming the key and both lines (PyYAML would silently keep
@@ -11,11 +13,14 @@ without a decimal point (`1e-3`, `5E4`) are numbers, as in YAML 1.2 and as a
 user means them (PyYAML reads them as strings).
 """
 
+import contextlib
+import contextvars
 import dataclasses
 import difflib
 import math
 import os
 import re
+import reprlib
 import types
 import typing
 
@@ -74,8 +79,59 @@ def load_yaml(text):
     return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
 
 
+# The longest config file read: configs are a few kilobytes of hand-written YAML, and
+# PyYAML takes seconds and gigabytes over megabytes.
+MAX_CONFIG_BYTES = 1 << 20
+# The longest message of a ConfigError (a value in it is shortened by `shown` first).
+_MAX_MESSAGE = 2000
+
+
 class ConfigError(ValueError):
-    """A configuration problem; the message names the key (and the file)."""
+    """A configuration problem; the message names the key (and the file).
+
+    A message is one bounded line: values are echoed through `shown`, and a message
+    longer than `_MAX_MESSAGE` characters keeps its start and end.
+
+    Args:
+        message: what is wrong, naming the key (and the file).
+        *args: more arguments, kept as `ValueError` keeps them.
+    """
+
+    def __init__(self, message, *args):
+        message = str(message)
+        if len(message) > _MAX_MESSAGE:
+            half = _MAX_MESSAGE // 2
+            message = (f"{message[:half]} [... {len(message) - 2 * half:,} characters left "
+                       f"out ...] {message[-half:]}")
+        super().__init__(message, *args)
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 2, 60, 60, 40
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 4
+
+
+def shown(value):
+    """`repr(value)` for a message, bounded: a long string, a huge number or a deep
+    or wide structure (a YAML alias bomb) is shortened without building its whole
+    repr. Every value a config message echoes goes through it."""
+    return _SHOWN.repr(value)
+
+
+def clipped(text, limit=120):
+    """`text` (an override, a key) cut to `limit` characters for a message."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def _kind(value):
+    """What a non-scalar value is, for a message, without its content: `a list of 9
+    items`, `a mapping of 2 keys`."""
+    if isinstance(value, dict):
+        return f"a mapping of {len(value)} key{'s' * (len(value) != 1)}"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} item{'s' * (len(value) != 1)}"
+    return f"{type(value).__name__} {shown(value)}"
 
 
 def _is_dataclass_type(tp):
@@ -91,6 +147,10 @@ def _unwrap_optional(tp):
     return tp, False
 
 
+_SCALAR_TYPES = {bool: "true or false", int: "an integer", float: "a number",
+                 str: "a string"}
+
+
 def _convert(value, tp, key):
     tp, optional = _unwrap_optional(tp)
     if value is None:
@@ -99,49 +159,55 @@ def _convert(value, tp, key):
         raise ConfigError(f"`{key}` must not be empty (null).")
     if _is_dataclass_type(tp):
         if not isinstance(value, dict):
-            raise ConfigError(f"`{key}` must be a mapping, got {type(value).__name__}: {value!r}")
+            raise ConfigError(f"`{key}` must be a mapping (a section), got {_kind(value)}")
         return from_dict(tp, value, prefix=key)
     origin = typing.get_origin(tp)
     if origin in (list, tuple):
         (item_type,) = typing.get_args(tp)[:1] or (typing.Any,)
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"`{key}` must be a list, got {value!r}")
+            raise ConfigError(f"`{key}` must be a list, got {_kind(value)}")
         return [_convert(v, item_type, f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp in _SCALAR_TYPES and isinstance(value, (dict, list, tuple)):
+        # Before any formatting: a structure's repr may be enormous (a YAML alias bomb).
+        raise ConfigError(f"`{key}` must be {_SCALAR_TYPES[tp]}, got {_kind(value)}")
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"`{key}` must be true or false, got {value!r}")
+            raise ConfigError(f"`{key}` must be true or false, got {shown(value)}")
         return value
     if tp is int:
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             return int(value)  # 1e5 steps
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"`{key}` must be an integer, got {value!r}")
+            raise ConfigError(f"`{key}` must be an integer, got {shown(value)}")
         return value
     if tp is float:
         if isinstance(value, str) and _NUMBER_TEXT.match(value):
             value = float(value)  # a quoted "1e-3"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"`{key}` must be a number, got {value!r}")
+            raise ConfigError(f"`{key}` must be a number, got {shown(value)}")
         if not math.isfinite(value):
-            raise ConfigError(f"`{key}` must be a finite number, got {value!r}")
+            raise ConfigError(f"`{key}` must be a finite number, got {shown(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"`{key}` must be a string, got {value!r}")
+            raise ConfigError(f"`{key}` must be a string, got {shown(value)}")
         return value
+    if isinstance(value, (dict, list, tuple)):  # a Union of scalars (jit_compile)
+        raise ConfigError(f"`{key}` must be a single value, got {_kind(value)}")
     return value
 
 
 def from_dict(cls, data, prefix=""):
     """Builds dataclass `cls` from a dict, strictly."""
     if not isinstance(data, dict):
-        raise ConfigError(f"`{prefix or 'config'}` must be a mapping, got {data!r}")
+        raise ConfigError(f"`{prefix or 'config'}` must be a mapping, got {_kind(data)}")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     for key in data:
         if key not in names:
-            full = f"{prefix}.{key}" if prefix else str(key)
-            close = difflib.get_close_matches(str(key), names, n=1)
+            key = clipped(key, 80)
+            full = f"{prefix}.{key}" if prefix else key
+            close = difflib.get_close_matches(key, names, n=1)
             hint = f" Did you mean `{(prefix + '.' if prefix else '') + close[0]}`?" if close else ""
             raise ConfigError(
                 f"Unknown config key `{full}`.{hint} Valid keys here: {', '.join(names)}"
@@ -162,28 +228,89 @@ def to_dict(obj):
     return dataclasses.asdict(obj)
 
 
-def apply_overrides(data, overrides):
-    """Applies `a.b=value` strings to a nested dict (values parsed as YAML)."""
+def key_type(cls, parts):
+    """The declared type of the dotted key `parts` in dataclass `cls` (Optional
+    unwrapped), or None when a part of it is not a field of a section."""
+    tp = cls
+    for part in parts:
+        tp = _unwrap_optional(tp)[0]
+        if not _is_dataclass_type(tp):
+            return None
+        hints = typing.get_type_hints(tp)
+        if part not in hints:
+            return None
+        tp = hints[part]
+    return _unwrap_optional(tp)[0]
+
+
+def override_value(raw, tp):
+    """The value of an override `key=raw` for a key of type `tp` (None: unknown).
+
+    A string key takes `raw` as written (surrounding spaces aside), so that a path
+    such as `*.txt`, `[ab].txt` or `{a,b}.txt` is that path, not YAML; a value in
+    quotes is YAML's quoted string (`''`, the empty string; `'  x'`). Any other
+    key's value is parsed as YAML (`4`, `1e-3`, `true`, `null`, `[1, 2]`,
+    `{units: 48}`)."""
+    text = raw.strip()
+    if tp is str and not text.startswith(("'", '"')):
+        return text
+    return load_yaml(raw)
+
+
+def _merged(section, value):
+    """`value` merged into the mapping `section` (a new dict; nested mappings merged
+    too), or `value` itself when either is not a mapping."""
+    if not (isinstance(section, dict) and isinstance(value, dict)):
+        return value
+    out = dict(section)
+    for k, v in value.items():
+        out[k] = _merged(out.get(k), v)
+    return out
+
+
+def apply_overrides(data, overrides, schema=None):
+    """Applies `a.b=value` strings to a nested dict, in order.
+
+    The value of a string key is taken as written; any other key's is parsed as
+    YAML (`override_value`). A mapping given for a section is merged into it:
+    `model={units: 48}` sets `model.units` and keeps the section's other keys.
+
+    Args:
+        data: the config as nested dicts (changed in place and returned).
+        overrides: `key.sub=value` strings.
+        schema: `schema(data)` -> the config dataclass that `data` (as overridden
+            so far) builds, or None when unknown: the keys' types. Without it
+            every value is parsed as YAML.
+
+    Raises:
+        ConfigError: an override without `=`, a value that is not valid YAML, or
+            a key below one that is not a section.
+    """
     for override in overrides or []:
         if "=" not in override:
-            raise ConfigError(f"Override `{override}` is not of the form key.sub=value.")
+            raise ConfigError(f"Override `{clipped(override)}` is not of the form key.sub=value.")
         key, raw = override.split("=", 1)
         key = key.strip()
-        try:
-            value = load_yaml(raw)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"Override `{override}`: the value is not valid YAML ({e}).") from e
-        node = data
         parts = key.split(".")
+        root = schema(data) if schema is not None else None
+        try:
+            value = override_value(raw, key_type(root, parts) if root is not None else None)
+        except (yaml.YAMLError, ValueError) as e:
+            raise ConfigError(f"Override `{clipped(override)}`: the value is not valid YAML "
+                              f"({clipped(' '.join(str(e).split()), 300)}).") from e
+        node = data
         for i, part in enumerate(parts[:-1]):
             if node.get(part) is None:
                 node[part] = {}
+            elif isinstance(node[part], dict):
+                node[part] = dict(node[part])  # not a section aliased elsewhere (`*anchor`)
             node = node[part]
             if not isinstance(node, dict):
                 raise ConfigError(
-                    f"Override `{override}`: `{'.'.join(parts[: i + 1])}` is not a section."
+                    f"Override `{clipped(override)}`: `{'.'.join(parts[: i + 1])}` is not a "
+                    "section."
                 )
-        node[parts[-1]] = value
+        node[parts[-1]] = _merged(node.get(parts[-1]), value)
     return data
 
 
@@ -214,14 +341,21 @@ def _read_bytes(path):
     try:
         if gfile is None:
             with open(path, "rb") as f:
-                return f.read()
-        with gfile.GFile(path, "rb") as f:
-            return f.read()
+                raw = f.read(MAX_CONFIG_BYTES + 1)
+        else:
+            with gfile.GFile(path, "rb") as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
     except Exception as e:  # OSError, or TensorFlow's OpError (no TensorFlow import here)
         if not isinstance(e, OSError) and type(e).__module__.split(".")[0] != "tensorflow":
             raise
         message = getattr(e, "message", None) or str(e)
         raise ConfigError(f"{path}: cannot read the config file ({message})") from e
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path}: the config file is over {MAX_CONFIG_BYTES // (1 << 20)} MiB: a config "
+            "is a few kilobytes of YAML (a long list of files goes in a glob, or a "
+            "comma-separated one); is this the right file?")
+    return raw
 
 
 def read_yaml(path):
@@ -240,6 +374,8 @@ def read_yaml(path):
         raise ConfigError(f"{where}: not valid YAML: {context}{e.problem}") from e
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    except ValueError as e:  # Python's own limits (an integer of over 4,300 digits)
+        raise ConfigError(f"{path}: not a usable YAML value: {e}") from e
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -262,23 +398,84 @@ def write_yaml(obj, path):
 
 def positive(value, key, allow_zero=False):
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"`{key}` must be a finite number, got {value!r}")
+        raise ConfigError(f"`{key}` must be a finite number, got {shown(value)}")
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(
-            f"`{key}` must be {'non-negative' if allow_zero else 'positive'}, got {value!r}"
+            f"`{key}` must be {'non-negative' if allow_zero else 'positive'}, got {shown(value)}"
         )
 
 
 def fraction_or_none(value, key):
     """Refuses a value that is neither None nor in (0, 1]."""
     if value is not None and not 0 < value <= 1:
-        raise ConfigError(f"`{key}` must be null or in (0, 1], got {value!r}")
+        raise ConfigError(f"`{key}` must be null or in (0, 1], got {shown(value)}")
 
 
 def one_of(value, choices, key):
     if value not in choices:
-        raise ConfigError(f"`{key}` must be one of {tuple(choices)}, got {value!r}")
+        raise ConfigError(f"`{key}` must be one of {tuple(choices)}, got {shown(value)}")
 
 
 def join(prefix, name):
     return f"{prefix}.{name}" if prefix else name
+
+
+# Seeds are given to NumPy (`keras.utils.set_random_seed`), which takes 32 bits.
+MAX_SEED = 2**32 - 1
+
+
+def seed_range(value, key):
+    """Refuses a seed outside [0, 2**32 - 1], the range every consumer of it accepts."""
+    if not 0 <= value <= MAX_SEED:
+        raise ConfigError(f"`{key}` must be an integer in [0, {MAX_SEED}] (a seed), got "
+                          f"{shown(value)}")
+
+
+# True while a config that tfeff wrote (a model directory's config.yaml) is read back.
+_READING_SAVED = contextvars.ContextVar("tfeff_reading_saved_config", default=False)
+
+
+@contextlib.contextmanager
+def reading_saved_config():
+    """Reads back what tfeff wrote: the checks of what a user asks that a run may
+    not ignore (`only_with`, `TrainConfig.validate_steps`) are for the configs users
+    give. A model directory written before such a check must still resume and export."""
+    token = _READING_SAVED.set(True)
+    try:
+        yield
+    finally:
+        _READING_SAVED.reset(token)
+
+
+def checking_requests():
+    """False while `reading_saved_config`: see there."""
+    return not _READING_SAVED.get()
+
+
+def only_with(section, prefix, rules):
+    """Refuses a key of `section` that has no effect under the section's choices.
+
+    A key that applies to one choice of another key only (Adam's epsilon to
+    `optimizer: adam`, the exponential decay's rate to `decay: exponential`) must
+    keep its default under any other choice: a value there would be accepted and
+    silently ignored.
+
+    Args:
+        section: a config dataclass.
+        prefix: its dotted name (`train`).
+        rules: `{key: (choice_key, allowed_choices, owner)}`: `key` applies only
+            where `choice_key` is one of `allowed_choices`; `owner` names what it
+            belongs to in the message (`Adam's`).
+
+    Raises:
+        ConfigError: naming the key, its value, the choice it has no effect under
+            and its default.
+    """
+    defaults = {f.name: f.default for f in dataclasses.fields(section)}
+    for key, (choice_key, allowed, owner) in rules.items():
+        value, choice = getattr(section, key), getattr(section, choice_key)
+        if choice not in allowed and value != defaults[key]:
+            raise ConfigError(
+                f"`{join(prefix, key)}` is {owner}: it has no effect with "
+                f"`{join(prefix, choice_key)}: {choice}`, got {shown(value)} (leave it out, "
+                f"or at its default {shown(defaults[key])})")

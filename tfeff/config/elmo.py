@@ -9,6 +9,7 @@ from tfeff.config.base import fraction_or_none
 from tfeff.config.base import join
 from tfeff.config.base import one_of
 from tfeff.config.base import positive
+from tfeff.config.base import shown
 from tfeff.config.train import TrainConfig
 from tfeff.config.train import check_rnmt_batch
 
@@ -45,6 +46,7 @@ class SyntheticCorpusConfig:
 
     def validate(self, prefix):
         positive(self.paragraph_sentences, join(prefix, "paragraph_sentences"), allow_zero=True)
+        positive(self.seed, join(prefix, "seed"), allow_zero=True)
         positive(self.num_train_sentences, join(prefix, "num_train_sentences"))
         positive(self.num_heldout_sentences, join(prefix, "num_heldout_sentences"))
         if not 20 <= self.lexicon_size <= 1_000_000:
@@ -264,7 +266,7 @@ class ElmoModelConfig:
         if cutoffs and (cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0):
             raise ConfigError(
                 f"`{join(prefix, 'adaptive_cutoffs')}` must be increasing positive integers, "
-                f"got {cutoffs}"
+                f"got {shown(cutoffs)}"
             )
         if self.tie_output and (self.input_embedding not in ("trainable", "alone")
                                 or self.output_layer != "full"):

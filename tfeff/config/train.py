@@ -6,12 +6,31 @@ from typing import Union
 from tfeff.config.base import ConfigError
 from tfeff.config.base import join
 from tfeff.config.base import one_of
+from tfeff.config.base import checking_requests
+from tfeff.config.base import only_with
 from tfeff.config.base import positive
+from tfeff.config.base import seed_range
+from tfeff.config.base import shown
 
 # Keras dtype policies a run may train under (`train.precision`).
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # The optimizers a run may train with (`train.optimizer`).
 OPTIMIZERS = ("adam", "adagrad")
+# The learning-rate schedules (`train.decay`).
+DECAYS = ("cosine", "linear", "exponential", "constant", "rnmt")
+# Keys that apply to one choice of another key only: under any other choice they must
+# keep their default (`tfeff.config.base.only_with`), or they would be silently ignored.
+ONLY_WITH = {
+    "decay_rate": ("decay", ("exponential",), "the exponential decay's"),
+    "decay_steps": ("decay", ("exponential",), "the exponential decay's"),
+    "decay_start_step": ("decay", ("rnmt",), "the rnmt decay's"),
+    "decay_end_step": ("decay", ("rnmt",), "the rnmt decay's"),
+    "final_learning_rate_fraction": ("decay", ("cosine", "linear", "exponential"),
+                                     "the cosine, linear and exponential decays'"),
+    "adagrad_initial_accumulator": ("optimizer", ("adagrad",), "Adagrad's"),
+    "weight_decay": ("optimizer", ("adam",), "Adam's"),
+    "adam_epsilon": ("optimizer", ("adam",), "Adam's"),
+}
 
 
 @dataclasses.dataclass
@@ -32,6 +51,15 @@ class TrainConfig:
     XLA: `true` (an error at startup naming the layer when a layer of the
     model cannot be compiled), `auto` (compile unless a layer cannot) or
     `false`; it may change on resume.
+
+    A key that applies to one choice of another only (`decay_rate` and
+    `decay_steps` to `decay: exponential`; `decay_start_step` and
+    `decay_end_step` to `rnmt`; `final_learning_rate_fraction` to `cosine`,
+    `linear` and `exponential`; `adagrad_initial_accumulator` to `adagrad`;
+    `weight_decay` and `adam_epsilon` to `adam`; `tfeff.config.train.ONLY_WITH`)
+    keeps its default under the other choices: a value there would have no
+    effect and is refused, naming the key. So is an `rnmt` decay that starts
+    at or after `steps`.
 
     Args:
         steps: the step training ends at (unless `epochs` is set).
@@ -57,7 +85,8 @@ class TrainConfig:
         decay_rate: `exponential`: the factor, in (0, 1], applied every
             `decay_steps` steps.
         decay_steps: `exponential`: the steps per `decay_rate` factor.
-        decay_start_step: `rnmt`: the step its decay starts at.
+        decay_start_step: `rnmt`: the step its decay starts at, before
+            `steps` (with `epochs`, checked once the steps are counted).
         decay_end_step: `rnmt`: the step its decay ends at (> the start).
         clipnorm: global-norm gradient clipping; 0 disables it.
         optimizer: `adam` or `adagrad` (see above).
@@ -77,7 +106,8 @@ class TrainConfig:
             BERT run is evaluated at its end only); 0 disables it.
         steps_per_execution: steps run per call of the compiled train
             function (Keras' `steps_per_execution`).
-        seed: the run's seed (initializers, dropout, shuffling, masks).
+        seed: the run's seed (initializers, dropout, shuffling, masks), in
+            [0, 2**32 - 1].
         on_nan: a step with NaN/Inf loss or gradients: `stop` (raise, naming
             the step; nothing applied or saved) or `skip` (drop the update,
             log it and go on).
@@ -126,7 +156,7 @@ class TrainConfig:
         one_of(self.precision, PRECISIONS, join(prefix, "precision"))
         if not (isinstance(self.jit_compile, bool) or self.jit_compile == "auto"):
             raise ConfigError(f"`{join(prefix, 'jit_compile')}` must be true, false or auto, "
-                              f"got {self.jit_compile!r}")
+                              f"got {shown(self.jit_compile)}")
         if self.jit_compile is True and self.deterministic:
             raise ConfigError(
                 f"`{join(prefix, 'jit_compile')}: true` cannot be honoured with "
@@ -141,27 +171,36 @@ class TrainConfig:
         positive(self.clipnorm, join(prefix, "clipnorm"), allow_zero=True)
         positive(self.weight_decay, join(prefix, "weight_decay"), allow_zero=True)
         positive(self.adam_epsilon, join(prefix, "adam_epsilon"), allow_zero=True)
+        seed_range(self.seed, join(prefix, "seed"))
         one_of(self.optimizer, OPTIMIZERS, join(prefix, "optimizer"))
         positive(self.adagrad_initial_accumulator, join(prefix, "adagrad_initial_accumulator"))
-        if self.optimizer != "adam":
-            for name in ("weight_decay", "adam_epsilon"):
-                if getattr(self, name):
-                    raise ConfigError(
-                        f"`{join(prefix, name)}` is Adam's: it has no effect with "
-                        f"`{join(prefix, 'optimizer')}: {self.optimizer}` (set it to 0)")
-        one_of(self.decay, ("cosine", "linear", "exponential", "constant", "rnmt"),
-               join(prefix, "decay"))
+        one_of(self.decay, DECAYS, join(prefix, "decay"))
+        one_of(self.on_nan, ("stop", "skip"), join(prefix, "on_nan"))
+        if checking_requests():  # not when a model directory's own config is read back
+            only_with(self, prefix, ONLY_WITH)
         positive(self.decay_start_step, join(prefix, "decay_start_step"), allow_zero=True)
         if self.decay == "rnmt" and self.decay_end_step <= self.decay_start_step:
             raise ConfigError(
                 f"`{join(prefix, 'decay')}: rnmt` needs `{join(prefix, 'decay_end_step')}` "
                 f"> decay_start_step, got {self.decay_end_step} and {self.decay_start_step}")
-        one_of(self.on_nan, ("stop", "skip"), join(prefix, "on_nan"))
         positive(self.decay_steps, join(prefix, "decay_steps"))
         if not 0 < self.decay_rate <= 1:
             raise ConfigError(f"`{join(prefix, 'decay_rate')}` must be in (0, 1]")
         if not 0 <= self.final_learning_rate_fraction <= 1:
             raise ConfigError(f"`{join(prefix, 'final_learning_rate_fraction')}` must be in [0, 1]")
+        if not self.epochs and checking_requests():  # else `steps` comes from the epochs
+            self.validate_steps(prefix)
+
+    def validate_steps(self, prefix):
+        """Checks the keys that depend on `steps`: at load, or once `train.epochs` has
+        set `steps` (`tfeff.training.families.base.steps_from_epochs`)."""
+        if self.decay == "rnmt" and self.decay_start_step >= self.steps:
+            budget = (f"the {self.steps:,} steps that `{join(prefix, 'epochs')}: "
+                      f"{self.epochs:g}` comes to" if self.epochs
+                      else f"`{join(prefix, 'steps')}` ({self.steps:,})")
+            raise ConfigError(
+                f"`{join(prefix, 'decay_start_step')}` ({self.decay_start_step:,}) is not "
+                f"before {budget}: the rnmt decay would never start")
 
 
 def check_rnmt_batch(train, data, prefix):

@@ -146,6 +146,40 @@ def _read_index(directory):
     return state, None
 
 
+# What an unreadable checkpoint's files are renamed to under `--restore_fallback`
+# (`set_aside`): out of the index and of `ckpt-*`, so that nothing reads, counts or
+# rotates them, and kept for a look.
+SET_ASIDE_PREFIX = "corrupt-"
+
+
+def _files_of(prefix):
+    """The files of checkpoint `prefix` (`ckpt-30.index`, `ckpt-30.data-*`), by name (a
+    directory name is never taken for a glob)."""
+    directory, name = os.path.split(prefix)
+    if not tf.io.gfile.isdir(directory):
+        return []
+    return [os.path.join(directory, entry) for entry in sorted(tf.io.gfile.listdir(directory))
+            if entry == f"{name}.index" or entry.startswith(f"{name}.data-")]
+
+
+def set_aside(prefix):
+    """Renames the files of checkpoint `prefix` (`ckpt-30.index`, `ckpt-30.data-*`) to
+    `corrupt-ckpt-30...` beside them (`corrupt-2-ckpt-30...` when that is taken);
+    returns the new prefix."""
+    directory, name = os.path.split(prefix)
+    taken = set(tf.io.gfile.listdir(directory))
+    n = 1
+    while True:
+        tag = SET_ASIDE_PREFIX if n == 1 else f"{SET_ASIDE_PREFIX}{n}-"
+        if not any(entry.startswith(f"{tag}{name}.") for entry in taken):
+            break
+        n += 1
+    target = os.path.join(directory, tag + name)
+    for path in _files_of(prefix):
+        tf.io.gfile.rename(path, target + path[len(prefix):])
+    return target
+
+
 def select_checkpoint(directory, fallback=False, write_index=True):
     """The newest readable checkpoint of `directory` and its tensor names, or `(None, set())`.
 
@@ -155,6 +189,11 @@ def select_checkpoint(directory, fallback=False, write_index=True):
     it, the newest readable checkpoint on disk is chosen and (with `write_index`: the
     chief of a run) the index is written again from the files (their modification
     times as the checkpoints' times, so that they are rotated as usual).
+
+    With `fallback` and `write_index`, the unreadable checkpoints newer than the one
+    chosen are set aside (`set_aside`: renamed to `corrupt-ckpt-N...`) and the index
+    names the chosen one as the latest: the run then saves its checkpoint at those
+    steps again, and rotating old checkpoints out counts only readable ones.
 
     Raises:
         CheckpointError: the newest checkpoint (or, with `fallback`, every
@@ -186,7 +225,7 @@ def select_checkpoint(directory, fallback=False, write_index=True):
         candidates = [os.path.join(directory, os.path.basename(p)) for p in
                       (list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path])]
         candidates = sorted(set(candidates), key=checkpoint_step, reverse=True)
-    errors = []
+    errors, unreadable = [], []
     for prefix in candidates:
         try:
             names = verify_checkpoint(prefix)
@@ -195,18 +234,41 @@ def select_checkpoint(directory, fallback=False, write_index=True):
                 older = f" ({candidates[1]})" if len(candidates) > 1 else ""
                 raise CheckpointError(
                     f"{e}. Rerun with --restore_fallback to restore the previous "
-                    f"checkpoint{older} instead.", prefix) from e
+                    f"checkpoint{older} instead (the unreadable one is then renamed to "
+                    f"{SET_ASIDE_PREFIX}{os.path.basename(prefix)}.*).", prefix) from e
             logging.warning("Skipping unreadable checkpoint: %s", e)
             errors.append(str(e))
+            unreadable.append(prefix)
             continue
         if errors:
             logging.warning("Falling back to %s", prefix)
-        if state is None and write_index:
-            _write_index(directory, [p for p in on_disk
-                                     if checkpoint_step(p) <= checkpoint_step(prefix)])
-            logging.warning("Wrote %s again from the checkpoint files", index)
+        if write_index:
+            for bad in unreadable:
+                if _files_of(bad):  # (a listed one may have no files left)
+                    logging.warning("Set the unreadable checkpoint %s aside as %s.*", bad,
+                                    set_aside(bad))
+            if state is None:
+                _write_index(directory, [p for p in on_disk
+                                         if checkpoint_step(p) <= checkpoint_step(prefix)])
+                logging.warning("Wrote %s again from the checkpoint files", index)
+            elif unreadable:
+                _drop_from_index(directory, state, prefix)
+                logging.warning("Wrote %s again without the unreadable checkpoints "
+                                "(%s is the latest)", index, os.path.basename(prefix))
         return prefix, names
     raise CheckpointError(f"no readable checkpoint in {directory}: " + "; ".join(errors))
+
+
+def _drop_from_index(directory, state, latest):
+    """Writes the checkpoint index `state` again without the checkpoints after `latest`
+    (which becomes the latest), keeping the others' times."""
+    paths = [os.path.basename(p) for p in state.all_model_checkpoint_paths]
+    times = list(state.all_model_checkpoint_timestamps)
+    keep = [i for i, p in enumerate(paths) if checkpoint_step(p) <= checkpoint_step(latest)]
+    write_checkpoint_state(
+        directory, os.path.basename(latest), [paths[i] for i in keep],
+        [times[i] for i in keep] if len(times) == len(paths) else None,
+        state.last_preserved_timestamp or None)
 
 
 def write_checkpoint_state(directory, latest, paths, timestamps=None, last_preserved=None):

@@ -12,7 +12,9 @@ shares once its model and optimizer are built:
   as the latest.
 * **Restore** reads every tensor of the chosen checkpoint first, so a
   truncated or corrupted file is reported by name (`CheckpointError`);
-  `restore_fallback=True` then uses the newest checkpoint that reads cleanly.
+  `restore_fallback=True` then uses the newest checkpoint that reads cleanly, sets
+  the unreadable newer ones aside (`corrupt-ckpt-N.*`, out of the index) and saves
+  their steps again.
 * **Exact resume.** A single-replica run saves the iterator state, so a
   resumed run continues with the very next batch. Multi-replica strategies
   cannot save `tf.data` iterators (their distributed iterators are not

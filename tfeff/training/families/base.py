@@ -321,6 +321,7 @@ def steps_from_epochs(config, artifacts):
         logging.info("train.epochs=%g: %s windows per epoch, %.1f steps of %d: training to "
                      "step %d", config.train.epochs, f"{artifacts.epoch_windows:,}", per_epoch,
                      config.data.batch_size, steps)
+    config.train.validate_steps("train")  # the keys that depend on the steps
 
 
 def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=None,

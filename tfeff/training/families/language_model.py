@@ -48,30 +48,66 @@ def _check_unknown_words(data_cfg, train_files, vocabulary_path, learned):
                                 on_invalid_utf8=data_cfg.on_invalid_utf8, learned=learned)
 
 
+# Bytes read from each end of a corpus file for its fingerprint (`_file_fingerprint`).
+_FINGERPRINT_BYTES = 1 << 16
+
+
+def _file_fingerprint(path):
+    """`[path, size, modification time in ns, SHA-256 of its first and last 64 KiB]`:
+    what tells that a file changed without reading it all. An edit that keeps the size
+    changes the time (unless it is set back) or, near either end, the digest."""
+    stat = tf.io.gfile.stat(path)
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        digest.update(f.read(_FINGERPRINT_BYTES))
+        if stat.length > 2 * _FINGERPRINT_BYTES:
+            f.seek(stat.length - _FINGERPRINT_BYTES)
+        digest.update(f.read())
+    return [path, stat.length, stat.mtime_nsec, digest.hexdigest()]
+
+
+def _saved_count(saved, counted_for, max_sequence_length):
+    """The windows `saved` (the parsed `EPOCH_FILE`) records for `counted_for`, or None
+    when it was counted for something else or does not hold a count that can be true:
+    windows and tokens positive integers, each window 1 to `max_sequence_length`
+    tokens. The file is tfeff's own, derived: anything else is counted again."""
+    if not isinstance(saved, dict) or {k: saved.get(k) for k in counted_for} != counted_for:
+        return None
+    windows, tokens = saved.get("windows"), saved.get("tokens")
+    if not all(type(n) is int and n > 0 for n in (windows, tokens)):
+        return None
+    if not windows <= tokens <= windows * max_sequence_length:
+        return None
+    return windows
+
+
 def epoch_windows(config, model_dir, train_files, vocabulary_path):
     """`train.epochs`' unit: the training windows of one pass over the corpus
     (`tfeff.data.count_windows`), counted once and kept in `<model_dir>/EPOCH_FILE`
-    with what they were counted for: the files (and their sizes), the vocabulary's
-    digest, the window length, the tokenization and the UTF-8 policy. A change of
-    any of them counts again."""
+    with what they were counted for: the files (each one's size, modification time
+    and a digest of its ends, `_file_fingerprint`), the vocabulary's digest, the
+    window length, the tokenization and the UTF-8 policy. A change of any of them,
+    or a kept count that cannot be true (not a positive integer, or not between the
+    kept token count over `max_sequence_length` and the token count), counts again."""
     d = config.data
     with tf.io.gfile.GFile(vocabulary_path, "rb") as f:
         vocabulary_digest = hashlib.sha256(f.read()).hexdigest()
     counted_for = {
         "train_files": train_files,
-        "file_sizes": [[path, tf.io.gfile.stat(path).length]
-                       for path in data_lib.resolve_files(train_files)],
+        "files": [_file_fingerprint(path) for path in data_lib.resolve_files(train_files)],
         "vocabulary_sha256": vocabulary_digest, "max_sequence_length": d.max_sequence_length,
         "tokenization": d.tokenization, "on_invalid_utf8": d.on_invalid_utf8}
     path = file_path(model_dir, EPOCH_FILE)
     if tf.io.gfile.exists(path):
         try:
             with tf.io.gfile.GFile(path) as f:
-                saved = json.load(f)
-            if {k: saved.get(k) for k in counted_for} == counted_for:
-                return int(saved["windows"])
-        except (ValueError, KeyError, TypeError):
-            pass  # tfeff's own derived file, unreadable: counted again
+                saved = _saved_count(json.load(f), counted_for, d.max_sequence_length)
+        except ValueError:  # not JSON
+            saved = None
+        if saved is not None:
+            return saved
+        logging.info("%s does not hold a count for this corpus and config: counting again",
+                     path)
     logging.info("Counting the windows of one epoch of %s (train.epochs)", train_files)
     windows, tokens = data_lib.count_windows(
         train_files, vocabulary_path, d.max_sequence_length, d.on_invalid_utf8,
