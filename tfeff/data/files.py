@@ -2,16 +2,26 @@
 
 A reader never sees a half-written file, and a killed writer leaves at most a
 `*.tmp-*` sibling that the next run overwrites.
+
+tfeff never writes through a name it does not own. Where it writes a file of
+its own (a config, a mark, a table), a symbolic link at that name is replaced
+by the new file, the file it pointed to left as it was (a rename replaces the
+link itself); a directory, named pipe or other non-file there is refused. A
+file that is written in place (a lock) must be a regular file: a link is
+refused. Removing never follows a link (`remove_path`). Temporary files are
+created new (`open_new`): never an existing file, never through a link.
 """
 
 import contextlib
 import datetime
+import errno
 import fcntl
 import functools
 import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import uuid
 
@@ -23,15 +33,97 @@ def temporary_sibling(path):
     return f"{path}.tmp-{uuid.uuid4().hex[:8]}"
 
 
+def _is_local(path):
+    return "://" not in os.fspath(path)
+
+
+def _what(mode):
+    """What the `st_mode` `mode` names, in words."""
+    for test, words in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+                        (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+                        (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
+def check_replaceable(path):
+    """Refuses to write a file at the local `path` where something other than a file or a
+    symbolic link is (a directory, a named pipe, a socket, a device): FileExistsError
+    naming it. A symbolic link is replaced by the rename (its target is not touched)."""
+    if not _is_local(path):
+        return
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise FileExistsError(
+            f"{path} is {_what(mode)}, where tfeff writes a file: nothing was written there. "
+            "Remove it or choose another path.")
+
+
+def open_new(path, mode="w"):
+    """Opens the local `path` for writing as a new file (`mode` "w" or "wb"; text as UTF-8):
+    never an existing file and never through a symbolic link (`O_EXCL`, which fails on any
+    entry there, a dangling link included)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o666)
+    if "b" in mode:
+        return os.fdopen(fd, mode)
+    return os.fdopen(fd, mode, encoding="utf-8", newline="")
+
+
+def remove_path(path):
+    """Removes the file, symbolic link or directory tree at `path`. A link is removed
+    itself, never what it points to (TensorFlow's `rmtree` empties a linked directory)."""
+    if not _is_local(path):
+        if tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)
+        else:
+            tf.io.gfile.remove(path)
+        return
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)  # does not follow the links inside either
+    else:
+        os.remove(path)
+
+
 def write_text_atomic(path, text):
-    """Writes `text` (str) to `path` atomically, creating parent directories."""
+    """Writes `text` (str) to `path` atomically, creating parent directories.
+
+    The text goes to a new temporary sibling (`open_new`), renamed over `path` once
+    complete: a failed write (a full disk) leaves `path` as it was and no temporary.
+    A symbolic link at `path` is replaced, not written through; a directory or other
+    non-file there is refused (`check_replaceable`).
+    """
     parent = os.path.dirname(path)
     if parent:
         tf.io.gfile.makedirs(parent)
+    check_replaceable(path)
     tmp = temporary_sibling(path)
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    try:
+        if _is_local(path):
+            with open_new(tmp) as f:
+                f.write(text)
+            os.replace(tmp, path)
+        else:
+            with tf.io.gfile.GFile(tmp, "w") as f:
+                f.write(text)
+            tf.io.gfile.rename(tmp, path, overwrite=True)
+    except BaseException:
+        _discard(tmp)
+        raise
+
+
+def _discard(path):
+    """Removes the temporary file `path` if it is there."""
+    with contextlib.suppress(OSError, tf.errors.OpError):
+        if not _is_local(path):
+            if tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
+        elif os.path.lexists(path):
+            os.remove(path)
 
 
 def _comparable(path):
@@ -130,15 +222,18 @@ def move_directory_into_place(source, path, check=None):
     which runs again here when `path` exists now (it may have appeared while the
     job ran): it is replaced only when it is an earlier output of the same kind.
     An existing `path` is first renamed aside and removed only after the new
-    directory is in place, so `path` is never a half-written directory.
+    directory is in place, so `path` is never a half-written directory. A
+    symbolic link at `path` is replaced by the new directory: the link is
+    removed, what it pointed to is left as it was.
     """
-    if tf.io.gfile.exists(path):
+    exists = os.path.lexists(path) if _is_local(path) else tf.io.gfile.exists(path)
+    if exists:
         if check is not None:
             check()
         old = temporary_sibling(path) + ".old"
         tf.io.gfile.rename(path, old)
         tf.io.gfile.rename(source, path)
-        tf.io.gfile.rmtree(old)
+        remove_path(old)
     else:
         tf.io.gfile.rename(source, path)
 
@@ -153,13 +248,39 @@ def atomic_local_path(path):
     parent = os.path.dirname(path)
     if parent:
         os.makedirs(parent, exist_ok=True)
+    check_replaceable(path)
     tmp = temporary_sibling(path)
     try:
         yield tmp
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # a link at `path` is replaced, not written through
     finally:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.remove(tmp)
+
+
+class LockHeldError(FileExistsError):
+    """Another process holds the lock (`lock`); the message names it."""
+
+
+def _open_lock(path):
+    """The lock file `path` opened for reading and writing (created if missing): a regular
+    file, never through a symbolic link (FileExistsError naming what is there instead)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise
+        fd = None
+    mode = os.lstat(path).st_mode if fd is None else os.fstat(fd).st_mode
+    if fd is None or not stat.S_ISREG(mode):
+        if fd is not None:
+            os.close(fd)
+        target = f" to {os.readlink(path)}" if stat.S_ISLNK(mode) else ""
+        raise FileExistsError(
+            f"{path} is {_what(mode)}{target}, not a lock file tfeff made: nothing was "
+            "written there or through it. Remove it and rerun.")
+    return os.fdopen(fd, "r+", encoding="utf-8")
 
 
 def lock(path, what):
@@ -169,21 +290,23 @@ def lock(path, what):
     The file then says who holds it.
 
     Raises:
-        FileExistsError: another process holds it; the message names that process.
+        LockHeldError: another process holds it; the message names that process.
+        FileExistsError: `path` is a symbolic link (dangling or not), a directory or
+            anything else than a regular file: tfeff writes only a lock file it made.
     """
     while True:
-        handle = open(path, "a+", encoding="utf-8")
+        handle = _open_lock(path)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
             handle.close()
-            raise FileExistsError(holder) from None
+            raise LockHeldError(holder) from None
         # The holder before may have removed the file between this open and the lock (its
         # lock then covers a file no one else opens): lock the file the path names now.
         try:
-            same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+            same = os.lstat(path).st_ino == os.fstat(handle.fileno()).st_ino
         except FileNotFoundError:
             same = False
         if same:
@@ -240,7 +363,7 @@ def exclusive_output(path, what):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     try:
         held = lock(lock_path, what)
-    except FileExistsError as e:
+    except LockHeldError as e:
         raise FileExistsError(f"{path} is being written by {e}: one run writes it at a time. "
                               "Wait for it to end or stop it (a killed run holds nothing)") \
             from None
@@ -249,11 +372,7 @@ def exclusive_output(path, what):
         parent = os.path.dirname(path) or "."
         for name in os.listdir(parent) if os.path.isdir(parent) else []:
             if pattern.match(name):
-                leftover = os.path.join(parent, name)
-                if os.path.isdir(leftover) and not os.path.islink(leftover):
-                    shutil.rmtree(leftover, ignore_errors=True)
-                else:
-                    os.remove(leftover)
+                remove_path(os.path.join(parent, name))
         yield
     finally:
         with contextlib.suppress(OSError):

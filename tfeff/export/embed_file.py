@@ -325,6 +325,8 @@ def _embed_locked(embedder, meta, input_path, embedder_path, output, partial, re
                 "on_invalid_utf8": on_invalid_utf8}
     fingerprint = _fingerprint(input_path, embedder_path, settings)
     progress_path = os.path.join(partial, PROGRESS_FILE)
+    if os.path.islink(partial):  # not a run of its own: the link goes, what it names stays
+        files.remove_path(partial)
     state = _read_json(progress_path) if os.path.exists(progress_path) else None
     if state is not None and not (resume and state["fingerprint"] == fingerprint):
         if resume:

@@ -30,6 +30,12 @@ Layout of `model_dir`:
 tfeff writes into a directory only what it owns: a new or empty directory, or one
 it made (its mark, or, from before the mark, its own resolved `config.yaml` and
 only its own file names). Any other directory is refused, naming what is in it.
+Nor does it write through a name of its own that is not its file
+(`tfeff.data.files`): a symbolic link at `config.yaml`, `eval.json` or another of
+its files is replaced by the file, the link's target left as it was; a
+`.tfeff-lock` that is a link (dangling or not) or not a file is refused; what it
+removes (a killed run's temporaries) is never removed through a link. A folder of
+its own that is a link (`checkpoints/` on another disk) is written into.
 """
 
 import contextlib
@@ -39,6 +45,7 @@ import json
 import logging
 import os
 import re
+import uuid
 
 import keras
 import tensorflow as tf
@@ -80,16 +87,20 @@ def file_path(model_dir, name):
 
 
 def corpus_files(data_cfg, model_dir):
-    """`(train_files, heldout_files)`: the configured globs, or the generated corpus.
+    """`(train_files, heldout_files)`: the configured patterns, resolved once
+    (`tfeff.data.training_and_heldout_files`), or the generated corpus.
 
     Raises:
         CorpusError: configured training files that hold no text (blank lines
             only): there would be nothing to learn from, and a repeated empty
-            input never yields a batch.
+            input never yields a batch; patterns that name no regular file, or
+            held-out files that are training files.
     """
     if data_cfg.synthetic is None:
-        next(iter(data_lib.text_lines(data_cfg.train_files, "replace")))  # CorpusError if empty
-        return data_cfg.train_files, data_cfg.heldout_files
+        train_files, heldout_files = data_lib.training_and_heldout_files(
+            data_cfg.train_files, data_cfg.heldout_files)
+        next(iter(data_lib.text_lines(train_files, "replace")))  # CorpusError if empty
+        return train_files, heldout_files
     corpus_dir = file_path(model_dir, "corpus")
     train_files = file_path(corpus_dir, "train.txt")
     heldout_files = file_path(corpus_dir, "heldout.txt")
@@ -137,12 +148,27 @@ _MADE_FROM = {"corpus": ("data",), VOCABULARY_FILE: ("data", "family"),
 _CHECKPOINT_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
 
 
-def _checkpoint_steps(model_dir):
-    """The steps of every checkpoint written in `model_dir` (any phase's)."""
+def _checkpoint_files(model_dir):
+    """The index files of every checkpoint written in `model_dir` (any phase's)."""
     written = tf.io.gfile.glob(os.path.join(model_dir, CHECKPOINT_DIR, "ckpt-*.index")) + \
         tf.io.gfile.glob(os.path.join(model_dir, "*", CHECKPOINT_DIR, "ckpt-*.index"))
-    matches = (_CHECKPOINT_INDEX.match(os.path.basename(p)) for p in written)
-    return [int(m.group(1)) for m in matches if m]
+    return {p for p in written if _CHECKPOINT_INDEX.match(os.path.basename(p))}
+
+
+def _checkpoint_steps(model_dir):
+    """The steps of every checkpoint written in `model_dir` (any phase's)."""
+    return [int(_CHECKPOINT_INDEX.match(os.path.basename(p)).group(1))
+            for p in _checkpoint_files(model_dir)]
+
+
+def _checkpoint_stamps(model_dir):
+    """`{index file: modification time}` of every checkpoint in `model_dir`: a checkpoint
+    written since is new or has a new time (one written again at the same step)."""
+    stamps = {}
+    for path in _checkpoint_files(model_dir):
+        with contextlib.suppress(tf.errors.NotFoundError):  # rotated out meanwhile
+            stamps[path] = tf.io.gfile.stat(path).mtime_nsec
+    return stamps
 
 
 def _optimizer_name(train):
@@ -191,10 +217,18 @@ def resolve_config(config, model_dir):
     deletes nothing it cannot tell from a user's own file). Everything is
     checked before anything is written. `train.steps` below the step already
     reached is allowed (nothing more is trained) and logged.
+
+    `config.yaml` is the config of the directory's checkpoints: in a directory
+    this process holds (`claim`), the file it replaces is kept, and when the
+    run ends (`release`) without a new checkpoint (refused after this point,
+    failed before its first checkpoint, or nothing left to train), it goes back
+    to what it was. Only a run that changed the data's settings before the first
+    checkpoint keeps its config either way: the prepared data follows it.
     """
     path = file_path(model_dir, CONFIG_FILE)
+    previous, data_changed = None, False
     if tf.io.gfile.exists(path):
-        saved = config_lib.load_config(path)
+        saved = config_lib.load_config(path, saved=True)
         saved_dict, new_dict = config_lib.to_dict(saved), config_lib.to_dict(config)
         steps = _checkpoint_steps(model_dir)
         frozen = [k for k in sorted(set(saved_dict) | set(new_dict))
@@ -215,13 +249,14 @@ def resolve_config(config, model_dir):
             if not config.train.epochs and config.train.steps < max(steps):
                 logging.warning(
                     "train.steps=%d is below step %d, which %s has already reached: nothing "
-                    "more is trained (config.yaml now says train.steps=%d)",
-                    config.train.steps, max(steps), model_dir, config.train.steps)
+                    "more is trained (config.yaml keeps the config its checkpoints were "
+                    "trained with)", config.train.steps, max(steps), model_dir)
         else:
             # No checkpoint: any corrected config is taken, unless prepared data made
             # from the old data/fasttext section would be reused for the new one.
             stale = [d for d in diffs if d.split(":")[0] not in _BEFORE_FIRST_CHECKPOINT
                      and d.split(".")[0].split(":")[0] in ("data", "fasttext", "family")]
+            data_changed = bool(stale)
             given = {os.path.realpath(p) for c in (saved_dict, new_dict)
                      for p in (c.get("fasttext") or {}).get("pretrained", "").split(",") if p}
             sections = {d.split(".")[0].split(":")[0] for d in stale}
@@ -239,6 +274,11 @@ def resolve_config(config, model_dir):
                     f"old config ({', '.join(derived)}) that the new one would reuse although "
                     f"these keys differ: {'; '.join(stale)}. Remove those files to have them "
                     "made anew (they are derived from the corpus), or use a new model_dir.")
+        with tf.io.gfile.GFile(path) as f:
+            previous = f.read()
+    key = _held_key(model_dir)
+    if previous is not None and not data_changed and key in _HELD and key not in _REPLACED:
+        _REPLACED[key] = (path, previous, _checkpoint_stamps(model_dir))
     config_lib.write_yaml(config, path)
 
 
@@ -247,7 +287,7 @@ def load_model_dir_config(model_dir):
     path = file_path(model_dir, CONFIG_FILE)
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"{model_dir} is not a tfeff model directory (no {CONFIG_FILE})")
-    return config_lib.load_config(path)
+    return config_lib.load_config(path, saved=True)
 
 
 @contextlib.contextmanager
@@ -297,6 +337,10 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
 # The locks this process holds: real path -> [open lock file, claims] (the lock lives
 # as long as the file stays open, and ends with the process however it ends).
 _HELD = {}
+# The config.yaml a run replaced in a directory it holds (`resolve_config`): real path ->
+# (path, its text before, the checkpoints then (`_checkpoint_stamps`)); put back by
+# `release` when the run wrote no checkpoint.
+_REPLACED = {}
 _PROBE_PREFIX = ".tfeff-write-test-"
 
 
@@ -320,7 +364,7 @@ def _own_config(path):
         with tf.io.gfile.GFile(path) as f:
             text = f.read()
         written = yaml.safe_load(text)
-        resolved = config_lib.to_dict(config_lib.load_config(path))
+        resolved = config_lib.to_dict(config_lib.load_config(path, saved=True))
     except Exception:  # noqa: BLE001 (any file that does not load is not tfeff's)
         return False
     if "#" in text or not isinstance(written, dict) or set(written) != set(resolved):
@@ -383,10 +427,10 @@ def claim(model_dir, what="tfeff-pretrain"):
     handle = None
     if _is_local(model_dir):
         lock_path = file_path(model_dir, LOCK_FILE)
-        made = not os.path.exists(lock_path)
+        made = not os.path.lexists(lock_path)
         try:
             handle = files.lock(lock_path, what)
-        except FileExistsError as e:
+        except files.LockHeldError as e:
             raise FileExistsError(
                 f"{model_dir} is in use by {e}: one run writes a model directory at a time. "
                 "Wait for it to end or stop it (a killed run holds nothing)") from None
@@ -427,10 +471,7 @@ def sweep_leftovers(model_dir):
             if not _LEFTOVER.match(name):
                 continue
             path = os.path.join(folder, name)
-            if tf.io.gfile.isdir(path):
-                tf.io.gfile.rmtree(path)
-            else:
-                tf.io.gfile.remove(path)
+            files.remove_path(path)  # a link is removed, not what it points to
             swept.append(os.path.relpath(path, model_dir))
     if swept:
         logging.info("Removed what an interrupted run left in %s: %s", model_dir,
@@ -451,10 +492,11 @@ def _sha256(path):
     return digest.hexdigest()
 
 
-def check_fingerprints(model_dir, made_now):
+def check_fingerprints(model_dir, made_now, record=True):
     """Checks the `FINGERPRINTED` files of `model_dir` against the fingerprints in its
-    mark, then records them; `made_now`: the names this run made (before the first
-    checkpoint recorded, not checked; after it checked too).
+    mark, then records them (unless `record` is off: then it writes nothing); `made_now`:
+    the names this run made (before the first checkpoint recorded, not checked; after it
+    checked too).
 
     Raises:
         ValueError: naming the files that changed since tfeff made them.
@@ -485,7 +527,7 @@ def check_fingerprints(model_dir, made_now):
             "it: the model's ids and vectors are tied to the file as it was. Put the "
             "original back; or, before the first checkpoint, delete it to have it made anew; "
             "or train in a new --model_dir")
-    if recorded != data.get("files"):
+    if record and recorded != data.get("files"):
         files.write_text_atomic(mark, json.dumps({**data, "files": recorded}, indent=1) + "\n")
 
 
@@ -496,19 +538,44 @@ def release(model_dir):
         return
     _HELD[key][1] -= 1
     if _HELD[key][1] == 0:
-        handle, _ = _HELD.pop(key)
-        if handle is not None:
-            handle.close()
+        try:
+            _put_back_config(model_dir, _REPLACED.pop(key, None))
+        finally:
+            handle, _ = _HELD.pop(key)
+            if handle is not None:
+                handle.close()
+
+
+def _put_back_config(model_dir, replaced):
+    """Puts back the config.yaml a run replaced (`resolve_config`) when it wrote no
+    checkpoint: the directory's config stays the config of its checkpoints."""
+    if replaced is None:
+        return
+    path, previous, checkpoints_then = replaced
+    if set(_checkpoint_stamps(model_dir).items()) - set(checkpoints_then.items()):
+        return  # trained under the new config
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            if f.read() == previous:
+                return
+    files.write_text_atomic(path, previous)
+    logging.info("%s: this run wrote no checkpoint, so %s is left as it was", model_dir,
+                 CONFIG_FILE)
 
 
 def check_writable(directory):
     """Creates `directory` and writes a probe file; TrainingError naming it otherwise."""
     try:
         tf.io.gfile.makedirs(directory)
-        probe = os.path.join(directory, f"{_PROBE_PREFIX}{os.getpid()}")
-        with tf.io.gfile.GFile(probe, "w") as f:
-            f.write("ok")
-        tf.io.gfile.remove(probe)
+        probe = os.path.join(directory, f"{_PROBE_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        if _is_local(directory):
+            with files.open_new(probe) as f:  # a new file, never through a link
+                f.write("ok")
+            os.remove(probe)
+        else:
+            with tf.io.gfile.GFile(probe, "w") as f:
+                f.write("ok")
+            tf.io.gfile.remove(probe)
     except (OSError, tf.errors.OpError) as e:
         raise TrainingError(f"model_dir {directory} is not writable: {error_message(e)}") from e
 
@@ -530,9 +597,11 @@ def start_run(config, model_dir, strategy, devices, prepare, check_inputs=None):
     TensorFlow runs an op). Then the inputs are checked before anything is
     written: the global batch against the replica count, and
     `check_inputs()` (a family's own checks, e.g. a pre-trained fastText
-    file). The chief checks `config` against the directory and prepares the
-    data (`prepare()`); the other workers wait for it and then read the
-    chief's files.
+    file). The chief checks the prepared files already there
+    (`check_fingerprints`) and `config` against the directory before it writes
+    the config (`resolve_config`, which puts the old one back if the run ends
+    without a checkpoint) and prepares the data (`prepare()`); the other
+    workers wait for it and then read the chief's files.
 
     Returns:
         `(strategy, worker_info, prepare())`.
@@ -550,6 +619,9 @@ def start_run(config, model_dir, strategy, devices, prepare, check_inputs=None):
         made_before = set()
         if info.is_chief:
             claim(model_dir)
+            # Everything is checked before anything is written: the prepared files
+            # there now, then the config (which `resolve_config` checks, then writes).
+            check_fingerprints(model_dir, made_now=set(), record=False)
             resolve_config(config, model_dir)
             made_before = {n for n in FINGERPRINTED
                            if tf.io.gfile.exists(file_path(model_dir, n))}

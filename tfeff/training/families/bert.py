@@ -282,10 +282,9 @@ class BertFamily(Family):
                 config_lib.write_yaml(coarse_cfg,
                                       _path(coarse_dir, model_directory.CONFIG_FILE))
                 coarse_vocab = _path(coarse_dir, model_directory.VOCABULARY_FILE)
-                if not tf.io.gfile.exists(coarse_vocab):
-                    tf.io.gfile.copy(artifacts.vocabulary_path, coarse_vocab + ".tmp",
-                                     overwrite=True)
-                    tf.io.gfile.rename(coarse_vocab + ".tmp", coarse_vocab, overwrite=True)
+                if not tf.io.gfile.exists(coarse_vocab):  # a new temporary, renamed
+                    with tf.io.gfile.GFile(artifacts.vocabulary_path) as f:
+                        files.write_text_atomic(coarse_vocab, f.read())
 
             if info.is_chief:
                 prepare_coarse()
