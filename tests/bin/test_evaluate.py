@@ -21,11 +21,12 @@ def _evaluate(args, cwd=REPO):
 
 @pytest.fixture
 def task_files(tmp_path):
-    """A one-sentence CoNLL pair and a TSV pair (the refusals never read them)."""
-    for name in ("a.conll", "b.conll"):
-        (tmp_path / name).write_text("the\tDET\ndog\tNOUN\n", encoding="utf-8")
-    for name in ("a.tsv", "b.tsv"):
-        (tmp_path / name).write_text("1\tthe dog\n", encoding="utf-8")
+    """A one-sentence CoNLL pair and a two-sentence TSV pair, each a usable task (two
+    classes, a test file that is not the training file)."""
+    (tmp_path / "a.conll").write_text("the\tDET\ndog\tNOUN\n", encoding="utf-8")
+    (tmp_path / "b.conll").write_text("a\tDET\ncat\tNOUN\n", encoding="utf-8")
+    (tmp_path / "a.tsv").write_text("1\tthe dog\n0\ta cat\n", encoding="utf-8")
+    (tmp_path / "b.tsv").write_text("0\tthe cat\n1\ta dog\n", encoding="utf-8")
     return {name: str(tmp_path / name) for name in ("a.conll", "b.conll", "a.tsv", "b.tsv")}
 
 
@@ -104,7 +105,8 @@ def test_command_line_names_a_bad_argument_and_exits_non_zero(task_files, tmp_pa
          f"error: --output {table} exists; pass --overwrite to replace it"),
         # Named, the same files are two tasks; then the missing export is what is wrong.
         (["--embedder", export, "--tagging", f"pos={conll}", "--classification", tsv],
-         f"error: {tmp_path}/none is not a SavedModel directory"),
+         f"error: {tmp_path}/none is not a SavedModel directory: it has no saved_model.pb "
+         "(give the directory tfeff-export wrote)"),
     ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
     r = subprocess.run([sys.executable, "-c", _REFUSE, json.dumps([a for a, _ in cases])],
@@ -147,8 +149,9 @@ def test_the_table_is_tfeff_evaluations_for_the_same_tasks_and_seeds(fasttext_mo
     lines = expected.splitlines()
     assert lines[0] == ("| features | probe | tagging_train acc | tagging_train macro-F1 "
                         "| agree acc | agree macro-F1 |")
-    assert len(lines) == 5 and lines[2].startswith("| ft | linear | ")
-    assert lines[4] == "Mean ± standard deviation over probe seeds [3, 4] (percent)."
+    assert len(lines) == 7 and lines[2].startswith("| ft | linear | ")
+    assert lines[3].startswith("| majority class | — | ")
+    assert lines[5] == "Mean ± standard deviation over probe seeds [3, 4] (percent)."
     numbers = [float(x) for x in re.findall(r"(\d+\.\d) ± \d+\.\d", lines[2])]
     assert len(numbers) == 4 and all(0 <= x <= 100 for x in numbers), numbers
     assert "tagging_train" in r.stderr and "agree" in r.stderr  # the progress lines

@@ -18,11 +18,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfeff.evaluation.tasks import FormatError
-from tfeff.evaluation.tasks import read_conll
-from tfeff.evaluation.tasks import read_tsv
+from tfeff.evaluation.tasks import check_split
+from tfeff.evaluation.tasks import read_tasks
 from tfeff.export import load_embedder
 from tfeff.export import model_dir_embedder
+from tfeff.export import read_metadata
 from tfeff.layers import ScalarMix
 
 
@@ -33,7 +33,16 @@ def _pad_to(array, width, axis):
 
 
 def token_features(embedder, sentences, batch_size=64):
-    """`(layers [n, L+1, T, d], mask [n, T])` of pre-tokenized sentences, token-aligned."""
+    """`(layers [n, L+1, T, d], mask [n, T])` of pre-tokenized sentences, token-aligned:
+    position `j` of a row is word `j` of its sentence. `T` may be less than the longest
+    sentence (words past the export's `max_tokens` have no position); a word with no
+    model token has a false mask.
+
+    Raises:
+        ValueError: the embedder's `embed_tokens` does not return the given words one
+            for one (an export with `subword_pooling="none"` returns WordPiece pieces),
+            so its positions are not the words'.
+    """
     fn = embedder.signatures["embed_tokens"]
     layers, masks = [], []
     for start in range(0, len(sentences), batch_size):
@@ -41,9 +50,29 @@ def token_features(embedder, sentences, batch_size=64):
         width = max(len(s) for s in batch)
         rows = [list(s) + [""] * (width - len(s)) for s in batch]
         out = fn(tokens=tf.constant(rows))
+        _check_aligned(rows, out["tokens"].numpy(), start)
         layers.append(out["layers"].numpy())
         masks.append(out["mask"].numpy())
     return _concat(layers, masks)
+
+
+def _check_aligned(rows, tokens, start):
+    """Raises ValueError unless every output token of `embed_tokens` is the given word
+    at its position (an output row may stop early: truncation)."""
+    given = np.array([[w.encode("utf-8") for w in row] for row in rows], dtype=object)
+    got = tokens.astype(object)
+    width = max(given.shape[1], got.shape[1])
+    given = np.pad(given, [(0, 0), (0, width - given.shape[1])], constant_values=b"")
+    got = np.pad(got, [(0, 0), (0, width - got.shape[1])], constant_values=b"")
+    wrong = np.argwhere((got != b"") & (got != given))
+    if len(wrong):
+        i, j = wrong[0]
+        raise ValueError(
+            f"the embedder's output token {j} of sentence {start + i + 1} is "
+            f"{got[i, j].decode('utf-8', 'replace')!r}, not the given word "
+            f"{given[i, j].decode('utf-8', 'replace')!r}: its outputs are not one per word "
+            "(an export with subword_pooling='none' gives one per WordPiece), so tags cannot "
+            "be aligned with them; export it with --subword_pooling first or mean")
 
 
 def sentence_features(embedder, sentences, batch_size=64):
@@ -54,6 +83,22 @@ def sentence_features(embedder, sentences, batch_size=64):
         layers.append(out["layers"].numpy())
         masks.append(out["mask"].numpy())
     return _concat(layers, masks)
+
+
+def truncated_sentences(embedder, sentences, batch_size=256):
+    """How many of `sentences` the embedder cuts to its `max_tokens` (its `tokenize`
+    signature's `truncated`); None for an export older than that output, or without a
+    `tokenize` signature."""
+    if "tokenize" not in embedder.signatures:
+        return None
+    fn = embedder.signatures["tokenize"]
+    count = 0
+    for start in range(0, len(sentences), batch_size):
+        out = fn(sentences=tf.constant(sentences[start:start + batch_size]))
+        if "truncated" not in out:
+            return None
+        count += int(out["truncated"].numpy().sum())
+    return count
 
 
 def _concat(layers, masks):
@@ -129,6 +174,9 @@ def fine_tune(model_dir, train, test, num_classes, seed=0, epochs=3, batch_size=
     `module` is the directory's module if the caller has already built it
     (it is trained in place).
     """
+    check_split("fine-tuning", "the training examples", "the test examples", train, test,
+                [y for y, _ in train], [y for y, _ in test],
+                [tuple(s.split()) for _, s in train], [tuple(s.split()) for _, s in test])
     keras.utils.set_random_seed(seed)
     if module is None:
         module, _, _ = model_dir_embedder(model_dir)
@@ -178,11 +226,16 @@ def fine_tune(model_dir, train, test, num_classes, seed=0, epochs=3, batch_size=
 
 
 def tagging_data(embedder, sentences, tag_index):
-    """Features and labels `[n, T]` (-1 where a token is not scored or has no vector)."""
+    """Features and labels `[n, T]` (-1 where a token is not scored or has no vector).
+
+    A token past the export's `max_tokens` or without a model token gets no label:
+    `(labels >= 0).sum()` is the number of tokens scored, out of all the tokens of
+    `sentences`."""
     layers, mask = token_features(embedder, [tokens for tokens, _ in sentences])
     labels = np.full(mask.shape, -1, np.int64)
+    width = mask.shape[1]
     for i, (tokens, tags) in enumerate(sentences):
-        ids = [tag_index[t] for t in tags]
+        ids = [tag_index[t] for t in tags[:width]]
         labels[i, :len(ids)] = ids
     labels[~mask] = -1
     return layers, mask, labels
@@ -206,51 +259,132 @@ def standardize(data):
 def evaluate(embedders, tasks, probes=("linear",), seeds=(0, 1, 2), epochs=10, log=print):
     """Every (task, embedder, probe) over `seeds`.
 
+    Every task is read and checked (`tfeff.evaluation.tasks.read_task`: the test file is
+    not the training file, at least two training classes, no unknown test class, not
+    only empty sentences), and every export's metadata is checked against the tasks
+    (tagging needs one vector per word: no `subword_pooling="none"`), before any
+    embedder is loaded. What an embedder gives no vector (tokens past its `max_tokens`
+    or without a model token; sentences without a token) and the sentences it cuts to
+    its `max_tokens` are counted, logged and kept in the rows (`missing`), and `table`
+    prints them; an embedder that gives no vector to any training or test item of a
+    task is refused.
+
     Args:
         embedders: `{name: path}` of exported embedders.
-        tasks: `{name: ("tagging", train, test, tag_column) | ("classification", train, test)}`.
+        tasks: `{name: ("tagging", train, test, tag_column) | ("classification", train,
+            test)}`, or `{name: Task}` already read (`read_tasks`).
 
     Returns:
-        A list of result rows `{task, embedder, probe, accuracy: [..], macro_f1: [..]}`.
+        A list of result rows `{task, embedder, probe, accuracy: [..], macro_f1: [..],
+        missing: {unit, train: [missing, total], test: [missing, total]} (for
+        classification also `truncated: {train, test}`: sentences cut to the export's
+        `max_tokens`, None where an older export does not say),
+        majority: {class, accuracy, macro_f1}}`; `majority` is the score of predicting
+        the most frequent training class for every test token or sentence.
+
+    Raises:
+        ValueError (`FormatError` for a task file): naming the file and what is wrong.
     """
+    tasks = read_tasks(tasks)
+    for name, path in embedders.items():
+        _check_embedder_fits(name, path, tasks)
+    for task in tasks.values():
+        if task.overlap:
+            log(f"{task.name}: {task.overlap} of {len(task.test)} test sentences of "
+                f"{task.test_path} are also in the training file {task.train_path}")
     loaded = {name: load_embedder(path) for name, path in embedders.items()}
     rows = []
-    for task_name, spec in tasks.items():
-        if spec[0] == "tagging":
-            train, test = read_conll(spec[1], spec[3]), read_conll(spec[2], spec[3])
-            classes = sorted({t for _, tags in train for t in tags})
-            index = {t: i for i, t in enumerate(classes)}
-            unknown = sorted({t for _, tags in test for t in tags} - set(index))
-            if unknown:
-                raise FormatError(f"{spec[2]}: tags not in the training file: {unknown}")
-        else:
-            train, test = read_tsv(spec[1]), read_tsv(spec[2])
-            classes = sorted({label for label, _ in train})
-            index = {c: i for i, c in enumerate(classes)}
-            unknown = sorted({label for label, _ in test} - set(index))
-            if unknown:
-                raise FormatError(f"{spec[2]}: labels not in the training file: {unknown}")
+    for task_name, task in tasks.items():
+        majority = majority_baseline(task)
         for name, embedder in loaded.items():
             t0 = time.time()
-            if spec[0] == "tagging":
-                data = [tagging_data(embedder, part, index) for part in (train, test)]
-            else:
-                data = []
-                for part in (train, test):
-                    layers, mask = sentence_features(embedder, [s for _, s in part])
-                    data.append((layers, mask, np.array([index[lb] for lb, _ in part])))
+            data, missing = _features(task, name, embedders[name], embedder)
+            for part, word in (("train", "training"), ("test", "test")):
+                lost, total = missing[part]
+                if lost:
+                    log(f"{task_name}: embedder {name} gives no vector to {lost} of {total} "
+                        f"{word} {task.unit}{_MISSING_WHY[task.kind]}: "
+                        + ("they are not scored" if task.kind == "tagging"
+                           else "they are classified from no features"))
+                cut = missing.get("truncated", {}).get(part)
+                if cut:
+                    log(f"{task_name}: embedder {name} cuts {cut} of {total} {word} sentences "
+                        "to its max_tokens: they are classified from their leading words")
             data = standardize(data)
             for probe in probes:
-                scores = [train_probe(data[0], data[1], len(classes), spec[0] == "tagging",
-                                      probe, seed, epochs) for seed in seeds]
+                scores = [train_probe(data[0], data[1], len(task.classes),
+                                      task.kind == "tagging", probe, seed, epochs)
+                          for seed in seeds]
                 row = {"task": task_name, "embedder": name, "probe": probe,
                        "accuracy": [s["accuracy"] for s in scores],
-                       "macro_f1": [s["macro_f1"] for s in scores]}
+                       "macro_f1": [s["macro_f1"] for s in scores],
+                       "missing": missing, "majority": majority}
                 rows.append(row)
                 log(f"{task_name:>12} {name:>14} {probe:>7}: accuracy "
                     f"{_mean_std(row['accuracy'])}  macro-F1 {_mean_std(row['macro_f1'])}"
                     f"  ({time.time() - t0:.0f}s)")
     return rows
+
+
+_MISSING_WHY = {
+    "tagging": " (past the export's max_tokens, or without a model token)",
+    "classification": " (no token the export embeds)",
+}
+
+
+def _check_embedder_fits(name, path, tasks):
+    """Refuses, before loading it, an export whose outputs cannot be aligned with a
+    tagging task's tokens (its metadata says `subword_pooling="none"`)."""
+    tagging = [t.name for t in tasks.values() if t.kind == "tagging"]
+    if tagging and read_metadata(path).get("subword_pooling") == "none":
+        raise ValueError(
+            f"{path}: embedder {name!r} was exported with subword_pooling='none' (one vector "
+            f"per WordPiece, not per word), so tagging task {tagging[0]!r} cannot align its "
+            "tags with them; export it again with --subword_pooling first or mean")
+
+
+def _features(task, name, path, embedder):
+    """`([train, test] as (layers, mask, labels), missing)` of one task and embedder;
+    `missing` counts the items the embedder gives no vector (see `evaluate`)."""
+    data, missing, index = [], {"unit": task.unit}, task.index
+    for part, file, examples in (("train", task.train_path, task.train),
+                                 ("test", task.test_path, task.test)):
+        if task.kind == "tagging":
+            try:
+                layers, mask, labels = tagging_data(embedder, examples, index)
+            except ValueError as e:
+                raise ValueError(f"{file}: embedder {name!r} ({path}): {e}") from e
+            total = sum(len(tokens) for tokens, _ in examples)
+            lost = total - int((labels >= 0).sum())
+        else:
+            sentences = [s for _, s in examples]
+            layers, mask = sentence_features(embedder, sentences)
+            labels = np.array([index[label] for label, _ in examples])
+            total = len(examples)
+            lost = int((~mask.any(axis=1)).sum())
+            missing.setdefault("truncated", {})[part] = truncated_sentences(embedder,
+                                                                            sentences)
+        if lost == total:
+            raise ValueError(f"{file}: embedder {name!r} ({path}) gives no vector to any of "
+                             f"its {total} {task.unit}{_MISSING_WHY[task.kind]}")
+        data.append((layers, mask, labels))
+        missing[part] = [lost, total]
+    return data, missing
+
+
+def majority_baseline(task):
+    """`{class, accuracy, macro_f1}` of predicting the training set's most frequent class
+    (the first in sorted order on a tie) for every test token or sentence."""
+    train = task.labels(task.train)
+    counts = {c: 0 for c in task.classes}
+    for label in train:
+        counts[label] += 1
+    top = max(task.classes, key=lambda c: counts[c])
+    index = task.index
+    gold = np.array([index[label] for label in task.labels(task.test)])
+    predicted = np.full_like(gold, index[top])
+    return {"class": top, "accuracy": float(np.mean(gold == predicted)),
+            "macro_f1": macro_f1(gold, predicted, len(task.classes))}
 
 
 def _mean_std(values):
@@ -259,7 +393,9 @@ def _mean_std(values):
 
 
 def table(rows, seeds):
-    """Markdown: one row per embedder (and probe), accuracy / macro-F1 columns per task."""
+    """Markdown: one row per embedder (and probe), accuracy / macro-F1 columns per task;
+    then the majority-class row (where the rows carry it), and notes on the tokens or
+    sentences an embedder gave no vector."""
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     keys = list(dict.fromkeys((r["embedder"], r["probe"]) for r in rows))
     by = {(r["task"], r["embedder"], r["probe"]): r for r in rows}
@@ -272,6 +408,34 @@ def table(rows, seeds):
             r = by.get((t, embedder, probe))
             cells += ([_mean_std(r["accuracy"]), _mean_std(r["macro_f1"])] if r else ["", ""])
         lines.append(f"| {embedder} | {probe} | " + " | ".join(cells) + " |")
+    majority = {r["task"]: r["majority"] for r in rows if r.get("majority")}
+    if majority:
+        cells = []
+        for t in tasks:
+            m = majority.get(t)
+            cells += [f"{100 * m['accuracy']:.1f}", f"{100 * m['macro_f1']:.1f}"] if m \
+                else ["", ""]
+        lines.append("| majority class | — | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(f"Mean ± standard deviation over probe seeds {list(seeds)} (percent).")
+    if majority:
+        lines.append("Majority class: the most frequent training tag or label, predicted for "
+                     "every test token or sentence.")
+    notes = {(r["task"], r["embedder"]): r["missing"] for r in rows if r.get("missing")}
+    for (task, embedder), m in notes.items():
+        unit = m["unit"]
+        if m["train"][0] or m["test"][0]:
+            text = (f"{embedder} on {task}: {m['test'][0]} of {m['test'][1]} test {unit} "
+                    f"and {m['train'][0]} of {m['train'][1]} training {unit} have no vector")
+            if unit == "tokens":
+                text += (" (past the export's max_tokens, or without a model token); the "
+                         "scores count the others only.")
+            else:
+                text += " (no token the export embeds); they are classified from no features."
+            lines.append(f"Not embedded: {text}")
+        cut = m.get("truncated", {})
+        if cut.get("train") or cut.get("test"):
+            lines.append(f"Cut to max_tokens: {embedder} on {task}: {cut['test'] or 0} of "
+                         f"{m['test'][1]} test and {cut['train'] or 0} of {m['train'][1]} "
+                         "training sentences; they are classified from their leading words.")
     return "\n".join(lines) + "\n"
