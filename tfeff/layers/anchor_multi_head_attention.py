@@ -11,6 +11,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from tfeff.backend.checks import check_attention_inputs
+from tfeff.backend.checks import check_attention_shapes
 from tfeff.backend.hashing import hash_uniform
 from tfeff.backend.nn import masked_softmax
 from tfeff.layers.rotary import apply_rotary
@@ -88,7 +90,11 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
             initializers, regularizers, constraints) and base `Layer` ones.
 
     Call arguments:
-        query: `(batch, n, query_dim)`.
+        query: `(batch, n, query_dim)`; `n` may be 0 (an empty output, as
+            `MultiHeadAttention` gives). Inputs of another rank, masks that
+            do not match their inputs' `(batch, n)` or `(batch, s)`, and a
+            `value` or `key` of another batch raise a `ValueError`
+            (`tfeff.backend.checks.check_attention_inputs`).
         value: `(batch, s, value_dim)`.
         key: optional `(batch, s, key_dim)`, defaults to `value`.
         query_mask: optional bool `(batch, n)`: real query positions (anchor
@@ -167,6 +173,10 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
         self._inference_seed = 0 if seed is None else int(seed)
         self.anchor_seed_generator = keras.random.SeedGenerator(seed, name="anchor_seed")
 
+    def build(self, query_shape, value_shape, key_shape=None):
+        check_attention_shapes(self, query_shape, value_shape, key_shape)
+        super().build(query_shape, value_shape, key_shape)
+
     # (batch, heads, n) scores: chosen candidates >= 1, padding -1.
     def _anchor_scores(self, candidates, training):
         batch, n = ops.shape(candidates)[0], ops.shape(candidates)[1]
@@ -234,22 +244,25 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
         anchor_indices=None,
     ):
         exact = self.exact if exact is None else bool(exact)
-        if exact:
+        if query_mask is None:
+            query_mask = getattr(query, "_keras_mask", None)
+        query, value, key, query_mask, value_mask, key_mask = check_attention_inputs(
+            self, query, value, key, query_mask, value_mask, key_mask)
+        if not exact and (attention_mask is not None or use_causal_mask):
+            raise ValueError(
+                "Anchor attention supports padding masks only (`query_mask`, `value_mask`, "
+                "`key_mask`); `attention_mask` and `use_causal_mask` need `exact=True`."
+            )
+        if exact or query.shape[1] == 0:
+            # No query positions: no anchors to choose, the empty output of either mode.
             return super().call(
                 query, value, key=key, value_mask=value_mask, key_mask=key_mask,
                 attention_mask=attention_mask,
                 return_attention_scores=return_attention_scores,
                 training=training, use_causal_mask=use_causal_mask,
             )
-        if attention_mask is not None or use_causal_mask:
-            raise ValueError(
-                "Anchor attention supports padding masks only (`query_mask`, `value_mask`, "
-                "`key_mask`); `attention_mask` and `use_causal_mask` need `exact=True`."
-            )
         if key is None:
             key = value
-        if query_mask is None:
-            query_mask = getattr(query, "_keras_mask", None)
         dtype = self.compute_dtype
         batch, n = ops.shape(query)[0], ops.shape(query)[1]
         s = ops.shape(key)[1]
@@ -305,6 +318,7 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
                             training=None, use_causal_mask=False, exact=None,
                             anchor_indices=None):
         # Both modes give MultiHeadAttention's output shapes.
+        check_attention_inputs(self, query, value, key, query_mask, value_mask, key_mask)
         return super().compute_output_spec(
             query, value, key=key, query_mask=query_mask, value_mask=value_mask,
             key_mask=key_mask, attention_mask=attention_mask,

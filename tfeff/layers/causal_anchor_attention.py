@@ -8,6 +8,7 @@ import math
 import keras
 from keras import ops
 
+from tfeff.backend.checks import check_attention_inputs
 from tfeff.backend.hashing import hash_uniform
 from tfeff.backend.nn import masked_softmax
 from tfeff.layers.anchor_multi_head_attention import AnchorMultiHeadAttention
@@ -109,12 +110,14 @@ class CausalAnchorAttention(AnchorMultiHeadAttention):
         return starts[None, None, :] + offset
 
     def call(self, query, value=None, key=None, training=None, exact=None):
+        query, value, key, _, _, _ = check_attention_inputs(self, query, value, key)
         if value is None:
             value = query
         if key is None:
             key = value
         exact = self.exact if exact is None else bool(exact)
-        if exact:
+        if exact or query.shape[1] == 0:
+            # No positions: no anchors to place, the empty output of either mode.
             return super().call(query, value, key=key, training=training,
                                 use_causal_mask=True, exact=True)
         dtype = self.compute_dtype
@@ -150,6 +153,7 @@ class CausalAnchorAttention(AnchorMultiHeadAttention):
         return output
 
     def compute_output_spec(self, query, value=None, key=None, training=None, exact=None):
+        check_attention_inputs(self, query, value, key)
         return super().compute_output_spec(query, query if value is None else value)
 
     def get_config(self):

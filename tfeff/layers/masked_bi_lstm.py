@@ -12,8 +12,11 @@ import keras
 from keras import ops
 
 from tfeff.backend import lstm_tf
+from tfeff.backend.checks import check_batch_size
 from tfeff.backend.checks import check_float_inputs
 from tfeff.backend.checks import check_mask_shape
+from tfeff.backend.checks import check_rank
+from tfeff.backend.checks import check_rank_of_shape
 from tfeff.backend.checks import check_right_padded
 from tfeff.backend.ops import reverse_sequence
 from tfeff.backend.ops import scan_carries
@@ -92,7 +95,9 @@ class MaskedBiLSTM(keras.layers.Layer):
     direction starts at each sequence's own last token) and are zero in every
     output. Rows with no real token (fully padded) are valid: their outputs are
     zero and their final states equal the initial states (cuDNN alone fails on
-    zero-length sequences; the layer handles it). A mask with a True after a
+    zero-length sequences; the layer handles it). So is a batch of time length
+    0, on every path and backend: empty outputs, and the initial states as
+    final states (Keras' `LSTM` fails on zero steps). A mask with a True after a
     False (left padding) is rejected, not handled: eagerly with a `ValueError`
     naming the first such row, inside a TensorFlow `tf.function` with an
     `InvalidArgumentError`. Compiled code cannot check (XLA compiles the
@@ -124,10 +129,12 @@ class MaskedBiLSTM(keras.layers.Layer):
     Call arguments:
         inputs: float `(batch, time, 2 * projection_dim)` (`2 * units` without
             projection): the skip connection needs the layer's width. Integer
-            inputs (token ids) raise a `ValueError`: embed them first.
-        mask: optional bool `(batch, time)`, right-padded.
-        initial_state: optional list of `4 * num_layers` tensors, the order
-            of the returned states; None starts from zeros.
+            inputs (token ids) raise a `ValueError`: embed them first, and so
+            does another rank (`tfeff.backend.checks`).
+        mask: optional bool `(batch, time)`, right-padded, of the inputs'
+            batch and time (another shape raises a `ValueError`).
+        initial_state: optional list of `4 * num_layers` tensors `(batch,
+            size)`, the order of the returned states; None starts from zeros.
         training: bool, for dropout.
 
     Returns:
@@ -235,6 +242,7 @@ class MaskedBiLSTM(keras.layers.Layer):
             ]
 
     def build(self, input_shape):
+        check_rank_of_shape(self, input_shape, ("batch", "time", "features"))
         input_dim = input_shape[-1]
         if input_dim != self.output_dim:
             raise ValueError(
@@ -343,7 +351,7 @@ class MaskedBiLSTM(keras.layers.Layer):
 
     def call(self, inputs, mask=None, initial_state=None, training=None):
         check_float_inputs(self, inputs)
-        x = inputs
+        x = check_rank(self, inputs, ("batch", "time", "features"))
         mask_given = mask
         batch_size, time = ops.shape(x)[0], ops.shape(x)[1]
         if mask is None:
@@ -352,15 +360,49 @@ class MaskedBiLSTM(keras.layers.Layer):
             mask = check_mask_shape(self, x, mask)
             mask = check_right_padded(self, mask)
         mask = ops.cast(mask, "bool")
+        if initial_state is not None:
+            if len(initial_state) != 4 * self.num_layers:
+                raise ValueError(
+                    f"`initial_state` must hold 4 * num_layers = {4 * self.num_layers} "
+                    f"tensors (h_fwd, c_fwd, h_bwd, c_bwd per layer). Received "
+                    f"{len(initial_state)}."
+                )
+            initial_state = [
+                check_batch_size(self, x, s, ("batch", dim), f"initial_state[{i}]")
+                for i, (s, dim) in enumerate(zip(initial_state, self._state_dims()))]
+        # A batch known to have no steps: the empty outputs (every path fails on no
+        # steps). A graph traced for an unknown length has no branch for it: a
+        # conditional around the recurrence would cost every step, and under XLA its
+        # two branches' shapes differ.
+        if x.shape[1] == 0:
+            return self._empty_outputs(x, initial_state)
+        return self._run(x, mask, mask_given, initial_state, training)
+
+    def _state_dims(self):
+        """Sizes of the states `h_fwd, c_fwd, h_bwd, c_bwd` of every layer, in order."""
+        return [self.state_dim, self.units] * (2 * self.num_layers)
+
+    def _empty_outputs(self, x, initial_state):
+        """The outputs of no steps: empty sequences; the final states are the initial
+        ones (zeros by default), as for a fully padded row."""
+        batch_size = ops.shape(x)[0]
+        if self.return_all_layers:
+            outputs = ops.zeros((batch_size, self.num_layers + 1, 0, self.output_dim), x.dtype)
+        else:
+            outputs = ops.zeros((batch_size, 0, self.output_dim), x.dtype)
+        if not self.return_state:
+            return outputs
+        if initial_state is None:
+            states = self._zero_state(batch_size, x.dtype) * self.num_layers
+        else:
+            states = [ops.cast(s, x.dtype) for s in initial_state]
+        return [outputs] + states
+
+    def _run(self, x, mask, mask_given, initial_state, training):
+        """The layer on at least one step: `call` after its checks."""
         lengths = ops.sum(ops.cast(mask, "int32"), axis=1)  # (batch,)
         keep = ops.cast(mask, x.dtype)[:, :, None]
         x = x * keep
-        if initial_state is not None and len(initial_state) != 4 * self.num_layers:
-            raise ValueError(
-                f"`initial_state` must hold 4 * num_layers = {4 * self.num_layers} "
-                f"tensors (h_fwd, c_fwd, h_bwd, c_bwd per layer). Received "
-                f"{len(initial_state)}."
-            )
         path = self._choose_path(x, None if mask_given is None else lengths)
         stack, states = [x], []
         for i in range(self.num_layers):

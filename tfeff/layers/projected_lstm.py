@@ -11,6 +11,8 @@ from keras import ops
 
 from tfeff.backend.checks import check_float_inputs
 from tfeff.backend.checks import check_mask_shape
+from tfeff.backend.checks import check_rank
+from tfeff.backend.checks import check_rank_of_shape
 from tfeff.backend.checks import check_right_padded
 from tfeff.backend.ops import reverse_sequence
 from tfeff.backend.ops import scan_carries
@@ -69,8 +71,10 @@ class ProjectedLSTM(keras.layers.Layer):
 
     Call arguments:
         inputs: float `(batch, time, features)`; integer inputs (token ids)
-            raise a `ValueError`: embed them first.
-        mask: optional boolean `(batch, time)`, right-padded.
+            raise a `ValueError`: embed them first, and so does another rank.
+            Time length 0 gives an empty output.
+        mask: optional boolean `(batch, time)`, right-padded, of the inputs'
+            batch and time (another shape raises a `ValueError`).
 
     Returns:
         `(batch, time, projection_dim or units)`.
@@ -138,6 +142,7 @@ class ProjectedLSTM(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, input_shape):
+        check_rank_of_shape(self, input_shape, ("batch", "time", "features"))
         input_dim = input_shape[-1]
         if input_dim is None:
             raise ValueError(
@@ -171,13 +176,27 @@ class ProjectedLSTM(keras.layers.Layer):
 
     def call(self, inputs, mask=None):
         check_float_inputs(self, inputs)
-        batch_size = ops.shape(inputs)[0]
+        inputs = check_rank(self, inputs, ("batch", "time", "features"))
         if mask is None:
             mask = ops.ones(ops.shape(inputs)[:2], dtype="bool")
         else:
             mask = check_mask_shape(self, inputs, mask)
             mask = check_right_padded(self, mask)
         mask = ops.cast(mask, "bool")
+        # A batch known to have no steps: the empty output (an empty scan fails on
+        # PyTorch). A graph traced for an unknown length has no branch for it: a
+        # conditional around the recurrence would cost every step, and under XLA its
+        # two branches' shapes differ.
+        if inputs.shape[1] == 0:
+            return self._empty_outputs(inputs)
+        return self._run(inputs, mask)
+
+    def _empty_outputs(self, inputs):
+        return ops.zeros((ops.shape(inputs)[0], 0, self.output_dim), inputs.dtype)
+
+    def _run(self, inputs, mask):
+        """The layer on at least one step: `call` after its checks."""
+        batch_size = ops.shape(inputs)[0]
         lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
         if self.go_backwards:
             inputs = reverse_sequence(inputs, lengths)

@@ -3,6 +3,9 @@
 import keras
 from keras import ops
 
+from tfeff.backend.checks import check_attention_inputs
+from tfeff.backend.checks import check_attention_shapes
+
 DEFAULT_MAX_WAVELENGTH = 10000
 
 
@@ -98,6 +101,32 @@ class RotaryMultiHeadAttention(keras.layers.MultiHeadAttention):
                              f"key_dim={key_dim}")
         super().__init__(num_heads, key_dim, **kwargs)
         self.max_wavelength = check_max_wavelength(max_wavelength)
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        check_attention_shapes(self, query_shape, value_shape, key_shape)
+        super().build(query_shape, value_shape, key_shape)
+
+    def call(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
+             attention_mask=None, return_attention_scores=False, training=None,
+             use_causal_mask=False):
+        # The query's Keras mask is the one MultiHeadAttention reads (not `query_mask`).
+        _, value, key, _, value_mask, key_mask = check_attention_inputs(
+            self, query, value, key, getattr(query, "_keras_mask", None), value_mask, key_mask)
+        return super().call(query, value, key=key, query_mask=query_mask,
+                            value_mask=value_mask, key_mask=key_mask,
+                            attention_mask=attention_mask,
+                            return_attention_scores=return_attention_scores,
+                            training=training, use_causal_mask=use_causal_mask)
+
+    def compute_output_spec(self, query, value, key=None, query_mask=None, value_mask=None,
+                            key_mask=None, attention_mask=None, return_attention_scores=False,
+                            training=None, use_causal_mask=False):
+        check_attention_inputs(self, query, value, key, None, value_mask, key_mask)
+        return super().compute_output_spec(
+            query, value, key=key, query_mask=query_mask, value_mask=value_mask,
+            key_mask=key_mask, attention_mask=attention_mask,
+            return_attention_scores=return_attention_scores, training=training,
+            use_causal_mask=use_causal_mask)
 
     def _compute_attention(self, query, key, value, *args, **kwargs):
         query, key = rotate_queries_and_keys(query, key, self.max_wavelength)

@@ -4,6 +4,8 @@ import keras
 from keras import ops
 
 from tfeff.backend.checks import check_float_inputs
+from tfeff.backend.checks import check_mask_shape
+from tfeff.backend.checks import check_rank
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -31,9 +33,13 @@ class ScalarMix(keras.layers.Layer):
             `"layers"` output) or a list of `num_layers` `(batch, time, dim)`
             tensors. Other dtypes raise a `ValueError` (the softmax weights
             cast to an integer dtype would be 0).
-        mask: optional bool `(batch, time)`; needed for `layer_norm` with
+        mask: optional bool `(batch, time)`, the inputs' batch and time
+            (another shape, such as `(batch, 1)` or `(1, time)`, raises a
+            `ValueError` rather than broadcast); needed for `layer_norm` with
             padding (padded positions are left out of the statistics and are
-            zero in the normalized layers).
+            zero in the normalized layers). With list inputs Keras passes a
+            list of the layers' masks: the first that is not None is used,
+            and all must have its shape.
 
     Returns:
         `(batch, time, dim)`.
@@ -82,12 +88,24 @@ class ScalarMix(keras.layers.Layer):
 
     def call(self, inputs, mask=None):
         if isinstance(inputs, (list, tuple)):
+            inputs = [check_rank(self, x, ("batch", "time", "dim"), f"inputs[{i}]")
+                      for i, x in enumerate(inputs)]
             inputs = ops.stack(inputs, axis=1)  # (batch, layers, time, dim)
         check_float_inputs(self, inputs)
+        inputs = check_rank(
+            self, inputs, ("batch", "num_layers", "time", "dim"),
+            hint=" Pass the stack of the layers to mix (an embedder's `layers` output) or a "
+                 "list of `num_layers` `(batch, time, dim)` tensors.")
         if inputs.shape[1] is not None and inputs.shape[1] != self.num_layers:
             raise ValueError(
                 f"ScalarMix(num_layers={self.num_layers}) received {inputs.shape[1]} layers "
                 f"(input shape {inputs.shape}).")
+        if isinstance(mask, (list, tuple)):  # one per listed layer (Keras' masks)
+            given = [check_mask_shape(self, inputs, m, f"mask[{i}]", axes=(0, 2))
+                     for i, m in enumerate(mask) if m is not None]
+            mask = given[0] if given else None
+        elif mask is not None:
+            mask = check_mask_shape(self, inputs, mask, axes=(0, 2))
         if self.layer_norm:
             inputs = self._normalize(inputs, mask)
         if self.num_layers == 1:  # softmax of one weight is 1 (Keras warns about it)
@@ -115,7 +133,7 @@ class ScalarMix(keras.layers.Layer):
         return (input_shape[0],) + tuple(input_shape[2:])
 
     def compute_mask(self, inputs, mask=None):
-        return mask
+        return _first_mask(mask)
 
     def get_config(self):
         config = super().get_config()
@@ -127,3 +145,10 @@ class ScalarMix(keras.layers.Layer):
             "epsilon": self.epsilon,
         })
         return config
+
+
+def _first_mask(mask):
+    """A single mask: of a list (one per listed layer), the first that is not None."""
+    if isinstance(mask, (list, tuple)):
+        return next((m for m in mask if m is not None), None)
+    return mask

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tfeff.backend.checks import check_batch_size
 from tfeff.models.bert_backbone import CONFIG_KEYS
 from tfeff.models.bert_backbone import BertBackbone
 from tfeff.models.bert_layer import get_activation
@@ -169,9 +170,10 @@ class Bert(BackboneTask):
 
     def mlm_logits(self, sequence_output, masked_positions, training=False):
         """Logits `(batch, p, vocabulary_size)` at `masked_positions` `(batch, p)` only."""
-        positions = ops.cast(masked_positions, "int32")
-        h = ops.take_along_axis(sequence_output, ops.cast(positions, "int32")[..., None],
-                                axis=1)  # (batch, p, d)
+        positions = ops.cast(check_batch_size(self, sequence_output, masked_positions,
+                                              ("batch", "p"), "masked_positions",
+                                              "sequence_output"), "int32")
+        h = ops.take_along_axis(sequence_output, positions[..., None], axis=1)  # (batch, p, d)
         h = self.mlm_norm(self.mlm_dense(h))
         if self.input_embedding == "alone":
             logits = self.token_embedding.attend(h, training=training)

@@ -5,7 +5,10 @@ from keras import ops
 
 from tfeff import layers as tfeff_layers
 from tfeff.layers.embedding_common import TableEmbedding
+from tfeff.backend.checks import check_mask_shape
 from tfeff.backend.checks import check_right_padded
+from tfeff.backend.checks import check_sequence_length
+from tfeff.backend.checks import check_token_ids
 from tfeff.config.bert import INPUT_EMBEDDINGS
 from tfeff.config.bert import POSITION_EMBEDDINGS
 from tfeff.models.bert_layer import BertLayer
@@ -260,13 +263,18 @@ class BertBackbone(Backbone):
         With rotary positions there is no position term here: the attention
         layers rotate their queries and keys instead.
         """
+        token_ids = check_token_ids(self, token_ids)
         x = self.token_embedding(token_ids, training=training)
         if self.position_embedding is not None:
+            token_ids = check_sequence_length(self, token_ids, self.max_sequence_length)
             n = ops.shape(token_ids)[1]
             positions = self.position_embedding(ops.arange(n))[None]  # (1, n, d)
             x = x + ops.cast(positions, x.dtype)
         if segment_ids is None:
             segment_ids = ops.zeros_like(token_ids)
+        else:
+            segment_ids = check_mask_shape(self, token_ids, segment_ids, "segment_ids",
+                                           inputs_what="token_ids")
         x = x + self.segment_embedding(segment_ids)
         return self.embeddings_dropout(self.embeddings_norm(x), training=training)
 
@@ -278,9 +286,12 @@ class BertBackbone(Backbone):
         output, then each transformer layer's, stacked as
         `(batch, num_layers + 1, n, hidden_dim)` (what embedders export).
         """
-        token_ids = ops.cast(token_ids, "int32")
+        token_ids = check_token_ids(self, token_ids)
         if padding_mask is None:
             padding_mask = ops.not_equal(token_ids, 0)
+        else:
+            padding_mask = check_mask_shape(self, token_ids, padding_mask, "padding_mask",
+                                            inputs_what="token_ids")
         padding_mask = check_right_padded(self, padding_mask, "padding_mask")
         x = self.embed(token_ids, segment_ids, training=training)
         layers = [x]

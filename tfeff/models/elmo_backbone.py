@@ -4,7 +4,10 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
+from tfeff.backend.checks import check_mask_shape
+from tfeff.backend.checks import check_rank
 from tfeff.backend.checks import check_right_padded
+from tfeff.backend.checks import check_token_ids
 from tfeff.models.language_model import LanguageModelBackbone
 from tfeff.models.language_model import check_positive_int
 
@@ -149,6 +152,8 @@ class ElmoBackbone(LanguageModelBackbone):
             `(batch, num_layers + 1, time, 2 * width)` and the top layer of
             each direction `(batch, time, width)`.
         """
+        vectors = check_rank(self, vectors, ("batch", "time", "features"), "vectors")
+        mask = check_mask_shape(self, vectors, mask, inputs_what="vectors")
         mask = check_right_padded(self, mask)
         token = self.token_projection(vectors)  # (batch, time, proj)
         token = token * ops.cast(mask, token.dtype)[:, :, None]
@@ -169,7 +174,7 @@ class ElmoBackbone(LanguageModelBackbone):
         return ops.stack(stack, axis=1), forward, backward
 
     def call(self, inputs, training=False):
-        ids = ops.cast(inputs, "int32")
+        ids = check_token_ids(self, inputs, "inputs")
         vectors = self.token_embedding(ids, training=training)  # (batch, time, emb)
         _, forward, backward = self.encode(vectors, ids > 0, training=training)
         return {"forward": forward, "backward": backward}
@@ -189,7 +194,10 @@ class ElmoBackbone(LanguageModelBackbone):
     def embedding_layers(self, token_ids, padding_mask, training=False):
         """The representation stack of `encode` for `token_ids` (with `<s>` and `</s>`):
         `(batch, num_layers + 1, time, embedding_dim)`."""
-        vectors = self.token_embedding(ops.cast(token_ids, "int32"), training=training)
+        token_ids = check_token_ids(self, token_ids)
+        vectors = self.token_embedding(token_ids, training=training)
+        padding_mask = check_mask_shape(self, token_ids, padding_mask, "padding_mask",
+                                        inputs_what="token_ids")
         stack, _, _ = self.encode(vectors, padding_mask, training=training)
         return stack
 

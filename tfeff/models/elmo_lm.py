@@ -3,8 +3,8 @@
 import warnings
 
 import keras
-from keras import ops
 
+from tfeff.backend.checks import check_token_ids
 from tfeff.models.elmo_backbone import ElmoBackbone
 from tfeff.models.language_model import LanguageModel
 
@@ -198,7 +198,7 @@ class ElmoLM(LanguageModel):
         return self._backbone.encode(vectors, mask, training=training)
 
     def call(self, inputs, training=False):
-        ids = ops.cast(inputs, "int32")
+        ids = check_token_ids(self, inputs, "inputs")
         mask = ids > 0
         vectors = self.token_embedding(ids, training=training)  # (batch, time, emb)
         _, forward, backward = self._backbone.encode(vectors, mask, training=training)

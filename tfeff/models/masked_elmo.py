@@ -13,6 +13,7 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
+from tfeff.backend.checks import check_batch_size
 from tfeff.models import distributed
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
@@ -268,7 +269,9 @@ class MaskedElmo(keras.Model):
         top = stack[:, -1]
         out = {"sequence_output": top, "states": states}
         if "masked_positions" in inputs:
-            positions = ops.cast(inputs["masked_positions"], "int32")[..., None]
+            positions = check_batch_size(self, top, inputs["masked_positions"], ("batch", "p"),
+                                         "masked_positions", "sequence_output")
+            positions = ops.cast(positions, "int32")[..., None]
             hidden = ops.take_along_axis(top, positions, axis=1)  # (batch, p, d)
             out["masked_output"] = self.output_head.features(hidden)
         return out

@@ -1,11 +1,12 @@
 """MaskedElmoBackbone: the embedding and the fully bidirectional biLSTM of Masked ELMo."""
 
 import keras
-from keras import ops
 
 from tfeff import layers as tfeff_layers
 from tfeff.layers.embedding_common import TableEmbedding
+from tfeff.backend.checks import check_mask_shape
 from tfeff.backend.checks import check_right_padded
+from tfeff.backend.checks import check_token_ids
 from tfeff.config.masked_elmo import INPUT_EMBEDDINGS
 
 
@@ -118,8 +119,11 @@ class MaskedElmoBackbone(keras.Model):
 
     def encode(self, token_ids, padding_mask, initial_state=None, training=False):
         """`(stack, states)`: all layers `(batch, num_layers + 1, time, d)` and final states."""
-        mask = check_right_padded(self, padding_mask, "padding_mask")
-        x = self.token_embedding(ops.cast(token_ids, "int32"))  # (batch, time, d)
+        token_ids = check_token_ids(self, token_ids)
+        mask = check_mask_shape(self, token_ids, padding_mask, "padding_mask",
+                                inputs_what="token_ids")
+        mask = check_right_padded(self, mask, "padding_mask")
+        x = self.token_embedding(token_ids)  # (batch, time, d)
         x = self.embedding_dropout(x, training=training)
         stack, *states = self.encoder(x, mask=mask, initial_state=initial_state,
                                       training=training)

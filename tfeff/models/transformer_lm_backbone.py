@@ -5,7 +5,10 @@ import keras
 from keras import ops
 
 from tfeff import layers as tfeff_layers
+from tfeff.backend.checks import check_mask_shape
 from tfeff.backend.checks import check_right_padded
+from tfeff.backend.checks import check_sequence_length
+from tfeff.backend.checks import check_token_ids
 from tfeff.config.bert import POSITION_EMBEDDINGS
 from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.models.bert_layer import BertLayer
@@ -227,10 +230,6 @@ class TransformerLMBackbone(LanguageModelBackbone):
         position_embedding = self.position_embedding(direction)
         if position_embedding is not None:
             n = ops.shape(token)[1]
-            if isinstance(n, int) and n > self.max_sequence_length:
-                raise ValueError(
-                    f"{type(self).__name__} `{self.name}` has {self.max_sequence_length} learned "
-                    f"positions (`max_sequence_length`); received sequences of {n} tokens.")
             positions = position_embedding(ops.arange(n))[None]  # (1, n, d)
             x = x + ops.cast(positions, x.dtype)
         x = self.embeddings_dropout(x, training=training)
@@ -260,8 +259,14 @@ class TransformerLMBackbone(LanguageModelBackbone):
             token layer, then each layer's output, the directions
             concatenated per layer (the token layer duplicated).
         """
-        ids = ops.cast(token_ids, "int32")
-        mask = ids > 0 if padding_mask is None else padding_mask
+        ids = check_token_ids(self, token_ids)
+        if self.position_embedding("forward") is not None:
+            ids = check_sequence_length(self, ids, self.max_sequence_length)
+        if padding_mask is None:
+            mask = ids > 0
+        else:
+            mask = check_mask_shape(self, ids, padding_mask, "padding_mask",
+                                    inputs_what="token_ids")
         mask = check_right_padded(self, mask, "padding_mask")
         vectors = self.token_embedding(ids, training=training)  # (batch, time, emb)
         keep = ops.cast(mask, self.compute_dtype)[:, :, None]
