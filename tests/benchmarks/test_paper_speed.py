@@ -247,6 +247,9 @@ def test_masked_elmo_compares_mask_sets_and_paths_each_to_its_own_reference(cloc
     assert "| 1500.0 | | | 1.50x of cuDNN path, 4 mask sets | 20% speed-up (§2.2) |" in text
 
 
+# A subprocess run: under `slow` for the default suite's time budget (the mechanism is
+# also checked in process there).
+@pytest.mark.slow
 def test_a_real_part_runs_end_to_end_without_tensorflow(tmp_path):
     """The Masked ELMo part on the CPU preset (about 20 s): the suite's own command, in
     processes where TensorFlow cannot be imported."""

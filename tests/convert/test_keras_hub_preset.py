@@ -256,7 +256,9 @@ def test_refusals_name_the_cause_and_write_nothing(run, tmp_path, which, error, 
     with pytest.raises(error, match=message):
         write_keras_hub_preset(source, out, overwrite=which == "occupied")
     assert (os.listdir(out) == ["keep.txt"]) if which == "occupied" else not os.path.exists(out)
-    assert not [p for p in os.listdir(os.path.dirname(out)) if p.startswith(".keras-hub-")]
+    # No staging folder (`<output>.tmp-*`) or lock is left beside the output.
+    assert not [p for p in os.listdir(os.path.dirname(out))
+                if p.startswith(os.path.basename(out) + ".")]
 
 
 def test_a_failed_save_leaves_nothing_and_overwrite_replaces_a_preset(run, tmp_path,

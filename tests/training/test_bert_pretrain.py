@@ -145,7 +145,8 @@ def test_convert_cli_refuses_with_a_clear_message_and_writes_nothing(core_run, t
     import re
     assert re.search(message, r.stderr), r.stderr[-2000:]
     assert (os.listdir(out) == ["keep.txt"]) if which == "exists" else not os.path.exists(out)
-    assert not [p for p in os.listdir(tmp_path) if p.startswith(".convert-")]
+    # No staging folder (`<output>.tmp-*`) or lock is left beside the output.
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(os.path.basename(out) + ".")]
 
 
 @pytest.mark.numerics

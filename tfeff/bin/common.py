@@ -1,11 +1,20 @@
-"""Shared helpers of the binaries: the error boundary, `--help` and their flags.
+"""Shared helpers of the binaries: the error boundary, stop signals, `--help` and their flags.
 
 Importing it (and so a binary's module) imports neither TensorFlow nor Keras: a
 binary's `--help` answers at once, and the heavy imports happen in `main`.
+
+A binary stopped by Ctrl-C (SIGINT) or SIGTERM, at any point, unwinds like an
+error: every `finally` on the way out runs (temporaries removed, locks released,
+child processes stopped), then one `stopped by ...` line is printed and the
+binary exits with 128 plus the signal's number, as a shell reports a stopped
+command: 130 for Ctrl-C, 143 for SIGTERM (`run_app`; tfeff-pretrain exits 42
+instead, its resumable stop). A signal that is ignored (a background job of a
+script ignores Ctrl-C) stays ignored.
 """
 
 import errno
 import math
+import signal
 import sys
 
 from absl import app
@@ -32,12 +41,75 @@ def _module_name(name):
     return sys.argv[0] if name == "__main__" else name
 
 
-def run_app(main):
+class Stopped(BaseException):
+    """SIGTERM, raised in the main thread as Ctrl-C raises KeyboardInterrupt:
+    not an `Exception`, so no `except Exception` takes it for an error, and every
+    `finally` and `except BaseException` cleanup on the way out runs."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+# SIGTERM is raised as `Stopped`; SIGINT raises KeyboardInterrupt (Python's own handler).
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOPPED = "stopped by {signal}: nothing half-written is left; rerun the same command"
+
+
+def _raise_stopped(signum, frame):
+    del frame
+    raise Stopped(signum)
+
+
+def catch_stop_signals():
+    """Makes SIGTERM raise `Stopped` in the main thread (Ctrl-C's SIGINT raises
+    KeyboardInterrupt already, Python's own handler, which is kept). An ignored SIGTERM
+    stays ignored."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_stopped)
+
+
+def stop_signal(error):
+    """The signal that stopped the binary, when `error` is its KeyboardInterrupt or
+    `Stopped`, or an error raised while one unwound (its `__context__` chain); else
+    None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KeyboardInterrupt):
+            return signal.SIGINT
+        if isinstance(error, Stopped):
+            return error.signum
+        error = error.__context__
+    return None
+
+
+def _signal_name(signum):
+    return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+def report_stop(signum, stopped=STOPPED, status=None):
+    """Prints the one line of a binary stopped by `signum` (`stopped`, a message with
+    `{signal}` for the signal's name) and exits with `status`, by default 128 plus the
+    signal's number, as a shell reports a stopped command (130 for Ctrl-C, 143 for
+    SIGTERM). Further stop signals are ignored meanwhile: the line is written whole."""
+    for other in _STOP_SIGNALS:
+        signal.signal(other, signal.SIG_IGN)
+    print(stopped.format(signal=_signal_name(signum)), file=sys.stderr)
+    sys.exit(128 + signum if status is None else status)
+
+
+def run_app(main, stopped=STOPPED, stop_status=None):
     """`absl.app.run(main)`, but `--help` (`-h`, `--helpshort`) prints the binary's
     docstring (its usage and examples) and its own flags only, and exits 0 before
     anything heavy is imported; `--helpfull` is absl's, every library's flags. The
     libraries' chatter on stderr is filtered out (`tfeff.bin.quiet`) unless
-    `--verbosity` is 1 or more."""
+    `--verbosity` is 1 or more.
+
+    Ctrl-C or SIGTERM at any point (importing, reading, writing, cleaning
+    up) unwinds the binary like an error (`catch_stop_signals`), then `report_stop`
+    prints `stopped` (`{signal}` is the signal's name) and exits with `stop_status`
+    (default: 128 plus the signal's number)."""
     if any(arg in _HELP for arg in sys.argv[1:]):
         module = sys.modules[main.__module__]
         print((module.__doc__ or "").strip())
@@ -45,10 +117,17 @@ def run_app(main):
         print(flags.FLAGS.module_help(_module_name(main.__module__)))
         print("\n--helpfull lists absl's and the libraries' flags too.")
         sys.exit(0)
-    from tfeff.bin import quiet
+    catch_stop_signals()
+    try:
+        from tfeff.bin import quiet
 
-    quiet.install(sys.argv[1:])
-    app.run(main)
+        quiet.install(sys.argv[1:])
+        app.run(main)
+    except BaseException as e:  # noqa: BLE001  (re-raised unless a stop signal unwound it)
+        signum = None if isinstance(e, SystemExit) else stop_signal(e)
+        if signum is None:
+            raise
+        report_stop(signum, stopped, stop_status)
 
 
 # TensorFlow's errors about files, devices and memory: the user's environment. The
@@ -107,13 +186,18 @@ def _one_line(error):
 
 
 def run_main(fn):
-    """Runs `fn()`; reports user errors without a traceback and exits non-zero."""
+    """Runs `fn()`; reports user errors without a traceback and exits non-zero.
+
+    An error raised while a stop signal unwinds `fn` (`stop_signal`) is left to
+    `run_app`, which reports the stop."""
     try:
         fn()
-    except user_errors() as e:  # printed once (a log line would repeat it on stderr)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except Exception as e:  # noqa: BLE001  (re-raised unless it is the environment's)
+    except Exception as e:  # noqa: BLE001  (re-raised unless the user's or environment's)
+        if stop_signal(e) is not None:
+            raise
+        if isinstance(e, user_errors()):  # printed once (a log line would repeat it)
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(1)
         if not _environment_error(e):
             raise
         what = "out of memory" if isinstance(e, MemoryError) else type(e).__name__

@@ -26,6 +26,16 @@ directory (`tfeff.convert.write_hf_model_dir`): `model.safetensors`,
 `transformers.BertForPreTraining.from_pretrained(DIR)` and
 `AutoTokenizer.from_pretrained(DIR)` load. It needs safetensors
 (`pip install -e '.[hf]'`); `--overwrite` replaces an earlier such directory.
+
+Every output is written to a temporary sibling, `<output>.tmp-XXXXXXXX`,
+renamed into place when complete, while `<output>.lock` keeps a second
+command off the same output; a run that was killed (SIGKILL, a power cut)
+leaves them, and the next run on that output removes them.
+
+Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the
+file or flag), 130 after Ctrl-C (SIGINT) and 143 after SIGTERM at any point,
+with one `stopped by ...` line: nothing half-written is left (no partial
+output, temporary directory or lock), and an earlier output is kept.
 """
 
 import importlib

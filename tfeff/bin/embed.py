@@ -6,6 +6,12 @@ r"""tfeff-embed: embed a text file (one sentence per line) with an exported embe
 Streams the file in chunks sorted by length, writes one array per layer plus
 offsets and tokens (see tfeff.export.embed_file), shows a progress bar, and
 resumes an interrupted run from `<output>.partial` (--noresume starts over).
+
+Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the
+file or flag), 130 after Ctrl-C (SIGINT) and 143 after SIGTERM at any point,
+with one `stopped by ...` line: the lines embedded so far stay in
+`<output>.partial` (nothing half-written), and rerunning the same command
+resumes after them.
 """
 
 from absl import app
@@ -56,7 +62,8 @@ def main(argv):
 
 
 def run():
-    common.run_app(main)
+    common.run_app(main, stopped="stopped by {signal}: nothing half-written is left; rerun "
+                   "the same command to resume")
 
 
 if __name__ == "__main__":

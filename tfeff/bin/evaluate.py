@@ -21,6 +21,10 @@ once per seed of `--seeds` (see tfeff.evaluation). The Markdown table, one row
 per embedder and probe and the mean ± standard deviation over the seeds in
 percent, goes to stdout and, with `--output`, to a file; the progress lines go
 to stderr.
+
+Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the
+file or flag), 130 after Ctrl-C (SIGINT) and 143 after SIGTERM at any point,
+with one `stopped by ...` line: no table is written (nor half-written).
 """
 
 import os
@@ -50,7 +54,9 @@ _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the probes (integ
 _EPOCHS = flags.DEFINE_integer("epochs", 10, "Training epochs of each probe.")
 _OUTPUT = common.DEFINE_path("output", None, "Markdown file to write the table to (its "
                              "directory is created).")
-_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing --output file.")
+_OVERWRITE = flags.DEFINE_bool(
+    "overwrite", False, "Replace an earlier table at --output (never a task file, an "
+    "embedder or a file inside one, or another file).")
 
 _PROBES = ("linear", "bilstm")
 # An optional task name before `=`: a word (a spec whose two files exist is not named).
@@ -118,16 +124,43 @@ def _arguments():
     return embedders, tasks, probes, seeds
 
 
-def _check_output(path, tasks):
-    """Refuses an --output that is a directory, one of the task files, or (without
-    --overwrite) an existing file, before any probe is trained."""
+_TABLE_HEADER = "| features | probe |"  # the first line of every table it writes
+
+
+def _not_a_table(path):
+    """None when the file `path` is a table tfeff-evaluate wrote (its header line), else
+    what it is instead."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = f.readline(len(_TABLE_HEADER))
+    except (OSError, UnicodeDecodeError):
+        return "it is not a text file"
+    return None if first == _TABLE_HEADER else "its first line is not a table's header"
+
+
+def _check_output(path, embedders, tasks):
+    """Refuses an --output that is one of the task files, a directory, a file inside an
+    embedder, or an existing file: without --overwrite any, with it any but a table
+    tfeff-evaluate wrote. Run before any probe is trained, and again before the table is
+    written."""
+    from tfeff.data import files
+
     inputs = {os.path.realpath(p) for spec in tasks.values() for p in spec[1:3]}
     if os.path.realpath(path) in inputs:
         raise ValueError(f"--output {path} is one of the task files")
     if os.path.isdir(path):
         raise ValueError(f"--output {path} is a directory; give a file name")
-    if os.path.exists(path) and not _OVERWRITE.value:
+    files.check_not_an_input(
+        path, {f"embedder {name} (--embedder)": p for name, p in embedders.items()})
+    files.check_replaceable(path)  # a named pipe or the like: FileExistsError naming it
+    if os.path.lexists(path) and not _OVERWRITE.value:
         raise FileExistsError(f"--output {path} exists; pass --overwrite to replace it")
+    reason = _not_a_table(path) if os.path.isfile(path) else None
+    if reason is not None:
+        raise FileExistsError(
+            f"--output {path} exists and is not a table tfeff-evaluate wrote ({reason}); "
+            "--overwrite replaces only such a table, so nothing was written. Choose another "
+            "output path.")
 
 
 def main(argv):
@@ -137,7 +170,7 @@ def main(argv):
     def body():
         embedders, tasks, probes, seeds = _arguments()
         if _OUTPUT.value is not None:
-            _check_output(_OUTPUT.value, tasks)
+            _check_output(_OUTPUT.value, embedders, tasks)
         from tfeff.data.files import write_text_atomic
         from tfeff.evaluation import evaluate
         from tfeff.evaluation import table
@@ -146,6 +179,7 @@ def main(argv):
         text = table(rows, seeds)
         print(text, end="")
         if _OUTPUT.value is not None:
+            _check_output(_OUTPUT.value, embedders, tasks)  # anything new there meanwhile
             write_text_atomic(_OUTPUT.value, text)
             logging.info("wrote the table to %s", _OUTPUT.value)
 

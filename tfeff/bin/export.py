@@ -6,6 +6,12 @@
 Every model family exports (ELMo, Masked ELMo, BERT); see tfeff.export.embedder
 for the signatures. WordPiece embedders need `import tensorflow_text` before
 `tf.saved_model.load` (tfeff.export.load_embedder does it).
+
+Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the
+file or flag), 130 after Ctrl-C (SIGINT) and 143 after SIGTERM at any point,
+with one `stopped by ...` line: nothing half-written is left (no partial
+export, temporary directory or lock), and an earlier export at `--output` is
+kept.
 """
 
 from absl import app
@@ -56,7 +62,8 @@ def main(argv):
 
 
 def run():
-    common.run_app(main)
+    common.run_app(main, stopped="stopped by {signal}: nothing half-written is left; rerun "
+                   "the same command to export")
 
 
 if __name__ == "__main__":

@@ -6,12 +6,13 @@ r"""tfeff-pretrain: prepare data, pretrain, evaluate. Resumes from `--model_dir`
 
 Exit status: 0 when training finished, 1 on bad input or a training fault
 (the message says what happened and the directory stays resumable), 42
-(`PREEMPTED_EXIT_CODE`) after SIGTERM at any point: during training a checkpoint
-was saved; before it (data, fastText) nothing half-written is left; rerunning
-the same command resumes.
+(`PREEMPTED_EXIT_CODE`) after SIGTERM or Ctrl-C (SIGINT) at any point,
+with one line saying so: during a training step the step is finished and a
+checkpoint saved (a second Ctrl-C stops at once, keeping the previous one);
+anywhere else (data, fastText, building, the evaluation) the run stops at once
+and nothing half-written is left. Rerunning the same command resumes.
 """
 
-import signal
 import sys
 
 from absl import app
@@ -36,16 +37,15 @@ _DETERMINISTIC = flags.DEFINE_bool(
     "deterministic", None,
     "Enable TensorFlow op determinism (sets train.deterministic): bit-identical resumes on CPU.")
 
-
-class _Terminated(BaseException):
-    """SIGTERM outside training (which saves a checkpoint and stops by itself): raised in
-    the main thread, so that every `finally` removes its temporaries and a child process
-    (fastText's) is killed on the way out."""
-
-
-def _terminate(signum, frame):
-    del signum, frame
-    raise _Terminated
+# tfeff.training.fault_tolerance.PREEMPTED_EXIT_CODE (that module imports TensorFlow,
+# which `--help` does not): the status of every stop, in training or not.
+PREEMPTED_EXIT_CODE = 42
+# A stop outside a training step (which saves a checkpoint and stops by itself): the
+# binaries' stop signals unwind the run (`common.run_app`), so every `finally` removes
+# its temporaries and a child process (fastText's) is killed on the way out.
+_STOPPED = ("stopped by {signal} outside a training step (preparing the data, building, "
+            "evaluating; or a second Ctrl-C): nothing half-written is left; rerun the same "
+            "command to resume")
 
 
 def main(argv):
@@ -54,7 +54,6 @@ def main(argv):
     from tfeff.config import load_config
     from tfeff.training import get_family
     from tfeff.training import pretrain
-    from tfeff.training.fault_tolerance import PREEMPTED_EXIT_CODE
 
     def body():
         overrides = list(_OVERRIDE.value)
@@ -73,21 +72,11 @@ def main(argv):
         for line in get_family(config).summary_lines(results):
             print(line)
 
-    def terminable():
-        signal.signal(signal.SIGTERM, _terminate)  # training installs its own, then this
-        try:
-            body()
-        except _Terminated:
-            print("stopped by SIGTERM outside a training step (preparing the data, building, "
-                  "evaluating): nothing half-written is left; rerun the same command to "
-                  "resume", file=sys.stderr)
-            sys.exit(PREEMPTED_EXIT_CODE)
-
-    common.run_main(terminable)
+    common.run_main(body)
 
 
 def run():
-    common.run_app(main)
+    common.run_app(main, stopped=_STOPPED, stop_status=PREEMPTED_EXIT_CODE)
 
 
 if __name__ == "__main__":

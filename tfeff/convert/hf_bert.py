@@ -39,12 +39,11 @@ header; BF16 tensors are widened to float32 on reading.
 import json
 import logging
 import os
-import shutil
-import tempfile
 
 import keras
 import numpy as np
 
+from tfeff.convert.staging import staged_directory
 from tfeff.data import files
 from tfeff.data.vocabulary import BERT_RESERVED_NAMES
 from tfeff.data.vocabulary import MASK
@@ -214,7 +213,7 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False, lower_
         bert: a built standard (not relaxed) `Bert`; convert a relaxed one
             with `merge_relaxed_bert` first.
         directory: output directory (written to a temporary sibling, then
-            renamed).
+            renamed: `tfeff.convert.staging`).
         vocabulary_path: optional tfeff vocabulary file, written as
             `vocab.txt` with BERT's names for the reserved tokens, with the
             tokenizer files `AutoTokenizer.from_pretrained(directory)` reads
@@ -265,10 +264,7 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False, lower_
         else:
             value = _np(variable)
         tensors[name] = np.ascontiguousarray(to_hf(value))
-    parent = os.path.dirname(os.path.abspath(directory))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".hf-", dir=parent)
-    try:
+    with staged_directory(directory, "tfeff.convert.write_hf_bert") as tmp:
         _safetensors().numpy.save_file(tensors, os.path.join(tmp, WEIGHTS_FILE),
                                        metadata={"format": "pt"})
         with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
@@ -280,9 +276,6 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False, lower_
                 with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
                     json.dump(content, f, indent=2)
         files.move_directory_into_place(tmp, directory, recheck)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return directory
 
 

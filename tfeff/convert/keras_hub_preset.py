@@ -25,8 +25,6 @@ loads:
 
 import logging
 import os
-import shutil
-import tempfile
 
 import numpy as np
 
@@ -36,6 +34,7 @@ from tfeff.convert.keras_hub_bert import copy_weights
 from tfeff.convert.keras_hub_bert import exact_in_keras_hub
 from tfeff.convert.keras_hub_bert import import_keras_hub
 from tfeff.convert.keras_hub_bert import to_keras_hub
+from tfeff.convert.staging import staged_directory
 from tfeff.data import files
 from tfeff.models.relaxed_merge import ConversionError
 from tfeff.models.relaxed_merge import check_tolerances
@@ -152,7 +151,8 @@ def write_keras_hub_preset(model_dir, preset_dir, overwrite=False):
     not carried.
 
     Everything is written to a temporary sibling of `preset_dir` and renamed at
-    the end: on any failure nothing is left at `preset_dir`.
+    the end (`tfeff.convert.staging`): on any failure nothing is left at
+    `preset_dir`.
 
     Args:
         model_dir: a standard BERT model directory (`family: bert`) with
@@ -210,14 +210,8 @@ def write_keras_hub_preset(model_dir, preset_dir, overwrite=False):
     logging.info("keras-hub check: relative errors %s",
                  ", ".join(f"{k} {v:.2g}" for k, v in errors.items()))
 
-    parent = os.path.dirname(os.path.abspath(preset_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".keras-hub-", dir=parent)
-    try:
+    with staged_directory(preset_dir, "tfeff.convert.write_keras_hub_preset") as tmp:
         task.save_to_preset(tmp)
         files.move_directory_into_place(tmp, preset_dir, recheck)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return step, errors
 

@@ -6,11 +6,11 @@ in `tfeff.models.relaxed_merge`, below training; this module re-exports it.
 
 import os
 import shutil
-import tempfile
 
 import tensorflow as tf
 
 from tfeff import config as config_lib
+from tfeff.convert.staging import staged_directory
 from tfeff.data import files
 from tfeff.models.relaxed_merge import ConversionError
 from tfeff.models.relaxed_merge import merge_and_check
@@ -28,8 +28,8 @@ def convert_model_dir(model_dir, output_dir, rtol=None):
     removed), the vocabulary and the corpus (when generated), and a
     checkpoint of the standard model at the relaxed model's step with a
     fresh optimizer, so `tfeff-pretrain --model_dir OUTPUT` continues from it.
-    Everything is written to a temporary sibling and renamed at the end:
-    on any failure nothing is left at `output_dir`.
+    Everything is written to a temporary sibling and renamed at the end
+    (`tfeff.convert.staging`): on any failure nothing is left at `output_dir`.
 
     Args:
         model_dir: a relaxed BERT model directory: `model.relaxed` set and no
@@ -60,7 +60,7 @@ def convert_model_dir(model_dir, output_dir, rtol=None):
     files.check_not_an_input(output_dir, {"model directory (model_dir, --model_dir)": model_dir})
     if not tf.io.gfile.exists(config_path):
         raise FileNotFoundError(f"{model_dir} is not a tfeff model directory (no config.yaml)")
-    config = config_lib.load_config(config_path)
+    config = config_lib.load_config(config_path, saved=True)
     if config.family != "bert":
         raise ConversionError(f"{model_dir} holds a {config.family!r} model, not a relaxed BERT")
     if config.two_phase:
@@ -74,10 +74,7 @@ def convert_model_dir(model_dir, output_dir, rtol=None):
     relaxed, _, step, _ = bp.BERT.restore(model_dir, config)
     standard, errors = merge_and_check(relaxed, rtol=rtol)
 
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".convert-", dir=parent)
-    try:
+    with staged_directory(output_dir, "tfeff.convert.convert_model_dir") as tmp:
         std_config = bp.standard_config(config)
         config_lib.write_yaml(std_config, os.path.join(tmp, model_directory.CONFIG_FILE))
         shutil.copy(os.path.join(model_dir, model_directory.VOCABULARY_FILE),
@@ -89,7 +86,4 @@ def convert_model_dir(model_dir, output_dir, rtol=None):
         if os.path.isdir(output_dir):
             os.rmdir(output_dir)  # empty, checked above
         os.rename(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return step, errors

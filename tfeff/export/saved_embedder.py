@@ -243,8 +243,45 @@ def check_metadata_matches(path, meta, loaded):
                 "export; export again with tfeff-export.")
 
 
+# The interface every tfeff embedder exports (`EmbedderModule.signatures`): each
+# signature's input and the outputs it must have. `embed` and `embed_tokens` are
+# required (every export has them); `tokenize` is checked where present (tfeff-embed
+# asks for it and names the exports without it).
+_INTERFACE = {"embed": ("sentences", {"layers", "mask", "tokens"}),
+              "embed_tokens": ("tokens", {"layers", "mask", "tokens"}),
+              "tokenize": ("sentences", {"tokens", "mask"})}
+_REQUIRED_SIGNATURES = ("embed", "embed_tokens")
+
+
+def _signature_problem(loaded):
+    """What `loaded` lacks of an embedder's interface (`_INTERFACE`), in words, or None."""
+    names = sorted(getattr(loaded, "signatures", None) or {})
+    missing = [name for name in _REQUIRED_SIGNATURES if name not in names]
+    if missing:
+        return (f"it has no {' or '.join(f'`{m}`' for m in missing)} signature (its "
+                f"signatures: {', '.join(names) or 'none'})")
+    for name, (argument, outputs) in _INTERFACE.items():
+        if name not in names:
+            continue
+        function = loaded.signatures[name]
+        _, inputs = function.structured_input_signature
+        got = set(function.structured_outputs)
+        if set(inputs) != {argument} or not outputs <= got:
+            return (f"its `{name}` signature takes {sorted(inputs)} and returns "
+                    f"{sorted(got)}, not a tfeff embedder's `{argument}` and "
+                    f"{sorted(outputs)}")
+    return None
+
+
+def _empty_file(path):
+    try:
+        return not tf.io.gfile.isdir(path) and tf.io.gfile.stat(path).length == 0
+    except tf.errors.OpError:
+        return False
+
+
 def load_embedder(path):
-    """Loads an exported embedder with `tf.saved_model.load`.
+    """Loads an exported embedder with `tf.saved_model.load`, and checks it is one.
 
     Imports tensorflow-text first when the embedder's tokenizer needs its ops
     (WordPiece models); a process without tfeff does the same by hand:
@@ -259,9 +296,36 @@ def load_embedder(path):
 
     Raises:
         FileNotFoundError: `path` holds no `saved_model.pb`.
+        ValueError: naming `path` and what is wrong: a SavedModel that does not
+            load (a damaged or truncated `saved_model.pb`, missing or corrupted
+            `variables/`), one that is not a tfeff embedder (a signature of the
+            interface missing or with other inputs or outputs: another
+            program's SavedModel), or an unreadable `assets.extra/embedder.json`
+            (`read_metadata`).
     """
     if not tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
-        raise FileNotFoundError(f"{path} is not a SavedModel directory")
+        raise FileNotFoundError(f"{path} is not a SavedModel directory: it has no "
+                                "saved_model.pb (give the directory tfeff-export wrote)")
     if "tensorflow_text" in read_metadata(path).get("requires", []):
         import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
-    return tf.saved_model.load(path)
+    try:
+        loaded = tf.saved_model.load(path)
+    except PermissionError:
+        raise  # the user's environment, reported as such by the binaries
+    # What a damaged SavedModel raises: an unparsable or empty saved_model.pb (OSError,
+    # ValueError), missing variables (FileNotFoundError), a truncated or corrupted
+    # variables file (IndexError, DataLossError and other op errors), a graph that
+    # does not fit the objects (KeyError, TypeError, AttributeError).
+    except (OSError, ValueError, LookupError, TypeError, AttributeError,
+            tf.errors.OpError) as e:
+        reason = (getattr(e, "message", None) or str(e)).strip()
+        reason = reason.splitlines()[0] if reason else type(e).__name__
+        if _empty_file(os.path.join(path, "saved_model.pb")):
+            reason = "saved_model.pb is empty"
+        raise ValueError(f"{path} does not load as a SavedModel ({reason}): the export is "
+                         f"damaged or incomplete; export it again with tfeff-export.") from e
+    problem = _signature_problem(loaded)
+    if problem:
+        raise ValueError(f"{path} is a SavedModel but not a tfeff embedder: {problem}. "
+                         "Give a directory that tfeff-export wrote.")
+    return loaded
