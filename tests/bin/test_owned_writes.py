@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from tests.bin.test_evaluate import _REFUSE
 from tests.conftest import REPO
 from tfeff.data import files
 from tfeff.export import export_fasttext
@@ -45,24 +46,7 @@ def _snapshot(directory):
 
 
 # Each case through tfeff-evaluate's own main and error boundary, in one process.
-_EVALUATE = """
-import contextlib, io, json, sys
-from absl import flags
-from tfeff.bin import evaluate
-out = []
-for args in json.loads(sys.argv[1]):
-    err = io.StringIO()
-    flags.FLAGS(["tfeff-evaluate", *args])
-    try:
-        with contextlib.redirect_stderr(err):
-            evaluate.main(["tfeff-evaluate"])
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    flags.FLAGS.unparse_flags()
-    out.append([code, err.getvalue()])
-print(json.dumps(out))
-"""
+_EVALUATE = _REFUSE  # (tests/bin/test_evaluate.py)
 
 
 def test_evaluate_writes_no_output_into_an_embedder_and_overwrites_only_its_table(export,
