@@ -484,12 +484,27 @@ def sweep_leftovers(model_dir):
 FINGERPRINTED = (VOCABULARY_FILE, VECTORS_FILE)
 
 
+# Digests already read in this process, by local file (path, inode, size, modification
+# time: tfeff rewrites a file by renaming a new one over it, a new inode): a run checks the
+# prepared files before and after preparing them, and the vectors of a paper-size
+# vocabulary take gigabytes to read. Remote files are read each time.
+_DIGESTS = {}
+
+
 def _sha256(path):
-    digest = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    key = None
+    if os.path.exists(path):
+        stat = os.stat(path)
+        key = (os.path.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key is None or key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with tf.io.gfile.GFile(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+        if key is None:
+            return digest.hexdigest()
+        _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]
 
 
 def check_fingerprints(model_dir, made_now, record=True):

@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-DECAYS = ("cosine", "linear", "exponential", "constant", "rnmt")
+from tfeff.config.train import DECAYS
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
