@@ -13,6 +13,7 @@ import tarfile
 import pytest
 
 from tests.conftest import REPO
+from tests.benchmarks import tensorflow_free_env
 from tests.benchmarks import write_tar
 
 from benchmarks import gpu_parts
@@ -54,11 +55,7 @@ def _run_suite(tmp_path_factory, parts, resume):
     TensorFlow unimportable (a sitecustomize on PYTHONPATH). With `resume`, then a second
     run on a fresh folder from the first one's archive less one part."""
     root = tmp_path_factory.mktemp("gpu_suite")
-    guard = root / "guard"
-    guard.mkdir()
-    (guard / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
-    env = {**os.environ, "PYTHONPATH": str(guard), "JAX_PLATFORMS": "cpu",
-           "OMP_NUM_THREADS": "1"}
+    env = tensorflow_free_env(root)
     out = root / "out"
     # The CoRe parts' arrays, made here where TensorFlow is (the synthetic language).
     from tfeff import data as data_lib

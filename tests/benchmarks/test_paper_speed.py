@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.benchmarks import tensorflow_free_env
 from tests.conftest import REPO
 
 from benchmarks import gpu_suite
@@ -253,11 +254,7 @@ def test_masked_elmo_compares_mask_sets_and_paths_each_to_its_own_reference(cloc
 def test_a_real_part_runs_end_to_end_without_tensorflow(tmp_path):
     """The Masked ELMo part on the CPU preset (about 20 s): the suite's own command, in
     processes where TensorFlow cannot be imported."""
-    guard = tmp_path / "guard"
-    guard.mkdir()
-    (guard / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
-    env = {**os.environ, "PYTHONPATH": str(guard), "JAX_PLATFORMS": "cpu",
-           "OMP_NUM_THREADS": "1"}
+    env = tensorflow_free_env(tmp_path)
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite", "--preset", "cpu",
                            "--output_dir", str(out), "--parts", "speed_masked_elmo_torch"],
@@ -285,11 +282,7 @@ def test_a_real_part_runs_end_to_end_without_tensorflow(tmp_path):
 @pytest.mark.slow
 def test_every_speed_part_runs_on_the_cpu_preset_without_tensorflow(tmp_path):
     """The whole CPU dry run of the speed parts (9 to 20 minutes on 2 shared cores)."""
-    guard = tmp_path / "guard"
-    guard.mkdir()
-    (guard / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
-    env = {**os.environ, "PYTHONPATH": str(guard), "JAX_PLATFORMS": "cpu",
-           "OMP_NUM_THREADS": "1"}
+    env = tensorflow_free_env(tmp_path)
     out = tmp_path / "out"
     parts = [p for p, _, _ in paper_speed.PARTS]
     done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite", "--preset", "cpu",
