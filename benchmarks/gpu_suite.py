@@ -49,7 +49,7 @@ Sections so far:
   torch backend (MaskedBiLSTM's torch LSTM path, i.e. cuDNN on CUDA, vs its
   portable path vs `torch.nn.LSTM(proj_size)` driven directly), and the parity
   of the torch LSTM path with the portable path on the device
-  (`python -m tests.layers.torch_lstm_parity`: outputs, states, gradients).
+  (`python -m tfeff.testing.torch_lstm_parity`: outputs, states, gradients).
 * **What limits ELMo-C's step**: `profile_steps` more ELMo-C steps traced with
   `jax.profiler` and read by `benchmarks/xla_profile.py` (the device's busy time
   against the step, its ops per step, the longest ops).

@@ -1,12 +1,16 @@
 """The package's shape: rooms import only downward, and no module circle exists.
 
 The layers contract is `.importlinter` (import-linter, in the `test` extra):
-bin > evaluation > export | convert > training > models > layers > losses > config > data.
+testing > bin > evaluation > export | convert > training > models > layers > losses > config
+> data > backend (testing on top: no module of tfeff imports it).
 The circle check covers what a layers contract cannot see: modules of one room
 importing each other in a loop (function-level imports included).
+Outside the package, `benchmarks/` and `tools/` name nothing of `tests/`.
 """
 
+import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -56,3 +60,17 @@ def test_no_module_import_cycle():
                if not os.path.exists(os.path.join(ROOT, *m.split("."), "__init__.py"))}
     cycle = _cycle(graph, modules)
     assert cycle is None, " -> ".join(cycle)
+
+
+def test_benchmarks_and_tools_never_name_the_tests():
+    """`benchmarks/` and `tools/` depend on the package, never on `tests/`: what they
+    check with (the GPU suite's LSTM parity, float64 references, tolerances) lives in
+    `tfeff.testing`, which a machine without the test folder has too."""
+    naming = re.compile(r"\bfrom tests\b|\bimport tests\b|\btests\.\w|[\"']tests[\"'/]|\btests/")
+    found = []
+    for folder in ("benchmarks", "tools"):
+        for path in sorted(glob.glob(os.path.join(ROOT, folder, "**", "*.py"), recursive=True)):
+            with open(path, encoding="utf-8") as f:
+                found += [f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}"
+                          for n, line in enumerate(f, 1) if naming.search(line)]
+    assert not found, "\n".join(found)

@@ -23,7 +23,7 @@ for tfeff's layers and their contracts:
 
 Checks 5 and 6 compare implementations (grappler's and XLA's fusions, other kernels,
 float16): the caller derives `mixed_n` and `xla_n` from the layer's computation, and
-`scale` where the terms are larger than the outputs (tests/numerics.py).
+`scale` where the terms are larger than the outputs (tfeff/testing/numerics.py).
 """
 
 import functools
@@ -36,7 +36,7 @@ import tensorflow as tf
 # resolves to False for every model, so the public path cannot show the flag's effect.
 from keras.src.trainers.trainer import model_supports_jit
 
-from tests.numerics import assert_close
+from tfeff.testing.numerics import assert_close
 
 
 def _as_tuple(inputs):
@@ -66,7 +66,7 @@ def _rounding_check(n, dtype, scale, layer):
     largest value) or a function of the float32 layer, and so may `n` be."""
     if n is None:
         raise ValueError(f"{layer.name}: pass the {dtype} roundings of the layer's computation "
-                         "(`xla_n` / `mixed_n`, tests/numerics.py)")
+                         "(`xla_n` / `mixed_n`, tfeff/testing/numerics.py)")
     n, scale = (v(layer) if callable(v) else v for v in (n, scale))
     return functools.partial(assert_close, n=n, dtype=dtype, scale=scale)
 
@@ -93,7 +93,7 @@ def run_layer_test(layer_cls, init_kwargs, inputs, tmp_path, *, targets=None, ca
         fit_loss: the compiled loss of the `fit` check (ignored with `targets`).
         mixed_precision: run the `mixed_float16` check.
         mixed_n: its bound: the float16 roundings along the layer's longest path
-            (`tests/numerics.py`; float32 accumulation of sums adds none).
+            (`tfeff/testing/numerics.py`; float32 accumulation of sums adds none).
         xla: run the eager / `tf.function` / XLA check.
         xla_training: include training mode in it (False where the layer's
             training-mode randomness comes from Keras' own `Dropout`, whose

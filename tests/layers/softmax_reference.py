@@ -1,4 +1,4 @@
-"""Rounding bounds of the softmax output layers' float32 log-probabilities (tests/numerics.py).
+"""Rounding bounds of the softmax layers' float32 log-probabilities (tfeff/testing/numerics.py).
 
 The layers compute their log-softmaxes in float32 whatever the compute dtype, so they
 are compared in float32 against a float64 reference (or another float32 path) within

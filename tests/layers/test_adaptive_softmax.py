@@ -5,8 +5,8 @@ import tensorflow as tf
 from tests.layers.layer_checks import run_layer_test
 from tests.layers.softmax_reference import log_prob_bound
 from tests.layers.softmax_reference import normalization_roundings
-from tests.numerics import assert_close
 from tfeff.layers import AdaptiveSoftmax
+from tfeff.testing.numerics import assert_close
 
 V, D = 60, 16
 CUTOFFS = [8, 20, 45]

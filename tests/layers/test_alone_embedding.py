@@ -13,8 +13,8 @@ import tensorflow as tf
 
 from tests.conftest import REPO
 from tests.layers.layer_checks import run_layer_test
-from tests.numerics import assert_close
 from tfeff.layers import AloneEmbedding
+from tfeff.testing.numerics import assert_close
 
 # ---------------------------------------------------------------------------
 # The documented construction, re-implemented independently in NumPy.

@@ -10,8 +10,8 @@ from tests.layers.test_rotary import attention_terms
 from tests.layers.test_rotary import mha_bound
 from tests.layers.test_rotary import rotate_reference
 from tests.layers.test_rotary import rotation_roundings
-from tests.numerics import assert_close
 from tfeff.layers import AnchorMultiHeadAttention
+from tfeff.testing.numerics import assert_close
 
 HEADS, KEY_DIM, DIM = 3, 4, 10
 

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from tests.layers.layer_checks import run_layer_test
-from tests.numerics import assert_close
 from tfeff.layers import ContinuousOutput
+from tfeff.testing.numerics import assert_close
 
 
 def _terms(layer, x):

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from tests.layers.layer_checks import run_layer_test
-from tests.numerics import assert_close
 from tfeff.layers import FactorizedDense
+from tfeff.testing.numerics import assert_close
 
 # The exact (erf) gelu 0.5 z (1 + erf(z / sqrt 2)): erf ~4 roundings and 4 operations.
 GELU = 8

@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 
 from tests.layers.layer_checks import run_layer_test
-from tests.numerics import assert_close
 from tfeff.layers import FastTextEmbedding
+from tfeff.testing.numerics import assert_close
 
 ODD_WORDS = ["café", "naïve", "Zürich", "日本語", "東京", "🙂", "emoji🙂s", "é", "x", "a",
              "", "</s>", "<s>", "never-seen-word", "ÆØÅ", "ﬁ", "ß", "z" * 40]

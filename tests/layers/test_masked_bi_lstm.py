@@ -6,14 +6,14 @@ import pytest
 import tensorflow as tf
 
 from tests.layers.layer_checks import run_layer_test
-from tests.layers.lstm_reference import lstmp as _lstmp
-from tests.layers.lstm_reference import sigmoid as _sigmoid
-from tests.layers.lstm_reference import step_roundings
-from tests.layers.masked_bi_lstm_reference import layer_norm as _layer_norm
-from tests.layers.masked_bi_lstm_reference import numpy_masked_bilstm as _numpy_masked_bilstm
-from tests.layers.masked_bi_lstm_reference import roundings
-from tests.numerics import assert_close
 from tfeff.layers import MaskedBiLSTM
+from tfeff.testing.lstm_reference import lstmp as _lstmp
+from tfeff.testing.lstm_reference import sigmoid as _sigmoid
+from tfeff.testing.lstm_reference import step_roundings
+from tfeff.testing.masked_bi_lstm_reference import layer_norm as _layer_norm
+from tfeff.testing.masked_bi_lstm_reference import numpy_masked_bilstm as _numpy_masked_bilstm
+from tfeff.testing.masked_bi_lstm_reference import roundings
+from tfeff.testing.numerics import assert_close
 
 
 def _close(actual, expected, n, dtype="float64"):

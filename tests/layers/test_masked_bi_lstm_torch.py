@@ -4,7 +4,7 @@ The torch side runs in subprocesses (`KERAS_BACKEND` is read when Keras is
 first imported; this suite's process is TensorFlow): `torch_lstm_parity.py`
 on the CPU in the default suite (torch's native projected LSTM against the
 portable path), on CUDA (cuDNN) under `pytest -m gpu`. A CUDA machine without
-TensorFlow runs the same check as `python -m tests.layers.torch_lstm_parity
+TensorFlow runs the same check as `python -m tfeff.testing.torch_lstm_parity
 --device cuda`.
 """
 
@@ -49,7 +49,7 @@ def _finish(process):
 
 
 def _parity_args(device):
-    return ["-m", "tests.layers.torch_lstm_parity", "--device", device]
+    return ["-m", "tfeff.testing.torch_lstm_parity", "--device", device]
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def cpu_runs():
 def test_torch_native_lstm_path_matches_portable_path_on_cpu(cpu_runs):
     """Outputs, final states, gradients (inputs, initial states, weights), an empty
     row, given initial states, no mask, float64 and mixed precision, each within the
-    rounding bound of the computation: see tests/layers/torch_lstm_parity.py."""
+    rounding bound of the computation: see tfeff/testing/torch_lstm_parity.py."""
     out = cpu_runs["torch"]
     assert "torch LSTM path on cpu: parity with the portable path" in out
     assert ("cpu float64 use_cudnn='auto' masked, initial states, gradients: 33 tensors "

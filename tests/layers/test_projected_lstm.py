@@ -4,11 +4,11 @@ import pytest
 import tensorflow as tf
 
 from tests.layers.layer_checks import run_layer_test
-from tests.layers.lstm_reference import STEP_ROUNDINGS_16
-from tests.layers.lstm_reference import lstmp
-from tests.layers.lstm_reference import step_roundings
-from tests.numerics import assert_close
 from tfeff.layers import ProjectedLSTM
+from tfeff.testing.lstm_reference import STEP_ROUNDINGS_16
+from tfeff.testing.lstm_reference import lstmp
+from tfeff.testing.lstm_reference import step_roundings
+from tfeff.testing.numerics import assert_close
 
 
 @pytest.mark.numerics

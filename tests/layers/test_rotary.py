@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from tests.layers.layer_checks import run_layer_test
-from tests.numerics import assert_close
 from tfeff.layers import AnchorMultiHeadAttention
 from tfeff.layers import RotaryMultiHeadAttention
 from tfeff.layers.rotary import apply_rotary
+from tfeff.testing.numerics import assert_close
 
 HEADS, KEY_DIM, DIM = 3, 4, 10
 

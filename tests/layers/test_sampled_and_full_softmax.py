@@ -6,8 +6,8 @@ import tensorflow as tf
 from tests.layers.layer_checks import run_layer_test
 from tests.layers.softmax_reference import log_prob_bound
 from tests.layers.softmax_reference import log_softmax_roundings
-from tests.numerics import assert_close
 from tfeff.layers import FixedEmbedding, FullSoftmax, SampledSoftmax
+from tfeff.testing.numerics import assert_close
 
 V, D = 50, 12
 

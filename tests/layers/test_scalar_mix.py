@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from tests.layers.layer_checks import run_layer_test
-from tests.numerics import assert_close
 from tfeff.layers import ScalarMix
+from tfeff.testing.numerics import assert_close
 
 
 def _numpy_mix(layers, weights, scale, mask=None, layer_norm=False, eps=1e-12):

@@ -8,12 +8,12 @@ import tensorflow as tf
 
 from tests.layers.softmax_reference import log_prob_bound
 from tests.layers.softmax_reference import normalization_roundings
-from tests.numerics import assert_close
 from tfeff.layers import AdaptiveSoftmax
 from tfeff.layers import ContinuousOutput
 from tfeff.layers import FixedEmbedding
 from tfeff.layers import FullSoftmax
 from tfeff.layers import SampledSoftmax
+from tfeff.testing.numerics import assert_close
 
 V, D = 20, 6
 FACTORIES = {

@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.conftest import backend_env
-from tests.numerics import assert_close
+from tfeff.testing.numerics import assert_close
 
 OTHER_BACKENDS = ("jax", "torch")
 

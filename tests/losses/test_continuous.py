@@ -3,8 +3,8 @@ import pytest
 import tensorflow as tf
 from scipy import special
 
-from tests.numerics import assert_close
 from tfeff import losses
+from tfeff.testing.numerics import assert_close
 
 
 def _log_iv_reference(v, x):

@@ -80,7 +80,7 @@ class MaskedBiLSTM(keras.layers.Layer):
     TF32 off on GPUs, within a bound counted from the recurrence): `pytest -m gpu`
     checks outputs, states and gradients on a GPU machine (TensorFlow's in
     this process, torch's in a subprocess); `python -m
-    tests.layers.torch_lstm_parity --device cuda` checks the torch path on a
+    tfeff.testing.torch_lstm_parity --device cuda` checks the torch path on a
     CUDA machine without TensorFlow, `--device cpu` on the CPU (in the
     default suite).
 

@@ -3,16 +3,17 @@
 Runs on the torch Keras backend without TensorFlow (only torch, Keras and
 NumPy are imported), so it checks a CUDA machine that has no TensorFlow:
 
-    python -m tests.layers.torch_lstm_parity --device cuda   # cuDNN (exit 0 = parity)
-    python -m tests.layers.torch_lstm_parity --device cpu    # torch's native LSTM
+    python -m tfeff.testing.torch_lstm_parity --device cuda   # cuDNN (exit 0 = parity)
+    python -m tfeff.testing.torch_lstm_parity --device cpu    # torch's native LSTM
 
-from the repository root. `--device cuda` fails if torch sees no CUDA device.
-`tests/layers/test_masked_bi_lstm_torch.py` runs it in a subprocess: the CPU
-check in the default suite, the CUDA one under `pytest -m gpu`.
+wherever tfeff is importable. `--device cuda` fails if torch sees no CUDA
+device. `tests/layers/test_masked_bi_lstm_torch.py` runs it in a subprocess:
+the CPU check in the default suite, the CUDA one under `pytest -m gpu`; the
+GPU suite (`benchmarks/gpu_suite.py`) runs it as its `lstm_parity_torch` part.
 
 Both layers hold the same (random) weights; the reference is the portable
 path (`use_cudnn=False`, `keras.ops` code) on the same device, in float64
-(`tests.numerics.keras_x64`: Keras would otherwise compute float64 matmuls and
+(`numerics.keras_x64`: Keras would otherwise compute float64 matmuls and
 layer norms in float32 on torch). Compared: the outputs, the final states, and
 the gradients of a random linear function of all of them with respect to the
 inputs, the initial states and every weight; on right-padded rows of full,
@@ -52,15 +53,15 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from tests.layers.lstm_reference import lstmp  # noqa: E402
-from tests.layers.lstm_reference import step_roundings  # noqa: E402
-from tests.layers.masked_bi_lstm_reference import roundings  # noqa: E402
-from tests.numerics import UNIT_ROUNDOFF  # noqa: E402
-from tests.numerics import assert_close  # noqa: E402
-from tests.numerics import keras_x64  # noqa: E402
 from tfeff.layers.masked_bi_lstm import PORTABLE  # noqa: E402
 from tfeff.layers.masked_bi_lstm import TORCH_LSTM  # noqa: E402
 from tfeff.layers.masked_bi_lstm import MaskedBiLSTM  # noqa: E402
+from tfeff.testing.lstm_reference import lstmp  # noqa: E402
+from tfeff.testing.lstm_reference import step_roundings  # noqa: E402
+from tfeff.testing.masked_bi_lstm_reference import roundings  # noqa: E402
+from tfeff.testing.numerics import UNIT_ROUNDOFF  # noqa: E402
+from tfeff.testing.numerics import assert_close  # noqa: E402
+from tfeff.testing.numerics import keras_x64  # noqa: E402
 
 UNITS, PROJ, LAYERS = 16, 4, 2
 SHAPE = (None, None, 2 * PROJ)
@@ -68,7 +69,7 @@ KWARGS = dict(units=UNITS, projection_dim=PROJ, num_layers=LAYERS, return_state=
 BATCH, STEPS = 5, 9
 
 # Roundings along the longest path from an input to an output or a gradient
-# (tests/numerics.py), counted by the float64 reference's `roundings`: a layer's
+# (numerics.py), counted by the float64 reference's `roundings`: a layer's
 # STEPS LSTM steps (the state carries every step's error to the next), its layer norm
 # and residual; layers add up. The gradients run the chain back again and sum a
 # weight's gradient over BATCH * STEPS. In mixed precision (sums stay float32) the

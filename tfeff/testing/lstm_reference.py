@@ -32,7 +32,7 @@ def lstmp(x, kernel, recurrent, bias, projection, h=None, c=None, cell_clip=None
 
 
 def step_roundings(features, proj, units):
-    """Roundings of one LSTMP step on the way from the state to the next (tests/numerics.py).
+    """Roundings of one LSTMP step on the way from the state to the next (numerics.py).
 
     The gate sums (`features` inputs, `proj` recurrent inputs, the bias, 2 additions), a
     gate (~4), c's 3 operations, tanh(c) (~4), their product and the projection's sum of

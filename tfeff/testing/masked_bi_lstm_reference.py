@@ -3,9 +3,9 @@
 import keras
 import numpy as np
 
-from tests.layers.lstm_reference import STEP_ROUNDINGS_16
-from tests.layers.lstm_reference import lstmp
-from tests.layers.lstm_reference import step_roundings
+from tfeff.testing.lstm_reference import STEP_ROUNDINGS_16
+from tfeff.testing.lstm_reference import lstmp
+from tfeff.testing.lstm_reference import step_roundings
 
 
 def layer_norm(x, gamma, beta, eps):
@@ -51,7 +51,7 @@ def numpy_masked_bilstm(layer, x, mask, initial_state=None):
 
 
 def roundings(layer, steps, dtype="float32"):
-    """Roundings on the way through `layer` over `steps` steps (tests/numerics.py).
+    """Roundings on the way through `layer` over `steps` steps (numerics.py).
 
     Per layer: its LSTM steps (`lstm_reference.step_roundings`; in float16 the values
     stored in 16 bits), the layer norm of the P projected features (sums of P for the
