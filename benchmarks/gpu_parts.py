@@ -25,7 +25,7 @@ def _lstm_command(what, sizes, work_dir):
         return [sys.executable, "-m", "benchmarks.lstm", "--preset",
                 sizes["lstm_preset"], "--repeats", str(sizes["lstm_repeats"]), "--output_dir",
                 work_dir]
-    return [sys.executable, "-m", "tests.layers.torch_lstm_parity", "--device", sizes["device"]]
+    return [sys.executable, "-m", "tfeff.testing.torch_lstm_parity", "--device", sizes["device"]]
 
 
 # name -> (what it is, the paper's step time relative to ELMo-C, Table 4)
@@ -251,9 +251,10 @@ def run_adaptive_peer(sizes, work_dir):
     model.build()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     head = model.output_head
+    width = (model.pre_output.units if model.pre_output is not None
+             else model.backbone.projection_dim)
     peer = torch.nn.AdaptiveLogSoftmaxWithLoss(
-        model.pre_output.units if model.pre_output is not None else model.projection_dim,
-        vocabulary, list(config.model.adaptive_cutoffs),
+        width, vocabulary, list(config.model.adaptive_cutoffs),
         div_value=config.model.adaptive_div_value, head_bias=False).to(device)
     encoder = [v.value for v in model.trainable_variables if not v.path.startswith(head.path)]
     ours = [v.value for v in head.trainable_variables]

@@ -56,8 +56,10 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
+from tfeff.models import ElmoBackbone  # noqa: E402
 from tfeff.models import ElmoLM  # noqa: E402
 from tfeff.models import TransformerLM  # noqa: E402
+from tfeff.models import TransformerLMBackbone  # noqa: E402
 
 HEADS = ("NONE", "CONT", "FIXED", "SUBWORD", "ADAPTIVE", "SAMPLED", "FULL")
 ENCODERS = ("elmo", "lstm2", "transformer")
@@ -144,7 +146,7 @@ class BenchLM(keras.Model):
         self.lm = lm
         self.encoder = encoder
         self.head = head
-        dim = getattr(lm, "projection_dim", None)
+        dim = getattr(lm.backbone, "projection_dim", None)
         self.forward_layers, self.backward_layers = [], []
         if encoder == "lstm2":
             for i in range(2):
@@ -155,13 +157,13 @@ class BenchLM(keras.Model):
     def encode(self, ids, training):
         mask = ids > 0
         if self.encoder == "transformer":
-            tops = self.lm.encode(ids, mask, training=training)
+            tops = self.lm.backbone.encode(ids, mask, training=training)
             return tops["forward"], tops["backward"]
-        vectors = self.lm.token_embedding(ids)
+        vectors = self.lm.backbone.token_embedding(ids)
         if self.encoder == "elmo":
-            _, f, b = self.lm.encode(vectors, mask, training=training)
+            _, f, b = self.lm.backbone.encode(vectors, mask, training=training)
             return f, b
-        x = self.lm.token_projection(vectors)
+        x = self.lm.backbone.token_projection(vectors)
         f, b = x, x
         for layer in self.forward_layers:
             f = layer(f)
@@ -186,22 +188,22 @@ def make_model(head, encoder, vocabulary_size, s, table):
         kwargs = dict(num_layers=2, hidden_dim=width, num_heads=4, intermediate_dim=4 * width,
                       max_sequence_length=math.ceil(s["sequence_length"] * FLAGS.pieces_per_word),
                       dropout_rate=0.0, seed=0)
-        model_class = TransformerLM
+        backbone_class, model_class = TransformerLMBackbone, TransformerLM
     else:
         kwargs = dict(num_layers=2, units=s["units"], projection_dim=s["projection_dim"],
-                      dropout_rate=0.0, seed=0)
-        model_class = ElmoLM
+                      dropout_rate=0.0)
+        backbone_class, model_class = ElmoBackbone, ElmoLM
     if head == "SUBWORD":
-        lm = model_class(input_embedding="trainable",
-                         vocabulary_size=s["subword_vocabulary_size"], output_layer="full",
-                         tie_output=True, token_embedding_dim=s["projection_dim"], **kwargs)
+        backbone = backbone_class(s["subword_vocabulary_size"], input_embedding="trainable",
+                                  token_embedding_dim=s["projection_dim"], **kwargs)
+        lm = model_class(backbone, output_layer="full", tie_output=True, seed=0)
     else:
         output = {"NONE": "continuous", "CONT": "continuous", "FIXED": "fixed",
                   "ADAPTIVE": "adaptive", "SAMPLED": "sampled", "FULL": "full"}[head]
-        lm = model_class(embedding_table=table, output_layer=output,
+        lm = model_class(backbone_class(embedding_table=table, **kwargs), output_layer=output,
                          adaptive_cutoffs=[vocabulary_size // 40, vocabulary_size // 8,
                                            vocabulary_size // 2],
-                         num_sampled=min(s["num_sampled"], vocabulary_size // 2), **kwargs)
+                         num_sampled=min(s["num_sampled"], vocabulary_size // 2), seed=0)
     model = BenchLM(lm, encoder, head)
     model.loss_fn(tf.constant([[2, 4, 5, 6, 3]], tf.int32))  # build every weight
     return model

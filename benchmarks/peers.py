@@ -117,12 +117,14 @@ def mlm_batch(sizes, seed=0):
 
 def _tfeff_bert(sizes, activation, relaxed=False):
     from tfeff.models import Bert
+    from tfeff.models import BertBackbone
 
-    return Bert(sizes["vocabulary"], num_layers=sizes["layers"], hidden_dim=sizes["hidden"],
-                num_heads=sizes["heads"], intermediate_dim=sizes["intermediate"],
-                max_sequence_length=sizes["length"], dropout_rate=0.1, activation=activation,
-                relaxed={"num_anchors": sizes["anchors"], "ffn_rank": sizes["ffn_rank"]}
-                if relaxed else None)
+    return Bert(BertBackbone(
+        sizes["vocabulary"], num_layers=sizes["layers"], hidden_dim=sizes["hidden"],
+        num_heads=sizes["heads"], intermediate_dim=sizes["intermediate"],
+        max_sequence_length=sizes["length"], dropout_rate=0.1, activation=activation,
+        relaxed={"num_anchors": sizes["anchors"], "ffn_rank": sizes["ffn_rank"]}
+        if relaxed else None))
 
 
 def _keras_steps(models, data, jit):

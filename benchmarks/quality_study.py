@@ -261,7 +261,7 @@ def pretrain_run(name, corpus, seed, steps, work_dir, english_dir, fasttext_bin,
 def _parameters(model):
     """Trainable parameters of the trained model and of its input embedding."""
     total = int(sum(np.prod(v.shape) for v in model.trainable_variables))
-    embedding = getattr(model, "token_embedding", None)
+    embedding = getattr(model.backbone, "token_embedding", None)
     emb = int(sum(np.prod(v.shape) for v in embedding.trainable_variables)) if embedding else 0
     return {"total": total, "embedding": emb}
 

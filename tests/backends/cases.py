@@ -232,13 +232,15 @@ def bert(data):
     """Standard and CoRe-relaxed BERT (anchor attention, factorized FFNs): outputs and the
     masked-LM + NSP loss on the same weights and batch; the relaxed one merged."""
     from tfeff.models import Bert
+    from tfeff.models import BertBackbone
     from tfeff.models.relaxed_merge import probe_inputs
 
     out = {}
     for name, relaxed in (("standard", None), ("relaxed", {"num_anchors": 3, "ffn_rank": 4})):
-        model = Bert(40, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=24,
-                     max_sequence_length=20, dropout_rate=0.0, relaxed=relaxed, use_nsp=True,
-                     name="bert")
+        backbone = BertBackbone(40, num_layers=2, hidden_dim=16, num_heads=2,
+                                intermediate_dim=24, max_sequence_length=20, dropout_rate=0.0,
+                                relaxed=relaxed, name="bert_backbone")
+        model = Bert(backbone, use_nsp=True, name="bert")
         model.build()
         _set_weights(model, SEED + 5)
         batch = probe_inputs(model, batch_size=3, length=14, seed=SEED)
@@ -271,6 +273,7 @@ def elmo(data):
     """ELMo-C (fixed table in, continuous vMF out) and a subword ELMo with a tied full
     softmax: outputs, the representation stack and the loss. On TensorFlow the softmax
     loss gathers the predictable rows, elsewhere it masks them: the same number."""
+    from tfeff.models import ElmoBackbone
     from tfeff.models import ElmoLM
 
     rng = np.random.default_rng(SEED + 7)
@@ -278,19 +281,20 @@ def elmo(data):
     ids = rng.integers(2, 30, size=(3, 7)).astype("int32")
     ids[:, 0], ids[1, 5:], ids[2, 3] = 2, 0, 1  # <s>, padding, an <unk> target
     out = {}
-    for name, kwargs in (
-            ("elmo_c", dict(embedding_table=table, output_loss="vmf")),
-            ("subword", dict(vocabulary_size=30, input_embedding="trainable", token_embedding_dim=8,
-                             output_layer="full", tie_output=True))):
-        model = ElmoLM(num_layers=2, units=12, projection_dim=8, dropout_rate=0.0, seed=0,
-                       name="elmo", **kwargs)
+    for name, backbone_kwargs, kwargs in (
+            ("elmo_c", dict(embedding_table=table), dict(output_loss="vmf")),
+            ("subword", dict(vocabulary_size=30, input_embedding="trainable",
+                             token_embedding_dim=8), dict(output_layer="full", tie_output=True))):
+        backbone = ElmoBackbone(num_layers=2, units=12, projection_dim=8, dropout_rate=0.0,
+                                name="elmo_backbone", **backbone_kwargs)
+        model = ElmoLM(backbone, seed=0, name="elmo", **kwargs)
         model.build()
         # Weights of a trained network's scale: N(0, 1) recurrences are chaotic, and
         # float32 rounding differences grow through them.
         _set_weights(model, SEED + 8, scale=0.3)
         def forward(model=model):
             outputs = model(ids, training=False)
-            stack, _, _ = model.encode(model.token_embedding(ids), ids > 0)
+            stack, _, _ = model.backbone.encode(model.backbone.token_embedding(ids), ids > 0)
             return (outputs["forward"], outputs["backward"], stack,
                     model.compute_loss(x=ids, y_pred=outputs, training=False))
 
@@ -334,6 +338,7 @@ def masked_elmo(data):
     import keras
 
     from tfeff.models import MaskedElmo
+    from tfeff.models import MaskedElmoBackbone
 
     rng = np.random.default_rng(SEED + 14)
     b, k, p, n, vocabulary = 3, 2, 2, 7, 30
@@ -347,8 +352,9 @@ def masked_elmo(data):
              "masked_ids": np.take_along_axis(ids[:, None].repeat(k, 1), positions, 2),
              "masked_weights": np.ones((b, k, p), "float32"),
              "padding_mask": (ids > 0).astype("int32"), "reset": np.array([0, 1, 0], "int32")}
-    model = MaskedElmo(vocabulary, num_layers=2, units=10, projection_dim=4, dropout_rate=0.0,
-                       use_cudnn=False, tbptt_batch_size=b, name="masked_elmo")
+    backbone = MaskedElmoBackbone(vocabulary, num_layers=2, units=10, projection_dim=4,
+                                  dropout_rate=0.0, use_cudnn=False, name="masked_elmo_backbone")
+    model = MaskedElmo(backbone, tbptt_batch_size=b, name="masked_elmo")
     model.build()
     _set_weights(model, SEED + 15, scale=0.3)
     outputs = model(batch, training=True)  # also stores set 0's final states
@@ -357,8 +363,8 @@ def masked_elmo(data):
            "stored_state": _np(model.carried_states[1])}
     model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=_jit_compile())
     out["train_loss"] = np.asarray(model.train_on_batch(batch))
-    out["updated_kernel"] = _np(model.encoder.cells[1][0]["kernel"])
-    out["updated_embedding"] = _np(model.token_embedding.embeddings)
+    out["updated_kernel"] = _np(model.backbone.encoder.cells[1][0]["kernel"])
+    out["updated_embedding"] = _np(model.backbone.token_embedding.embeddings)
     return out
 
 
@@ -468,15 +474,16 @@ def without_tensorflow():
             get()
         except ImportError as e:
             lines.append(f"{type(e).__name__} {' '.join(str(e).split())}")
-    from tfeff.models import Bert, ElmoLM, MaskedElmo
+    from tfeff.models import Bert, BertBackbone, ElmoBackbone, ElmoLM, MaskedElmo
+    from tfeff.models import MaskedElmoBackbone
 
-    MaskedElmo(30, num_layers=1, units=8, projection_dim=4, output_layer="adaptive",
-               adaptive_cutoffs=[10], tbptt_batch_size=2, input_embedding="alone",
-               alone={"intermediate_dim": 8}).build()
-    Bert(40, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=24,
-         max_sequence_length=20, relaxed={"num_anchors": 3, "ffn_rank": 4}).build()
-    ElmoLM(30, input_embedding="trainable", output_layer="adaptive", adaptive_cutoffs=[10],
-           num_layers=1, units=8, projection_dim=4).build()
+    MaskedElmo(MaskedElmoBackbone(30, num_layers=1, units=8, projection_dim=4,
+                                  input_embedding="alone", alone={"intermediate_dim": 8}),
+               output_layer="adaptive", adaptive_cutoffs=[10], tbptt_batch_size=2).build()
+    Bert(BertBackbone(40, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=24,
+                      max_sequence_length=20, relaxed={"num_anchors": 3, "ffn_rank": 4})).build()
+    ElmoLM(ElmoBackbone(30, input_embedding="trainable", num_layers=1, units=8,
+                        projection_dim=4), output_layer="adaptive", adaptive_cutoffs=[10]).build()
     lines.append(f"{keras.backend.backend()} {sorted(tfeff.layers.TENSORFLOW_ONLY)}")
 
     def refusal(call):
@@ -529,7 +536,7 @@ if __name__ == "__main__":
                "without_tensorflow": np.array(without_tensorflow())}
     results.update({f"float32/{k}": v for k, v in run_all().items()})
     if keras.backend.backend() == "jax":
-        from tests.numerics import keras_x64
+        from tfeff.testing.numerics import keras_x64
 
         with keras_x64():  # jax_enable_x64 (and Keras' float64 types)
             results.update({f"x64/{k}": v for k, v in run_all(FLOAT64_CASES).items()})

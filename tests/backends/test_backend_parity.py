@@ -3,7 +3,7 @@
 Same inputs, same weights. Each other backend runs in its own subprocess
 (`KERAS_BACKEND` is read when Keras is first imported); its outputs must equal
 this process's TensorFlow outputs to the rounding of each case's float32
-computation (`ROUNDINGS`, tests/numerics.py), and the keys that say "exact"
+computation (`ROUNDINGS`, tfeff/testing/numerics.py), and the keys that say "exact"
 (integer-hash draws, chosen anchors) bit for bit. The vMF normalizer is float64
 on TensorFlow and PyTorch; JAX computes float64 only with `jax_enable_x64`, so
 its cases are compared both ways: with x64 (`keras_x64`) as the others, and in
@@ -25,7 +25,7 @@ import pytest
 from tests.backends import cases
 from tests.conftest import REPO
 from tests.conftest import backend_env
-from tests.numerics import assert_close
+from tfeff.testing.numerics import assert_close
 
 OTHER_BACKENDS = ("jax", "torch")
 
@@ -58,7 +58,7 @@ def tensorflow_results(results):
     return results["tensorflow"]
 
 
-# Roundings (tests/numerics.py) along the longest path of each case's float32 computation,
+# Roundings (tfeff/testing/numerics.py) along the longest path of each case's float32 computation,
 # at the cases' sizes: a dot or sum of K counts K; exp, log, tanh, sigmoid, erf, sqrt 4; an
 # elementwise step 1; a gradient the forward path twice plus its reduction over rows. Every
 # backend rounds to float32, so two differ by at most twice the bound; the scale is each

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.numerics import assert_close
+from tfeff.testing.numerics import assert_close
 
 from benchmarks import core_training
 
@@ -79,13 +79,15 @@ def test_first_reach_interpolates_between_evaluations():
 def test_heldout_loss_is_the_mean_over_every_prediction_and_scores_the_merged_model():
     from tfeff.convert import merge_relaxed_bert
     from tfeff.models import Bert
+    from tfeff.models import BertBackbone
     from tfeff.models.relaxed_merge import rounding_counts
 
     rng = np.random.default_rng(0)
     ids, _ = windows(rng, rows=7, n=16, vocabulary=40)
     x = core_training.mask_windows(ids, rng, 3, 40, SPECIAL)
-    relaxed = Bert(40, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
-                   max_sequence_length=16, relaxed={"num_anchors": 3, "ffn_rank": 4}, seed=0)
+    relaxed = Bert(BertBackbone(40, num_layers=1, hidden_dim=16, num_heads=2,
+                                intermediate_dim=32, max_sequence_length=16,
+                                relaxed={"num_anchors": 3, "ffn_rank": 4}, seed=0))
     relaxed.build()
     for w in relaxed.weights:  # away from the initializers' zeros and ones
         w.assign(w + rng.normal(0, 0.3, w.shape).astype("float32"))

@@ -195,13 +195,15 @@ def test_core_training_runs_both_schedules_on_the_same_steps(lean):
     # merged one on the check's probe (check_tolerances: twice the rounding of its longest
     # path), whatever the kernels.
     from tfeff.models import Bert
+    from tfeff.models import BertBackbone
     from tfeff.models.relaxed_merge import check_tolerances
 
     s, n = two["sizes"], two["sequence_length"]
-    relaxed = Bert(vocabulary, num_layers=s["layers"], hidden_dim=s["hidden"],
-                   num_heads=s["heads"], intermediate_dim=s["intermediate"],
-                   max_sequence_length=n, position_embedding=s["position_embedding"],
-                   relaxed=s["relaxed"])
+    relaxed = Bert(BertBackbone(vocabulary, num_layers=s["layers"], hidden_dim=s["hidden"],
+                                num_heads=s["heads"], intermediate_dim=s["intermediate"],
+                                max_sequence_length=n,
+                                position_embedding=s["position_embedding"],
+                                relaxed=s["relaxed"]))
     bounds = check_tolerances(relaxed, min(n, 32))  # probe_inputs' length
     errors = switch["relative_errors"]
     assert errors and all(errors[k] <= bounds[k] for k in errors), (errors, bounds)

@@ -86,13 +86,15 @@ def test_training_clock_counts_the_steps_but_not_what_runs_between_them():
 @pytest.mark.parametrize("relaxed", [None, {"num_anchors": 4, "ffn_rank": 8}])
 def test_tfeff_bert_is_the_bert_of_those_sizes_through_the_config_builder(relaxed):
     from tfeff.models import Bert
+    from tfeff.models import BertBackbone
 
     sizes = dict(layers=2, hidden=32, heads=4, intermediate=64, position_embedding="rotary",
                  seed=3)
     built = bench.tfeff_bert(500, 16, sizes, relaxed)
-    direct = Bert(500, num_layers=2, hidden_dim=32, num_heads=4, intermediate_dim=64,
-                  max_sequence_length=16, dropout_rate=0.1, activation="gelu",
-                  position_embedding="rotary", relaxed=relaxed, seed=3, name="bert")
+    direct = Bert(BertBackbone(500, num_layers=2, hidden_dim=32, num_heads=4,
+                               intermediate_dim=64, max_sequence_length=16, dropout_rate=0.1,
+                               activation="gelu", position_embedding="rotary",
+                               relaxed=relaxed, seed=3, name="bert_backbone"), name="bert")
     for model in (built, direct):
         model.build()
     assert built.get_config() == direct.get_config()

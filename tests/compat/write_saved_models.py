@@ -3,8 +3,10 @@
 their outputs on fixed ids (`outputs.npz`).
 
 The files in `saved/` were written by this script with tfeff 0.1.0 as it was before its
-models were split into backbones and tasks; they are kept as they are. Rerunning the
-script with a later tfeff would only test that version against itself.
+models were split into backbones and tasks; they are kept as they are. The script calls
+that version's constructors (`Bert(vocabulary_size, num_layers=...)`, before a task took
+its backbone) and runs with it installed only; rerunning it with a later tfeff would only
+test that version against itself.
 
     python tests/compat/write_saved_models.py tests/compat/saved
 """

@@ -1,12 +1,17 @@
+import json
+import os
+import stat
+
 import keras
 import numpy as np
 import pytest
 
 from tests.models.test_bert import SIZES
 from tests.models.test_bert import batch
+from tests.models.test_bert import config_with_dtype
 from tests.models.test_bert import make_bert
 from tests.models.float64 import float64_models
-from tests.numerics import assert_close
+from tfeff.testing.numerics import assert_close
 from tfeff.convert import ConversionError
 from tfeff.models import relaxed_merge
 from tfeff.convert import from_keras_hub
@@ -15,8 +20,11 @@ from tfeff.convert import read_hf_bert
 from tfeff.convert import to_keras_hub
 from tfeff.convert import write_hf_bert
 from tfeff.convert.hf_bert import read_weights
+from tfeff.convert.hf_roformer import rotary_pair_order
+from tfeff.convert.hf_roformer import sinusoidal_table
 from tfeff.layers import FactorizedDense
 from tfeff.models import Bert
+from tfeff.models import BertBackbone
 
 RELAXED = {"num_anchors": 3, "ffn_rank": 4}
 
@@ -45,13 +53,14 @@ def test_merge_reproduces_the_relaxed_model_with_exact_attention(relaxed):
     # models then compare to float64 rounding.
     source = make_bert(relaxed=relaxed, use_nsp=True, dtype="float64")
     standard = merge_relaxed_bert(source)
-    assert not standard.is_relaxed and standard.name == source.name
+    assert not standard.backbone.is_relaxed and standard.name == source.name
     assert standard.compute_dtype == "float64"
     x = batch(source)
     expected, actual = source(x, exact_attention=True), standard(x)
     assert_bert_outputs_close(actual, expected, source, x)
     # ... and FFN kernels are the products, attention kernels copies.
-    layer, merged = source.transformer_layers[0], standard.transformer_layers[0]
+    layer = source.backbone.transformer_layers[0]
+    merged = standard.backbone.transformer_layers[0]
     if relaxed["ffn_rank"]:
         kernel, bias = layer.intermediate_dense.merged()
         np.testing.assert_array_equal(merged.intermediate_dense.kernel, kernel)
@@ -66,18 +75,19 @@ def test_merge_reproduces_the_relaxed_model_with_exact_attention(relaxed):
 
 def test_every_source_tensor_is_used_once_and_shapes_are_checked():
     source = make_bert(relaxed=RELAXED)
-    standard = Bert(40, **SIZES)
+    standard = Bert(BertBackbone(40, **SIZES, name="bert_backbone"), name="bert")
     standard.build()
     plan = relaxed_merge._merge_plan(source, standard)
     used = [s for _, sources in plan.values() for s in sources]
     assert sorted(used) == sorted(w.path.split("/", 1)[1] for w in source.weights)
     assert len(used) == len(source.weights) == len(standard.weights) + 2 * 2  # 2 FFNs x 2 layers
-    wider = Bert(40, **{**SIZES, "intermediate_dim": 32})
+    wider = Bert(BertBackbone(40, **{**SIZES, "intermediate_dim": 32}, name="bert_backbone"),
+                 name="bert")
     wider.build()
-    with pytest.raises(ConversionError, match="Shape mismatch for transformer_layer_0/"
-                                              "intermediate_dense/kernel"):
+    with pytest.raises(ConversionError, match="Shape mismatch for bert_backbone/"
+                                              "transformer_layer_0/intermediate_dense/kernel"):
         relaxed_merge._merge_plan(source, wider)
-    with_nsp = Bert(40, **SIZES, use_nsp=True)
+    with_nsp = Bert(BertBackbone(40, **SIZES, name="bert_backbone"), use_nsp=True, name="bert")
     with_nsp.build()
     with pytest.raises(ConversionError, match="pooler/kernel has no source"):
         relaxed_merge._merge_plan(source, with_nsp)
@@ -109,7 +119,7 @@ def test_a_mixed_precision_model_is_checked_in_float32_and_stays_mixed():
     the check's float32 tolerance: the check must compute in float32, at full
     matrix-product precision (not TF32)."""
     source = make_bert(relaxed=RELAXED, dtype="mixed_bfloat16")
-    copy = Bert.from_config({**source.get_config(), "dtype": "float32"})  # the reference
+    copy = Bert.from_config(config_with_dtype(source.get_config(), "float32"))  # the reference
     copy.build()
     copy.set_weights(source.get_weights())
     x = batch(source)
@@ -154,7 +164,8 @@ def test_factorized_dense_weights_are_the_merge_source():
     source = make_bert(relaxed=RELAXED)
     merged = merge_relaxed_bert(source)
     factorized = 0
-    for src_layer, dst_layer in zip(source.transformer_layers, merged.transformer_layers):
+    for src_layer, dst_layer in zip(source.backbone.transformer_layers,
+                                    merged.backbone.transformer_layers):
         for name in ("intermediate_dense", "output_dense"):
             src, dst = getattr(src_layer, name), getattr(dst_layer, name)
             assert not isinstance(dst, FactorizedDense)
@@ -202,7 +213,8 @@ def test_hugging_face_bf16_weights_are_read_widened_to_float32(tmp_path):
     assert max(np.abs(widened[k] - tensors[k]).max() for k in tensors) > 0  # really rounded
     back = read_hf_bert(tmp_path / "hf")
     word = "bert.embeddings.word_embeddings.weight"
-    np.testing.assert_array_equal(back.token_embedding.embeddings.numpy(), widened[word])
+    np.testing.assert_array_equal(back.backbone.token_embedding.embeddings.numpy(),
+                                  widened[word])
 
 
 def test_hugging_face_reader_rejects_a_bad_directory(tmp_path):
@@ -247,16 +259,15 @@ def test_hugging_face_vocabulary_gets_bert_names_or_is_refused(tmp_path):
 
 @pytest.mark.numerics
 def test_alone_embedding_is_written_as_its_table(tmp_path):
-    bert = Bert(40, **SIZES, input_embedding="alone",
-                alone={"intermediate_dim": 32, "num_codebooks": 2, "codebook_size": 4, "seed": 3},
-                name="bert")
+    alone = {"intermediate_dim": 32, "num_codebooks": 2, "codebook_size": 4, "seed": 3}
+    bert = Bert(BertBackbone(40, **SIZES, input_embedding="alone", alone=alone), name="bert")
     bert.build()
     write_hf_bert(bert, tmp_path / "hf")
     back = read_hf_bert(tmp_path / "hf")
     x = batch(bert)
     # The same table rows and encoder; the logits' product with the table (its own einsum
     # for ALONE) may sum the hidden size in another order: d + 1 float32 roundings.
-    assert_close(back(x)["mlm_logits"], bert(x)["mlm_logits"], n=bert.hidden_dim + 1)
+    assert_close(back(x)["mlm_logits"], bert(x)["mlm_logits"], n=bert.backbone.hidden_dim + 1)
 
 
 @pytest.mark.numerics
@@ -289,11 +300,217 @@ def test_keras_hub_refuses_what_its_bert_cannot_compute():
 @pytest.mark.numerics
 def test_keras_hub_gets_an_alone_embedding_as_its_table():
     with float64_models():
-        bert = Bert(40, **SIZES, input_embedding="alone", activation="gelu_approximate",
-                    alone={"intermediate_dim": 32, "num_codebooks": 2, "codebook_size": 4,
-                           "seed": 3}, name="bert")
+        alone = {"intermediate_dim": 32, "num_codebooks": 2, "codebook_size": 4, "seed": 3}
+        bert = Bert(BertBackbone(40, **SIZES, input_embedding="alone",
+                                 activation="gelu_approximate", alone=alone), name="bert")
         bert.build()
         backbone = to_keras_hub(bert)
     x = batch(bert)
     theirs = backbone({k: x[k] for k in ("token_ids", "segment_ids", "padding_mask")})
     assert_bert_outputs_close(theirs, {"sequence_output": bert(x)["sequence_output"]}, bert, x)
+
+
+def _roformer_rotate(x, table):
+    """`transformers`' `RoFormerSelfAttention.apply_rotary_position_embeddings` in float64
+    NumPy: `x` `(batch, n, heads, k)`, `table` RoFormer's `(n, k)` sinusoidal table;
+    features (2i, 2i+1) turn together, `[-x1, x0, -x3, x2, ...]` times sin."""
+    x = np.asarray(x, np.float64)
+    sin, cos = np.split(np.asarray(table, np.float64)[None, :, None, :], 2, axis=-1)
+    sin_pos, cos_pos = np.repeat(sin, 2, axis=-1), np.repeat(cos, 2, axis=-1)
+    rotated_half = np.stack([-x[..., 1::2], x[..., ::2]], axis=-1).reshape(x.shape)
+    return x * cos_pos + rotated_half * sin_pos
+
+
+@pytest.mark.numerics
+def test_roformer_rotation_of_reordered_features_is_tfeffs_reordered():
+    """RoFormer's rotation (interleaved pairs) of q[sigma] is tfeff's (rotate-half) of q,
+    reordered by sigma, from the table write_hf_bert writes: the identity that makes the
+    RoFormer export exact. Without the reordering the two are far apart."""
+    from tests.layers.test_rotary import rotation_roundings
+    from tfeff.layers.rotary import apply_rotary
+
+    n, k = 20, 8
+    sigma = rotary_pair_order(k)
+    np.testing.assert_array_equal(sigma, [0, 4, 1, 5, 2, 6, 3, 7])
+    table = sinusoidal_table(n, k)
+    theta = 10000.0 ** (-2 * np.arange(k // 2) / k)
+    # float64 sines and cosines rounded to float32 (their last float64 bits may differ,
+    # which moves a float32 value only at a tie: one rounding of values up to 1).
+    assert_close(table, np.concatenate(
+        [np.sin(np.arange(n)[:, None] * theta), np.cos(np.arange(n)[:, None] * theta)],
+        axis=1).astype(np.float32), n=1, scale=1.0)
+    q = np.random.default_rng(0).normal(size=(2, n, 3, k)).astype(np.float32)
+    ours = np.asarray(keras.ops.convert_to_numpy(apply_rotary(q)), np.float64)
+    # tfeff's float32 rotation (its roundings), against the float64 one of a float32 table.
+    roundings = rotation_roundings(n) + 1
+    assert_close(ours[..., sigma], _roformer_rotate(q[..., sigma], table), n=roundings,
+                 scale=np.abs(q).max())
+    wrong = np.abs(ours - _roformer_rotate(q, table)).max()
+    assert wrong > 1000 * roundings * 2.0 ** -24 * np.abs(q).max(), wrong
+
+
+@pytest.mark.numerics
+def test_a_rotary_bert_loads_as_roformer_and_computes_the_same(tmp_path):
+    """A rotary Bert is written in RoFormer's layout; the real
+    `transformers.RoFormerForMaskedLM` loads every tensor (none missing or unused) and
+    its masked-LM logits and last hidden states equal tfeff's within the float32 bound
+    of two implementations (`check_tolerances`, as for BERT); with the query and key
+    features in tfeff's order instead (not reordered) they are far apart."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    bert = make_bert(position_embedding="rotary", use_nsp=True)
+    d, k, n_max = SIZES["hidden_dim"], SIZES["hidden_dim"] // SIZES["num_heads"], 20
+    out = tmp_path / "hf"
+    write_hf_bert(bert, out)
+    config = json.loads((out / "config.json").read_text())
+    assert (config["model_type"], config["architectures"]) == ("roformer",
+                                                               ["RoFormerForMaskedLM"])
+    assert config["rotary_value"] is False and "position_embedding_type" not in config
+    assert config["embedding_size"] == config["hidden_size"] == d
+    assert config["max_position_embeddings"] == n_max == SIZES["max_sequence_length"]
+    tensors = read_weights(out / "model.safetensors")
+    assert all(name.startswith(("roformer.", "cls.predictions.")) for name in tensors)
+    assert not [name for name in tensors if "pooler" in name or "position_embeddings" in name]
+    model, info = transformers.RoFormerForMaskedLM.from_pretrained(
+        out, output_loading_info=True)
+    assert not any(info[key] for key in ("missing_keys", "unexpected_keys",
+                                         "mismatched_keys")), info
+    model.eval()
+    # The sinusoidal table loaded is the one written, and the one transformers computes for
+    # a new model (float64 sines rounded to float32 on both sides: equal but at a tie).
+    fresh = transformers.RoFormerForMaskedLM(model.config).roformer.encoder.embed_positions
+    table = model.roformer.encoder.embed_positions.weight.detach().numpy()
+    np.testing.assert_array_equal(table, sinusoidal_table(n_max, k))
+    assert_close(table, fresh.weight.detach().numpy(), n=1, scale=1.0)
+    x = batch(bert)
+    n = x["token_ids"].shape[1]
+    positions = np.broadcast_to(np.arange(n), x["token_ids"].shape).astype("int32")
+    mine = bert({**x, "masked_positions": positions})
+    mask = np.asarray(x["padding_mask"], bool)
+    bounds = relaxed_merge.check_tolerances(bert, n)
+
+    def errors():
+        with torch.no_grad():
+            hf = model(input_ids=torch.tensor(x["token_ids"], dtype=torch.long),
+                       token_type_ids=torch.tensor(x["segment_ids"], dtype=torch.long),
+                       attention_mask=torch.tensor(x["padding_mask"], dtype=torch.long),
+                       output_hidden_states=True)
+        result = {}
+        for name, ours, theirs in (("mlm_logits", mine["mlm_logits"], hf.logits),
+                                   ("sequence_output", mine["sequence_output"],
+                                    hf.hidden_states[-1])):
+            ours = np.asarray(ours, np.float64)[mask]
+            theirs = np.asarray(theirs.numpy(), np.float64)[mask]
+            result[name] = np.abs(ours - theirs).max() / np.abs(ours).max()
+        return result
+
+    exact = errors()
+    assert all(exact[name] <= bounds[name] for name in exact), (exact, bounds)
+    inverse = np.argsort(rotary_pair_order(k))
+    heads = SIZES["num_heads"]
+    with torch.no_grad():  # each head's query and key features back in tfeff's order
+        for layer in model.roformer.encoder.layer:
+            for dense in (layer.attention.self.query, layer.attention.self.key):
+                dense.weight.copy_(dense.weight.view(heads, k, d)[:, inverse].reshape(d, d))
+                dense.bias.copy_(dense.bias.view(heads, k)[:, inverse].reshape(d))
+    unordered = errors()
+    assert all(unordered[name] > 100 * bounds[name] for name in unordered), (unordered, bounds)
+
+
+def test_what_roformer_cannot_hold_is_refused_before_writing(tmp_path):
+    """A relaxed rotary model must be merged first; a rotation with another base than
+    RoFormer's fixed 10000 is refused, naming the layer."""
+    with pytest.raises(ValueError, match="standard Bert.*merge_relaxed_bert first"):
+        write_hf_bert(make_bert(relaxed=RELAXED, position_embedding="rotary"), tmp_path / "hf")
+    bert = make_bert(position_embedding="rotary")
+    bert.backbone.transformer_layers[1].self_attention.max_wavelength = 500.0
+    with pytest.raises(ValueError, match=r"rotary base is 10000; transformer_layer_1 rotates "
+                                         r"with max_wavelength=500\.0"):
+        write_hf_bert(bert, tmp_path / "hf")
+    assert os.listdir(tmp_path) == []
+
+
+def _bert_vocabulary(path, size):
+    from tfeff.data import SPECIALS
+    from tfeff.data import Vocabulary
+    from tfeff.data.vocabulary import MASK
+
+    words = [*SPECIALS, MASK] + [f"w{i}" for i in range(size - len(SPECIALS) - 1)]
+    Vocabulary(words, [0] * len(words)).save(str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("umask, position", [(0o022, "learned"), (0o027, "rotary")])
+def test_the_hugging_face_directory_follows_the_umask(tmp_path, umask, position):
+    """The directory and every file get the modes any new directory and file get under
+    the umask (0755 and 0644 under 022), the weights too (the safetensors package
+    creates its file 0600)."""
+    vocabulary = _bert_vocabulary(tmp_path / "vocabulary.txt", 40)
+    out = tmp_path / "hf"
+    old = os.umask(umask)
+    try:
+        write_hf_bert(make_bert(position_embedding=position), out, vocabulary_path=vocabulary)
+    finally:
+        os.umask(old)
+    modes = {name: stat.S_IMODE(os.stat(out / name).st_mode) for name in os.listdir(out)}
+    assert len(modes) == 5
+    assert modes == dict.fromkeys(modes, 0o666 & ~umask), {k: oct(v) for k, v in modes.items()}
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o777 & ~umask
+
+
+@pytest.mark.numerics
+def test_the_binary_writes_a_rotary_model_directory_as_roformer(tmp_path, capsys):
+    """`tfeff-convert-core --hf_dir` (its `main`, in this process) on a trained rotary model
+    directory (the demo BERT's recipe, tests/compat/saved/bert_dir): it succeeds, the
+    directory's modes follow the umask, `transformers` loads its tokenizer (tfeff's ids)
+    and its RoFormer, whose masked-LM logits equal tfeff's to float32 rounding."""
+    transformers = pytest.importorskip("transformers")
+    import shutil
+
+    import torch
+    from absl import flags
+
+    from tests.conftest import REPO
+    from tfeff.bin import convert_core
+    from tfeff.data import Vocabulary
+    from tfeff.training import restore_model
+
+    model_dir = str(tmp_path / "bert_dir")
+    shutil.copytree(os.path.join(REPO, "tests", "compat", "saved", "bert_dir"), model_dir)
+    out = str(tmp_path / "hf")
+    old = os.umask(0o022)
+    try:
+        flags.FLAGS(["tfeff-convert-core", "--model_dir", model_dir, "--hf_dir", out])
+        convert_core.main(["tfeff-convert-core"])  # exits non-zero on any error
+    finally:
+        flags.FLAGS.unparse_flags()
+        os.umask(old)
+    assert f"(step 2) as the Hugging Face directory {out}" in capsys.readouterr().out
+    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors",
+                                       "special_tokens_map.json", "tokenizer_config.json",
+                                       "vocab.txt"]
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o755
+    assert {stat.S_IMODE(os.stat(os.path.join(out, f)).st_mode) for f in os.listdir(out)} == {
+        0o644}
+    bert, _, _, config = restore_model(model_dir)
+    assert config.model.position_embedding == "rotary"
+    words = Vocabulary.load(os.path.join(model_dir, "vocabulary.txt")).words
+    chosen = [w for w in words[5:] if w.isalpha()][:3]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert tokenizer(" ".join(chosen), add_special_tokens=False)["input_ids"] == [
+        words.index(w) for w in chosen]
+    model = transformers.RoFormerForMaskedLM.from_pretrained(out)
+    model.eval()
+    x = relaxed_merge.probe_inputs(bert, 3)
+    n = x["token_ids"].shape[1]
+    positions = np.broadcast_to(np.arange(n), x["token_ids"].shape).astype("int32")
+    ours = np.asarray(bert({**x, "masked_positions": positions})["mlm_logits"], np.float64)
+    with torch.no_grad():
+        theirs = model(input_ids=torch.tensor(x["token_ids"], dtype=torch.long),
+                       token_type_ids=torch.tensor(x["segment_ids"], dtype=torch.long),
+                       attention_mask=torch.tensor(x["padding_mask"], dtype=torch.long)
+                       ).logits.numpy()
+    mask = np.asarray(x["padding_mask"], bool)
+    error = np.abs(ours[mask] - theirs[mask]).max() / np.abs(ours[mask]).max()
+    assert error <= relaxed_merge.check_tolerances(bert, n)["mlm_logits"], error

@@ -28,22 +28,38 @@ MAX_TOKENS = 6
 
 @pytest.fixture(scope="module")
 def wordpiece_exports(tmp_path_factory):
-    """A tiny untrained BERT exported with `max_tokens=6`, first-piece and piece-level
-    (`subword_pooling="none"`): `{"first": path, "none": path}`."""
+    """A tiny untrained BERT exported with `max_tokens=6` and first-piece pooling
+    (`"first"`: its path), and the same model's piece-level embedder
+    (`subword_pooling="none"`): `"pieces"`, its module in memory, the code an export
+    saves (tests/export/test_embedder.py compares the two), with its `signatures`;
+    `"none"`, the first-piece export's copy holding the piece-level module's metadata,
+    which is all the command line reads before it refuses a tagging task. One export
+    instead of two: each costs seconds of tracing, saving and reloading."""
+    import shutil
+    import types
+
+    from tfeff.export import embedder_module
     from tfeff.export import export_embedder
     from tfeff.models import Bert
+    from tfeff.models import BertBackbone
 
     keras.utils.set_random_seed(0)
-    bert = Bert(len(_VOCABULARY), num_layers=1, hidden_dim=8, num_heads=1, intermediate_dim=16,
-                max_sequence_length=MAX_TOKENS + 2)
+    bert = Bert(BertBackbone(len(_VOCABULARY), num_layers=1, hidden_dim=8, num_heads=1,
+                             intermediate_dim=16, max_sequence_length=MAX_TOKENS + 2))
     bert.build()
     base = tmp_path_factory.mktemp("wordpiece_exports")
-    paths = {}
-    for pooling in ("first", "none"):
-        paths[pooling] = str(base / pooling)
-        export_embedder(bert, paths[pooling], vocabulary=_VOCABULARY, max_tokens=MAX_TOKENS,
-                        subword_pooling=pooling)
-    return paths
+    paths = {"first": str(base / "first"), "none": str(base / "none")}
+    export_embedder(bert, paths["first"], vocabulary=_VOCABULARY, max_tokens=MAX_TOKENS)
+    pieces = embedder_module(bert, vocabulary=_VOCABULARY, max_tokens=MAX_TOKENS,
+                             subword_pooling="none")
+    shutil.copytree(paths["first"], paths["none"])
+    metadata = os.path.join(paths["none"], "assets.extra", "embedder.json")
+    with open(metadata, encoding="utf-8") as f:
+        exported = json.load(f)
+    assert exported["subword_pooling"] == "first"
+    with open(metadata, "w", encoding="utf-8") as f:
+        json.dump({**exported, **pieces.metadata()}, f)
+    return {**paths, "pieces": types.SimpleNamespace(signatures=pieces.signatures())}
 
 
 def _sentences(seed, n, lengths):
@@ -204,11 +220,11 @@ def test_what_an_export_leaves_out_is_counted_and_reported(wordpiece_exports, tm
 
 
 def test_piece_level_outputs_are_not_taken_for_words(wordpiece_exports):
-    """An export whose outputs are pieces (an older one, without the metadata that says
-    so, takes this path): its positions are checked against the given words."""
+    """An embedder whose outputs are pieces (an older export, without the metadata that
+    says so, takes this path): its positions are checked against the given words."""
     from tfeff.export import load_embedder
 
-    embedder = load_embedder(wordpiece_exports["none"])
+    embedder = wordpiece_exports["pieces"]
     with pytest.raises(ValueError, match="output token 0 of sentence 2 is 'cat', not the "
                        "given word 'cats': its outputs are not one per word"):
         tool.token_features(embedder, [["the", "dog"], ["cats", "run"]])

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from tests.numerics import assert_close
+from tfeff.testing.numerics import assert_close
 
 # Loads every embedder given in a fresh interpreter that never imports tfeff.
 FRESH = r"""
@@ -81,32 +81,34 @@ def fit(words, pieces, budget, subwords):
 
 
 def stack_roundings(kind, model, tokens):
-    """The float32 roundings (tests/numerics.py) of the longest path from the token vectors
-    to any layer of the stack of `model` (a `kind` of `Reference`) on `tokens` model tokens.
+    """The float32 roundings (tfeff/testing/numerics.py) of the longest path from the token vectors
+    to any layer of the stack of `model`'s backbone (a `kind` of `Reference`) on `tokens`
+    model tokens.
 
     An exported embedder runs the stack batched and padded in a graph, a reference or
     another batch alone: their sums may split differently. A dot or sum of K counts K, a
     function (exp, tanh, sigmoid, erf, rsqrt) 4, an elementwise step 1.
     """
+    encoder = model.backbone
     if kind == "bert":
-        d, f = model.hidden_dim, model.intermediate_dim
-        r = (model.relaxed or {}).get("ffn_rank", 0)  # a factorized dense's second product
+        d, f = encoder.hidden_dim, encoder.intermediate_dim
+        r = (encoder.relaxed or {}).get("ffn_rank", 0)  # a factorized dense's second product
         norm = 2 * d + 8  # the mean's and variance's sums, rsqrt, 4 elementwise
-        attention = ((d + 1) + (d // model.num_heads + 1)  # projection, scaled scores
+        attention = ((d + 1) + (d // encoder.num_heads + 1)  # projection, scaled scores
                      + (tokens + 6) + tokens  # softmax over the tokens, times the values
                      + (d + 1) + 1 + norm)  # output projection, residual, layer norm
         ffn = (d + r + 1) + 8 + (f + r + 1) + 1 + norm  # dense, gelu, dense, residual, norm
-        return 2 + norm + model.num_layers * (attention + ffn)
+        return 2 + norm + encoder.num_layers * (attention + ffn)
     # biLSTMs: a step (gates: a dot over the input and the projection, the bias; sigmoids
     # and tanh, the cell, tanh; the projection over the units) on a path across every step
     # and layer, each layer normalized and added to its input.
-    p = model.projection_dim
+    p = encoder.projection_dim
     if kind == "masked_elmo":
         width, token = 2 * p, 0  # the layers' input: both directions
     else:
-        width, token = p, model.token_embedding_dim + 1  # after the token projection
-    step = (width + p + 1) + 12 + 3 + 5 + model.units
-    return token + (tokens + model.num_layers - 1) * step + model.num_layers * (2 * p + 10)
+        width, token = p, encoder.token_embedding_dim + 1  # after the token projection
+    step = (width + p + 1) + 12 + 3 + 5 + encoder.units
+    return token + (tokens + encoder.num_layers - 1) * step + encoder.num_layers * (2 * p + 10)
 
 
 class Reference:
@@ -115,7 +117,8 @@ class Reference:
     Args:
         kind: `"elmo_fixed"`, `"elmo_word"`, `"elmo_wordpiece"`, `"masked_elmo"`,
             `"bert"` or `"fasttext"`.
-        model: the model (for `"fasttext"`, a loaded `fasttext` model).
+        model: the task model, whose backbone computes the stack (for `"fasttext"`, a
+            loaded `fasttext` model).
         vocabulary_path: the vocabulary file (not for fixed/fastText).
     """
 
@@ -127,6 +130,7 @@ class Reference:
         from tfeff.data.wordpiece import wordpiece_tokenizer
 
         self.kind, self.model, self.max_tokens, self.pooling = kind, model, max_tokens, pooling
+        self.encoder = None if kind == "fasttext" else model.backbone
         self.fasttext_model, self.vector_mean = fasttext_model, vector_mean
         self.subwords = kind in ("elmo_wordpiece", "masked_elmo", "bert")
         if vocabulary_path:
@@ -177,15 +181,15 @@ class Reference:
                 self.roundings(words, pieces))
 
     def roundings(self, words, pieces):
-        """The float32 roundings (tests/numerics.py) of the longest path to any layer of the
+        """The float32 roundings (tfeff/testing/numerics.py) of the longest path to any layer of the
         stack of one sentence (`words` split into model `pieces`): `stack_roundings`, after
         the token vectors and before the pooling."""
         vector = 0  # a table row, exact
         if self.kind in ("fasttext", "elmo_fixed"):  # n-gram rows summed, times 1/n, - mean
             ft = self.fasttext_model
             vector = 3 + max([len(ft.get_subwords(w)[1]) for w in ["<s>", "</s>"] + words])
-        elif getattr(self.model, "input_embedding", None) == "alone":  # codebooks, two dots
-            e = self.model.token_embedding
+        elif self.encoder.input_embedding == "alone":  # codebooks, two dots
+            e = self.encoder.token_embedding
             vector = e.num_codebooks + 1 + e.base_dim + 1 + e.intermediate_dim
         if self.kind == "fasttext":
             return vector
@@ -203,17 +207,17 @@ class Reference:
             if self.kind == "fasttext":
                 vectors[[0, -1]] = 0
                 return words, pool(vectors.reshape(1, -1, dim), counts, "first")
-            stack, _, _ = self.model.encode((vectors - self.vector_mean)[None],
-                                            np.ones((1, len(tokens)), bool))
+            stack, _, _ = self.encoder.encode((vectors - self.vector_mean)[None],
+                                              np.ones((1, len(tokens)), bool))
             return words, pool(stack.numpy()[0], counts, "first")
         ids = np.array([[2] + [int(i) for i in flat] + [3]], np.int32)
         mask = np.ones(ids.shape, bool)
         if self.kind.startswith("elmo"):
-            stack, _, _ = self.model.encode(self.model.token_embedding(ids), mask)
+            stack, _, _ = self.encoder.encode(self.encoder.token_embedding(ids), mask)
         elif self.kind == "masked_elmo":
-            stack, _ = self.model.encode(ids, mask)
+            stack, _ = self.encoder.encode(ids, mask)
         else:
-            stack = self.model.encode(ids, padding_mask=mask, return_all_layers=True)
+            stack = self.encoder.encode(ids, padding_mask=mask, return_all_layers=True)
         stack = tf.cast(stack, tf.float32).numpy()[0]
         if self.pooling == "none":
             return [self.words[i] for i in flat], stack[:, 1:-1]

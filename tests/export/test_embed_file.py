@@ -15,10 +15,11 @@ import tensorflow as tf
 
 from tests.conftest import REPO
 from tests.export.embedder_reference import stack_roundings
-from tests.numerics import assert_close
 from tfeff.export import export_embedder, load_embedder
 from tfeff.export.embed_file import embed_file, read_embeddings
 from tfeff.models import MaskedElmo
+from tfeff.models import MaskedElmoBackbone
+from tfeff.testing.numerics import assert_close
 
 VOCAB = ["<pad>", "<unk>", "<s>", "</s>", "[MASK]", "the", "a", "dog", "##s", "run", "cat",
          ".", ",", "sat", "on", "mat", "big"]
@@ -27,13 +28,14 @@ LINES = [b"the dogs run .", b"", b"a cat sat on the mat , the big dog sat .",
 SIZES = {"num_layers": 2, "units": 12, "projection_dim": 4}
 # Batches of other lines and sizes round differently: the float32 roundings of the stack
 # of the longest line (64 tokens and the boundaries; tests/export/embedder_reference.py).
-ROUNDINGS = stack_roundings("masked_elmo", MaskedElmo(len(VOCAB), **SIZES), 66)
+ROUNDINGS = stack_roundings("masked_elmo", MaskedElmo(MaskedElmoBackbone(len(VOCAB), **SIZES)),
+                            66)
 
 
 @pytest.fixture(scope="module")
 def embedder(tmp_path_factory):
     keras.utils.set_random_seed(5)
-    model = MaskedElmo(len(VOCAB), **SIZES)
+    model = MaskedElmo(MaskedElmoBackbone(len(VOCAB), **SIZES))
     model.build()
     path = str(tmp_path_factory.mktemp("embedder") / "masked_elmo")
     export_embedder(model, path, vocabulary=VOCAB, max_tokens=64)

@@ -15,10 +15,11 @@ import pytest
 import tensorflow as tf
 
 from tests.export.embedder_reference import Reference, assert_matches, run_fresh
-from tests.numerics import assert_close
 from tfeff.export import embedder_module, export_embedder, load_embedder, read_metadata
 from tfeff.layers import FastTextEmbedding, ScalarMix
-from tfeff.models import Bert, ElmoLM, MaskedElmo
+from tfeff.models import Bert, BertBackbone, ElmoBackbone, ElmoLM, MaskedElmo
+from tfeff.models import MaskedElmoBackbone
+from tfeff.testing.numerics import assert_close
 
 MAX_TOKENS = 12
 LONG = " ".join(f"w{i} unbelievable" for i in range(20))
@@ -60,14 +61,15 @@ def _models(vocabularies):
     word_v, piece_v = _size(vocabularies["word"]), _size(vocabularies["wordpiece"])
     keras.utils.set_random_seed(3)
     common = {"num_layers": 2, "units": 16, "projection_dim": 8, "dropout_rate": 0.0}
-    elmo_word = ElmoLM(vocabulary_size=word_v, token_embedding_dim=8, input_embedding="trainable",
-                       output_layer="full", **common)
-    elmo_sub = ElmoLM(vocabulary_size=piece_v, token_embedding_dim=8, input_embedding="alone",
-                      output_layer="full", alone={"intermediate_dim": 16, "num_codebooks": 2, "codebook_size": 4}, **common)
-    masked = MaskedElmo(piece_v, **common)
+    elmo_word = ElmoLM(ElmoBackbone(word_v, token_embedding_dim=8, input_embedding="trainable",
+                                    **common), output_layer="full")
+    alone = {"intermediate_dim": 16, "num_codebooks": 2, "codebook_size": 4}
+    elmo_sub = ElmoLM(ElmoBackbone(piece_v, token_embedding_dim=8, input_embedding="alone",
+                                   alone=alone, **common), output_layer="full")
+    masked = MaskedElmo(MaskedElmoBackbone(piece_v, **common))
     bert_args = {"num_layers": 2, "hidden_dim": 16, "num_heads": 2, "intermediate_dim": 32,
                  "max_sequence_length": 32}
-    bert = Bert(piece_v, **bert_args)
+    bert = Bert(BertBackbone(piece_v, **bert_args))
     for m in (elmo_word, elmo_sub, masked, bert):
         m.build()
     pv = vocabularies["wordpiece"]

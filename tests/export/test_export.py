@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 
 from tests.export.embedder_reference import Reference
-from tests.numerics import assert_close
 from tfeff.data import fasttext_tables
 from tfeff.export import export_model_dir, load_embedder
+from tfeff.testing.numerics import assert_close
 from tfeff.training import restore_model
 
 SENTENCES = ["the cat sat .", "", "   ", "zzqx blorf unseenword café 日本 .", "a " * 300]
@@ -53,7 +53,7 @@ def _library_embeddings(model_dir, sentences, max_tokens=64):
     for s in sentences:
         words = ["<s>"] + s.split()[:max_tokens] + ["</s>"]
         vec = np.stack([ft.get_word_vector(w) for w in words])[None] - mean
-        stack, forward, backward = model.encode(vec, np.ones((1, len(words)), bool))
+        stack, forward, backward = model.backbone.encode(vec, np.ones((1, len(words)), bool))
         outs.append(stack.numpy()[0, :, 1:-1])
         predicted.append({name: np.asarray(model.head_inputs(h))[0, 1:-1]
                           for name, h in (("forward", forward), ("backward", backward))})
@@ -97,7 +97,7 @@ def test_signatures_and_unseen_word_vectors(exported):
     for name in ("forward", "backward"):
         # The top layer's roundings, then the output projection (a dot over it, the bias).
         assert_close(pred[name].numpy()[0], expected[0][name],
-                     n=roundings[0] + model.projection_dim + 1, err_msg=name)
+                     n=roundings[0] + model.backbone.projection_dim + 1, err_msg=name)
         assert expected[1][name].shape[0] == 0 and not pred[name].numpy()[1].any()
 
 
@@ -126,7 +126,7 @@ def test_literal_unk_and_pad_get_the_input_they_get_in_training(exported):
     ids = lines_to_windows(tf.constant([sentence]), lookup_table(vocab_path), 64).to_tensor()
     assert ids.numpy()[0, [2, 5]].tolist() == [vocabulary.UNK_ID] * 2  # after <s>
     model, _, _, _ = restore_model(model_dir)
-    stack, _, _ = model.encode(model.token_embedding(ids), ids > 0)
+    stack, _, _ = model.backbone.encode(model.backbone.token_embedding(ids), ids > 0)
     out = load_embedder(path).signatures["embed"](sentences=tf.constant([sentence]))
     ft = fasttext.load_model(os.path.join(model_dir, "fasttext.bin"))
     mean = np.load(fasttext_tables.mean_path(os.path.join(model_dir, "vocabulary_vectors.npy")))
@@ -136,10 +136,10 @@ def test_literal_unk_and_pad_get_the_input_they_get_in_training(exported):
         words, [[w] for w in words])
     assert_close(out["layers"].numpy()[0], stack.numpy()[0, :, 1:-1], n=roundings)
     # What the strings used to get (fastText's vectors of "<unk>", "<pad>") is far from it.
-    vectors = model.token_embedding(ids).numpy()
+    vectors = model.backbone.token_embedding(ids).numpy()
     assert not vectors[0, [2, 5]].any()  # the unknown word's fixed vector is zero
     vectors[0, [2, 5]] = np.stack([ft.get_word_vector(w) for w in ("<unk>", "<pad>")]) - mean
-    before, _, _ = model.encode(vectors, ids > 0)
+    before, _, _ = model.backbone.encode(vectors, ids > 0)
     gap = np.abs(before.numpy()[0, 0, [2, 5]] - out["layers"].numpy()[0, 0, [1, 4]]).max()
     assert gap > 0.1, gap
 

@@ -231,7 +231,7 @@ def test_convert_and_hugging_face_writers_refuse_their_inputs(model_copy, tmp_pa
     vocab = tmp_path / "vocab" / "vocab.txt"
     vocab.parent.mkdir()
     words = ["<pad>", "<unk>", "<s>", "</s>", "[MASK]"] + [f"w{i}" for i in range(5, 40)]
-    assert len(words) == bert.vocabulary_size
+    assert len(words) == bert.backbone.vocabulary_size
     vocab.write_text("".join(f"{w}\t1\n" for w in words))
     with pytest.raises(ValueError, match=f"contains the vocabulary file \\(vocabulary_path\\) "
                        f"{vocab}"):

@@ -1,4 +1,4 @@
-"""Float64 models for the comparisons of tests/models and tests/convert (tests/numerics.py).
+"""Float64 models for the comparisons of tests/models and tests/convert (tfeff/testing/numerics.py).
 
 Imported by the backend subprocess scripts too: no TensorFlow here.
 """
@@ -13,7 +13,7 @@ def float64_models():
     """Models built inside the block (converters' included) compute in float64.
 
     On TensorFlow Keras then computes float64 throughout (on JAX and PyTorch only inside
-    `tests.numerics.keras_x64()` as well), but for a few float32 constants that two
+    `tfeff.testing.numerics.keras_x64()` as well), but for a few float32 constants that two
     implementations share: the attention scale 1/sqrt(head size) (Keras casts the Python
     float through float32: exact only for head sizes that are powers of 4) and, on
     TensorFlow, GELU's 1/sqrt(2) or 0.044715 (`tf.nn.gelu`). Against an exact reference

@@ -1,10 +1,10 @@
 """Rounding counts of the LSTM language models' losses and training steps, and the bounds
-they give (tests/numerics.py: a sum or dot product of K terms counts K, an elementwise
+they give (tfeff/testing/numerics.py: a sum or dot product of K terms counts K, an elementwise
 operation 1, a library function ~4, chains add up)."""
 
 import numpy as np
 
-from tests.numerics import assert_close
+from tfeff.testing.numerics import assert_close
 
 
 def lstm_roundings(num_layers, steps, inputs, projection, units):

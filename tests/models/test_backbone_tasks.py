@@ -1,8 +1,8 @@
-"""ElmoLM and TransformerLM around their backbones (`tfeff.models.task.BackboneTask`).
+"""ElmoLM and TransformerLM take their backbones (`tfeff.models.task.Task`).
 
-The backbone is the task's encoder with the task's own variables; alone it computes what
-the task scores, saves and reloads; the task's variables keep the paths and its saved
-weights the layout they had before the split (tests/compat loads files of that time).
+The backbone is the task's encoder, its variables the task's under the backbone's name;
+alone it computes what the task scores, saves and reloads; the task's config nests the
+backbone's (tests/compat loads the files written before tasks took a backbone).
 """
 import keras
 import numpy as np
@@ -15,16 +15,17 @@ from tfeff.models import TransformerLMBackbone
 
 IDS = np.array([[2, 5, 7, 9, 3, 0], [2, 11, 4, 3, 0, 0]], "int32")
 TASKS = {
-    "elmo": lambda: ElmoLM(20, num_layers=2, units=8, projection_dim=4, dropout_rate=0.0,
-                           input_embedding="alone", token_embedding_dim=6, tie_output=True,
-                           output_layer="full", alone={"intermediate_dim": 8},
-                           name="elmo_lm"),
-    "transformer_lm": lambda: TransformerLM(20, num_layers=1, hidden_dim=8, num_heads=2,
-                                            intermediate_dim=16, max_sequence_length=8,
-                                            dropout_rate=0.0, input_embedding="trainable",
-                                            output_layer="adaptive", adaptive_cutoffs=[8, 14],
-                                            adaptive_div_value=2.0,
-                                            name="transformer_lm"),
+    "elmo": lambda: ElmoLM(
+        ElmoBackbone(20, num_layers=2, units=8, projection_dim=4, dropout_rate=0.0,
+                     input_embedding="alone", token_embedding_dim=6,
+                     alone={"intermediate_dim": 8, "lookup": "table"}, name="elmo_lm_backbone"),
+        tie_output=True, output_layer="full", name="elmo_lm"),
+    "transformer_lm": lambda: TransformerLM(
+        TransformerLMBackbone(20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
+                              max_sequence_length=8, dropout_rate=0.0,
+                              input_embedding="trainable", name="transformer_lm_backbone"),
+        output_layer="adaptive", adaptive_cutoffs=[8, 14], adaptive_div_value=2.0,
+        name="transformer_lm"),
 }
 BACKBONES = {"elmo": ElmoBackbone, "transformer_lm": TransformerLMBackbone}
 
@@ -36,16 +37,21 @@ def test_the_backbone_is_the_encoder_of_the_task_and_stands_alone(kind, tmp_path
     task.build()
     backbone = task.backbone
     assert type(backbone) is BACKBONES[kind] and backbone.built
-    # One set of variables, under the task's paths; the heads' are the task's alone.
+    # One set of variables, the backbone's under its name in the task's paths; the heads'
+    # are the task's alone.
     assert {id(w) for w in backbone.weights} < {id(w) for w in task.weights}
     heads = {id(w) for w in task.output_head.weights}
     if task.pre_output is not None:
         heads |= {id(w) for w in task.pre_output.weights}
     own = {id(w) for w in task.weights} - {id(w) for w in backbone.weights}
     assert own == heads - {id(w) for w in backbone.weights}
+    assert all(w.path.startswith(f"{task.name}/{backbone.name}/") for w in backbone.weights)
     assert all(w.path.startswith(f"{task.name}/") and "backbone" not in w.path
-               for w in task.weights)
-    assert "backbone" not in dir(task) and task.backbone is backbone
+               for w in task.weights if id(w) in own)
+    # The config nests the backbone's; the task's own keys are the output's.
+    config = task.get_config()
+    assert config["backbone"] == keras.saving.serialize_keras_object(backbone)
+    assert "num_layers" not in config and "output_layer" in config
     # The task scores the backbone's top layers; the export contract is the backbone's.
     tops = backbone(IDS)
     outputs = task(IDS)

@@ -4,15 +4,16 @@ import keras
 import numpy as np
 import pytest
 
+from tests.layers.test_rotary import rotate_reference
 from tests.models.bert_reference import hf_bert_forward
 from tests.models.bert_reference import hf_mlm_logits
-from tests.layers.test_rotary import rotate_reference
 from tests.models.float64 import tf_gelu_roundings
-from tests.numerics import assert_close
 from tfeff.convert import write_hf_bert
-from tfeff.models.relaxed_merge import probe_inputs
 from tfeff.convert.hf_bert import read_weights
 from tfeff.models import Bert
+from tfeff.models import BertBackbone
+from tfeff.models.relaxed_merge import probe_inputs
+from tfeff.testing.numerics import assert_close
 
 SIZES = dict(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=24,
              max_sequence_length=20)
@@ -22,8 +23,11 @@ SIZES = dict(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=24,
 GOLDEN = {**SIZES, "num_heads": 4}
 
 
-def make_bert(seed=0, **kwargs):
-    bert = Bert(40, **{**SIZES, **kwargs}, name="bert")
+def make_bert(seed=0, use_nsp=False, dtype=None, **kwargs):
+    """A built `Bert` of `SIZES` (`kwargs`: the backbone's), its weights moved off the
+    initializers'."""
+    backbone = BertBackbone(40, **{**SIZES, **kwargs}, name="bert_backbone", dtype=dtype)
+    bert = Bert(backbone, use_nsp=use_nsp, name="bert", dtype=dtype)
     bert.build()
     rng = np.random.default_rng(seed)
     for w in bert.weights:  # away from the initializers' zeros and ones
@@ -31,11 +35,20 @@ def make_bert(seed=0, **kwargs):
     return bert
 
 
+def config_with_dtype(config, dtype):
+    """A task's config (`get_config()`) for the same model in `dtype`: the task's dtype and
+    its nested backbone's."""
+    backbone = config["backbone"]
+    return {**config, "dtype": dtype,
+            "backbone": {**backbone, "config": {**backbone["config"], "dtype": dtype}}}
+
+
 def batch(bert, seed=0):
     x = probe_inputs(bert, batch_size=3, length=14, seed=seed)
     p = x["masked_positions"].shape[1]
     rng = np.random.default_rng(seed + 1)
-    x["masked_ids"] = rng.integers(5, bert.vocabulary_size, size=(3, p)).astype("int32")
+    x["masked_ids"] = rng.integers(5, bert.backbone.vocabulary_size,
+                                   size=(3, p)).astype("int32")
     x["masked_weights"] = np.ones((3, p), "float32")
     x["masked_weights"][1, -1] = 0.0
     x["nsp_labels"] = np.array([0, 1, 0], "int32")
@@ -48,12 +61,13 @@ def assert_golden(bert, out, expected, logits, tensors, mask, float32_roundings)
     each GELU and one for the ~500 float64 roundings; the head's GELU (its product over
     the hidden size), the logits' cast to float32 and the float32 bias more in the
     logits, whose cast rounds their value before the bias."""
-    sequence = bert.num_layers * (float32_roundings
-                                  + tf_gelu_roundings(bert.intermediate_dim)) + 1
+    sizes = bert.backbone
+    sequence = sizes.num_layers * (float32_roundings
+                                   + tf_gelu_roundings(sizes.intermediate_dim)) + 1
     assert_close(np.asarray(out["sequence_output"])[mask], expected[mask], n=sequence,
                  err_msg="sequence_output")
     scale = np.abs(logits).max() + np.abs(tensors["cls.predictions.bias"]).max()
-    assert_close(out["mlm_logits"], logits, n=sequence + tf_gelu_roundings(bert.hidden_dim) + 2,
+    assert_close(out["mlm_logits"], logits, n=sequence + tf_gelu_roundings(sizes.hidden_dim) + 2,
                  scale=scale, err_msg="mlm_logits")
 
 
@@ -69,7 +83,7 @@ def test_golden_against_a_numpy_bert_in_hugging_face_layout(tmp_path, activation
     tensors = read_weights(tmp_path / "hf" / "model.safetensors")
     cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
     x = batch(bert)
-    bert64 = Bert.from_config({**bert.get_config(), "dtype": "float64"})
+    bert64 = Bert.from_config(config_with_dtype(bert.get_config(), "float64"))
     bert64.build()
     bert64.set_weights(bert.get_weights())
     mask = x["padding_mask"].astype(bool)
@@ -116,7 +130,7 @@ def test_loss_is_the_weighted_mean_cross_entropy_plus_nsp():
     p = x["masked_positions"].shape[1]
     scale = sum(2 * np.abs(z).max() + np.log(z.shape[-1]) for z in (logits, nsp_logits))
     assert_close(float(bert.compute_loss(x, None, out)), mlm + nsp,
-                 n=bert.vocabulary_size + 10 + 1 + 3 * p + 2, scale=scale)
+                 n=bert.backbone.vocabulary_size + 10 + 1 + 3 * p + 2, scale=scale)
 
 
 @pytest.mark.numerics
@@ -127,7 +141,8 @@ def test_rotary_positions_golden_against_the_numpy_bert(tmp_path):
     write_hf_bert(learned, tmp_path / "hf")
     tensors = read_weights(tmp_path / "hf" / "model.safetensors")
     cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
-    rotary = Bert(40, **GOLDEN, position_embedding="rotary", name="bert", dtype="float64")
+    rotary = Bert(BertBackbone(40, **GOLDEN, position_embedding="rotary", name="bert_backbone",
+                               dtype="float64"), name="bert", dtype="float64")
     rotary.build()
     assert not [w.path for w in rotary.weights if "position" in w.path]
     source = {w.path: w for w in learned.weights}
@@ -143,11 +158,10 @@ def test_rotary_positions_golden_against_the_numpy_bert(tmp_path):
     assert_golden(rotary, rotary(x), expected, logits, tensors, mask, 5 * n + 8)
 
 
-def test_rotary_positions_are_refused_by_the_bert_converters(tmp_path):
+def test_rotary_positions_go_to_roformer_and_are_refused_by_keras_hub(tmp_path):
     rotary = make_bert(position_embedding="rotary")
-    with pytest.raises(ValueError, match="learned position embeddings.*'rotary'"):
-        write_hf_bert(rotary, tmp_path / "hf")
-    assert not (tmp_path / "hf").exists()
+    write_hf_bert(rotary, tmp_path / "hf")  # tests/convert/test_core.py: RoFormer's layout
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "roformer"
     pytest.importorskip("keras_hub")
     from tfeff.convert import to_keras_hub
 
@@ -218,7 +232,7 @@ def test_relaxed_model_uses_the_core_layers_and_fewer_parameters():
 
     standard = make_bert()
     relaxed = make_bert(relaxed={"num_anchors": 3, "ffn_rank": 4})
-    layer = relaxed.transformer_layers[0]
+    layer = relaxed.backbone.transformer_layers[0]
     assert isinstance(layer.self_attention, AnchorMultiHeadAttention)
     assert isinstance(layer.intermediate_dense, FactorizedDense)
     d, f, r = 16, 24, 4
@@ -228,13 +242,13 @@ def test_relaxed_model_uses_the_core_layers_and_fewer_parameters():
 
 @pytest.mark.numerics
 def test_alone_input_embedding_scores_against_its_table():
-    bert = Bert(40, **SIZES, input_embedding="alone",
-                alone={"intermediate_dim": 32, "num_codebooks": 2, "codebook_size": 4, "seed": 3},
-                name="bert", dtype="float64")
+    alone = {"intermediate_dim": 32, "num_codebooks": 2, "codebook_size": 4, "seed": 3}
+    bert = Bert(BertBackbone(40, **SIZES, input_embedding="alone", alone=alone,
+                             dtype="float64"), name="bert", dtype="float64")
     bert.build()
     x = batch(bert)
     out = bert(x)
-    table = np.asarray(bert.token_embedding.embedding_table(), np.float64)
+    table = np.asarray(bert.backbone.token_embedding.embedding_table(), np.float64)
     h = np.take_along_axis(np.asarray(out["sequence_output"], np.float64),
                            x["masked_positions"][:, :, None], 1)
     h = np.asarray(bert.mlm_norm(bert.mlm_dense(h)), np.float64)
@@ -244,9 +258,11 @@ def test_alone_input_embedding_scores_against_its_table():
     assert_close(out["mlm_logits"], logits + np.asarray(bert.mlm_bias), n=3,
                  scale=np.abs(logits).max() + np.abs(np.asarray(bert.mlm_bias)).max())
     # The embedding's parameters do not grow with the vocabulary.
-    bigger = Bert(4000, **SIZES, input_embedding="alone", alone=bert.alone, name="bert")
+    bigger = Bert(BertBackbone(4000, **SIZES, input_embedding="alone",
+                               alone=bert.backbone.alone))
     bigger.build()
-    assert bigger.token_embedding.count_params() == bert.token_embedding.count_params()
+    assert (bigger.backbone.token_embedding.count_params()
+            == bert.backbone.token_embedding.count_params())
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -259,7 +275,16 @@ def test_alone_input_embedding_scores_against_its_table():
 ])
 def test_invalid_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        Bert(40, **{**SIZES, **kwargs})
+        BertBackbone(40, **{**SIZES, **kwargs})
+
+
+def test_the_task_takes_a_backbone_and_names_its_class():
+    """The encoder's arguments are the backbone's: the task given anything else (the
+    vocabulary size it took before) says what it takes."""
+    for call in (lambda: Bert(40), lambda: Bert(40, num_layers=1, use_nsp=True)):
+        with pytest.raises(TypeError, match=r"Bert takes its backbone, a BertBackbone object"
+                                            r".*Received: backbone of type int"):
+            call()
 
 
 def test_every_dropout_draws_its_own_mask():
@@ -280,7 +305,7 @@ def test_every_dropout_draws_its_own_mask():
     np.testing.assert_array_equal(np.asarray(again.attention_dropout(ones, training=True)) != 0,
                                   kept_attention)
     # Across a whole model no two dropouts (attention probabilities included) share a seed.
-    bert = Bert(40, **{**SIZES, "num_layers": 3}, seed=0)
+    bert = Bert(BertBackbone(40, **{**SIZES, "num_layers": 3}, seed=0))
     bert.build()
     seeds = [sub.seed for sub in bert._flatten_layers()
              if isinstance(sub, keras.layers.Dropout)]
@@ -289,7 +314,8 @@ def test_every_dropout_draws_its_own_mask():
 
 def test_a_left_padded_padding_mask_is_refused():
     """Positions count from the first token and [CLS] is position 0: padding comes last."""
-    bert = Bert(40, **{**SIZES, "num_layers": 1}, name="bert")
+    bert = Bert(BertBackbone(40, **{**SIZES, "num_layers": 1}, name="bert_backbone"),
+                name="bert")
     ids = np.array([[2, 5, 6, 0], [0, 0, 2, 5]], "int32")
     with pytest.raises(ValueError, match=r"BertBackbone `bert_backbone` needs a right-padded `padding_mask`.*"
                                          r"Row 1 is True at position 2"):
@@ -298,11 +324,10 @@ def test_a_left_padded_padding_mask_is_refused():
 
 def test_the_backbone_is_the_encoder_of_the_task_and_stands_alone(tmp_path):
     """`Bert.backbone` computes the task's sequence output and export layers with the task's
-    own variables (one set, the task's paths); saved alone it reloads as a `BertBackbone`
-    with the same outputs; the task's saved weights keep the layout files written before
-    the backbone was split off (tests/compat) read."""
-    from tfeff.models import BertBackbone
-
+    own variables (one set, under the backbone's name in the task's paths); the task's
+    config nests the backbone's; saved alone the backbone reloads as a `BertBackbone` with
+    the same outputs, and the task as a `Bert` (files written before the backbone was
+    split off: tests/compat)."""
     bert = make_bert(use_nsp=True)
     x = batch(bert)
     backbone = bert.backbone
@@ -310,14 +335,18 @@ def test_the_backbone_is_the_encoder_of_the_task_and_stands_alone(tmp_path):
     assert {id(w) for w in backbone.weights} < {id(w) for w in bert.weights}
     # The heads': the MLM dense and norm (2 each) and bias, the pooler and NSP dense (2 each).
     assert len(bert.weights) == len(backbone.weights) + 9
-    assert all(w.path.startswith("bert/") and "backbone" not in w.path for w in bert.weights)
+    assert all(w.path.startswith("bert/bert_backbone/") for w in backbone.weights)
+    assert all(w.path.startswith("bert/") and "backbone" not in w.path
+               for w in bert.weights if not any(w is v for v in backbone.weights))
+    config = bert.get_config()
+    assert config["backbone"] == keras.saving.serialize_keras_object(backbone)
+    assert config["use_nsp"] is True and "hidden_dim" not in config
     inputs = {k: x[k] for k in ("token_ids", "segment_ids", "padding_mask")}
     sequence = np.asarray(backbone(inputs))
     np.testing.assert_array_equal(sequence, np.asarray(bert(x)["sequence_output"]))
     ids, mask = x["token_ids"], x["padding_mask"]
     np.testing.assert_array_equal(np.asarray(backbone.embedding_layers(ids, mask)),
                                   np.asarray(bert.embedding_layers(ids, mask)))
-    assert "backbone" not in dir(bert) and bert.backbone is backbone
     backbone.save(tmp_path / "backbone.keras")
     loaded = keras.saving.load_model(tmp_path / "backbone.keras")
     assert type(loaded) is BertBackbone and loaded.get_config()["relaxed"] is None

@@ -7,8 +7,10 @@ from tests.models.float64 import float64_models
 from tests.models.lm_roundings import assert_normalized
 from tests.models.lm_roundings import assert_same_update
 from tests.models.lm_roundings import head_roundings
-from tests.numerics import assert_close
+from tests.models.lm_tasks import language_model
+from tfeff.models import ElmoBackbone
 from tfeff.models import ElmoLM
+from tfeff.testing.numerics import assert_close
 from tfeff.training import make_strategy
 
 
@@ -21,8 +23,8 @@ ALONE_TIED = {"output_layer": "full", "input_embedding": "alone", "tie_output": 
 def _one_step(strategy, table, ids, **kwargs):
     keras.utils.set_random_seed(0)
     with strategy.scope(), float64_models():
-        model = ElmoLM(embedding_table=table, num_layers=2, units=16, projection_dim=8,
-                       dropout_rate=0.0, **kwargs)
+        model = language_model(ElmoLM, embedding_table=table, num_layers=2, units=16,
+                               projection_dim=8, dropout_rate=0.0, **kwargs)
         model.build()
         model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
     before = [keras.ops.convert_to_numpy(w) for w in model.weights]
@@ -63,7 +65,8 @@ def test_two_replicas_equal_one_on_the_same_global_batch(kwargs, tmp_path):
 def test_loss_is_mean_over_predictable_targets(tmp_path):
     table = np.random.default_rng(1).normal(size=(10, 4)).astype("float32")
     table[:2] = 0
-    model = ElmoLM(embedding_table=table, num_layers=1, units=8, projection_dim=4, dropout_rate=0.0)
+    model = ElmoLM(ElmoBackbone(embedding_table=table, num_layers=1, units=8, projection_dim=4,
+                                dropout_rate=0.0))
     ids = np.array([[2, 5, 1, 3, 0]], "int32")  # <s> w <unk> </s> <pad>
     pred = model(ids)
     loss = float(model.compute_loss(x=ids, y_pred=pred))
@@ -82,7 +85,7 @@ def test_loss_is_mean_over_predictable_targets(tmp_path):
     model.direction_loss = "mean"
     assert_close(float(model.compute_loss(x=ids, y_pred=pred)), expected / 2,
                  n=head_roundings(4, 10, 4), scale=max(np.abs(f).max(), np.abs(b).max()))
-    assert model.token_embedding.weights == []
+    assert model.backbone.token_embedding.weights == []
     assert all("token_embedding" not in w.path for w in model.weights)
 
 
@@ -104,8 +107,8 @@ VARIANTS = {
 def test_softmax_variants_loss_is_mean_target_nll(variant):
     table = np.random.default_rng(1).normal(size=(10, 4)).astype("float32")
     kwargs = {"output_layer": variant, **VARIANTS[variant]}
-    model = ElmoLM(embedding_table=table, num_layers=1, units=8, projection_dim=4,
-                   dropout_rate=0.0, seed=0, **kwargs)
+    model = language_model(ElmoLM, embedding_table=table, num_layers=1, units=8,
+                           projection_dim=4, dropout_rate=0.0, seed=0, **kwargs)
     ids = np.array([[2, 5, 1, 3, 0], [2, 9, 8, 7, 3]], "int32")
     out = model(ids)
     loss = float(model.compute_loss(x=ids, y_pred=out, training=False))
@@ -123,12 +126,12 @@ def test_softmax_variants_loss_is_mean_target_nll(variant):
     assert_close(loss, expected, n=head_roundings(6, 10, 8), scale=2 * largest)
     assert_normalized(model.log_prob(out["forward"]).numpy())
     if variant == "tied":
-        assert model.output_head.embeddings is model.token_embedding.embeddings
+        assert model.output_head.embeddings is model.backbone.token_embedding.embeddings
         paths = [w.path for w in model.weights]
         assert len(paths) == len(set(paths))
         assert not any("full_softmax/embeddings" in p for p in paths)
     if variant.startswith("alone"):
-        alone = model.token_embedding
+        alone = model.backbone.token_embedding
         assert alone.lookup == ("table" if variant == "alone_tied" else "unique")
         assert alone.count_params() == 6 + 12 * (6 + 6)
         paths = [w.path for w in model.weights]
@@ -159,31 +162,36 @@ def test_config_round_trip_of_variants(tmp_path):
     np.save(path, table)
     for variant, extra in VARIANTS.items():
         kwargs = {"output_layer": variant, **extra}
-        model = ElmoLM(embedding_table=path, num_layers=1, units=8, projection_dim=4, **kwargs)
+        model = language_model(ElmoLM, embedding_table=path, num_layers=1, units=8,
+                               projection_dim=4, **kwargs)
         config = model.get_config()
         assert ElmoLM.from_config(config).get_config() == config
     # ELMo's cell: the clipping bounds reach every LSTM and survive the round trip.
-    model = ElmoLM(embedding_table=path, num_layers=2, units=8, projection_dim=4,
-                   cell_clip=3.0, proj_clip=3.0, direction_loss="mean")
+    model = ElmoLM(ElmoBackbone(embedding_table=path, num_layers=2, units=8, projection_dim=4,
+                                cell_clip=3.0, proj_clip=3.0), direction_loss="mean")
     clone = ElmoLM.from_config(model.get_config())
     for m in (model, clone):
         assert m.direction_loss == "mean"
         assert {(lstm.cell_clip, lstm.proj_clip)
-                for lstm in m.forward_lstms + m.backward_lstms} == {(3.0, 3.0)}
+                for lstm in m.backbone.forward_lstms + m.backbone.backward_lstms} == {
+                    (3.0, 3.0)}
     with pytest.raises(ValueError, match="`direction_loss`.*Received: direction_loss='avg'"):
-        ElmoLM(embedding_table=path, direction_loss="avg")
+        ElmoLM(ElmoBackbone(embedding_table=path), direction_loss="avg")
     # An ALONE seed drawn at construction is kept: the clone has the same filters.
-    model = ElmoLM(embedding_table=path, num_layers=1, units=8, projection_dim=4,
-                   input_embedding="alone", output_layer="full", alone={"intermediate_dim": 8})
+    model = ElmoLM(ElmoBackbone(embedding_table=path, num_layers=1, units=8, projection_dim=4,
+                                input_embedding="alone", alone={"intermediate_dim": 8}),
+                   output_layer="full")
     clone = ElmoLM.from_config(model.get_config())
-    assert clone.token_embedding.filter_fingerprint == model.token_embedding.filter_fingerprint
+    assert (clone.backbone.token_embedding.filter_fingerprint
+            == model.backbone.token_embedding.filter_fingerprint)
 
 
 def test_tied_alone_computes_its_table_once_per_train_step():
     table = np.random.default_rng(1).normal(size=(10, 4)).astype("float32")
-    model = ElmoLM(embedding_table=table, num_layers=1, units=8, projection_dim=4, **ALONE_TIED)
+    model = language_model(ElmoLM, embedding_table=table, num_layers=1, units=8,
+                           projection_dim=4, **ALONE_TIED)
     model.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=False)
-    alone = model.token_embedding
+    alone = model.backbone.token_embedding
     calls = []
     embed = alone._embed
 
@@ -201,49 +209,51 @@ def test_tied_alone_computes_its_table_once_per_train_step():
     assert all(training and rows == 10 for _, training, rows in calls), calls
 
 
-def test_constructor_takes_the_vocabulary_size_first_like_the_other_models(tmp_path):
+def test_constructors_take_the_vocabulary_size_and_the_backbone_first(tmp_path):
     table = np.random.default_rng(1).normal(size=(10, 4)).astype("float32")
     path = str(tmp_path / "t.npy")
     np.save(path, table)
     # The table's rows give the size; a given size must agree with them.
-    assert ElmoLM(embedding_table=path, num_layers=1, units=8,
-                  projection_dim=4).vocabulary_size == 10
-    assert ElmoLM(np.int64(10), embedding_table=path, num_layers=1, units=8,
-                  projection_dim=4).vocabulary_size == 10
+    assert ElmoBackbone(embedding_table=path, num_layers=1, units=8,
+                        projection_dim=4).vocabulary_size == 10
+    assert ElmoBackbone(np.int64(10), embedding_table=path, num_layers=1, units=8,
+                        projection_dim=4).vocabulary_size == 10
     with pytest.raises(ValueError, match="`vocabulary_size`=11 differs from the table's 10"):
-        ElmoLM(11, embedding_table=path, num_layers=1, units=8, projection_dim=4)
+        ElmoBackbone(11, embedding_table=path, num_layers=1, units=8, projection_dim=4)
     # The old positional table is refused by name, not read as a size.
     for old_style in (path, table):
         with pytest.raises(TypeError, match="first argument is `vocabulary_size`.*embedding_table="):
-            ElmoLM(old_style, num_layers=1, units=8, projection_dim=4)
+            ElmoBackbone(old_style, num_layers=1, units=8, projection_dim=4)
+        # The task takes its backbone: given the table (or a size) it names what it takes.
+        with pytest.raises(TypeError, match="ElmoLM takes its backbone, an? ElmoBackbone.*Received: backbone"):
+            ElmoLM(old_style)
+    with pytest.raises(TypeError, match="ElmoLM takes its backbone, an? ElmoBackbone.*of type int"):
+        ElmoLM(10)
 
 
 def test_left_padded_ids_are_refused():
-    model = ElmoLM(30, input_embedding="trainable", num_layers=1, units=8, projection_dim=4,
+    model = ElmoLM(ElmoBackbone(30, input_embedding="trainable", num_layers=1, units=8,
+                                projection_dim=4, name="elmo_backbone"),
                    output_layer="full", name="elmo")
     with pytest.raises(ValueError, match=r"ElmoBackbone `elmo_backbone` needs a right-padded `mask`.*"
                                          r"Row 0 is True at position 2"):
         model(np.array([[0, 0, 5, 6], [5, 6, 7, 0]], "int32"))
 
 
-def test_the_old_name_of_token_embedding_dim_is_read_with_a_warning():
-    """`embedding_dim`, the input width's name in saved ElmoLMs, still sets it; the model's
-    `embedding_dim` is now the exported width, as for the other models."""
-    with pytest.warns(DeprecationWarning, match="token_embedding_dim"):
-        lm = ElmoLM(20, num_layers=1, units=4, projection_dim=4, input_embedding="trainable",
-                    output_layer="full", embedding_dim=6)
-    assert (lm.token_embedding_dim, lm.embedding_dim, lm.embedding_num_layers) == (6, 8, 2)
-    config = lm.get_config()
-    assert config["token_embedding_dim"] == 6 and "embedding_dim" not in config
-    # Both names: the same value is read, two values are refused by name.
-    both = dict(num_layers=1, units=4, projection_dim=4, input_embedding="trainable",
-                output_layer="full", token_embedding_dim=6)
-    with pytest.warns(DeprecationWarning):
-        assert ElmoLM(20, embedding_dim=6, **both).token_embedding_dim == 6
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="they differ: 5"):
-        ElmoLM(20, embedding_dim=5, **both)
+def test_the_old_name_of_token_embedding_dim_is_read_from_saved_configs():
+    """`embedding_dim`, the input width's name in saved (flat) ElmoLM configs, still sets the
+    backbone's `token_embedding_dim`; the model's `embedding_dim` is now the exported width,
+    as for the other models."""
+    saved = dict(vocabulary_size=20, num_layers=1, units=4, projection_dim=4,
+                 input_embedding="trainable", output_layer="full", embedding_dim=6,
+                 name="elmo_lm")
+    lm = ElmoLM.from_config(saved)
+    assert (lm.backbone.token_embedding_dim, lm.embedding_dim,
+            lm.embedding_num_layers) == (6, 8, 2)
+    backbone_config = lm.get_config()["backbone"]["config"]
+    assert backbone_config["token_embedding_dim"] == 6 and "embedding_dim" not in backbone_config
     ids = np.array([[2, 5, 6, 3, 0]], "int32")
-    stack, _, _ = lm.encode(lm.token_embedding(ids), ids > 0)
+    stack, _, _ = lm.backbone.encode(lm.backbone.token_embedding(ids), ids > 0)
     np.testing.assert_array_equal(np.asarray(lm.embedding_layers(ids, ids > 0)), np.asarray(stack))
 
 
@@ -253,8 +263,8 @@ def test_plain_lstms_without_layer_norm_save_load_and_embed(tmp_path):
     and a `.keras` round trip gives the same outputs and embedding layers."""
     table = str(tmp_path / "table.npy")
     np.save(table, np.random.default_rng(2).normal(size=(12, 4)).astype("float32"))
-    model = ElmoLM(embedding_table=table, num_layers=2, units=8, projection_dim=None,
-                   layer_norm=False, dropout_rate=0.0)
+    model = ElmoLM(ElmoBackbone(embedding_table=table, num_layers=2, units=8,
+                                projection_dim=None, layer_norm=False, dropout_rate=0.0))
     model.build()
     # Every LSTM's kernel, recurrent kernel and bias is trained, and nothing else of the
     # encoder but the token projection.
@@ -264,19 +274,19 @@ def test_plain_lstms_without_layer_norm_save_load_and_embed(tmp_path):
                                                                                    "bias"])
     assert not set(names) & {"projection_kernel", "gamma", "beta"}, names
     assert model.count_params() == (4 * 8 + 8) + 2 * 2 * (8 * 32 * 2 + 32) + (8 * 4 + 4)
-    assert model.width == 8 and model.embedding_dim == 16 and model.layer_norm is False
+    assert (model.backbone.width, model.embedding_dim, model.backbone.layer_norm) == (8, 16, False)
     ids = np.array([[2, 5, 6, 3, 0], [2, 7, 3, 0, 0]], "int32")
     assert tuple(model(ids)["forward"].shape) == (2, 5, 4)  # the continuous head: 4-d
     path = str(tmp_path / "plain.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)
-    assert loaded.projection_dim is None and loaded.layer_norm is False
+    assert loaded.backbone.projection_dim is None and loaded.backbone.layer_norm is False
     for key in ("forward", "backward"):
         np.testing.assert_array_equal(loaded(ids)[key], model(ids)[key])
     np.testing.assert_array_equal(loaded.embedding_layers(ids, ids > 0),
                                   model.embedding_layers(ids, ids > 0))
     # With the norms (the default), each direction of each layer has one.
-    normed = ElmoLM(embedding_table=table, num_layers=2, units=8, projection_dim=None,
-                    dropout_rate=0.0)
+    normed = ElmoLM(ElmoBackbone(embedding_table=table, num_layers=2, units=8,
+                                 projection_dim=None, dropout_rate=0.0))
     normed.build()
     assert sum("gamma" in w.path for w in normed.weights) == 4

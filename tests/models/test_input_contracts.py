@@ -15,9 +15,13 @@ import pytest
 import tensorflow as tf
 
 from tfeff.models import Bert
+from tfeff.models import BertBackbone
+from tfeff.models import ElmoBackbone
 from tfeff.models import ElmoLM
 from tfeff.models import MaskedElmo
+from tfeff.models import MaskedElmoBackbone
 from tfeff.models import TransformerLM
+from tfeff.models import TransformerLMBackbone
 
 IDS = np.array([[2, 5, 6, 3, 0], [2, 7, 3, 0, 0]], "int32")
 
@@ -25,21 +29,24 @@ IDS = np.array([[2, 5, 6, 3, 0], [2, 7, 3, 0, 0]], "int32")
 def _models():
     """Tiny models, each with how to call it on ids (and a padding mask)."""
     return {
-        "ElmoLM": (ElmoLM(20, num_layers=1, units=8, projection_dim=4,
-                          input_embedding="trainable", output_layer="full", name="elmo"),
+        "ElmoLM": (ElmoLM(ElmoBackbone(20, num_layers=1, units=8, projection_dim=4,
+                                       input_embedding="trainable"),
+                          output_layer="full", name="elmo"),
                    "ElmoLM `elmo`", "inputs", lambda m, ids: m(ids)["forward"]),
-        "TransformerLM": (TransformerLM(20, num_layers=1, hidden_dim=8, num_heads=2,
-                                        intermediate_dim=16, max_sequence_length=8,
-                                        num_anchors=2, input_embedding="trainable",
-                                        output_layer="full", name="tlm"),
+        "TransformerLM": (TransformerLM(TransformerLMBackbone(
+                              20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
+                              max_sequence_length=8, num_anchors=2, input_embedding="trainable",
+                              name="tlm_backbone"), output_layer="full", name="tlm"),
                           "TransformerLMBackbone `tlm_backbone`", "token_ids",
                           lambda m, ids: m(ids)["forward"]),
-        "Bert": (Bert(40, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
-                      max_sequence_length=8, relaxed={"num_anchors": 2, "ffn_rank": 4},
-                      name="bert"),
+        "Bert": (Bert(BertBackbone(40, num_layers=1, hidden_dim=8, num_heads=2,
+                                   intermediate_dim=16, max_sequence_length=8,
+                                   relaxed={"num_anchors": 2, "ffn_rank": 4},
+                                   name="bert_backbone"), name="bert"),
                  "BertBackbone `bert_backbone`", "token_ids",
                  lambda m, ids: m(ids)["sequence_output"]),
-        "MaskedElmo": (MaskedElmo(20, num_layers=1, units=8, projection_dim=4, use_cudnn=False,
+        "MaskedElmo": (MaskedElmo(MaskedElmoBackbone(20, num_layers=1, units=8, projection_dim=4,
+                                                     use_cudnn=False, name="melmo_backbone"),
                                   name="melmo"),
                        "MaskedElmoBackbone `melmo_backbone`", "token_ids",
                        lambda m, ids: m({"token_ids": ids,

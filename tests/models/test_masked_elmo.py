@@ -8,14 +8,18 @@ from tests.models.lm_roundings import assert_normalized
 from tests.models.lm_roundings import assert_same_update
 from tests.models.lm_roundings import head_roundings
 from tests.models.lm_roundings import lstm_roundings
-from tests.numerics import assert_close
 from tfeff.data.masked_elmo_dataset import mask_sets
 from tfeff.models import MaskedElmo
 from tfeff.models import MaskedElmoBackbone
+from tfeff.testing.numerics import assert_close
 from tfeff.training import make_strategy
 
 VOCAB = 40
 SMALL = dict(num_layers=2, units=12, projection_dim=4, dropout_rate=0.0, use_cudnn=False)
+# `MaskedElmo`'s own arguments (the output's and the state carrying); the rest are the
+# backbone's.
+TASK_KEYS = ("output_layer", "output_loss", "embedding_table", "adaptive_cutoffs",
+             "adaptive_div_value", "adaptive_tail_capacity", "tbptt_batch_size")
 # Training compared in float64 (float64_models): float32 only in the output layer, a mask
 # set's loss from the logits' cast on (8-dim features, 40 ids, the mean over 4 x 9 targets
 # at most), the step's loss and gradient that forward and back, the mean over the 3 mask
@@ -37,8 +41,10 @@ def _batch(seed=0, rows=4, time=9, num_sets=3, reset=None):
 
 def _model(strategy=None, **kwargs):
     keras.utils.set_random_seed(0)
+    task = {k: v for k, v in kwargs.items() if k in TASK_KEYS}
+    sizes = {**SMALL, **{k: v for k, v in kwargs.items() if k not in TASK_KEYS}}
     with (strategy or tf.distribute.get_strategy()).scope():
-        model = MaskedElmo(VOCAB, **{**SMALL, **kwargs})
+        model = MaskedElmo(MaskedElmoBackbone(VOCAB, **sizes), **task)
         model.build()
         model.compile(optimizer=keras.optimizers.SGD(1.0), jit_compile=False)
     return model
@@ -57,7 +63,7 @@ def _gradient(model, batch, k):
 
 
 def test_paper_size_parameter_count():
-    model = MaskedElmo(28745, num_layers=2, units=4096, projection_dim=384)
+    model = MaskedElmo(MaskedElmoBackbone(28745, num_layers=2, units=4096, projection_dim=384))
     model.build()
     # Embedding 28,745 x 768, four LSTMP directions of 20,463,616, layer norms, softmax bias.
     assert model.count_params() == 28745 * 768 + 4 * 20_463_616 + 2 * 2 * 2 * 384 + 28745
@@ -108,7 +114,7 @@ def test_set_loss_is_the_mean_nll_of_the_set(tmp_path):
     batch = _batch(1)
     loss, outputs = model.set_loss(batch, 1, None, training=False)
     logits = (np.asarray(outputs["masked_output"].numpy(), np.float64)
-              @ np.asarray(model.token_embedding.embeddings.numpy(), np.float64).T
+              @ np.asarray(model.backbone.token_embedding.embeddings.numpy(), np.float64).T
               + model.output_head.bias.numpy())
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     ids = batch["masked_ids"].numpy()[:, 1]
@@ -175,7 +181,8 @@ def test_two_replicas_equal_one_device():
 @pytest.mark.parametrize("kwargs", [
     {"output_layer": "adaptive", "adaptive_cutoffs": [10, 25], "adaptive_div_value": 2.0},
     {"output_layer": "continuous"},
-    {"input_embedding": "alone", "alone": {"intermediate_dim": 16, "seed": 3}},
+    # Tied to the full softmax, the ALONE input gathers from the table it computes.
+    {"input_embedding": "alone", "alone": {"intermediate_dim": 16, "seed": 3, "lookup": "table"}},
 ], ids=["adaptive", "continuous", "alone"])
 def test_output_layers_and_alone_input_learn(kwargs, tmp_path):
     if kwargs.get("output_layer") == "continuous":
@@ -204,18 +211,23 @@ def test_output_layers_and_alone_input_learn(kwargs, tmp_path):
 
 
 def test_argument_errors():
+    backbone = MaskedElmoBackbone(VOCAB, **SMALL)
     with pytest.raises(ValueError, match="output_layer"):
-        MaskedElmo(VOCAB, output_layer="sampled")
+        MaskedElmo(backbone, output_layer="sampled")
     with pytest.raises(ValueError, match="embedding_table"):
-        MaskedElmo(VOCAB, output_layer="continuous")
+        MaskedElmo(backbone, output_layer="continuous")
     with pytest.raises(ValueError, match="adaptive_cutoffs"):
-        MaskedElmo(VOCAB, output_layer="adaptive")
+        MaskedElmo(backbone, output_layer="adaptive")
     with pytest.raises(ValueError, match="tbptt_batch_size"):
-        MaskedElmo(VOCAB, tbptt_batch_size=0)
+        MaskedElmo(backbone, tbptt_batch_size=0)
+    # The task takes its backbone: given the vocabulary size it took before, it names it.
+    with pytest.raises(TypeError, match="MaskedElmo takes its backbone, a MaskedElmoBackbone.*of type int"):
+        MaskedElmo(VOCAB)
 
 
 def test_a_left_padded_padding_mask_is_refused():
-    model = MaskedElmo(VOCAB, **{**SMALL, "num_layers": 1}, name="melmo")
+    model = MaskedElmo(MaskedElmoBackbone(VOCAB, **{**SMALL, "num_layers": 1},
+                                          name="melmo_backbone"), name="melmo")
     ids = np.array([[5, 6, 7], [0, 5, 6]], "int32")
     with pytest.raises(ValueError, match=r"MaskedElmoBackbone `melmo_backbone` needs a "
                                          r"right-padded "
@@ -224,15 +236,18 @@ def test_a_left_padded_padding_mask_is_refused():
 
 
 def test_the_old_name_of_the_tied_softmax_is_read_as_full(tmp_path):
-    """`output_layer="softmax"`, in configs and saved models written before the name was
-    `"full"` (as in the other models), still builds the tied softmax, with a warning."""
+    """`output_layer="softmax"`, in configs and in the flat configs of models saved before
+    the name was `"full"` (as in the other models), still builds the tied softmax."""
     from tfeff.config import load_config
 
-    with pytest.warns(DeprecationWarning, match="'full'"):
-        model = MaskedElmo(30, num_layers=1, units=8, projection_dim=3, use_cudnn=False,
-                           output_layer="softmax")
+    model = MaskedElmo.from_config({"vocabulary_size": 30, "num_layers": 1, "units": 8,
+                                    "projection_dim": 3, "use_cudnn": False,
+                                    "output_layer": "softmax", "name": "masked_elmo"})
     assert model.output_layer_type == "full" and model.get_config()["output_layer"] == "full"
     model.build()
     assert model.output_head.embeddings is model.backbone.token_embedding.embeddings
+    with pytest.raises(ValueError, match="output_layer"):
+        MaskedElmo(MaskedElmoBackbone(30, num_layers=1, units=8, projection_dim=3,
+                                      use_cudnn=False), output_layer="softmax")
     config = load_config("configs/demo_masked_elmo.yaml", ["model.output_layer=softmax"])
     assert config.model.output_layer == "full"

@@ -17,11 +17,12 @@ from tests.models import transformer_lm_backend
 from tests.models.float64 import float64_models
 from tests.models.float64 import tf_gelu_roundings
 from tests.models.lm_roundings import assert_normalized
-from tests.numerics import assert_close
+from tests.models.lm_tasks import language_model
 from tfeff.models.from_config import transformer_lm as transformer_lm_from_config
 from tfeff.models.language_model import direction_pairs
 from tfeff.models.transformer_lm import TransformerLM
 from tfeff.models.transformer_lm_backbone import reverse_padded
+from tfeff.testing.numerics import assert_close
 
 TINY = dict(num_layers=2, hidden_dim=8, num_heads=2, intermediate_dim=12, max_sequence_length=10,
             dropout_rate=0.0)
@@ -64,9 +65,9 @@ def _table(tmp_path=None, vocabulary_size=12, dim=6, seed=1):
 
 
 def _model(**kwargs):
-    options = {**TINY, "vocabulary_size": 12, "input_embedding": "trainable",
-               "output_layer": "full", "seed": 0, **kwargs}
-    model = TransformerLM(**options)
+    options = {**TINY, "input_embedding": "trainable", "output_layer": "full", "seed": 0,
+               **kwargs}
+    model = language_model(TransformerLM, 12, **options)
     model.build()
     return model
 
@@ -80,15 +81,16 @@ def _top_roundings(model, n):
     path, counted as tfeff.models.relaxed_merge.rounding_counts counts a BERT's: the token
     layer (projection, layer norm), then per layer the attention (with the rotation, or
     the anchors' scores, softmaxes and product, where used) and the FFN."""
-    d, f, k, m = model.hidden_dim, model.intermediate_dim, model.hidden_dim // model.num_heads, \
-        model.num_anchors
+    backbone = model.backbone
+    d, f, k, m = backbone.hidden_dim, backbone.intermediate_dim, \
+        backbone.hidden_dim // backbone.num_heads, backbone.num_anchors
     norm = 2 * d + 8
-    token = model.token_projection.kernel.shape[0] + 1 + norm
-    rotary = 5 * n + 8 if model.position_embedding_type == "rotary" else 0
+    token = backbone.token_projection.kernel.shape[0] + 1 + norm
+    rotary = 5 * n + 8 if backbone.position_embedding_type == "rotary" else 0
     anchors = 3 * k + 2 * m + n + 23 if m else 0
     attention = (d + 1) + rotary + anchors + (k + 1) + (n + 6) + n + (d + 1) + 1 + norm
     ffn = (d + 1) + 8 + (f + 1) + 1 + norm
-    return token + model.num_layers * (attention + ffn)
+    return token + backbone.num_layers * (attention + ffn)
 
 
 # -- causality -----------------------------------------------------------------------------
@@ -117,7 +119,7 @@ def test_outputs_never_see_the_other_side(variant):
     n = ids.shape[1]
     base = {k: _np(v) for k, v in model(ids).items()}
     stack = _np(model.embedding_layers(ids, ids > 0))
-    h = model.hidden_dim
+    h = model.backbone.hidden_dim
     rng = np.random.default_rng(0)
     for t in range(n):
         after, before = ids.copy(), ids.copy()
@@ -128,7 +130,7 @@ def test_outputs_never_see_the_other_side(variant):
         np.testing.assert_array_equal(out["forward"][0, t], base["forward"][0, t])
         new_stack = _np(model.embedding_layers(after, after > 0))
         np.testing.assert_array_equal(new_stack[0, :, t, :h], stack[0, :, t, :h])
-        if model.bidirectional:
+        if model.backbone.bidirectional:
             out = {k: _np(v) for k, v in model(before).items()}
             np.testing.assert_array_equal(out["backward"][0, t], base["backward"][0, t])
             new_stack = _np(model.embedding_layers(before, before > 0))
@@ -141,7 +143,7 @@ def test_outputs_never_see_the_other_side(variant):
         prefix = np.where(np.arange(n) <= t, ids, 0)
         assert_close(_np(model(prefix)["forward"])[0, :t + 1], base["forward"][0, :t + 1],
                      n=_top_roundings(model, n))
-        if model.bidirectional:
+        if model.backbone.bidirectional:
             suffix = np.zeros_like(ids)
             suffix[0, :n - t] = ids[0, t:]  # the ids from t on, shifted to the front
             assert_close(_np(model(suffix)["backward"])[0, :n - t], base["backward"][0, t:],
@@ -188,7 +190,7 @@ def _rotate(x, wavelength=10000.0):
 
 def _reference_stack(model, direction, token):
     """One stack on one sequence's token layer `(n, d)` (already in its reading order)."""
-    eps = model.layer_norm_epsilon
+    eps = model.backbone.layer_norm_epsilon
     n = len(token)
     x = token
     if model.backbone.position_embedding(direction) is not None:
@@ -199,7 +201,7 @@ def _reference_stack(model, direction, token):
         q = np.einsum("nd,dhk->nhk", x, _w(att.query_dense.kernel)) + _w(att.query_dense.bias)
         k = np.einsum("nd,dhk->nhk", x, _w(att.key_dense.kernel)) + _w(att.key_dense.bias)
         v = np.einsum("nd,dhk->nhk", x, _w(att.value_dense.kernel)) + _w(att.value_dense.bias)
-        if model.position_embedding_type == "rotary":
+        if model.backbone.position_embedding_type == "rotary":
             q, k = _rotate(q), _rotate(k)
         scores = np.einsum("nhk,mhk->hnm", q, k) / np.sqrt(q.shape[-1])
         scores = np.where(causal[None], scores, -np.inf)
@@ -217,15 +219,16 @@ def _reference_stack(model, direction, token):
 def _reference_loss(model, ids):
     """The model's loss in float64 NumPy, one sentence at a time (no padding anywhere),
     and the largest magnitude of its logits."""
-    table = _w(model.token_embedding.embeddings)
-    projection = model.token_projection
+    table = _w(model.backbone.token_embedding.embeddings)
+    projection = model.backbone.token_projection
     head = model.output_head
     totals = {d: [0.0, 0] for d in model.backbone.directions}
     largest = 0.0
     for row in ids:
         tokens = row[row > 0]
         token = table[tokens] @ _w(projection.kernel) + _w(projection.bias)
-        token = _layer_norm(token, model.embeddings_norm, model.layer_norm_epsilon)
+        token = _layer_norm(token, model.backbone.embeddings_norm,
+                            model.backbone.layer_norm_epsilon)
         for direction in model.backbone.directions:
             ordered = tokens if direction == "forward" else tokens[::-1]
             hidden = _reference_stack(
@@ -251,9 +254,10 @@ def _assert_reference_loss(model, position_embedding):
     direction."""
     loss = float(model.compute_loss(x=IDS, y_pred=model(IDS), training=False))
     expected, largest = _reference_loss(model, IDS)
-    v, n = model.vocabulary_size, IDS.shape[1]
+    v, n = model.backbone.vocabulary_size, IDS.shape[1]
     rotary = 5 * n + 8 if position_embedding == "rotary" else 0
-    stack = model.num_layers * (rotary + tf_gelu_roundings(model.intermediate_dim)) + 1
+    stack = model.backbone.num_layers * (
+        rotary + tf_gelu_roundings(model.backbone.intermediate_dim)) + 1
     assert_close(loss, expected, n=stack + 2 + v + 10 + 13 + 3,
                  scale=len(model.backbone.directions) * (2 * largest + np.log(v)))
     # `direction_loss="mean"`: the directions' mean (ELMo's bilm-tf), one division more.
@@ -322,7 +326,8 @@ def test_every_output_layer_gives_the_mean_target_loss_and_gradients(variant):
     # hidden size, bias) and a log-softmax over V = 12 (two levels, adaptive: V + 20
     # roundings of terms up to max|log p|), or the continuous loss of 6-dim vectors (about
     # 30); the mean over 13 targets; the sum of the two directions.
-    assert_close(loss, expected, n=model.hidden_dim + 2 + 12 + 20 + 13 + 2, scale=2 * largest)
+    assert_close(loss, expected, n=model.backbone.hidden_dim + 2 + 12 + 20 + 13 + 2,
+                 scale=2 * largest)
     counts = {d: float(c) for d, (_, c) in model.direction_losses(IDS, out).items()}
     # Per direction 5 + 7 + 2 targets less one <unk> (the backward one read backwards).
     assert counts == {"forward": 13.0, "backward": 13.0}
@@ -347,15 +352,15 @@ def test_every_output_layer_gives_the_mean_target_loss_and_gradients(variant):
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_embedding_layers(bidirectional):
     model = _model(bidirectional=bidirectional, embedding_table=_table())
-    h = model.hidden_dim
+    h = model.backbone.hidden_dim
     directions = 2 if bidirectional else 1
-    assert (model.embedding_num_layers, model.embedding_dim, model.vocabulary_size,
+    assert (model.embedding_num_layers, model.embedding_dim, model.backbone.vocabulary_size,
             model.max_embedding_tokens) == (3, directions * h, 12, 8)
     stack = _np(model.embedding_layers(IDS, IDS > 0))
     assert stack.shape == (3, 3, 8, directions * h)
     # Layer 0: the token layer (embedding, projection, layer norm), duplicated.
-    token = _np(model.embeddings_norm(model.token_projection(
-        model.token_embedding(IDS)))) * (IDS > 0)[..., None]
+    token = _np(model.backbone.embeddings_norm(model.backbone.token_projection(
+        model.backbone.token_embedding(IDS)))) * (IDS > 0)[..., None]
     np.testing.assert_array_equal(stack[:, 0], np.concatenate([token] * directions, -1))
     per_token = stack.transpose(0, 2, 1, 3)  # (batch, time, layers, d)
     assert (per_token[IDS == 0] == 0).all() and (np.abs(per_token[IDS > 0]).sum(-1) > 0).all()
@@ -467,13 +472,17 @@ def test_builder_maps_the_config(tmp_path):
                   "bidirectional": False, "num_anchors": 2, "position_embedding": "rotary"},
         "train": {"seed": 4}})
     model = transformer_lm_from_config(config, 12, _table(tmp_path))
-    assert (model.num_layers, model.hidden_dim, model.num_heads, model.intermediate_dim,
-            model.max_sequence_length, model.bidirectional, model.num_anchors, model.seed,
-            model.position_embedding_type, model.output_layer_type, model.input_embedding,
-            model.name) == (1, 8, 2, 16, 12, False, 2, 4, "rotary", "continuous", "fixed",
-                            "transformer_lm")
+    backbone = model.backbone
+    assert (backbone.num_layers, backbone.hidden_dim, backbone.num_heads,
+            backbone.intermediate_dim, backbone.max_sequence_length, backbone.bidirectional,
+            backbone.num_anchors, backbone.seed, backbone.position_embedding_type,
+            backbone.input_embedding, backbone.name) == (
+                1, 8, 2, 16, 12, False, 2, 4, "rotary", "fixed", "transformer_lm_backbone")
+    assert (model.seed, model.output_layer_type, model.name) == (
+        4, "continuous", "transformer_lm")
     config.model.max_sequence_length = 30
-    assert transformer_lm_from_config(config, 12, _table(tmp_path)).max_sequence_length == 30
+    assert transformer_lm_from_config(
+        config, 12, _table(tmp_path)).backbone.max_sequence_length == 30
 
 
 @pytest.mark.numerics

@@ -35,9 +35,10 @@ def table():
 
 
 def model(name):
+    from tests.models.lm_tasks import language_model
     from tfeff.models.transformer_lm import TransformerLM
 
-    lm = TransformerLM(12, embedding_table=table(), **TINY, **CASES[name])
+    lm = language_model(TransformerLM, 12, embedding_table=table(), **TINY, **CASES[name])
     lm.build()
     rng = np.random.default_rng(5)
     lm.set_weights([(0.3 * rng.normal(size=w.shape)).astype("float32") for w in lm.weights])
@@ -58,7 +59,7 @@ def _run(fn):
 def float32_roundings(name):
     """`{"features": n, "loss": n}`: the float32 roundings along the longest path of case
     `name`'s float64 outputs (the stack's are the features'), the float64 rest adding
-    under one (tests/numerics.py's count)."""
+    under one (tfeff/testing/numerics.py's count)."""
     from tests.models.float64 import tf_gelu_roundings
 
     case, n = CASES[name], IDS.shape[1]
@@ -82,7 +83,7 @@ def run_cases():
     import keras
 
     from tests.models.float64 import float64_models
-    from tests.numerics import keras_x64
+    from tfeff.testing.numerics import keras_x64
 
     out = {}
     with keras_x64(), float64_models():

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from tests.numerics import rounding_bound
 from tfeff.data import Vocabulary
+from tfeff.testing.numerics import rounding_bound
 from tfeff.training import evaluation
 
 
@@ -93,6 +93,7 @@ def test_collect_predictions_scores_the_first_targets_and_counts_them_all():
     first targets of the whole run and counts as many targets in all."""
     import tensorflow as tf
 
+    from tfeff.models import ElmoBackbone
     from tfeff.models import ElmoLM
 
     rng = np.random.default_rng(0)
@@ -102,9 +103,9 @@ def test_collect_predictions_scores_the_first_targets_and_counts_them_all():
     ids[3, 5:] = 0  # a shorter row
     ids[5, 2] = 1  # an <unk> target, left out
     dataset = tf.data.Dataset.from_tensor_slices(ids).batch(4)
-    model = ElmoLM(vocabulary_size=30, token_embedding_dim=8, input_embedding="trainable",
-                   output_layer="full", num_layers=1, units=8, projection_dim=4,
-                   dropout_rate=0.0)
+    model = ElmoLM(ElmoBackbone(30, token_embedding_dim=8, input_embedding="trainable",
+                                num_layers=1, units=8, projection_dim=4, dropout_rate=0.0),
+                   output_layer="full")
     whole, whole_ids, whole_total = evaluation.collect_predictions(model, dataset, 10_000)
     cut, cut_ids, cut_total = evaluation.collect_predictions(model, dataset, 25)
     # 8 targets per row and direction; the short row loses the 4 targets of each

@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO
-from tests.numerics import assert_close
 from tfeff.config import ConfigError
 from tfeff.config import load_config
+from tfeff.testing.numerics import assert_close
 from tfeff.training import FAMILIES
 from tfeff.training import make_strategy
 from tfeff.training.optimizers import Adagrad, Adam, AdamW

@@ -13,11 +13,11 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO
-from tests.numerics import assert_close
 from tfeff import layers as tfeff_layers
 from tfeff import losses as tfeff_losses
 from tfeff.config import ConfigError
 from tfeff.config import load_config
+from tfeff.testing.numerics import assert_close
 from tfeff.training import get_family
 from tfeff.training import precision
 
@@ -86,7 +86,7 @@ def loss_and_gradients(model, batch):
 
 # One model per family (CoRe's relaxed BERT: anchor attention, factorized feed-forward),
 # about 5 s each; the other compilable ELMo output layers and the standard BERT run with
-# `make test-slow`. With each, the roundings (tests/numerics.py) of its loss's longest path
+# `make test-slow`. With each, the roundings (tfeff/testing/numerics.py) of its loss's longest path
 # at the TINY sizes: an LSTM step (gates: a dot of 16 + 16, sigmoids and tanh, the cell,
 # the projection: a dot of 8: ~55) on a path of 8 steps and the layer (~500), the output
 # and the loss (a softmax over 60 or vMF, the mean of 64 targets: ~150); masked ELMo two
@@ -178,7 +178,7 @@ def test_auto_compiles_a_model_that_can_and_determinism_turns_it_off():
     core = tiny_config("bert_core", "train.jit_compile=true")
     assert core.two_phase
     probes = get_family(core).probe_models(core)
-    assert [m.is_relaxed for m in probes] == [True, False]
+    assert [m.backbone.is_relaxed for m in probes] == [True, False]
     get_family(core).check_compilation(core)
 
 

@@ -113,7 +113,7 @@ def test_each_output_layer_variant_trains_from_its_demo_config(variant, trained_
         from tfeff.training import restore_model
 
         model, _, _, _ = restore_model(model_dir)
-        alone = model.token_embedding
+        alone = model.backbone.token_embedding
         assert (alone.base_dim, alone.intermediate_dim, alone.seed) == (64, 256, 0)
         assert alone.count_params() == 64 + 256 * (64 + 64)
         ckpt = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))

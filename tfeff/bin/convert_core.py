@@ -19,13 +19,16 @@ positions (a two-phase CoRe run after its switch, the output of
 `keras_hub.models.BertMaskedLM.from_preset(DIR)` loads it. `--overwrite`
 replaces an earlier preset. It needs keras-hub (`pip install -e '.[hub]'`).
 
-With `--hf_dir`, the same standard model is written as a Hugging Face BERT
-directory (`tfeff.convert.write_hf_model_dir`): `model.safetensors`,
-`config.json`, `vocab.txt`, `tokenizer_config.json` (the casing of
-`data.lower_case`) and `special_tokens_map.json`, which
-`transformers.BertForPreTraining.from_pretrained(DIR)` and
-`AutoTokenizer.from_pretrained(DIR)` load. It needs safetensors
-(`pip install -e '.[hf]'`); `--overwrite` replaces an earlier such directory.
+With `--hf_dir`, the standard model of `--model_dir`, learned or rotary
+positions, is written as a Hugging Face directory
+(`tfeff.convert.write_hf_model_dir`): `model.safetensors`, `config.json`,
+`vocab.txt`, `tokenizer_config.json` (the casing of `data.lower_case`) and
+`special_tokens_map.json`, which `AutoTokenizer.from_pretrained(DIR)` and, with
+learned positions, `transformers.BertForPreTraining.from_pretrained(DIR)` load;
+a rotary model (the demo BERT's) is written as a RoFormer, which
+`transformers.RoFormerForMaskedLM.from_pretrained(DIR)` loads. It needs
+safetensors (`pip install -e '.[hf]'`); `--overwrite` replaces an earlier such
+directory.
 
 Every output is written to a temporary sibling, `<output>.tmp-XXXXXXXX`,
 renamed into place when complete, while `<output>.lock` keeps a second
@@ -54,7 +57,8 @@ _KERAS_HUB_PRESET = common.DEFINE_path(
     "of --model_dir (instead of --output_dir).")
 _HF_DIR = common.DEFINE_path(
     "hf_dir", None, "Hugging Face directory to write from the standard BERT of --model_dir "
-    "(weights, config.json, vocab.txt and the tokenizer files; instead of --output_dir).")
+    "(weights, config.json, vocab.txt and the tokenizer files; a RoFormer for rotary "
+    "positions; instead of --output_dir).")
 _OVERWRITE = flags.DEFINE_bool(
     "overwrite", False, "Replace an existing --keras_hub_preset or --hf_dir that this command "
     "wrote.")

@@ -22,6 +22,43 @@ SUBWORD_OUTPUTS = tuple(o for o in OUTPUT_LAYERS if o not in TABLE_OUTPUTS)
 SUBWORD_OUTPUTS_TEXT = ", ".join(SUBWORD_OUTPUTS[:-1]) + " or " + SUBWORD_OUTPUTS[-1]
 TOKENIZATIONS = ("word", "wordpiece")
 INPUT_EMBEDDINGS = ("fixed", "trainable", "alone")
+# How a bidirectional language model's loss combines its directions' mean losses.
+DIRECTION_LOSSES = ("sum", "mean")
+
+
+def check_subword_ends(config, prefix):
+    """WordPiece data (`data.tokenization: wordpiece`) have no fixed vectors: a language
+    model's input and output must not need them (ELMo and the transformer LM)."""
+    if config.data.tokenization != "wordpiece":
+        return
+    tokenization = f"`{join(join(prefix, 'data'), 'tokenization')}: wordpiece`"
+    model = join(prefix, "model")
+    if config.model.input_embedding == "fixed":
+        raise ConfigError(f"{tokenization} needs `{join(model, 'input_embedding')}: trainable` "
+                          "or `alone` (there are no fixed vectors of subwords)")
+    if config.model.output_layer in TABLE_OUTPUTS:
+        raise ConfigError(f"{tokenization} needs `{join(model, 'output_layer')}` "
+                          f"{SUBWORD_OUTPUTS_TEXT}, got {config.model.output_layer!r}")
+
+
+def output_problem(output_layer, input_embedding, tie_output, adaptive_cutoffs,
+                   has_fixed_vectors=True, key=str):
+    """Why a language model's output settings cannot go together, or None.
+
+    The one statement of these rules: the config's validation and the models'
+    constructors both ask it (`key` spells an argument's name: `model.x` in a
+    config, `x` in a constructor).
+    """
+    if output_layer == "adaptive" and not adaptive_cutoffs:
+        return (f"`{key('adaptive_cutoffs')}` must list the cluster boundaries (e.g. "
+                "[20000, 100000]) when output_layer is adaptive")
+    if tie_output and (input_embedding not in ("trainable", "alone") or output_layer != "full"):
+        return (f"`{key('tie_output')}` needs input_embedding: trainable or alone, and "
+                f"output_layer: full (received {input_embedding!r} and {output_layer!r})")
+    if output_layer in TABLE_OUTPUTS and not has_fixed_vectors:
+        return (f"output_layer {output_layer!r} scores fixed vectors: the backbone needs an "
+                "`embedding_table`")
+    return None
 
 
 @dataclasses.dataclass
@@ -254,25 +291,18 @@ class ElmoModelConfig:
         positive(self.num_sampled, join(prefix, "num_sampled"))
         positive(self.cell_clip, join(prefix, "cell_clip"), allow_zero=True)
         positive(self.proj_clip, join(prefix, "proj_clip"), allow_zero=True)
-        one_of(self.direction_loss, ("sum", "mean"), join(prefix, "direction_loss"))
+        one_of(self.direction_loss, DIRECTION_LOSSES, join(prefix, "direction_loss"))
         positive(self.adaptive_div_value, join(prefix, "adaptive_div_value"))
         fraction_or_none(self.adaptive_tail_capacity, join(prefix, "adaptive_tail_capacity"))
         cutoffs = list(self.adaptive_cutoffs)
-        if self.output_layer == "adaptive" and not cutoffs:
-            raise ConfigError(
-                f"`{join(prefix, 'adaptive_cutoffs')}` must list the cluster boundaries "
-                "(e.g. [20000, 100000]) when output_layer is adaptive"
-            )
+        problem = output_problem(self.output_layer, self.input_embedding, self.tie_output,
+                                 cutoffs, key=lambda name: join(prefix, name))
+        if problem:
+            raise ConfigError(problem)
         if cutoffs and (cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0):
             raise ConfigError(
                 f"`{join(prefix, 'adaptive_cutoffs')}` must be increasing positive integers, "
                 f"got {shown(cutoffs)}"
-            )
-        if self.tie_output and (self.input_embedding not in ("trainable", "alone")
-                                or self.output_layer != "full"):
-            raise ConfigError(
-                f"`{join(prefix, 'tie_output')}` needs input_embedding: trainable or alone, and "
-                "output_layer: full"
             )
         one_of(self.output_loss, ("cosine", "l2", "vmf"), join(prefix, "output_loss"))
         positive(self.vmf_regularization1, join(prefix, "vmf_regularization1"), allow_zero=True)
@@ -327,14 +357,4 @@ class ElmoConfig:
     def validate(self, prefix):
         one_of(self.family, ("elmo",), join(prefix, "family"))
         check_rnmt_batch(self.train, self.data, prefix)
-        if self.data.tokenization == "wordpiece":
-            if self.model.input_embedding == "fixed":
-                raise ConfigError(
-                    "`data.tokenization: wordpiece` needs `model.input_embedding: trainable` "
-                    "or `alone` (there are no fixed vectors of subwords)"
-                )
-            if self.model.output_layer in TABLE_OUTPUTS:
-                raise ConfigError(
-                    "`data.tokenization: wordpiece` needs `model.output_layer` "
-                    f"{SUBWORD_OUTPUTS_TEXT}, got {self.model.output_layer!r}"
-                )
+        check_subword_ends(self, prefix)

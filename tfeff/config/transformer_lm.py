@@ -18,8 +18,7 @@ from tfeff.config.bert import ANCHOR_SELECTIONS
 from tfeff.config.bert import POSITION_EMBEDDINGS
 from tfeff.config.elmo import DataConfig
 from tfeff.config.elmo import ElmoModelConfig
-from tfeff.config.elmo import SUBWORD_OUTPUTS_TEXT
-from tfeff.config.elmo import TABLE_OUTPUTS
+from tfeff.config.elmo import check_subword_ends
 from tfeff.config.elmo import EvalConfig
 from tfeff.config.elmo import FastTextConfig
 from tfeff.config.elmo import SyntheticCorpusConfig
@@ -187,17 +186,7 @@ class TransformerLMConfig:
         one_of(self.family, ("transformer_lm",), join(prefix, "family"))
         check_rnmt_batch(self.train, self.data, prefix)
         model_prefix, data_prefix = join(prefix, "model"), join(prefix, "data")
-        if self.data.tokenization == "wordpiece":
-            if self.model.input_embedding == "fixed":
-                raise ConfigError(
-                    f"`{join(data_prefix, 'tokenization')}: wordpiece` needs "
-                    f"`{join(model_prefix, 'input_embedding')}: trainable` or `alone` (there "
-                    "are no fixed vectors of subwords)")
-            if self.model.output_layer in TABLE_OUTPUTS:
-                raise ConfigError(
-                    f"`{join(data_prefix, 'tokenization')}: wordpiece` needs "
-                    f"`{join(model_prefix, 'output_layer')}` {SUBWORD_OUTPUTS_TEXT}, got "
-                    f"{self.model.output_layer!r}")
+        check_subword_ends(self, prefix)
         length = self.model.max_sequence_length
         if length and length < self.data.max_sequence_length:
             raise ConfigError(

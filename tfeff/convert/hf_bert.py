@@ -1,10 +1,11 @@
 """Hugging Face BERT layout: `config.json` + `model.safetensors` (+ the tokenizer's files).
 
 `write_hf_bert(bert, directory)` writes what `transformers.BertForPreTraining
-.from_pretrained(directory)` loads; `read_hf_bert(directory)` builds a tfeff
-`Bert` from such a directory (`BertForPreTraining`, `BertForMaskedLM` or a
-bare `BertModel`), so a BERT trained elsewhere can be continued with
-`tfeff-pretrain`.
+.from_pretrained(directory)` loads (a rotary `Bert`: what
+`RoFormerForMaskedLM.from_pretrained` loads, `tfeff.convert.hf_roformer`);
+`read_hf_bert(directory)` builds a tfeff `Bert` from a BERT directory
+(`BertForPreTraining`, `BertForMaskedLM` or a bare `BertModel`), so a BERT
+trained elsewhere can be continued with `tfeff-pretrain`.
 
 Parameter names and shapes (PyTorch `Linear` weights are `(out, in)`, the
 transpose of Keras kernels; d = hidden, f = intermediate, V = vocabulary):
@@ -43,6 +44,8 @@ import os
 import keras
 import numpy as np
 
+from tfeff.convert import hf_roformer
+from tfeff.convert.staging import follow_umask
 from tfeff.convert.staging import staged_directory
 from tfeff.data import files
 from tfeff.data.vocabulary import BERT_RESERVED_NAMES
@@ -50,6 +53,7 @@ from tfeff.data.vocabulary import MASK
 from tfeff.data.vocabulary import MASK_ID
 from tfeff.data.vocabulary import Vocabulary
 from tfeff.models import Bert
+from tfeff.models import BertBackbone
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -70,8 +74,10 @@ def _np(variable):
 
 
 def _pairs(bert):
-    """`(hf name, tfeff variable, to_hf, from_hf)` for every tensor of a standard Bert."""
-    d = bert.hidden_dim
+    """`(hf name, tfeff variable, to_hf, from_hf)` for every tensor of a standard Bert
+    (the position table only with learned positions)."""
+    backbone = bert.backbone
+    d = backbone.hidden_dim
     t = (lambda w: w.T, lambda w: w.T)
     same = (lambda w: w, lambda w: w)
     out = []
@@ -86,10 +92,13 @@ def _pairs(bert):
 
     e = "bert.embeddings"
     out.append((f"{e}.word_embeddings.weight", None, *same))  # filled from the layer
-    out.append((f"{e}.position_embeddings.weight", bert.position_embedding.embeddings, *same))
-    out.append((f"{e}.token_type_embeddings.weight", bert.segment_embedding.embeddings, *same))
-    norm(f"{e}.LayerNorm", bert.embeddings_norm)
-    for i, layer in enumerate(bert.transformer_layers):
+    if backbone.position_embedding is not None:
+        out.append((f"{e}.position_embeddings.weight", backbone.position_embedding.embeddings,
+                    *same))
+    out.append((f"{e}.token_type_embeddings.weight", backbone.segment_embedding.embeddings,
+                *same))
+    norm(f"{e}.LayerNorm", backbone.embeddings_norm)
+    for i, layer in enumerate(backbone.transformer_layers):
         p = f"bert.encoder.layer.{i}"
         att = layer.self_attention
         for name, sub in (("query", att.query_dense), ("key", att.key_dense),
@@ -128,27 +137,32 @@ def hf_config(bert):
 
     Returns:
         The dict that `write_hf_bert` writes as `config.json`
-        (`BertForPreTraining`, `hidden_act` from `bert.activation`).
+        (`BertForPreTraining`, `hidden_act` from `bert.activation`; with rotary
+        positions `RoFormerForMaskedLM`'s, `hf_roformer.roformer_config`).
     """
-    return {
+    backbone = bert.backbone
+    config = {
         "architectures": ["BertForPreTraining"],
         "model_type": "bert",
-        "vocab_size": bert.vocabulary_size,
-        "hidden_size": bert.hidden_dim,
-        "num_hidden_layers": bert.num_layers,
-        "num_attention_heads": bert.num_heads,
-        "intermediate_size": bert.intermediate_dim,
-        "hidden_act": _HF_ACTIVATIONS[bert.activation],
-        "hidden_dropout_prob": bert.dropout_rate,
-        "attention_probs_dropout_prob": bert.dropout_rate,
-        "max_position_embeddings": bert.max_sequence_length,
-        "type_vocab_size": bert.num_segments,
-        "initializer_range": bert.initializer_range,
-        "layer_norm_eps": bert.layer_norm_epsilon,
+        "vocab_size": backbone.vocabulary_size,
+        "hidden_size": backbone.hidden_dim,
+        "num_hidden_layers": backbone.num_layers,
+        "num_attention_heads": backbone.num_heads,
+        "intermediate_size": backbone.intermediate_dim,
+        "hidden_act": _HF_ACTIVATIONS[backbone.activation],
+        "hidden_dropout_prob": backbone.dropout_rate,
+        "attention_probs_dropout_prob": backbone.dropout_rate,
+        "max_position_embeddings": backbone.max_sequence_length,
+        "type_vocab_size": backbone.num_segments,
+        "initializer_range": backbone.initializer_range,
+        "layer_norm_eps": backbone.layer_norm_epsilon,
         "pad_token_id": 0,
         "position_embedding_type": "absolute",
         "tie_word_embeddings": True,
     }
+    if backbone.position_embedding_type == "rotary":
+        return hf_roformer.roformer_config(config)
+    return config
 
 
 def tokenizer_files(bert, lower_case):
@@ -168,7 +182,7 @@ def tokenizer_files(bert, lower_case):
                "mask_token": mask}
     config = {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(lower_case),
               "strip_accents": None, "tokenize_chinese_chars": True,
-              "model_max_length": bert.max_sequence_length,
+              "model_max_length": bert.backbone.max_sequence_length,
               "clean_up_tokenization_spaces": False, **special}
     return {TOKENIZER_CONFIG_FILE: config, SPECIAL_TOKENS_FILE: special}
 
@@ -207,13 +221,21 @@ def bert_vocabulary(vocabulary_path, vocabulary_size):
 
 
 def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False, lower_case=False):
-    """Writes a standard `Bert` as a Hugging Face BERT directory.
+    """Writes a standard `Bert` as a Hugging Face directory: BERT's, or RoFormer's for
+    rotary positions.
+
+    A `Bert` with learned positions is written in the layout of
+    `transformers.BertForPreTraining`; one with rotary positions
+    (`position_embedding="rotary"`) in that of `transformers.RoFormerForMaskedLM`,
+    which rotates queries and keys as tfeff does (`tfeff.convert.hf_roformer`: the
+    same tensors, query and key features reordered, no pooler or next-sentence head).
 
     Args:
         bert: a built standard (not relaxed) `Bert`; convert a relaxed one
             with `merge_relaxed_bert` first.
         directory: output directory (written to a temporary sibling, then
-            renamed: `tfeff.convert.staging`).
+            renamed: `tfeff.convert.staging`); its modes follow the umask, as
+            any directory and file the process creates.
         vocabulary_path: optional tfeff vocabulary file, written as
             `vocab.txt` with BERT's names for the reserved tokens, with the
             tokenizer files `AutoTokenizer.from_pretrained(directory)` reads
@@ -233,42 +255,59 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False, lower_
     ImportError says how to install it (`pip install -e '.[hf]'`).
 
     Raises:
-        ValueError: `bert` is relaxed, its positions are not learned
-            (`model.position_embedding`), or `vocabulary_path` is not a BERT
-            vocabulary of the model's size.
+        ValueError: `bert` is relaxed, rotates with another base than
+            RoFormer's 10000, or `vocabulary_path` is not a BERT vocabulary of the
+            model's size.
     """
-    if bert.is_relaxed:
+    backbone = bert.backbone
+    if backbone.is_relaxed:
         raise ValueError("write_hf_bert needs a standard Bert: convert the relaxed model with "
                          "tfeff.convert.merge_relaxed_bert first.")
-    if bert.position_embedding_type != "learned":
-        raise ValueError(
-            f"write_hf_bert needs learned position embeddings: Hugging Face's BERT has an "
-            f"absolute position table (position_embedding_type 'absolute') and this model uses "
-            f"{bert.position_embedding_type!r} positions (model.position_embedding).")
+    rotary = backbone.position_embedding_type == "rotary"
+    head_dim = backbone.hidden_dim // backbone.num_heads
+    if rotary:
+        for layer in backbone.transformer_layers:
+            wavelength = layer.self_attention.max_wavelength
+            if wavelength != hf_roformer.MAX_WAVELENGTH:
+                raise ValueError(
+                    f"write_hf_bert writes a rotary Bert as Hugging Face's RoFormer, whose "
+                    f"rotary base is {hf_roformer.MAX_WAVELENGTH}; {layer.name} rotates with "
+                    f"max_wavelength={wavelength}.")
     recheck = files.check_output(
         directory, {"vocabulary file (vocabulary_path)": vocabulary_path},
         overwrite=overwrite, kind="a Hugging Face BERT directory", foreign=_not_hf_bert)
     words = None
     if vocabulary_path:
-        words, problem = bert_vocabulary(vocabulary_path, bert.vocabulary_size)
+        words, problem = bert_vocabulary(vocabulary_path, backbone.vocabulary_size)
         if problem:
             raise ValueError(problem)
+    config = hf_config(bert)
+    pairs = _pairs(bert)
+    if rotary:
+        pairs = hf_roformer.roformer_pairs(pairs, head_dim)
+        if bert.use_nsp:
+            logging.info("RoFormerForMaskedLM has no pooler or next-sentence head: "
+                         "the model's are not written")
     tensors = {}
-    for name, variable, to_hf, _ in _pairs(bert):
+    for name, variable, to_hf, _ in pairs:
         if variable is None:
-            if bert.input_embedding == "alone":
+            if backbone.input_embedding == "alone":
                 logging.info("Writing the ALONE embedding as its computed table")
-                value = _np(bert.token_embedding.embedding_table(training=False))
+                value = _np(backbone.token_embedding.embedding_table(training=False))
             else:
-                value = _np(bert.token_embedding.embeddings)
+                value = _np(backbone.token_embedding.embeddings)
         else:
             value = _np(variable)
         tensors[name] = np.ascontiguousarray(to_hf(value))
+    if rotary:
+        tensors[hf_roformer.POSITIONS] = hf_roformer.sinusoidal_table(
+            config["max_position_embeddings"], head_dim)
     with staged_directory(directory, "tfeff.convert.write_hf_bert") as tmp:
-        _safetensors().numpy.save_file(tensors, os.path.join(tmp, WEIGHTS_FILE),
-                                       metadata={"format": "pt"})
+        weights = os.path.join(tmp, WEIGHTS_FILE)
+        _safetensors().numpy.save_file(tensors, weights, metadata={"format": "pt"})
+        follow_umask(weights, tmp)  # safetensors creates its file 0600
         with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
-            json.dump(hf_config(bert), f, indent=2)
+            json.dump(config, f, indent=2)
         if words:
             with open(os.path.join(tmp, VOCAB_FILE), "w", encoding="utf-8") as f:
                 f.write("".join(w + "\n" for w in words))
@@ -355,20 +394,19 @@ def read_hf_bert(directory, name="bert"):
     tensors = read_weights(weights_path)
     if not any(k.startswith("bert.") for k in tensors):  # a bare BertModel
         tensors = {(k if k.startswith("cls.") else "bert." + k): v for k, v in tensors.items()}
-    bert = Bert(
+    bert = Bert(BertBackbone(
         cfg["vocab_size"], num_layers=cfg["num_hidden_layers"], hidden_dim=cfg["hidden_size"],
         num_heads=cfg["num_attention_heads"], intermediate_dim=cfg["intermediate_size"],
         max_sequence_length=cfg["max_position_embeddings"],
         num_segments=cfg.get("type_vocab_size", 2),
         dropout_rate=cfg.get("hidden_dropout_prob", 0.1), activation=_FROM_HF_ACTIVATIONS[act],
         layer_norm_epsilon=cfg.get("layer_norm_eps", 1e-12),
-        use_nsp="cls.seq_relationship.weight" in tensors,
-        initializer_range=cfg.get("initializer_range", 0.02), name=name,
-    )
+        initializer_range=cfg.get("initializer_range", 0.02), name=f"{name}_backbone",
+    ), use_nsp="cls.seq_relationship.weight" in tensors, name=name)
     bert.build()
     used, fresh = set(), []
     for hf_name, variable, _, from_hf in _pairs(bert):
-        variable = bert.token_embedding.embeddings if variable is None else variable
+        variable = bert.backbone.token_embedding.embeddings if variable is None else variable
         if hf_name not in tensors:
             if hf_name.startswith("cls.") or hf_name.startswith("bert.pooler"):
                 fresh.append(hf_name)
@@ -390,10 +428,11 @@ def read_hf_bert(directory, name="bert"):
     return bert
 
 
-def standard_bert_problem(config, model_dir, what, holder):
+def standard_bert_problem(config, model_dir, what, holder, rotary=False):
     """Why `model_dir` (its `config`) does not hold a standard BERT with learned
-    positions, which `what` (e.g. "Hugging Face directories") are written from and
-    `holder` (e.g. "Hugging Face's BertModel") can hold, naming the config key; or None."""
+    positions (or rotary ones, where `rotary`), which `what` (e.g. "keras-hub presets")
+    are written from and `holder` (e.g. "keras-hub's BertBackbone") can hold, naming
+    the config key; or None."""
     from tfeff.training import checkpoints
     from tfeff.training import model_directory
     from tfeff.training.families import bert as bp
@@ -402,7 +441,7 @@ def standard_bert_problem(config, model_dir, what, holder):
     if config.family != "bert":
         return (f"{where}: family {config.family!r}; {what} are written for BERT model "
                 "directories only (family: bert)")
-    if config.model.position_embedding != "learned":
+    if config.model.position_embedding != "learned" and not rotary:
         return (f"{where}: model.position_embedding is {config.model.position_embedding!r}; "
                 f"{holder} has a learned absolute position table only "
                 "(position_embedding: learned)")
@@ -423,15 +462,16 @@ def standard_bert_problem(config, model_dir, what, holder):
 
 def write_hf_model_dir(model_dir, directory, overwrite=False):
     """Writes the standard BERT of a model directory as a Hugging Face directory: the
-    weights and `config.json` (`write_hf_bert`), `vocab.txt` and the tokenizer files
-    with the directory's `data.lower_case`, so that
-    `transformers.AutoTokenizer.from_pretrained(directory)` tokenizes as tfeff did (but
-    for a literal `<unk>`, which it splits: write `[UNK]` in its text) and
-    `BertForPreTraining.from_pretrained(directory)` computes what the tfeff model
+    weights and `config.json` (`write_hf_bert`: BERT's layout, or RoFormer's for rotary
+    positions), `vocab.txt` and the tokenizer files with the directory's
+    `data.lower_case`, so that `transformers.AutoTokenizer.from_pretrained(directory)`
+    tokenizes as tfeff did (but for a literal `<unk>`, which it splits: write `[UNK]` in
+    its text) and `BertForPreTraining.from_pretrained(directory)` (rotary:
+    `RoFormerForMaskedLM.from_pretrained(directory)`) computes what the tfeff model
     computes (`tfeff-convert-core --hf_dir`).
 
     Args:
-        model_dir: a standard BERT model directory (`family: bert`) with learned
+        model_dir: a standard BERT model directory (`family: bert`), learned or rotary
             positions: a standard run, a two-phase CoRe run after its switch, or
             the output of `tfeff-convert-core --output_dir`.
         directory: the Hugging Face directory to write (see `write_hf_bert`).
@@ -441,8 +481,8 @@ def write_hf_model_dir(model_dir, directory, overwrite=False):
         The step of the checkpoint written.
 
     Raises:
-        ConversionError: `model_dir` holds no standard BERT with learned positions
-            (the message names the config key and what to do).
+        ConversionError: `model_dir` holds no standard BERT (the message names the
+            config key and what to do).
     """
     from tfeff.models.relaxed_merge import ConversionError
     from tfeff.training import model_directory
@@ -450,7 +490,7 @@ def write_hf_model_dir(model_dir, directory, overwrite=False):
 
     config = model_directory.load_model_dir_config(model_dir)
     problem = standard_bert_problem(config, model_dir, "Hugging Face directories",
-                                    "Hugging Face's BertModel")
+                                    "Hugging Face's BERT (or RoFormer)", rotary=True)
     if problem:
         raise ConversionError(problem)
     bert, _, step, _ = bp.BERT.restore(model_dir, config)
@@ -458,4 +498,3 @@ def write_hf_model_dir(model_dir, directory, overwrite=False):
                   os.path.join(model_dir, model_directory.VOCABULARY_FILE),
                   overwrite=overwrite, lower_case=config.data.lower_case)
     return step
-

@@ -21,6 +21,7 @@ import logging
 import keras
 
 from tfeff.models import Bert
+from tfeff.models import BertBackbone
 
 # What keras-hub's BertBackbone fixes: its feed-forward activation and layer-norm epsilon.
 KERAS_HUB_ACTIVATION = "gelu_approximate"
@@ -40,17 +41,17 @@ def import_keras_hub():
 def exact_in_keras_hub(bert):
     """Whether keras-hub's `BertBackbone` computes exactly `bert`'s sequence output:
     `bert` uses keras-hub's activation and layer-norm epsilon."""
-    return (bert.activation == KERAS_HUB_ACTIVATION
-            and bert.layer_norm_epsilon == KERAS_HUB_LAYER_NORM_EPSILON)
+    return (bert.backbone.activation == KERAS_HUB_ACTIVATION
+            and bert.backbone.layer_norm_epsilon == KERAS_HUB_LAYER_NORM_EPSILON)
 
 
 def _layer_pairs(bert, backbone):
     """`(tfeff layer, keras-hub layer)` pairs whose weights correspond one to one."""
     pairs = [
-        (bert.segment_embedding, backbone.segment_embedding),
-        (bert.embeddings_norm, backbone.embeddings_layer_norm),
+        (bert.backbone.segment_embedding, backbone.segment_embedding),
+        (bert.backbone.embeddings_norm, backbone.embeddings_layer_norm),
     ]
-    for ours, theirs in zip(bert.transformer_layers, backbone.transformer_layers):
+    for ours, theirs in zip(bert.backbone.transformer_layers, backbone.transformer_layers):
         pairs += [
             (ours.self_attention, theirs._self_attention_layer),
             (ours.attention_norm, theirs._self_attention_layer_norm),
@@ -103,38 +104,39 @@ def to_keras_hub(bert):
             ReLU (`model.activation`); also when a weight's shape does not match.
     """
     keras_hub = import_keras_hub()
-    if bert.is_relaxed:
+    encoder = bert.backbone
+    if encoder.is_relaxed:
         raise ValueError("to_keras_hub needs a standard Bert: merge_relaxed_bert first.")
-    if bert.position_embedding_type != "learned":
+    if encoder.position_embedding_type != "learned":
         raise ValueError(
             f"to_keras_hub needs learned position embeddings: keras-hub's BertBackbone has an "
-            f"absolute position table and this model uses {bert.position_embedding_type!r} "
+            f"absolute position table and this model uses {encoder.position_embedding_type!r} "
             f"positions (model.position_embedding).")
-    if bert.activation == "relu":
+    if encoder.activation == "relu":
         raise ValueError(
             "to_keras_hub needs a GELU model: keras-hub's BertBackbone always uses the tanh "
             "approximation of GELU and this model uses 'relu' (model.activation).")
-    if bert.activation != KERAS_HUB_ACTIVATION:
+    if encoder.activation != KERAS_HUB_ACTIVATION:
         logging.warning("keras-hub's BERT uses tanh-approximated GELU; this model uses %r "
                         "(model.activation), so outputs will differ slightly.",
-                        bert.activation)
-    if bert.layer_norm_epsilon != KERAS_HUB_LAYER_NORM_EPSILON:
+                        encoder.activation)
+    if encoder.layer_norm_epsilon != KERAS_HUB_LAYER_NORM_EPSILON:
         logging.warning("keras-hub's BERT uses layer-norm epsilon %g; this model uses %g "
                         "(model.layer_norm_epsilon), so outputs will differ slightly.",
-                        KERAS_HUB_LAYER_NORM_EPSILON, bert.layer_norm_epsilon)
+                        KERAS_HUB_LAYER_NORM_EPSILON, encoder.layer_norm_epsilon)
     backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=bert.vocabulary_size, num_layers=bert.num_layers,
-        num_heads=bert.num_heads, hidden_dim=bert.hidden_dim,
-        intermediate_dim=bert.intermediate_dim, dropout=bert.dropout_rate,
-        max_sequence_length=bert.max_sequence_length, num_segments=bert.num_segments,
+        vocabulary_size=encoder.vocabulary_size, num_layers=encoder.num_layers,
+        num_heads=encoder.num_heads, hidden_dim=encoder.hidden_dim,
+        intermediate_dim=encoder.intermediate_dim, dropout=encoder.dropout_rate,
+        max_sequence_length=encoder.max_sequence_length, num_segments=encoder.num_segments,
     )
-    if bert.input_embedding == "alone":
+    if encoder.input_embedding == "alone":
         logging.info("Writing the ALONE embedding as its computed table")
-        table = bert.token_embedding.embedding_table(training=False)
+        table = encoder.token_embedding.embedding_table(training=False)
     else:
-        table = bert.token_embedding.embeddings
+        table = encoder.token_embedding.embeddings
     backbone.token_embedding.embeddings.assign(keras.ops.convert_to_numpy(table))
-    backbone.position_embedding.position_embeddings.assign(bert.position_embedding.embeddings)
+    backbone.position_embedding.position_embeddings.assign(encoder.position_embedding.embeddings)
     for ours, theirs in _layer_pairs(bert, backbone):
         copy_weights(ours.weights, theirs.weights, ours.path)
     return backbone
@@ -159,17 +161,17 @@ def from_keras_hub(backbone, name="bert"):
     keras-hub installed, an ImportError says how to install it.
     """
     import_keras_hub()
-    bert = Bert(
+    bert = Bert(BertBackbone(
         backbone.vocabulary_size, num_layers=backbone.num_layers,
         hidden_dim=backbone.hidden_dim, num_heads=backbone.num_heads,
         intermediate_dim=backbone.intermediate_dim,
         max_sequence_length=backbone.max_sequence_length,
         num_segments=backbone.num_segments, dropout_rate=backbone.dropout,
-        activation=KERAS_HUB_ACTIVATION, use_nsp=True, name=name,
-    )
+        activation=KERAS_HUB_ACTIVATION, name=f"{name}_backbone",
+    ), use_nsp=True, name=name)
     bert.build()
-    bert.token_embedding.embeddings.assign(backbone.token_embedding.embeddings)
-    bert.position_embedding.embeddings.assign(
+    bert.backbone.token_embedding.embeddings.assign(backbone.token_embedding.embeddings)
+    bert.backbone.position_embedding.embeddings.assign(
         keras.ops.convert_to_numpy(backbone.position_embedding.position_embeddings))
     for ours, theirs in _layer_pairs(bert, backbone):
         copy_weights(theirs.weights, ours.weights, theirs.path)

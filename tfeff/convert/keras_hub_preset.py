@@ -197,7 +197,7 @@ def write_keras_hub_preset(model_dir, preset_dir, overwrite=False):
         logging.info("The next-sentence classifier (nsp_dense) has no place in keras-hub's "
                      "BertMaskedLM and is not written; the pooler is.")
     words, problem = bert_vocabulary(
-        os.path.join(model_dir, model_directory.VOCABULARY_FILE), bert.vocabulary_size)
+        os.path.join(model_dir, model_directory.VOCABULARY_FILE), bert.backbone.vocabulary_size)
     if problem:
         raise ConversionError(problem)
     task = _masked_lm(keras_hub, bert, config, words)

@@ -2,7 +2,9 @@
 
 `staged_directory(path, what)` is what `convert_model_dir`,
 `write_keras_hub_preset` and `write_hf_bert` write into: `<path>.tmp-XXXXXXXX`,
-renamed into place once complete, while `<path>.lock` is held. Stopped by an
+renamed into place once complete, while `<path>.lock` is held. It is made as any
+directory is (`os.mkdir`: its mode follows the umask), and what a library writes
+there with a mode of its own gets the umask's (`follow_umask`). Stopped by an
 error, Ctrl-C or SIGTERM, a writer removes its temporary on the way out; killed
 (SIGKILL, a power cut), it leaves it, and the next writer of the same `path`
 removes it: the name says whose it is, and the lock that it is no one's now.
@@ -11,6 +13,7 @@ removes it: the name says whose it is, and the lock that it is no one's now.
 import contextlib
 import os
 import shutil
+import stat
 
 from tfeff.data import files
 
@@ -45,3 +48,16 @@ def staged_directory(path, what):
         finally:
             if os.path.isdir(tmp) and not os.path.islink(tmp):
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+def follow_umask(path, directory):
+    """Gives the file `path` the mode a new file gets under the process' umask.
+
+    For files a library creates with a mode of its own (the `safetensors` package
+    writes 0600), so that an output reads like any other the process writes (0644
+    under a umask of 022). The umask is read off `directory`, which `os.mkdir`
+    made (mode 0o777 less the umask; `staged_directory`'s): a file gets its read
+    and write bits (0o666 less the umask), without changing the umask of a
+    process that may have other threads.
+    """
+    os.chmod(path, stat.S_IMODE(os.stat(directory).st_mode) & 0o666)

@@ -277,16 +277,17 @@ class ElmoEmbedderModule(EmbedderModule):
                  max_tokens=DEFAULT_MAX_TOKENS, subword_pooling="first"):
         self.model = model
         self.fasttext = fasttext_layer
-        if model.input_embedding == "fixed":
+        encoder = model.backbone
+        if encoder.input_embedding == "fixed":
             if fasttext_layer is None:
                 raise ValueError("An ElmoLM with the fixed fastText input needs `fasttext_layer`.")
-            if fasttext_layer.output_dim != model.token_embedding_dim:
+            if fasttext_layer.output_dim != encoder.token_embedding_dim:
                 raise ValueError(
                     f"The fastText vectors have dimension {fasttext_layer.output_dim}, the "
-                    f"model expects {model.token_embedding_dim}")
+                    f"model expects {encoder.token_embedding_dim}")
             if not fasttext_layer.built:
                 fasttext_layer.build()
-        mean = (np.zeros(model.token_embedding_dim, np.float32) if vector_mean is None
+        mean = (np.zeros(encoder.token_embedding_dim, np.float32) if vector_mean is None
                 else vector_mean)
         self.vector_mean = tf.Variable(np.asarray(mean, np.float32), trainable=False,
                                        name="vector_mean")
@@ -295,7 +296,7 @@ class ElmoEmbedderModule(EmbedderModule):
                          max_tokens, subword_pooling, name="elmo_embedder")
 
     def _stack(self, flat):
-        if self.model.input_embedding == "fixed":
+        if self.model.backbone.input_embedding == "fixed":
             tokens, mask = self._with_boundaries(flat, strings=True)
             vectors = self.fasttext(tokens) - self.vector_mean
             # A literal <unk> (or <pad>) is the unknown word, whose fixed vector in
@@ -306,8 +307,8 @@ class ElmoEmbedderModule(EmbedderModule):
             vectors = tf.where(unknown[:, :, None], tf.zeros_like(vectors), vectors)
         else:
             ids, mask = self._with_boundaries(flat)
-            vectors = self.model.token_embedding(ids)
-        stack, forward, backward = self.model.encode(vectors, mask, training=False)
+            vectors = self.model.backbone.token_embedding(ids)
+        stack, forward, backward = self.model.backbone.encode(vectors, mask, training=False)
         extras = {}
         if self.has_predictions:
             extras = {"forward": self.model.head_inputs(forward)[:, None],
@@ -404,9 +405,9 @@ def embedder_module(model, *, embedder=None, family=None, vocabulary=None,
     `embedder` names the module (one of `EMBEDDERS`): `"elmo"` for an `ElmoLM`
     (any input embedding, the predictions of a continuous output),
     `"fasttext"` for a `FastTextEmbedding`, `"token_ids"` for any model with
-    `embedding_layers` (`TokenIdsEmbedderModule`). A training family names its
-    own (`Family.embedder_options`); None takes the model's `embedder_kind`
-    attribute, else `"token_ids"` for a model with `embedding_layers`.
+    `embedding_layers` (`TokenIdsEmbedderModule`). None takes the model's
+    `embedder_kind` (every tfeff task and `FastTextEmbedding` names its own),
+    else `"token_ids"` for another model with `embedding_layers`.
 
     Args:
         model: an `ElmoLM`, any model with `embedding_layers`, or a
@@ -465,20 +466,21 @@ def embedder_module(model, *, embedder=None, family=None, vocabulary=None,
     if embedder == "elmo":
         if tokenization == "bert":
             raise ValueError("An ElmoLM reads `word` or `wordpiece` tokens, not `bert`.")
-        if model.input_embedding == "fixed":
+        if model.backbone.input_embedding == "fixed":
             kind = "strings"
         else:
             kind = "wordpiece" if tokenization == "wordpiece" else "ids"
             if words is None:
                 raise ValueError(
-                    f"An ElmoLM with input_embedding={model.input_embedding!r} needs the "
-                    "`vocabulary` it was trained with.")
-            _check_size(words, model.vocabulary_size)
+                    f"An ElmoLM with input_embedding={model.backbone.input_embedding!r} needs "
+                    "the `vocabulary` it was trained with.")
+            _check_size(words, model.backbone.vocabulary_size)
         return ElmoEmbedderModule(model, Tokenization(kind, words), fasttext_layer, vector_mean,
                                   _default_max_tokens(max_tokens), subword_pooling)
     if words is None:
         raise ValueError(f"A {type(model).__name__} embedder needs its `vocabulary`.")
-    _check_size(words, model.vocabulary_size)
+    # A task's vocabulary is its backbone's; a model of its own may hold it itself.
+    _check_size(words, getattr(model, "backbone", model).vocabulary_size)
     tok = Tokenization("ids" if tokenization == "word" else "wordpiece", words,
                        basic=tokenization == "bert", lower_case=lower_case)
     return TokenIdsEmbedderModule(model, tok, family or _snake_case(type(model).__name__),

@@ -4,68 +4,31 @@ import keras
 from keras import ops
 
 from tfeff.backend.checks import check_batch_size
-from tfeff.models.bert_backbone import CONFIG_KEYS
 from tfeff.models.bert_backbone import BertBackbone
 from tfeff.models.bert_layer import get_activation
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
-from tfeff.models.task import BackboneTask
-
-# The backbone's layers the task tracks under its own names (see `Bert`).
-_BACKBONE_LAYERS = ("token_embedding", "position_embedding", "segment_embedding",
-                    "embeddings_norm", "embeddings_dropout", "transformer_layers")
+from tfeff.models.task import Task
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
-class Bert(BackboneTask):
+class Bert(Task):
     """BERT (Devlin et al. 2019) for masked-LM pretraining; CoRe's relaxed BERT by config.
 
-    The task model, as keras-hub splits them: a `BertBackbone` (`backbone`:
-    token, position and segment embeddings, summed and layer-normalized, then
-    `num_layers` post-layer-norm transformer layers), the heads and the loss.
-    The masked-LM head gathers the hidden states of the masked positions only, transforms
-    them (dense + activation + layer norm) and scores them against the token
-    embedding (tied) plus a bias. With `use_nsp`, a tanh pooler on `[CLS]`
-    (position 0) feeds a two-way next-sentence classifier.
-
-    `relaxed={"num_anchors": m, "ffn_rank": d_r}` turns on CoRe's coarse
-    model (Yang et al.): `AnchorMultiHeadAttention` with m anchors and
-    `FactorizedDense` feed-forward kernels of rank d_r (either may be 0 to
-    keep that part standard). All other weights are the same, with the same
-    names, so `tfeff.convert.merge_relaxed_bert` turns it into a standard
-    `Bert`. `position_embedding="rotary"` and `input_embedding="alone"` are
-    the backbone's (see `BertBackbone`); with ALONE the masked-LM head
-    scores against its computed table (`attend`).
-
-    The backbone's layers are also the task's attributes, under the names
-    they had before the split (`token_embedding`, `transformer_layers`,
-    ...), so the files saved before it still load (`BackboneTask`). The backbone checks
-    the arguments it takes (see its `Raises:`).
+    The task model, as keras-hub splits them: it takes a `BertBackbone`
+    (`backbone`: token, position and segment embeddings, summed and
+    layer-normalized, then `num_layers` post-layer-norm transformer layers;
+    standard or CoRe-relaxed, see `BertBackbone`) and adds the heads and the
+    loss. The masked-LM head gathers the hidden states of the masked positions
+    only, transforms them (dense + activation + layer norm) and scores them
+    against the token embedding (tied; with ALONE, its computed table) plus a
+    bias. With `use_nsp`, a tanh pooler on `[CLS]` (position 0) feeds a
+    two-way next-sentence classifier. The heads' sizes, activation and
+    initializer are the backbone's.
 
     Args:
-        vocabulary_size: number of token ids.
-        num_layers: transformer layers.
-        hidden_dim: model width.
-        num_heads: attention heads (`hidden_dim` must be a multiple).
-        intermediate_dim: feed-forward width.
-        max_sequence_length: number of position embeddings.
-        num_segments: number of segment (token type) ids.
-        dropout_rate: dropout after embeddings, on attention probabilities
-            and on residual branches.
-        activation: `"gelu"` (erf, BERT and Hugging Face), `"gelu_approximate"`
-            (tanh, keras-hub) or `"relu"`.
-        layer_norm_epsilon: layer norm epsilon.
-        relaxed: None, or a dict with `num_anchors`, `ffn_rank` and
-            `anchor_selection` (missing keys default to 32, 64 and
-            `"random"`).
+        backbone: a `BertBackbone`.
         use_nsp: add the pooler and next-sentence head.
-        input_embedding: `"trainable"` or `"alone"`.
-        alone: `AloneEmbedding` arguments (without `vocabulary_size`,
-            `output_dim`, `lookup`) for `input_embedding="alone"`.
-        initializer_range: stddev of the truncated-normal initializers.
-        position_embedding: `"learned"` (BERT's absolute position table) or
-            `"rotary"`.
-        seed: seed of dropout and anchor draws.
         **kwargs: base `Model` arguments.
 
     Call arguments:
@@ -85,88 +48,50 @@ class Bert(BackboneTask):
         `(batch, p, vocabulary_size)` when `masked_positions` is given;
         `pooled_output` and `nsp_logits` `(batch, 2)` with `use_nsp`.
 
+    Raises:
+        TypeError: `backbone` is not a `BertBackbone`.
+
     Example:
 
-    >>> bert = Bert(30, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
-    ...             max_sequence_length=8)
+    >>> backbone = BertBackbone(30, num_layers=1, hidden_dim=8, num_heads=2,
+    ...                         intermediate_dim=16, max_sequence_length=8)
+    >>> bert = Bert(backbone)
     >>> ids = np.array([[2, 7, 8, 3, 0, 0]], "int32")  # CLS, two words, SEP, padding
     >>> out = bert({"token_ids": ids, "masked_positions": np.array([[1]], "int32")})
     >>> tuple(out["sequence_output"].shape), tuple(out["mlm_logits"].shape)
     ((1, 6, 8), (1, 1, 30))
     """
 
-    def __init__(
-        self,
-        vocabulary_size,
-        num_layers=12,
-        hidden_dim=768,
-        num_heads=12,
-        intermediate_dim=3072,
-        max_sequence_length=512,
-        num_segments=2,
-        dropout_rate=0.1,
-        activation="gelu",
-        layer_norm_epsilon=1e-12,
-        relaxed=None,
-        use_nsp=False,
-        input_embedding="trainable",
-        alone=None,
-        initializer_range=0.02,
-        position_embedding="learned",
-        seed=None,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
+    backbone_class = BertBackbone
+
+    def __init__(self, backbone, use_nsp=False, **kwargs):
+        super().__init__(backbone, **kwargs)
         self.use_nsp = bool(use_nsp)
-        backbone = BertBackbone(
-            vocabulary_size, num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
-            intermediate_dim=intermediate_dim, max_sequence_length=max_sequence_length,
-            num_segments=num_segments, dropout_rate=dropout_rate, activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon, relaxed=relaxed,
-            input_embedding=input_embedding, alone=alone, initializer_range=initializer_range,
-            position_embedding=position_embedding, seed=seed, dtype=self.dtype_policy,
-            name=f"{self.name}_backbone")
-        for name in CONFIG_KEYS + ("position_embedding_type",):
-            setattr(self, name, getattr(backbone, name))
-        self.adopt_backbone(backbone, _BACKBONE_LAYERS)
-
-        def init():
-            return keras.initializers.TruncatedNormal(stddev=self.initializer_range)
-
+        init = backbone.initializer
         common = {"dtype": self.dtype_policy}
         self.mlm_dense = keras.layers.Dense(
-            self.hidden_dim, activation=get_activation(self.activation),
+            backbone.hidden_dim, activation=get_activation(backbone.activation),
             kernel_initializer=init(), name="mlm_dense", **common)
         self.mlm_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="mlm_norm", **common)
+            epsilon=backbone.layer_norm_epsilon, name="mlm_norm", **common)
         self.pooler = self.nsp_dense = None
         if self.use_nsp:
             self.pooler = keras.layers.Dense(
-                self.hidden_dim, activation="tanh", kernel_initializer=init(), name="pooler",
-                **common)
+                backbone.hidden_dim, activation="tanh", kernel_initializer=init(),
+                name="pooler", **common)
             self.nsp_dense = keras.layers.Dense(
                 2, kernel_initializer=init(), name="nsp_dense", **common)
-        self.track_backbone(backbone)
 
-    @property
-    def is_relaxed(self):
-        return self.relaxed is not None
-
-    def build(self, input_shape=None):
-        shape = (None, None, self.hidden_dim)
-        self.build_backbone()
+    def build_heads(self):
+        hidden_dim = self.backbone.hidden_dim
+        shape = (None, None, hidden_dim)
         self.mlm_dense.build(shape)
         self.mlm_norm.build(shape)
         self.mlm_bias = self.add_weight(
-            name="mlm_bias", shape=(self.vocabulary_size,), initializer="zeros")
+            name="mlm_bias", shape=(self.backbone.vocabulary_size,), initializer="zeros")
         if self.use_nsp:
-            self.pooler.build((None, self.hidden_dim))
-            self.nsp_dense.build((None, self.hidden_dim))
-        self.built = True
-
-    def encode(self, *args, **kwargs):
-        """The backbone's `encode`: the sequence output, or every layer."""
-        return self._backbone.encode(*args, **kwargs)
+            self.pooler.build((None, hidden_dim))
+            self.nsp_dense.build((None, hidden_dim))
 
     def mlm_logits(self, sequence_output, masked_positions, training=False):
         """Logits `(batch, p, vocabulary_size)` at `masked_positions` `(batch, p)` only."""
@@ -175,17 +100,18 @@ class Bert(BackboneTask):
                                               "sequence_output"), "int32")
         h = ops.take_along_axis(sequence_output, positions[..., None], axis=1)  # (batch, p, d)
         h = self.mlm_norm(self.mlm_dense(h))
-        if self.input_embedding == "alone":
-            logits = self.token_embedding.attend(h, training=training)
+        token_embedding = self.backbone.token_embedding
+        if self.backbone.input_embedding == "alone":
+            logits = token_embedding.attend(h, training=training)
         else:
-            table = ops.cast(self.token_embedding.embeddings, h.dtype)
+            table = ops.cast(token_embedding.embeddings, h.dtype)
             logits = ops.einsum("bpd,vd->bpv", h, table)
         return ops.cast(logits, "float32") + ops.cast(self.mlm_bias, "float32")
 
     def call(self, inputs, training=False, exact_attention=None):
         if not isinstance(inputs, dict):
             inputs = {"token_ids": inputs}
-        sequence = self._backbone.encode(
+        sequence = self.backbone.encode(
             inputs["token_ids"], inputs.get("segment_ids"), inputs.get("padding_mask"),
             training=training, exact_attention=exact_attention,
         )

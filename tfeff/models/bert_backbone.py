@@ -57,8 +57,8 @@ class BertBackbone(Backbone):
     Token, position and segment embeddings are summed, layer-normalized and
     passed through `num_layers` post-layer-norm transformer layers
     (`BertLayer`: self-attention, GELU feed-forward network). It knows no
-    head and no loss (keras-hub's backbone/task split): `Bert` adds the
-    masked-LM and next-sentence heads and the loss; the export contract
+    head and no loss (keras-hub's backbone/task split): `Bert(backbone)` adds
+    the masked-LM and next-sentence heads and the loss; the export contract
     (`embedding_layers`) is the backbone's.
 
     `relaxed={"num_anchors": m, "ffn_rank": d_r}` turns on CoRe's coarse
@@ -197,9 +197,7 @@ class BertBackbone(Backbone):
         if alone is not None and input_embedding != "alone":
             raise ValueError("`alone` is only used with input_embedding='alone'.")
 
-        def init():
-            return keras.initializers.TruncatedNormal(stddev=initializer_range)
-
+        init = self.initializer
         common = {"dtype": self.dtype_policy}
         if input_embedding == "alone":
             self.alone = dict(alone or {})
@@ -245,9 +243,11 @@ class BertBackbone(Backbone):
     def is_relaxed(self):
         return self.relaxed is not None
 
+    def initializer(self):
+        """A new truncated-normal initializer of stddev `initializer_range` (the heads' too)."""
+        return keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+
     def build_layers(self):
-        """Creates the layers' variables in the caller's name scope (`Bert.build` calls it:
-        its variable paths stay those of the checkpoints written before the split)."""
         shape = (None, None, self.hidden_dim)
         self.token_embedding.build((None, None))
         if self.position_embedding is not None:
@@ -301,17 +301,9 @@ class BertBackbone(Backbone):
             layers.append(x)
         return ops.stack(layers, axis=1) if return_all_layers else x
 
-    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
+    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule` (with
+    # `Backbone`'s sizes).
     embedding_tokenization = "bert"
-
-    @property
-    def embedding_num_layers(self):
-        """Layers of `embedding_layers`: the embedding output and each transformer layer."""
-        return self.num_layers + 1
-
-    @property
-    def embedding_dim(self):
-        return self.hidden_dim
 
     @property
     def max_embedding_tokens(self):

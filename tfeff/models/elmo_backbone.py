@@ -102,7 +102,6 @@ class ElmoBackbone(LanguageModelBackbone):
         self.num_layers = num_layers
         self.units = units
         self.projection_dim = projection_dim
-        self.width = width
         self.layer_norm = bool(layer_norm)
         self.dropout_rate = float(dropout_rate)
         self.token_projection = keras.layers.Dense(width, name="token_projection")
@@ -180,11 +179,6 @@ class ElmoBackbone(LanguageModelBackbone):
         return {"forward": forward, "backward": backward}
 
     # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
-
-    @property
-    def embedding_num_layers(self):
-        """Layers of `embedding_layers`: the token layer and each LSTM layer."""
-        return self.num_layers + 1
 
     @property
     def embedding_dim(self):

@@ -1,17 +1,10 @@
 """ElmoLM: a bidirectional LSTM language model with a pluggable output layer."""
 
-import warnings
-
 import keras
 
 from tfeff.backend.checks import check_token_ids
 from tfeff.models.elmo_backbone import ElmoBackbone
 from tfeff.models.language_model import LanguageModel
-
-# The backbone's layers the task tracks under its own names (`BackboneTask`).
-_BACKBONE_LAYERS = ("token_projection",
-                    ("forward_lstms", "forward_norms", "backward_lstms", "backward_norms"),
-                    "dropout")
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -44,55 +37,26 @@ class ElmoLM(LanguageModel):
       (`"mean"`, as ELMo's bilm-tf: with Adam the two differ by the
       gradient-clipping bound they meet).
 
-    The task model, as keras-hub splits them: an `ElmoBackbone` (`backbone`:
-    the token layer and the LSTM stacks, whose representation stack
-    `[concat(x, x), concat(f_1, b_1), ..., concat(f_L, b_L)]` is what
-    features are extracted from), the output layer and the loss.
-
-    The constructor reads as `MaskedElmo`'s and `Bert`'s: the vocabulary size
-    first, the fixed vectors as the keyword `embedding_table`.
+    The task model, as keras-hub splits them: it takes an `ElmoBackbone`
+    (`backbone`: the token layer and the LSTM stacks, whose representation
+    stack `[concat(x, x), concat(f_1, b_1), ..., concat(f_L, b_L)]` is what
+    features are extracted from) and adds the output layer and the loss
+    (the output arguments: `LanguageModel`).
 
     Args:
-        vocabulary_size: number of ids (row 0 is padding); may be left out
-            when `embedding_table` is given (it is then the table's rows, and
-            must equal them when both are given).
-        num_layers: LSTM layers per direction.
-        units: LSTM cell size.
-        projection_dim: LSTM projection (and token-projection) size; None:
-            LSTMs without a projection (the width is `units`).
-        dropout_rate: dropout after each LSTM layer, in [0, 1).
-        output_layer: one of `OUTPUT_LAYERS`.
+        backbone: an `ElmoBackbone`.
+        output_layer: one of `OUTPUT_LAYERS` (see above).
         output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
-        embedding_table: path of the `.npy` vocabulary vectors, or an array
-            `(vocabulary_size, dim)`; row 0 is padding. Required by
-            the fixed input embedding and the `"continuous"` / `"fixed"` outputs.
-        vmf_regularization1: lambda_1 of the `"vmf"` loss, >= 0 (penalty on the
-            norm of the prediction).
-        vmf_regularization2: lambda_2 of the `"vmf"` loss, in (0, 1] (scale of
-            the dot product).
-        input_embedding: `"fixed"` (the table), `"trainable"` or `"alone"`.
-        token_embedding_dim: size of a trainable or ALONE input embedding
-            (default: the table's dimension, else `projection_dim`). The old
-            name `embedding_dim` is still read, with a `DeprecationWarning`.
-        tie_output: use the trainable (or ALONE) input embedding as the
-            `"full"` softmax's output matrix (a projection to
-            `token_embedding_dim` is added when it differs from
-            `projection_dim`).
+        vmf_regularization1: lambda_1 of the `"vmf"` loss, >= 0.
+        vmf_regularization2: lambda_2 of the `"vmf"` loss, in (0, 1].
+        tie_output: use the backbone's trainable or ALONE input embedding as
+            the `"full"` softmax's output matrix.
         adaptive_cutoffs: cluster boundaries of `"adaptive"`.
         adaptive_div_value: projection divisor of `"adaptive"`.
-        adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (the share of
-            rows a tail computes on JAX and under `torch.compile`; None: all).
+        adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (None: all rows).
         num_sampled: negatives per step of `"sampled"` and `"fixed"`.
         seed: sampler seed.
-        alone: dict of `AloneEmbedding` arguments (all but
-            `vocabulary_size`, `output_dim`, `mask_zero` and `lookup`) for
-            `input_embedding="alone"`; `base_dim` defaults to `token_embedding_dim`.
-        cell_clip: None or the bound of each LSTM's cell state
-            (`ProjectedLSTM`; ELMo: 3).
-        proj_clip: None or the bound of each LSTM's projected state (ELMo: 3).
-        direction_loss: `"sum"` or `"mean"` of the two directions' losses.
-        layer_norm: whether each LSTM layer's output is layer-normalized (Li et
-            al.'s encoder; ELMo's has none).
+        direction_loss: `"sum"` or `"mean"` of the directions' losses.
         **kwargs: base `Model` arguments.
 
     Call arguments:
@@ -108,17 +72,15 @@ class ElmoLM(LanguageModel):
         output for token t-1.
 
     Raises:
-        ValueError: `output_layer` is unknown, `embedding_table` is missing
-            for a `"continuous"` or `"fixed"` output, `tie_output` is set
-            without a trainable or ALONE input and a `"full"` output, or
-            `"adaptive"` has no `adaptive_cutoffs`. The backbone checks the
-            rest (see `ElmoBackbone`). A `vocabulary_size` that is no integer
-            (fixed vectors passed first) raises `TypeError`.
+        ValueError: the output's settings do not go together (see
+            `LanguageModel`).
+        TypeError: `backbone` is not an `ElmoBackbone`.
 
     Example:
 
-    >>> lm = ElmoLM(20, num_layers=1, units=8, projection_dim=4,
-    ...             input_embedding="trainable", output_layer="full")
+    >>> backbone = ElmoBackbone(20, num_layers=1, units=8, projection_dim=4,
+    ...                         input_embedding="trainable")
+    >>> lm = ElmoLM(backbone, output_layer="full")
     >>> ids = np.array([[2, 5, 6, 3, 0]], "int32")  # <s> w w </s> <pad>
     >>> out = lm(ids)
     >>> sorted(out), tuple(out["forward"].shape)
@@ -131,75 +93,10 @@ class ElmoLM(LanguageModel):
     # strings through fastText, and a continuous output adds its predictions.
     embedder_kind = "elmo"
 
-    def __init__(
-        self,
-        vocabulary_size=None,
-        num_layers=2,
-        units=4096,
-        projection_dim=512,
-        dropout_rate=0.1,
-        output_layer="continuous",
-        output_loss="cosine",
-        embedding_table=None,
-        vmf_regularization1=0.0,
-        vmf_regularization2=1.0,
-        input_embedding="fixed",
-        token_embedding_dim=None,
-        tie_output=False,
-        adaptive_cutoffs=None,
-        adaptive_div_value=4.0,
-        adaptive_tail_capacity=None,
-        num_sampled=8192,
-        seed=None,
-        alone=None,
-        cell_clip=None,
-        proj_clip=None,
-        direction_loss="sum",
-        layer_norm=True,
-        **kwargs,
-    ):
-        if "embedding_dim" in kwargs:  # its earlier name, still in saved configs
-            warnings.warn("ElmoLM's `embedding_dim` is now `token_embedding_dim` (its "
-                          "`embedding_dim` is the exported width, as for the other models).",
-                          DeprecationWarning, stacklevel=2)
-            old = kwargs.pop("embedding_dim")
-            if token_embedding_dim is not None and old is not None and old != token_embedding_dim:
-                raise ValueError(
-                    "`embedding_dim` is the earlier name of `token_embedding_dim`; received "
-                    f"both, and they differ: {old} and {token_embedding_dim}")
-            token_embedding_dim = token_embedding_dim or old
-        super().__init__(
-            vocabulary_size, output_layer=output_layer, output_loss=output_loss,
-            vmf_regularization1=vmf_regularization1, vmf_regularization2=vmf_regularization2,
-            input_embedding=input_embedding, embedding_table=embedding_table,
-            tie_output=tie_output, adaptive_cutoffs=adaptive_cutoffs,
-            adaptive_div_value=adaptive_div_value,
-            adaptive_tail_capacity=adaptive_tail_capacity, num_sampled=num_sampled, seed=seed,
-            direction_loss=direction_loss, **kwargs)
-        backbone = ElmoBackbone(
-            vocabulary_size, num_layers=num_layers, units=units, projection_dim=projection_dim,
-            dropout_rate=dropout_rate, embedding_table=embedding_table,
-            input_embedding=input_embedding, token_embedding_dim=token_embedding_dim,
-            alone=self.backbone_alone(alone, input_embedding), cell_clip=cell_clip,
-            proj_clip=proj_clip, layer_norm=layer_norm, dtype=self.dtype_policy,
-            name=f"{self.name}_backbone")
-        for name in ("num_layers", "units", "projection_dim", "width", "dropout_rate",
-                     "layer_norm"):
-            setattr(self, name, getattr(backbone, name))
-        self.attach_backbone(backbone, _BACKBONE_LAYERS, self.width)
-
-    def build(self, input_shape=None):
-        self.build_backbone()
-        self.build_output_head(self.width)
-        self.built = True
-
-    def encode(self, vectors, mask, training=False):
-        """The backbone's `encode`: `(stack, forward_top, backward_top)` of token vectors."""
-        return self._backbone.encode(vectors, mask, training=training)
+    backbone_class = ElmoBackbone
 
     def call(self, inputs, training=False):
         ids = check_token_ids(self, inputs, "inputs")
-        mask = ids > 0
-        vectors = self.token_embedding(ids, training=training)  # (batch, time, emb)
-        _, forward, backward = self._backbone.encode(vectors, mask, training=training)
+        vectors = self.backbone.token_embedding(ids, training=training)  # (batch, time, emb)
+        _, forward, backward = self.backbone.encode(vectors, ids > 0, training=training)
         return {"forward": self.head_inputs(forward), "backward": self.head_inputs(backward)}

@@ -19,17 +19,16 @@ from tfeff import layers as tfeff_layers
 from tfeff.backend import dynamic_rows
 from tfeff.config.elmo import INPUT_EMBEDDINGS
 from tfeff.config.elmo import OUTPUT_LAYERS
-from tfeff.config.elmo import TABLE_OUTPUTS
+from tfeff.config.elmo import DIRECTION_LOSSES
+from tfeff.config.elmo import output_problem
 from tfeff.layers.embedding_common import TableEmbedding
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
 from tfeff.models.task import Backbone
-from tfeff.models.task import BackboneTask
+from tfeff.models.task import Task
 
 # Targets with these ids (padding, unknown word) carry no loss.
 FIRST_PREDICTABLE_ID = 2
-# How a bidirectional language model's loss combines its directions' mean losses.
-DIRECTION_LOSSES = ("sum", "mean")
 DIRECTIONS = ("forward", "backward")
 
 
@@ -102,8 +101,7 @@ class LanguageModelBackbone(Backbone):
 
     `ElmoBackbone` and `TransformerLMBackbone` subclass it: `__init__` makes
     the token embedding, then the subclass makes its encoder; its
-    `build_layers` (what `build` runs, also called by the task in its own
-    name scope) starts with `build_token_embedding`.
+    `build_layers` (what `build` runs) starts with `build_token_embedding`.
 
     Args:
         vocabulary_size: number of ids (row 0 is padding); may be left out
@@ -134,6 +132,7 @@ class LanguageModelBackbone(Backbone):
         if alone is not None and input_embedding != "alone":
             raise ValueError("`alone` is only used with input_embedding='alone'.")
         self.input_embedding = input_embedding
+        self.width = hidden_dim
         self.alone = dict(alone or {}) if input_embedding == "alone" else None
         self.fixed_table = None
         if embedding_table is not None:
@@ -184,28 +183,24 @@ class LanguageModelBackbone(Backbone):
         return config
 
 
-class LanguageModel(BackboneTask):
+class LanguageModel(Task):
     """Base of the next-word language models: a backbone, the output head, the loss.
 
-    `ElmoLM` and `TransformerLM` subclass it. `__init__` checks the output's
-    arguments; the subclass then makes its backbone (with `backbone_alone`'s
-    ALONE arguments) and calls `attach_backbone`, which adopts the backbone's
-    layers, makes the output head and keeps the backbone (`BackboneTask`);
-    its `build` calls `build_backbone` and `build_output_head`.
+    `ElmoLM` and `TransformerLM` subclass it: `__init__` takes the backbone,
+    checks the output's arguments against it and makes the output head (and
+    the projection in front of it) for the backbone's width.
 
     Args:
-        vocabulary_size: the backbone's (checked here first: see
-            `check_vocabulary_size_type`).
+        backbone: a `LanguageModelBackbone` of the subclass's kind. The
+            `"continuous"` and `"fixed"` outputs score its fixed vectors (its
+            `embedding_table`, which it keeps whatever its input embedding).
         output_layer: one of `OUTPUT_LAYERS`.
         output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
         vmf_regularization1: lambda_1 of the `"vmf"` loss, >= 0.
         vmf_regularization2: lambda_2 of the `"vmf"` loss, in (0, 1].
-        input_embedding: the backbone's input embedding (one of
-            `INPUT_EMBEDDINGS`), which `tie_output` needs to know.
-        embedding_table: whether (and which) fixed vectors the backbone gets:
-            the `"continuous"` and `"fixed"` outputs score its table.
-        tie_output: use the trainable (or ALONE) input embedding as the
-            `"full"` softmax's output matrix.
+        tie_output: use the backbone's trainable (or ALONE) input embedding as
+            the `"full"` softmax's output matrix (a projection to its size is
+            added when it differs from the backbone's width).
         adaptive_cutoffs: cluster boundaries of `"adaptive"`.
         adaptive_div_value: projection divisor of `"adaptive"`.
         adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (the share of
@@ -214,36 +209,30 @@ class LanguageModel(BackboneTask):
         seed: sampler seed.
         direction_loss: `"sum"` or `"mean"` of the directions' losses.
         **kwargs: base `Model` arguments.
+
+    Raises:
+        ValueError: `output_layer` is unknown, the backbone has no fixed
+            vectors for a `"continuous"` or `"fixed"` output, `tie_output` is
+            set without a trainable or ALONE input and a `"full"` output, or
+            `"adaptive"` has no `adaptive_cutoffs`.
     """
 
-    # The export module of `tfeff.export.embedder_module` (`tfeff.export.EMBEDDERS`).
-    embedder_kind = "token_ids"
+    backbone_class = LanguageModelBackbone
     # On TensorFlow, gather the predictable rows before the output head (a subclass may
     # keep one static-shape loss on every backend instead).
     compact_targets = True
 
-    def __init__(self, vocabulary_size=None, *, output_layer="continuous", output_loss="cosine",
-                 vmf_regularization1=0.0, vmf_regularization2=1.0, input_embedding="fixed",
-                 embedding_table=None, tie_output=False, adaptive_cutoffs=None,
-                 adaptive_div_value=4.0, adaptive_tail_capacity=None, num_sampled=8192,
-                 seed=None, direction_loss="sum", **kwargs):
-        super().__init__(**kwargs)
-        check_vocabulary_size_type(self, vocabulary_size)
-        check_choice("input_embedding", input_embedding, INPUT_EMBEDDINGS)
+    def __init__(self, backbone, *, output_layer="continuous", output_loss="cosine",
+                 vmf_regularization1=0.0, vmf_regularization2=1.0, tie_output=False,
+                 adaptive_cutoffs=None, adaptive_div_value=4.0, adaptive_tail_capacity=None,
+                 num_sampled=8192, seed=None, direction_loss="sum", **kwargs):
+        super().__init__(backbone, **kwargs)
         check_choice("output_layer", output_layer, OUTPUT_LAYERS)
         check_choice("direction_loss", direction_loss, DIRECTION_LOSSES)
-        if embedding_table is None and output_layer in TABLE_OUTPUTS:
-            raise ValueError(
-                f"`embedding_table` is required by input_embedding={input_embedding!r} "
-                f"/ output_layer={output_layer!r}.")
-        if tie_output and (input_embedding not in ("trainable", "alone")
-                           or output_layer != "full"):
-            raise ValueError(
-                "`tie_output=True` needs input_embedding='trainable' or 'alone', and "
-                f"output_layer='full'. Received: input_embedding={input_embedding!r}, "
-                f"output_layer={output_layer!r}")
-        if output_layer == "adaptive" and not adaptive_cutoffs:
-            raise ValueError("output_layer='adaptive' needs `adaptive_cutoffs`.")
+        problem = output_problem(output_layer, backbone.input_embedding, tie_output,
+                                 adaptive_cutoffs, backbone.fixed_table is not None)
+        if problem:
+            raise ValueError(problem)
         self.output_layer_type = output_layer
         self.output_loss = output_loss
         self.vmf_regularization1 = float(vmf_regularization1)
@@ -255,64 +244,50 @@ class LanguageModel(BackboneTask):
         self.num_sampled = int(num_sampled)
         self.seed = seed
         self.direction_loss = direction_loss
-
-    def backbone_alone(self, alone, input_embedding):
-        """The backbone's ALONE arguments: `alone` and its lookup (a tied softmax computes
-        the whole table each step, so the input gathers from it)."""
-        if alone is None and input_embedding != "alone":
-            return None
-        return {**(alone or {}), "lookup": "table" if self.tie_output else "unique"}
-
-    def attach_backbone(self, backbone, layer_names, hidden_dim):
-        """Adopts `backbone`'s token layer and `layer_names`, makes the output head for an
-        encoder of width `hidden_dim`, and keeps the backbone."""
-        for name in ("vocabulary_size", "input_embedding", "token_embedding_dim"):
-            setattr(self, name, getattr(backbone, name))
-        self.alone = (None if backbone.alone is None else
-                      {k: v for k, v in backbone.alone.items() if k != "lookup"})
-        self.adopt_backbone(backbone, ("fixed_table", "token_embedding") + layer_names)
-        self.make_output_head(hidden_dim)
-        self.track_backbone(backbone)
+        self.make_output_head(backbone.width)
 
     def make_output_head(self, hidden_dim):
         """Makes the output layer of `output_layer`, and the projection in front of a
         softmax where one is needed (`pre_output`), for an encoder of width `hidden_dim`."""
         self.pre_output = None
         output_layer = self.output_layer_type
+        fixed_table = self.backbone.fixed_table
+        vocabulary_size = self.backbone.vocabulary_size
+        token_embedding_dim = self.backbone.token_embedding_dim
         if output_layer == "continuous":
             self.output_head = tfeff_layers.ContinuousOutput(
-                self.fixed_table.output_dim, loss=self.output_loss,
+                fixed_table.output_dim, loss=self.output_loss,
                 vmf_regularization1=self.vmf_regularization1,
                 vmf_regularization2=self.vmf_regularization2,
-                target_embedding=self.fixed_table, name="continuous_output")
+                target_embedding=fixed_table, name="continuous_output")
         elif output_layer == "full":
-            if self.tie_output and self.token_embedding_dim != hidden_dim:
-                self.pre_output = keras.layers.Dense(self.token_embedding_dim,
+            if self.tie_output and token_embedding_dim != hidden_dim:
+                self.pre_output = keras.layers.Dense(token_embedding_dim,
                                                      name="pre_output")
-            self.output_head = tfeff_layers.FullSoftmax(self.vocabulary_size,
+            self.output_head = tfeff_layers.FullSoftmax(vocabulary_size,
                                                         name="full_softmax")
             if self.tie_output:
-                self.output_head.tie_to(self.token_embedding)
+                self.output_head.tie_to(self.backbone.token_embedding)
         elif output_layer == "adaptive":
             self.output_head = tfeff_layers.AdaptiveSoftmax(
-                self.vocabulary_size, self.adaptive_cutoffs, div_value=self.adaptive_div_value,
+                vocabulary_size, self.adaptive_cutoffs, div_value=self.adaptive_div_value,
                 tail_capacity=self.adaptive_tail_capacity, name="adaptive_softmax")
         elif output_layer == "sampled":
             self.output_head = tfeff_layers.SampledSoftmax(
-                self.vocabulary_size, self.num_sampled, seed=self.seed, name="sampled_softmax")
+                vocabulary_size, self.num_sampled, seed=self.seed, name="sampled_softmax")
         else:  # "fixed"
-            self.pre_output = keras.layers.Dense(self.fixed_table.output_dim, name="pre_output")
+            self.pre_output = keras.layers.Dense(fixed_table.output_dim, name="pre_output")
             self.output_head = tfeff_layers.SampledSoftmax(
-                self.vocabulary_size, self.num_sampled, use_bias=False, seed=self.seed,
-                output_embedding=self.fixed_table, name="fixed_sampled_softmax")
+                vocabulary_size, self.num_sampled, use_bias=False, seed=self.seed,
+                output_embedding=fixed_table, name="fixed_sampled_softmax")
 
     @property
     def is_continuous(self):
         return self.output_layer_type == "continuous"
 
-    def build_output_head(self, hidden_dim):
+    def build_heads(self):
         """Creates the variables of `pre_output` and the output head."""
-        hidden_shape = (None, None, hidden_dim)
+        hidden_shape = (None, None, self.backbone.width)
         if self.pre_output is not None:
             self.pre_output.build(hidden_shape)
             hidden_shape = (None, None, self.pre_output.units)
@@ -379,8 +354,7 @@ class LanguageModel(BackboneTask):
             name: getattr(self, name) for name in (
                 "output_loss", "vmf_regularization1", "vmf_regularization2", "tie_output",
                 "adaptive_cutoffs", "adaptive_div_value", "adaptive_tail_capacity",
-                "num_sampled", "seed", "alone",
-                "direction_loss",
+                "num_sampled", "seed", "direction_loss",
             )
         })
         config["output_layer"] = self.output_layer_type

@@ -7,8 +7,6 @@ set instead of K); elsewhere Keras' step differentiates `compute_loss` on
 all sets at once: the same update.
 """
 
-import warnings
-
 import keras
 from keras import ops
 
@@ -17,21 +15,22 @@ from tfeff.backend.checks import check_batch_size
 from tfeff.models import distributed
 from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
-from tfeff.config.masked_elmo import INPUT_EMBEDDINGS
+from tfeff.config.elmo import output_problem
 from tfeff.config.masked_elmo import OUTPUT_LAYERS
 from tfeff.models.masked_elmo_backbone import MaskedElmoBackbone
+from tfeff.models.task import Task
 
 # The batch entries that hold one slice per mask set (axis 1).
 SET_KEYS = ("masked_token_ids", "masked_positions", "masked_ids", "masked_weights")
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
-class MaskedElmo(keras.Model):
+class MaskedElmo(Task):
     """Masked ELMo (Senay & Salin, 2020): `MaskedBiLSTM` over WordPiece embeddings, MLM-trained.
 
-    The task model, as keras-hub splits them: a `MaskedElmoBackbone`
-    (`backbone`: the embedding, then the biLSTM) and an output head
-    (`output_head`) with the loss.
+    The task model, as keras-hub splits them: it takes a `MaskedElmoBackbone`
+    (`backbone`: the embedding, then the biLSTM) and adds an output head
+    (`output_head`) and the loss.
 
     * Backbone: WordPiece ids embedded to d = `2 * projection_dim` (a
       trainable `Embedding`, or with `input_embedding="alone"` an
@@ -56,12 +55,7 @@ class MaskedElmo(keras.Model):
     the model has 103,962,441 parameters (paper: ~104M).
 
     Args:
-        vocabulary_size: int >= 2 (WordPiece ids, `[MASK]` included).
-        num_layers: layers of the `MaskedBiLSTM`.
-        units: LSTM cell size of the `MaskedBiLSTM`.
-        projection_dim: projection size of the `MaskedBiLSTM` (the model
-            width is `2 * projection_dim`).
-        dropout_rate: dropout on the embeddings and each LSTM output.
+        backbone: a `MaskedElmoBackbone` (sizes, input embedding, cuDNN).
         output_layer: one of `OUTPUT_LAYERS`.
         output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
         embedding_table: `.npy` path or array `(vocabulary_size, dim)` of fixed
@@ -70,9 +64,6 @@ class MaskedElmo(keras.Model):
         adaptive_div_value: projection divisor of `"adaptive"`.
         adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (the share of
             rows a tail computes on JAX and under `torch.compile`; None: all).
-        input_embedding: `"trainable"` or `"alone"`.
-        alone: dict of `AloneEmbedding` arguments for `input_embedding="alone"`.
-        use_cudnn: the `MaskedBiLSTM` switch (`"auto"`, True, False).
         tbptt_batch_size: rows of the global batch (streams) whose states are
             carried between batches; None starts every batch from zeros.
         **kwargs: base `Model` arguments.
@@ -97,16 +88,18 @@ class MaskedElmo(keras.Model):
         when not training) and `states`.
 
     Raises:
-        ValueError: `output_layer` or `input_embedding` is unknown,
-            `embedding_table` is given without, or missing with, `"continuous"`
-            (or does not have `vocabulary_size` rows), `alone` is given
-            without `input_embedding="alone"`, `tbptt_batch_size` is neither
+        ValueError: `output_layer` is unknown, `embedding_table` is given
+            without, or missing with, `"continuous"` (or does not have the
+            backbone's `vocabulary_size` rows), `tbptt_batch_size` is neither
             None nor a positive integer, or `"adaptive"` has no
             `adaptive_cutoffs`.
+        TypeError: `backbone` is not a `MaskedElmoBackbone`.
 
     Example:
 
-    >>> model = MaskedElmo(30, num_layers=1, units=8, projection_dim=3, use_cudnn=False)
+    >>> backbone = MaskedElmoBackbone(30, num_layers=1, units=8, projection_dim=3,
+    ...                               use_cudnn=False)
+    >>> model = MaskedElmo(backbone)
     >>> ids = np.array([[2, 7, 8, 3, 0]], "int32")
     >>> out = model({"token_ids": ids, "padding_mask": ids > 0,
     ...              "masked_positions": np.array([[1]], "int32")})
@@ -114,81 +107,38 @@ class MaskedElmo(keras.Model):
     ((1, 5, 6), (1, 1, 6))
     """
 
-    def __init__(
-        self,
-        vocabulary_size,
-        num_layers=2,
-        units=4096,
-        projection_dim=384,
-        dropout_rate=0.1,
-        output_layer="full",
-        output_loss="cosine",
-        embedding_table=None,
-        adaptive_cutoffs=None,
-        adaptive_div_value=4.0,
-        adaptive_tail_capacity=None,
-        input_embedding="trainable",
-        alone=None,
-        use_cudnn="auto",
-        tbptt_batch_size=None,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        if output_layer == "softmax":  # its earlier name, still in saved configs
-            warnings.warn("MaskedElmo's output_layer 'softmax' is now 'full', as in the "
-                          "other models.", DeprecationWarning, stacklevel=2)
-            output_layer = "full"
+    backbone_class = MaskedElmoBackbone
+
+    def __init__(self, backbone, output_layer="full", output_loss="cosine", embedding_table=None,
+                 adaptive_cutoffs=None, adaptive_div_value=4.0, adaptive_tail_capacity=None,
+                 tbptt_batch_size=None, **kwargs):
+        super().__init__(backbone, **kwargs)
         if output_layer not in OUTPUT_LAYERS:
             raise ValueError(
                 f"Received an invalid value for `output_layer`, expected one of "
                 f"{OUTPUT_LAYERS}. Received: output_layer={output_layer!r}")
-        if input_embedding not in INPUT_EMBEDDINGS:
-            raise ValueError(
-                f"Received an invalid value for `input_embedding`, expected one of "
-                f"{INPUT_EMBEDDINGS}. Received: input_embedding={input_embedding!r}")
         if (output_layer == "continuous") != (embedding_table is not None):
             raise ValueError("`embedding_table` is needed by, and only by, "
                              f"output_layer='continuous'. Received: output_layer={output_layer!r}")
-        if alone is not None and input_embedding != "alone":
-            raise ValueError("`alone` is only used with input_embedding='alone'.")
         if tbptt_batch_size is not None and (
                 not isinstance(tbptt_batch_size, int) or tbptt_batch_size <= 0):
             raise ValueError(
                 "Received an invalid value for `tbptt_batch_size`, expected a positive "
                 f"integer or None. Received: tbptt_batch_size={tbptt_batch_size}")
-        if output_layer == "adaptive" and not adaptive_cutoffs:
-            raise ValueError("output_layer='adaptive' needs `adaptive_cutoffs`.")
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.units = units
-        self.projection_dim = projection_dim
-        self.hidden_dim = 2 * projection_dim
-        self.dropout_rate = float(dropout_rate)
+        problem = output_problem(output_layer, backbone.input_embedding, False, adaptive_cutoffs)
+        if problem:
+            raise ValueError(problem)
+        vocabulary_size = backbone.vocabulary_size
         self.output_layer_type = output_layer
         self.output_loss = output_loss
         self.adaptive_cutoffs = list(adaptive_cutoffs) if adaptive_cutoffs else None
         self.adaptive_div_value = float(adaptive_div_value)
         self.adaptive_tail_capacity = adaptive_tail_capacity
-        self.input_embedding = input_embedding
-        self.use_cudnn = use_cudnn
         self.tbptt_batch_size = tbptt_batch_size
-        self.alone = dict(alone or {}) if input_embedding == "alone" else None
-        tied = output_layer == "full"
-        backbone_alone = None
-        if self.alone is not None:
-            # Tied: the softmax computes the whole table each step; gather from it.
-            backbone_alone = {**self.alone, "lookup": "table" if tied else "unique"}
-        self.backbone = MaskedElmoBackbone(
-            vocabulary_size, num_layers=num_layers, units=units,
-            projection_dim=projection_dim, dropout_rate=dropout_rate,
-            input_embedding=input_embedding, alone=backbone_alone, use_cudnn=use_cudnn,
-            name=f"{self.name}_backbone")
-        if self.alone is not None:
-            self.alone["seed"] = self.backbone.alone["seed"]
         self.target_table = None
         if output_layer == "full":
             self.output_head = tfeff_layers.FullSoftmax(vocabulary_size, name="mlm_softmax")
-            self.output_head.tie_to(self.backbone.token_embedding)
+            self.output_head.tie_to(backbone.token_embedding)
         elif output_layer == "adaptive":
             self.output_head = tfeff_layers.AdaptiveSoftmax(
                 vocabulary_size, self.adaptive_cutoffs, div_value=adaptive_div_value,
@@ -207,35 +157,22 @@ class MaskedElmo(keras.Model):
     def is_continuous(self):
         return self.output_layer_type == "continuous"
 
-    # The backbone's parts, by the names other code reads on the model.
-    @property
-    def token_embedding(self):
-        return self.backbone.token_embedding
-
-    @property
-    def embedding_dropout(self):
-        return self.backbone.embedding_dropout
-
-    @property
-    def encoder(self):
-        return self.backbone.encoder
-
-    def build(self, input_shape=None):
-        self.backbone.build()
-        self.output_head.build((None, self.hidden_dim))
+    def build_heads(self):
+        backbone = self.backbone
+        self.output_head.build((None, backbone.hidden_dim))
         self.carried_states = []
         if self.tbptt_batch_size:
-            for i in range(self.num_layers):
-                for name, dim in (("h_forward", self.projection_dim), ("c_forward", self.units),
-                                  ("h_backward", self.projection_dim),
-                                  ("c_backward", self.units)):
+            for i in range(backbone.num_layers):
+                for name, dim in (("h_forward", backbone.projection_dim),
+                                  ("c_forward", backbone.units),
+                                  ("h_backward", backbone.projection_dim),
+                                  ("c_backward", backbone.units)):
                     # One copy, identical on every replica: each replica reads its
                     # rows, and writes the all-gathered states of every replica.
                     self.carried_states.append(self.add_weight(
                         shape=(self.tbptt_batch_size, dim), initializer="zeros",
                         trainable=False, aggregation="only_first_replica",
                         name=f"state_{name}_{i}"))
-        self.built = True
 
     # ------------------------------------------------------------------ forward
 
@@ -243,23 +180,6 @@ class MaskedElmo(keras.Model):
         """`(stack, states)`: all layers `(batch, num_layers + 1, time, d)` and final states
         (`MaskedElmoBackbone.encode`)."""
         return self.backbone.encode(token_ids, padding_mask, initial_state, training)
-
-    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
-    embedding_tokenization = "bert"
-
-    @property
-    def embedding_num_layers(self):
-        """Layers of `embedding_layers`: the token embedding and each biLSTM layer."""
-        return self.num_layers + 1
-
-    @property
-    def embedding_dim(self):
-        return 2 * (self.projection_dim or self.units)
-
-    def embedding_layers(self, token_ids, padding_mask, training=False):
-        """Every layer for `token_ids` from zero states: `(batch, num_layers + 1, n,
-        embedding_dim)`, the token-embedding layer first."""
-        return self.encode(token_ids, padding_mask, training=training)[0]
 
     def call(self, inputs, training=False, initial_state=None):
         if "masked_token_ids" in inputs:
@@ -416,20 +336,12 @@ class MaskedElmo(keras.Model):
         config = super().get_config()
         table = self.target_table.get_config()["table"] if self.target_table else None
         config.update({
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "units": self.units,
-            "projection_dim": self.projection_dim,
-            "dropout_rate": self.dropout_rate,
             "output_layer": self.output_layer_type,
             "output_loss": self.output_loss,
             "embedding_table": table,
             "adaptive_cutoffs": self.adaptive_cutoffs,
             "adaptive_div_value": self.adaptive_div_value,
             "adaptive_tail_capacity": self.adaptive_tail_capacity,
-            "input_embedding": self.input_embedding,
-            "alone": self.alone,
-            "use_cudnn": self.use_cudnn,
             "tbptt_batch_size": self.tbptt_batch_size,
         })
         return config

@@ -8,10 +8,11 @@ from tfeff.backend.checks import check_mask_shape
 from tfeff.backend.checks import check_right_padded
 from tfeff.backend.checks import check_token_ids
 from tfeff.config.masked_elmo import INPUT_EMBEDDINGS
+from tfeff.models.task import Backbone
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
-class MaskedElmoBackbone(keras.Model):
+class MaskedElmoBackbone(Backbone):
     """Masked ELMo's backbone: WordPiece embeddings and a `MaskedBiLSTM`, no head, no loss.
 
     * Input: WordPiece ids embedded to d = `2 * projection_dim` (a trainable
@@ -111,11 +112,10 @@ class MaskedElmoBackbone(keras.Model):
             units, projection_dim, num_layers=num_layers, dropout_rate=dropout_rate,
             use_cudnn=use_cudnn, return_state=True, return_all_layers=True, name="encoder")
 
-    def build(self, input_shape=None):
+    def build_layers(self):
         seq = (None, None)
         self.token_embedding.build(seq)
         self.encoder.build(seq + (self.hidden_dim,))
-        self.built = True
 
     def encode(self, token_ids, padding_mask, initial_state=None, training=False):
         """`(stack, states)`: all layers `(batch, num_layers + 1, time, d)` and final states."""
@@ -128,6 +128,15 @@ class MaskedElmoBackbone(keras.Model):
         stack, *states = self.encoder(x, mask=mask, initial_state=initial_state,
                                       training=training)
         return stack, states
+
+    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule` (with
+    # `Backbone`'s sizes).
+    embedding_tokenization = "bert"
+
+    def embedding_layers(self, token_ids, padding_mask, training=False):
+        """Every layer for `token_ids` from zero states: `(batch, num_layers + 1, n,
+        embedding_dim)`, the token-embedding layer first."""
+        return self.encode(token_ids, padding_mask, training=training)[0]
 
     def call(self, inputs, training=False, initial_state=None):
         stack, states = self.encode(inputs["token_ids"], inputs["padding_mask"],

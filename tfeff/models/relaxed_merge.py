@@ -30,6 +30,7 @@ import keras
 import numpy as np
 
 from tfeff.models.bert import Bert
+from tfeff.models.bert_backbone import BertBackbone
 
 # `.../intermediate_dense/kernel` <- `.../intermediate_dense/{input,output}_kernel`
 _FACTORIZED = re.compile(r"^(.*/(?:intermediate_dense|output_dense))/kernel$")
@@ -86,9 +87,10 @@ def _merge_plan(relaxed, standard):
 def probe_inputs(model, batch_size=4, length=None, seed=0):
     """A fixed random batch (some rows padded) that exercises every output of `model`."""
     rng = np.random.default_rng(seed)
-    n = min(length or 32, model.max_sequence_length)
-    low = min(5, model.vocabulary_size - 1)  # past the reserved ids when there are any
-    ids = rng.integers(low, model.vocabulary_size, size=(batch_size, n)).astype("int32")
+    encoder = model.backbone
+    n = min(length or 32, encoder.max_sequence_length)
+    low = min(5, encoder.vocabulary_size - 1)  # past the reserved ids when there are any
+    ids = rng.integers(low, encoder.vocabulary_size, size=(batch_size, n)).astype("int32")
     lengths = np.linspace(n, max(2, n // 3), batch_size).astype(int)
     mask = np.arange(n)[None, :] < lengths[:, None]
     ids = np.where(mask, ids, 0).astype("int32")
@@ -158,7 +160,7 @@ def rounding_counts(model, length):
     """`{output: n}`: how many roundings each output of the `Bert` `model` goes through,
     along its longest path from the weights, on sequences of `length` tokens.
 
-    Counted as in Higham's first-order error bound (tests/numerics.py): a sum or dot
+    Counted as in Higham's first-order error bound (tfeff/testing/numerics.py): a sum or dot
     product of K terms counts K, an elementwise operation 1, a library function (exp,
     erf, tanh, rsqrt, sin, cos) 4, and a chain adds up its steps. An output computed in a
     floating-point type of unit roundoff u is then within n * u of its exact value,
@@ -166,22 +168,23 @@ def rounding_counts(model, length):
     amplify errors, as a layer-normalized network does not). About 600 for the tests'
     2-layer BERT of width 16, 1.1e5 for BERT-base on 32 tokens.
     """
-    d, f, n = model.hidden_dim, model.intermediate_dim, length
+    encoder = model.backbone
+    d, f, n = encoder.hidden_dim, encoder.intermediate_dim, length
     # A factorized dense's second product (over its rank), or the merged kernel's rounding.
-    r = max((model.relaxed or {}).get("ffn_rank", 0), 1)
+    r = max((encoder.relaxed or {}).get("ffn_rank", 0), 1)
     norm = 2 * d + 8  # layer norm: the mean's and the variance's sums, rsqrt, 4 elementwise
     embeddings = 2 + norm  # token + segment (+ position), normalized
-    if model.input_embedding == "alone":  # the table's FFN: filter product, two dots, ReLU
-        embeddings += model.token_embedding.base_dim + model.token_embedding.intermediate_dim + 3
+    if encoder.input_embedding == "alone":  # the table's FFN: filter product, two dots, ReLU
+        embeddings += encoder.token_embedding.base_dim + encoder.token_embedding.intermediate_dim + 3
     # Rotary angles m * theta in float32 (theta from a power: ~5 roundings of angles up to
     # n), their cos and sin, the rotation's products and sum.
-    rotary = 5 * n + 8 if model.position_embedding_type == "rotary" else 0
+    rotary = 5 * n + 8 if encoder.position_embedding_type == "rotary" else 0
     attention = ((d + 1) + rotary  # projection with bias, rotation
-                 + (d // model.num_heads + 1)  # scores over the head size, scaled
+                 + (d // encoder.num_heads + 1)  # scores over the head size, scaled
                  + (n + 6) + n  # softmax (shift, exp, sum over n, divide), times values
                  + (d + 1) + 1 + norm)  # output projection, residual, layer norm
     ffn = (d + r + 1) + 8 + (f + r + 1) + 1 + norm  # dense, GELU, dense, residual, norm
-    sequence = embeddings + model.num_layers * (attention + ffn)
+    sequence = embeddings + encoder.num_layers * (attention + ffn)
     # Masked-LM head: dense, GELU, layer norm, scores against the table, bias.
     counts = {"sequence_output": sequence, "mlm_logits": sequence + (d + 1) + 8 + norm + d + 1}
     if model.use_nsp:
@@ -267,15 +270,16 @@ def merge_relaxed_bert(relaxed, rtol=None, probe=None):
 
 def merge_and_check(relaxed, rtol=None, probe=None):
     """`merge_relaxed_bert`, also returning the check's relative errors per output."""
-    if not isinstance(relaxed, Bert) or not relaxed.is_relaxed:
+    if not isinstance(relaxed, Bert) or not relaxed.backbone.is_relaxed:
         raise ConversionError(
             f"merge_relaxed_bert needs a relaxed tfeff Bert, got {type(relaxed).__name__}"
             + ("" if not isinstance(relaxed, Bert) else " with relaxed=None"))
     if not relaxed.built:
         relaxed.build()
-    config = relaxed.get_config()
+    config = relaxed.backbone.get_config()
     config["relaxed"] = None
-    standard = Bert.from_config(config)
+    standard = Bert(BertBackbone.from_config(config), use_nsp=relaxed.use_nsp, name=relaxed.name,
+                    dtype=relaxed.dtype_policy)
     standard.build()
     plan = _merge_plan(relaxed, standard)
     for target in standard.weights:

@@ -1,31 +1,23 @@
-"""Backbone and BackboneTask: a task model (heads and loss) around a backbone (the encoder).
+"""Backbone and Task: a task model (heads and loss) that takes a backbone (the encoder).
 
-keras-hub's split: a backbone knows no head and no loss; a task adds them.
-tfeff's task models were single classes before they were split, and Keras
-writes a saved model's weights by the attributes it walks, in order, and
-keys checkpoints by variable paths. A `BackboneTask` keeps both as they were,
-so files written before the split load:
-
-* `adopt_backbone` tracks the backbone's layers on the task under their own
-  names and in the order the single class made them (its `weights` keep their
-  order, and with them an optimizer's saved slots), before the task makes its
-  heads; `track_backbone` keeps the backbone itself in the private,
-  untracked `_backbone` (Keras' saving visits private attributes last; the
-  task's `layers` and `summary` do not list it beside its own layers), and
-  `__dir__` hides the `backbone` property from that walk;
-* `build_backbone` builds the backbone's layers in the task's name scope, so
-  their variables keep their paths (`bert/token_embedding/embeddings`).
+keras-hub's split: a backbone knows no head and no loss; a task takes one
+(`Bert(BertBackbone(...), use_nsp=True)`), builds its heads from the
+backbone's sizes, tracks it as `task.backbone` and nests it in its config
+(`{"backbone": <the backbone's serialized config>, ...}`). The backbone's
+variables live under its own name inside the task's
+(`bert/bert_backbone/token_embedding/embeddings`); files written before tasks
+took a backbone load through `tfeff.models.legacy`.
 """
 
 import keras
 
 
 class Backbone(keras.Model):
-    """Base of the backbones a `BackboneTask` wraps: `build` is `build_layers`.
+    """Base of the backbones a `Task` takes: `build` needs no input shape.
 
-    A subclass implements `build_layers()`, which creates its layers' variables
-    in the caller's name scope: its own when it is built alone, the task's when
-    the task builds it (`BackboneTask.build_backbone`).
+    A subclass creates its layers in `__init__` and their variables in
+    `build_layers()`, which `build` runs in the backbone's own name scope
+    (Keras' `build` wrapper), whether the backbone is built alone or by the task.
     """
 
     def build(self, input_shape=None):
@@ -33,87 +25,102 @@ class Backbone(keras.Model):
         self.built = True
 
     def get_build_config(self):
-        # `build()` needs no shape; built inside a task it was given none.
+        # `build()` needs no shape; built by a task it was given none.
         return {"input_shape": None}
 
     def build_layers(self):
         raise NotImplementedError
 
-
-class BackboneTask(keras.Model):
-    """Base of the task models around a backbone (`Bert`, `ElmoLM`, `TransformerLM`).
-
-    The backbone implements `build_layers()` (its `build` without a name scope
-    of its own) and the embeddable-model contract; the task answers that
-    contract through it.
-    """
-
-    def adopt_backbone(self, backbone, layer_names):
-        """Tracks the backbone's layers `layer_names` (those it has) on this task, in order.
-
-        A tuple of names stands for lists that the single class filled together: they
-        are adopted item by item, interleaved (`forward_lstms[0]`, `forward_norms[0]`,
-        `backward_lstms[0]`, ..., then `[1]`), which is the order of its `weights`. An
-        empty list (an ELMo without layer norms) drops out of the interleaving.
-        """
-        for name in layer_names:
-            if isinstance(name, tuple):
-                for list_name in name:
-                    setattr(self, list_name, [])
-                filled = tuple(n for n in name if getattr(backbone, n))
-                for items in zip(*(getattr(backbone, n) for n in filled)):
-                    for list_name, item in zip(filled, items):
-                        getattr(self, list_name).append(item)
-            elif hasattr(backbone, name):
-                setattr(self, name, getattr(backbone, name))
-
-    def track_backbone(self, backbone):
-        """Keeps `backbone`, untracked: its layers are the task's already."""
-        object.__setattr__(self, "_backbone", backbone)
+    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`, by default:
+    # the token layer and each of the `num_layers` layers, each `hidden_dim` wide.
 
     @property
-    def backbone(self):
-        """The backbone: the encoder this task trains, with no head and no loss."""
-        return self._backbone
+    def embedding_num_layers(self):
+        """Layers of `embedding_layers`: the token layer and each of `num_layers`."""
+        return self.num_layers + 1
 
-    def __dir__(self):
-        # Keras' saving walks the names `dir` lists: without `backbone`, it reaches the
-        # backbone's layers by their adopted names first, and the backbone last.
-        return [name for name in super().__dir__() if name != "backbone"]
+    @property
+    def embedding_dim(self):
+        """Size of each layer of `embedding_layers`."""
+        return self.hidden_dim
+
+
+class Task(keras.Model):
+    """Base of the task models that take a backbone (`Bert`, `ElmoLM`, `TransformerLM`,
+    `MaskedElmo`).
+
+    The subclass names the backbone class it takes (`backbone_class`), makes
+    its heads in `__init__` from the backbone's attributes and builds them in
+    `build_heads()`. The embeddable-model contract of
+    `tfeff.export.TokenIdsEmbedderModule` is the backbone's, answered through it.
+
+    Args:
+        backbone: an instance of `backbone_class`.
+        **kwargs: base `Model` arguments.
+    """
+
+    backbone_class = Backbone
+    # The module of `tfeff.export.embedder_module` that exports this task (one of
+    # `tfeff.export.EMBEDDERS`): the one place that decides it.
+    embedder_kind = "token_ids"
+
+    def __init__(self, backbone, **kwargs):
+        # Checked first: the encoder's arguments of an older call would otherwise meet
+        # Keras' "unrecognized keyword arguments".
+        if not isinstance(backbone, self.backbone_class):
+            name, backbone_name = type(self).__name__, self.backbone_class.__name__
+            raise TypeError(
+                f"{name} takes its backbone, a {backbone_name} object, as its first argument "
+                f"(e.g. {name}({backbone_name}(...)); the encoder's arguments are the "
+                f"backbone's). Received: backbone of type {type(backbone).__name__}")
+        super().__init__(**kwargs)
+        self.backbone = backbone
+
+    def build(self, input_shape=None):
+        if not self.backbone.built:
+            self.backbone.build()
+        self.build_heads()
+        self.built = True
+
+    def get_build_config(self):
+        return {"input_shape": None}
+
+    def build_heads(self):
+        """Creates the heads' variables (the backbone is built)."""
 
     def get_config(self):
-        """The base `Model` keys and the backbone's arguments: one flat config, as the
-        single class had (the task's constructor takes the backbone's arguments)."""
         config = super().get_config()
-        backbone = self._backbone.get_config()
-        for key in ("name", "trainable", "dtype"):
-            del backbone[key]
-        return {**config, **backbone}
+        config["backbone"] = keras.saving.serialize_keras_object(self.backbone)
+        return config
 
-    def build_backbone(self):
-        """Builds the backbone's layers in this task's name scope (see the module),
-        unless the backbone was built (and its variables named) by a call of its own."""
-        if not self._backbone.built:
-            self._backbone.build_layers()
-            self._backbone.built = True
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("backbone"), dict):
+            config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        elif "backbone" not in config:  # a single class's flat config, as saved before
+            from tfeff.models import legacy
+
+            config = legacy.nested_config(cls, config)
+        return cls(**config)
 
     # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`: the backbone's.
 
     @property
     def embedding_tokenization(self):
-        return getattr(self._backbone, "embedding_tokenization", "word")
+        return getattr(self.backbone, "embedding_tokenization", "word")
 
     @property
     def embedding_num_layers(self):
-        return self._backbone.embedding_num_layers
+        return self.backbone.embedding_num_layers
 
     @property
     def embedding_dim(self):
-        return self._backbone.embedding_dim
+        return self.backbone.embedding_dim
 
     @property
     def max_embedding_tokens(self):
-        return getattr(self._backbone, "max_embedding_tokens", None)
+        return getattr(self.backbone, "max_embedding_tokens", None)
 
     def embedding_layers(self, token_ids, padding_mask, training=False):
-        return self._backbone.embedding_layers(token_ids, padding_mask, training=training)
+        return self.backbone.embedding_layers(token_ids, padding_mask, training=training)

@@ -13,17 +13,6 @@ import keras
 from tfeff.models.language_model import LanguageModel
 from tfeff.models.transformer_lm_backbone import TransformerLMBackbone
 
-# The backbone's settings the task keeps as attributes of the same name.
-_CONFIG_KEYS = ("num_layers", "hidden_dim", "num_heads", "intermediate_dim",
-                "max_sequence_length", "dropout_rate", "activation", "layer_norm_epsilon",
-                "bidirectional", "position_embedding_type", "num_anchors", "anchor_selection",
-                "initializer_range")
-# The backbone's layers the task tracks under its own names (`BackboneTask`), in the
-# order the single class made them.
-_BACKBONE_LAYERS = ("token_projection", "embeddings_norm", "embeddings_dropout",
-                    "forward_position_embedding", "forward_layers",
-                    "backward_position_embedding", "backward_layers")
-
 
 @keras.saving.register_keras_serializable(package="tfeff")
 class TransformerLM(LanguageModel):
@@ -31,8 +20,8 @@ class TransformerLM(LanguageModel):
 
     The encoders of Li et al.'s Table 5 (ELMo-C with larger encoders), built
     from the pieces `ElmoLM` uses. The task model, as keras-hub splits them:
-    a `TransformerLMBackbone` (`backbone`: the token layer and the stacks),
-    the output layer and the loss.
+    it takes a `TransformerLMBackbone` (`backbone`: the token layer and the
+    stacks) and adds the output layer and the loss.
 
     * Input: `input_embedding="fixed"` (each token's pre-trained vector,
       gathered in host memory, `FixedEmbedding`), `"trainable"` (an
@@ -66,51 +55,19 @@ class TransformerLM(LanguageModel):
     the other side's ids, number of tokens or padding).
 
     Args:
-        vocabulary_size: number of ids (row 0 is padding); may be left out
-            when `embedding_table` is given (then its rows).
-        num_layers: transformer layers per stack.
-        hidden_dim: model width (a multiple of `num_heads`).
-        num_heads: attention heads.
-        intermediate_dim: feed-forward width.
-        max_sequence_length: longest sequence, boundaries included: the size of
-            a learned position table, the span anchor blocks are laid out for,
-            and what `max_embedding_tokens` allows.
-        dropout_rate: dropout on the token layer, on attention probabilities
-            and on the residual branches, in [0, 1).
-        activation: the feed-forward activation (`"gelu"`, `"gelu_approximate"`
-            or `"relu"`).
-        layer_norm_epsilon: layer norm epsilon.
-        bidirectional: a forward and a backward stack (True) or forward only.
-        position_embedding: `"learned"` or `"rotary"`.
-        num_anchors: 0 for standard attention, else anchors per
-            `max_sequence_length` positions of the causal anchor attention.
-        anchor_selection: `"random"` or `"strided"` (anchor attention).
-        output_layer: one of `OUTPUT_LAYERS` (as `ElmoLM`).
-        output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
-        embedding_table: path of the `.npy` vocabulary vectors, or an array
-            `(vocabulary_size, dim)`; row 0 is padding. Required by the fixed
-            input embedding and the `"continuous"` / `"fixed"` outputs.
-        vmf_regularization1: lambda_1 of the `"vmf"` loss, >= 0 (penalty on the
-            norm of the prediction).
-        vmf_regularization2: lambda_2 of the `"vmf"` loss, in (0, 1] (scale of
-            the dot product).
-        input_embedding: `"fixed"`, `"trainable"` or `"alone"`.
-        token_embedding_dim: size of a trainable or ALONE input embedding
-            (default: the table's dimension, else `hidden_dim`), as ElmoLM's.
-        tie_output: use the trainable (or ALONE) input embedding as the
-            `"full"` softmax's output matrix (with a projection to
-            `token_embedding_dim` when it differs from `hidden_dim`).
-        adaptive_cutoffs: cluster boundaries of `"adaptive"`.
-        adaptive_div_value: projection divisor of `"adaptive"`.
-        adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (the share of
-            rows a tail computes on JAX and under `torch.compile`; None: all).
-        num_sampled: negatives per step of `"sampled"` and `"fixed"`.
-        initializer_range: stddev of the truncated-normal kernel initializers.
-        seed: seed of dropout, anchor draws and the sampler.
-        alone: dict of `AloneEmbedding` arguments (all but `vocabulary_size`,
-            `output_dim`, `mask_zero` and `lookup`) for `input_embedding="alone"`.
-        direction_loss: `"sum"` or `"mean"` of the directions' losses (as
-            `ElmoLM`'s; one direction: the same).
+        backbone: a `TransformerLMBackbone` (sizes, positions, anchors, the
+            token layer).
+        output_layer: as `ElmoLM`'s.
+        output_loss: as `ElmoLM`'s.
+        vmf_regularization1: as `ElmoLM`'s.
+        vmf_regularization2: as `ElmoLM`'s.
+        tie_output: as `ElmoLM`'s.
+        adaptive_cutoffs: as `ElmoLM`'s.
+        adaptive_div_value: as `ElmoLM`'s.
+        adaptive_tail_capacity: as `ElmoLM`'s.
+        num_sampled: as `ElmoLM`'s.
+        seed: as `ElmoLM`'s.
+        direction_loss: as `ElmoLM`'s.
         **kwargs: base `Model` arguments.
 
     Call arguments:
@@ -128,18 +85,15 @@ class TransformerLM(LanguageModel):
         t+1, of `"backward"` for token t-1 (`direction_pairs`).
 
     Raises:
-        ValueError: `output_layer` is unknown, `embedding_table` is missing
-            for a `"continuous"` or `"fixed"` output, `tie_output` is set
-            without a trainable or ALONE input and a `"full"` output, or
-            `"adaptive"` has no `adaptive_cutoffs`. The backbone checks the
-            rest (see `TransformerLMBackbone`). A `vocabulary_size` that is no integer
-            (fixed vectors passed first) raises `TypeError`.
+        TypeError: `backbone` is no `TransformerLMBackbone`.
+        ValueError: as `ElmoLM`'s.
 
     Example:
 
-    >>> lm = TransformerLM(20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
-    ...                    max_sequence_length=8, input_embedding="trainable",
-    ...                    output_layer="full")
+    >>> backbone = TransformerLMBackbone(20, num_layers=1, hidden_dim=8, num_heads=2,
+    ...                                  intermediate_dim=16, max_sequence_length=8,
+    ...                                  input_embedding="trainable")
+    >>> lm = TransformerLM(backbone, output_layer="full")
     >>> ids = np.array([[2, 5, 6, 3, 0]], "int32")
     >>> sorted(lm(ids))
     ['backward', 'forward']
@@ -149,71 +103,8 @@ class TransformerLM(LanguageModel):
 
     compact_targets = False
 
-    def __init__(
-        self,
-        vocabulary_size=None,
-        num_layers=6,
-        hidden_dim=512,
-        num_heads=8,
-        intermediate_dim=2048,
-        max_sequence_length=512,
-        dropout_rate=0.1,
-        activation="gelu",
-        layer_norm_epsilon=1e-6,
-        bidirectional=True,
-        position_embedding="learned",
-        num_anchors=0,
-        anchor_selection="random",
-        output_layer="continuous",
-        output_loss="cosine",
-        embedding_table=None,
-        vmf_regularization1=0.0,
-        vmf_regularization2=1.0,
-        input_embedding="fixed",
-        token_embedding_dim=None,
-        tie_output=False,
-        adaptive_cutoffs=None,
-        adaptive_div_value=4.0,
-        adaptive_tail_capacity=None,
-        num_sampled=8192,
-        initializer_range=0.02,
-        seed=None,
-        alone=None,
-        direction_loss="sum",
-        **kwargs,
-    ):
-        super().__init__(
-            vocabulary_size, output_layer=output_layer, output_loss=output_loss,
-            vmf_regularization1=vmf_regularization1, vmf_regularization2=vmf_regularization2,
-            input_embedding=input_embedding, embedding_table=embedding_table,
-            tie_output=tie_output, adaptive_cutoffs=adaptive_cutoffs,
-            adaptive_div_value=adaptive_div_value,
-            adaptive_tail_capacity=adaptive_tail_capacity, num_sampled=num_sampled, seed=seed,
-            direction_loss=direction_loss, **kwargs)
-        backbone = TransformerLMBackbone(
-            vocabulary_size, num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
-            intermediate_dim=intermediate_dim, max_sequence_length=max_sequence_length,
-            dropout_rate=dropout_rate, activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon, bidirectional=bidirectional,
-            position_embedding=position_embedding, num_anchors=num_anchors,
-            anchor_selection=anchor_selection, embedding_table=embedding_table,
-            input_embedding=input_embedding, token_embedding_dim=token_embedding_dim,
-            alone=self.backbone_alone(alone, input_embedding),
-            initializer_range=initializer_range, seed=seed, dtype=self.dtype_policy,
-            name=f"{self.name}_backbone")
-        for name in _CONFIG_KEYS:
-            setattr(self, name, getattr(backbone, name))
-        self.attach_backbone(backbone, _BACKBONE_LAYERS, self.hidden_dim)
-
-    def build(self, input_shape=None):
-        self.build_backbone()
-        self.build_output_head(self.hidden_dim)
-        self.built = True
-
-    def encode(self, *args, **kwargs):
-        """The backbone's `encode`: each direction's top layer (and the stack)."""
-        return self._backbone.encode(*args, **kwargs)
+    backbone_class = TransformerLMBackbone
 
     def call(self, inputs, training=False, exact_attention=None):
-        tops = self._backbone.encode(inputs, training=training, exact_attention=exact_attention)
+        tops = self.backbone.encode(inputs, training=training, exact_attention=exact_attention)
         return {direction: self.head_inputs(top) for direction, top in tops.items()}

@@ -297,11 +297,6 @@ class TransformerLMBackbone(LanguageModelBackbone):
     # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
 
     @property
-    def embedding_num_layers(self):
-        """Layers of `embedding_layers`: the token layer and each transformer layer."""
-        return self.num_layers + 1
-
-    @property
     def embedding_dim(self):
         """Size of each layer of `embedding_layers` (both directions concatenated)."""
         return self.hidden_dim * len(self.directions)

@@ -4,8 +4,10 @@
 model keeps in Python lists (its own tracking is not TensorFlow's object
 graph), so such a checkpoint silently misses most weights. tfeff therefore
 checkpoints explicit dicts `{variable.path: variable}`: the names are the
-contract (`elmo_lm/forward_lstm_0/kernel`), and restoring asserts that every
-model variable was found.
+contract (`elmo_lm/elmo_lm_backbone/forward_lstm_0/kernel`), and restoring
+asserts that every model variable was found. A checkpoint written before tasks
+took a backbone (its keys without the backbone's name) is read under its old keys
+(`tfeff.models.legacy.checkpoint_key`).
 """
 
 import contextlib
@@ -17,6 +19,7 @@ import signal
 import threading
 import time
 import uuid
+import weakref
 
 import tensorflow as tf
 
@@ -24,10 +27,14 @@ from tfeff.training.errors import CheckpointError
 from tfeff.training.errors import error_message
 
 
-def _by_path(variables, what):
+# What each checkpoint of `make_checkpoint` was made of, for `restore`'s old keys.
+_MADE_OF = weakref.WeakKeyDictionary()
+
+
+def _by_path(variables, what, renamed=lambda key: key):
     out = {}
     for v in variables:
-        key = v.path.replace("/", ".")
+        key = renamed(v.path.replace("/", "."))
         if key in out:
             raise ValueError(f"Two {what} variables share the path {v.path!r}")
         out[key] = v
@@ -36,10 +43,33 @@ def _by_path(variables, what):
 
 def make_checkpoint(model, optimizer=None):
     """A `tf.train.Checkpoint` over the model's (and optimizer's) variables."""
-    objects = {"model": _by_path(model.weights, "model")}
+    checkpoint = _checkpoint(model, optimizer)
+    _MADE_OF[checkpoint] = (model, optimizer)
+    return checkpoint
+
+
+def _checkpoint(model, optimizer, renamed=lambda key: key):
+    objects = {"model": _by_path(model.weights, "model", renamed)}
     if optimizer is not None:
-        objects["optimizer"] = _by_path(optimizer.variables, "optimizer")
+        objects["optimizer"] = _by_path(optimizer.variables, "optimizer", renamed)
     return tf.train.Checkpoint(**objects)
+
+
+def _restore_old_keys(checkpoint, path):
+    """The status of restoring `path` under the keys written before tasks took a backbone,
+    or None if `checkpoint` is no task's or `path` does not hold those keys."""
+    from tfeff.models import legacy
+
+    model, optimizer = _MADE_OF.get(checkpoint, (None, None))
+    if getattr(model, "backbone", None) is None:
+        return None
+    old = _checkpoint(model, optimizer, lambda key: legacy.checkpoint_key(model, key))
+    status = old.restore(path)
+    try:
+        status.expect_partial().assert_existing_objects_matched()
+    except AssertionError:
+        return None
+    return status
 
 
 def restore(checkpoint, path):
@@ -48,6 +78,9 @@ def restore(checkpoint, path):
     try:
         status.expect_partial().assert_existing_objects_matched()
     except AssertionError as e:
+        old = _restore_old_keys(checkpoint, path)
+        if old is not None:
+            return old
         missing = [name for group in ("model", "optimizer")
                    for name, v in getattr(checkpoint, group, {}).items()
                    if getattr(v, "_update_uid", None) is None or v._update_uid < 0]
