@@ -21,11 +21,12 @@ $(VENV)/.installed-test: $(VENV)/.installed
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
-# Generate the demo corpus, train fastText, pretrain ELMo-C, export, reload in a fresh process.
+# Generate the demo corpus, train fastText, pretrain ELMo-C, export, reload in a fresh process
+# (its stderr without TensorFlow's C++ notices, as the binaries': tfeff.bin.quiet).
 demo: $(VENV)/.installed
 	$(VENV)/bin/tfeff-pretrain --config configs/demo_elmo_c.yaml --model_dir $(DEMO_DIR)
 	$(VENV)/bin/tfeff-export --model_dir $(DEMO_DIR) --output $(DEMO_DIR)/export --overwrite
-	$(PY) examples/demo_embed.py --embedder $(DEMO_DIR)/export --sentences_from $(DEMO_DIR)/corpus/heldout.txt
+	$(PY) -m tfeff.bin.quiet $(PY) examples/demo_embed.py --embedder $(DEMO_DIR)/export --sentences_from $(DEMO_DIR)/corpus/heldout.txt
 
 # Two pytest processes (pytest-xdist), each running whole files: in one process the suite
 # keeps one of two cores busy once the demo runs are done (small models, Python-bound).
@@ -42,7 +43,7 @@ docs: $(VENV)/.installed-test
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The tests that compare two implementations in floating point (`-m numerics`; their
-# tolerances: tests/numerics.py), again under the kernels and thread counts of other
+# tolerances: tfeff/testing/numerics.py), again under the kernels and thread counts of other
 # machines: AVX2 instead of AVX-512 in PyTorch (ATen), TensorFlow (oneDNN) and XLA (JAX,
 # TensorFlow's jit_compile), with one and with two threads per op, then this CPU's own
 # kernels with one thread (the default suite runs them with all threads). The variables

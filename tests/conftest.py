@@ -55,6 +55,18 @@ def fasttext_model(small_corpus, tmp_path_factory):
     return path, fasttext.load_model(path)
 
 
+@pytest.fixture(scope="session")
+def fasttext_export(fasttext_model, tmp_path_factory):
+    """`fasttext_model` exported as an embedder (`export_fasttext`: the cheapest real
+    export), once per process for the tests that read an export. Read only: a test that
+    changes an export, or needs one at a path of its own, copies it first."""
+    from tfeff.export import export_fasttext
+
+    path = str(tmp_path_factory.mktemp("fasttext_export") / "ft")
+    export_fasttext(fasttext_model[0], path)
+    return path
+
+
 _END_TO_END = "tests/bin/test_demo_configs.py"
 _DEMO_RUNS_SELECTED = pytest.StashKey[bool]()
 

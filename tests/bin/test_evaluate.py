@@ -1,6 +1,7 @@
 """tfeff-evaluate: its refusals, and a run on small CoNLL and TSV files against
 `tfeff.evaluation` run in process."""
 
+import collections
 import json
 import os
 import re
@@ -9,12 +10,16 @@ import sys
 
 import pytest
 
+from tests.bin.test_quiet import TENSORFLOW_LINES
 from tests.conftest import REPO
 from tfeff import evaluation
 
 
-def _evaluate(args, cwd=REPO):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+def _evaluate(args, cwd=REPO, env=None):
+    """The binary's run; `env` changes the environment (a None value removes the
+    variable)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO, **(env or {})}
+    env = {name: value for name, value in env.items() if value is not None}
     return subprocess.run([sys.executable, "-m", "tfeff.bin.evaluate", *args], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=300)
 
@@ -119,30 +124,46 @@ def test_command_line_names_a_bad_argument_and_exits_non_zero(task_files, tmp_pa
     assert table.read_text(encoding="utf-8") == "an earlier table\n"
 
 
-def test_the_table_is_tfeff_evaluations_for_the_same_tasks_and_seeds(fasttext_model,
+def _majority_by_hand(train, test):
+    """`(accuracy, macro-F1)` in percent of predicting the most frequent of the `train`
+    classes (the first in sorted order on a tie) for every `test` item: counted here,
+    not by tfeff. The predicted class scores 2·hits / (hits + n); every other class of
+    the test set scores 0; a class in neither is left out of the mean."""
+    counts = collections.Counter(train)
+    top = min(counts, key=lambda c: (-counts[c], c))
+    hits = test.count(top)
+    present = set(test) | {top}
+    return 100 * hits / len(test), 100 * (2 * hits / (hits + len(test))) / len(present)
+
+
+def test_the_table_is_tfeff_evaluations_for_the_same_tasks_and_seeds(fasttext_export,
                                                                      tmp_path):
     """The fastText fixture speaks the synthetic language of seed 1, lexicon 300. A
     tagging task (tag column 1, named after its file) and a classification task (named on
-    the command line), two seeds, two epochs: the binary's table (on stdout and in
-    --output, whose directory it creates) is the in-process one."""
+    the command line), three seeds, two epochs: the binary's table (on stdout and in
+    --output, whose directory it creates) is the in-process one; its majority-class row
+    is a count of the task files. The export has one layer (fastText), whose scalar mix
+    has nothing to learn: no "no gradient" warning; six probes are trained and scored
+    without a retracing warning; and, run without TF_CPP_MIN_LOG_LEVEL, none of
+    TensorFlow's C++ lines reach stderr."""
     from tfeff.data import synthetic_tasks
-    from tfeff.export import export_fasttext
 
-    export = str(tmp_path / "ft")
-    export_fasttext(fasttext_model[0], export)
+    export = fasttext_export
     paths = synthetic_tasks(str(tmp_path / "tasks"), 120, 60, seed=1, lexicon_size=300)
     output = tmp_path / "results" / "features.md"
     args = ["--embedder", f"ft={export}",
             "--tagging", ",".join(paths["tagging"]), "--tag_column", "1",
             "--classification", "agree=" + ",".join(paths["agreement"]),
-            "--seeds", "3,4", "--epochs", "2", "--output", str(output)]
-    r = _evaluate(args)
+            "--seeds", "3,4,5", "--epochs", "2", "--output", str(output)]
+    r = _evaluate(args, env={"TF_CPP_MIN_LOG_LEVEL": None})
     assert r.returncode == 0, r.stderr[-3000:]
+    assert not TENSORFLOW_LINES.search(r.stderr), r.stderr[-3000:]
+    assert not re.search(r"gradient|retracing", r.stderr, re.I), r.stderr[-3000:]
     tasks = {"tagging_train": ("tagging", *paths["tagging"], 1),
              "agree": ("classification", *paths["agreement"])}
-    rows = evaluation.evaluate({"ft": export}, tasks, ("linear",), (3, 4),
+    rows = evaluation.evaluate({"ft": export}, tasks, ("linear",), (3, 4, 5),
                                epochs=2, log=lambda *_: None)
-    expected = evaluation.table(rows, (3, 4))
+    expected = evaluation.table(rows, (3, 4, 5))
     assert r.stdout == expected
     assert output.read_text(encoding="utf-8") == expected
     assert os.listdir(output.parent) == ["features.md"]  # no temporary left
@@ -150,8 +171,18 @@ def test_the_table_is_tfeff_evaluations_for_the_same_tasks_and_seeds(fasttext_mo
     assert lines[0] == ("| features | probe | tagging_train acc | tagging_train macro-F1 "
                         "| agree acc | agree macro-F1 |")
     assert len(lines) == 7 and lines[2].startswith("| ft | linear | ")
-    assert lines[3].startswith("| majority class | — | ")
-    assert lines[5] == "Mean ± standard deviation over probe seeds [3, 4] (percent)."
+    assert lines[5] == "Mean ± standard deviation over probe seeds [3, 4, 5] (percent)."
     numbers = [float(x) for x in re.findall(r"(\d+\.\d) ± \d+\.\d", lines[2])]
     assert len(numbers) == 4 and all(0 <= x <= 100 for x in numbers), numbers
+
+    def column(path, index, sep=None):
+        with open(path, encoding="utf-8") as f:
+            return [line.rstrip("\n").split(sep)[index] for line in f
+                    if line.strip() and not line.startswith("#")]
+
+    tagging = _majority_by_hand(column(paths["tagging"][0], 1), column(paths["tagging"][1], 1))
+    agree = _majority_by_hand(column(paths["agreement"][0], 0, "\t"),
+                              column(paths["agreement"][1], 0, "\t"))
+    assert r.stdout.splitlines()[3] == "| majority class | — | " + " | ".join(
+        f"{x:.1f}" for x in (*tagging, *agree)) + " |"
     assert "tagging_train" in r.stderr and "agree" in r.stderr  # the progress lines

@@ -1,6 +1,7 @@
 """tfeff.bin.quiet: the libraries' chatter is dropped from a binary's stderr, nothing else."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -63,20 +64,60 @@ def test_verbosity_one_or_more_turns_the_filter_off(argv, expected):
 @pytest.mark.parametrize("verbosity", [None, "1"])
 def test_a_process_stderr_loses_the_chatter_only_and_keeps_its_order(verbosity):
     """Written to file descriptor 2 as C++ writes it, interleaved, the last line without
-    its newline and the process ending at once: every kept line arrives, in order."""
+    its newline and the process ending at once: every kept line arrives, in order; and
+    TF_CPP_MIN_LOG_LEVEL is set to 1 only where the filter is on."""
     lines = [line for pair in zip(CHATTER, KEPT) for line in pair] + KEPT[len(CHATTER):]
     script = textwrap.dedent(f"""
         import os, sys
         from tfeff.bin import quiet
         argv = {["--verbosity", verbosity] if verbosity else []!r}
-        print(quiet.install(argv), flush=True)
+        print(quiet.install(argv), os.environ.get("TF_CPP_MIN_LOG_LEVEL"), flush=True)
         lines = {lines!r}
         for line in lines[:-1]:
             os.write(2, (line + "\\n").encode())
         os.write(2, lines[-1].encode())
     """)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     r = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                       text=True, timeout=60, env=dict(os.environ, PYTHONPATH=REPO))
+                       text=True, timeout=60, env=dict(env, PYTHONPATH=REPO))
     assert r.returncode == 0, r.stderr
-    assert r.stdout == ("False\n" if verbosity else "True\n")
+    # Filtered, TensorFlow is told to write no C++ INFO line; verbose, nothing is changed.
+    assert r.stdout == ("False None\n" if verbosity else "True 1\n")
     assert r.stderr.split("\n") == (lines if verbosity else KEPT)
+
+
+# What TensorFlow writes while its libraries load and at its first op, whatever
+# TF_CPP_MIN_LOG_LEVEL says (the oneDNN notice, no CUDA driver, cuInit, CPU features):
+# none of it may reach a binary's stderr (tests/bin/test_evaluate.py checks a run).
+TENSORFLOW_LINES = re.compile(r"absl::InitializeLog|\.cc:\d+\]|cuInit|rebuild TensorFlow")
+# A user's script: TensorFlow loads the export and runs it, then a line of the script's
+# own and an exit status of its own, which must come through the filter.
+_SCRIPT = """
+import sys
+import tensorflow as tf
+out = tf.saved_model.load(sys.argv[1]).signatures["embed"](sentences=tf.constant(["a b"]))
+print(tuple(out["layers"].shape))
+sys.stderr.write("the script's own line\\n")
+sys.exit(3)
+"""
+
+
+def test_a_script_run_through_the_filter_shows_none_of_tensorflows_lines(fasttext_export):
+    """Without TF_CPP_MIN_LOG_LEVEL, a script run by `python -m tfeff.bin.quiet` imports
+    TensorFlow and runs an export: its stderr holds none of TensorFlow's lines, and its
+    own line, its stdout and its exit status come through. (A binary's stderr, the same
+    filter: tests/bin/test_evaluate.py.)"""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    r = subprocess.run([sys.executable, "-m", "tfeff.bin.quiet", sys.executable, "-c", _SCRIPT,
+                        fasttext_export], cwd=REPO, env=dict(env, PYTHONPATH=REPO),
+                       capture_output=True, text=True, timeout=300)
+    assert (r.returncode, r.stdout) == (3, "(1, 1, 2, 32)\n"), r.stderr[-3000:]
+    assert r.stderr == "the script's own line\n"
+
+
+def test_the_filter_reports_a_command_it_cannot_run():
+    r = subprocess.run([sys.executable, "-m", "tfeff.bin.quiet", "/no/such/program", "x"],
+                       cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (127, "")
+    assert r.stderr == "error: cannot run /no/such/program: No such file or directory\n"

@@ -32,12 +32,21 @@ def test_macro_f1_golden():
     assert tool.macro_f1(gold, pred, 4) == pytest.approx((0.5 + 0.8 + 0.0) / 3)
 
 
-def test_probe_on_fasttext_features_learns_tags_and_reports_a_table(fasttext_model, tmp_path):
+@pytest.mark.parametrize("num_layers, mix_weights", [(1, []), (3, ["layer_weights"])])
+def test_a_probe_learns_layer_weights_only_where_there_are_layers_to_mix(num_layers,
+                                                                         mix_weights):
+    """Over one layer (a fastText export) the mix's softmax weight is 1 whatever it holds:
+    not trainable, so no optimizer looks for its gradient; its scale still trains."""
+    probe = tool.build_probe(num_layers, 4, 3)
+    mix = probe.get_layer("scalar_mix")
+    assert sorted(w.name for w in mix.trainable_weights) == sorted(mix_weights + ["scale"])
+    assert len(mix.weights) == 2
+
+
+def test_probe_on_fasttext_features_learns_tags_and_reports_a_table(fasttext_export, tmp_path):
     """The fastText fixture speaks the synthetic language of seed 1, lexicon 300."""
     from tfeff.data import synthetic_tasks
-    from tfeff.export import export_fasttext
 
-    export_fasttext(fasttext_model[0], str(tmp_path / "ft"))
     paths = synthetic_tasks(str(tmp_path), 250, 100, seed=1, lexicon_size=300)
     # A sentence task that word vectors alone can separate: does it hold the word "the"?
     marker = []
@@ -51,7 +60,7 @@ def test_probe_on_fasttext_features_learns_tags_and_reports_a_table(fasttext_mod
     # cannot separate) is what the study runs, not what this test can assert on.
     tasks = {"POS": ("tagging", *paths["tagging"], 1),
              "marker": ("classification", *marker)}
-    rows = tool.evaluate({"fasttext": str(tmp_path / "ft")}, tasks, ("linear",), (0, 1),
+    rows = tool.evaluate({"fasttext": fasttext_export}, tasks, ("linear",), (0, 1),
                          epochs=8, log=lambda *_: None)
     by_task = {r["task"]: r for r in rows}
     tags = [t for _, ts in tool.read_conll(paths["tagging"][1], 1) for t in ts]

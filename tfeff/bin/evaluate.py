@@ -19,8 +19,9 @@ unless written `NAME=TRAIN,TEST`.
 Features are computed once per embedder and task, then every probe is trained
 once per seed of `--seeds` (see tfeff.evaluation). The Markdown table, one row
 per embedder and probe and the mean ± standard deviation over the seeds in
-percent, goes to stdout and, with `--output`, to a file; the progress lines go
-to stderr.
+percent, goes to stdout and, with `--output`, to a file; a last row, `majority
+class`, scores the training file's most frequent tag or label predicted for
+every test token or sentence. The progress lines go to stderr.
 
 Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the
 file or flag), 130 after Ctrl-C (SIGINT) and 143 after SIGTERM at any point,

@@ -109,10 +109,16 @@ def _concat(layers, masks):
 
 def build_probe(num_layers, dim, num_classes, kind="linear", per_token=True, hidden=64,
                 layer_norm=True):
-    """ScalarMix over the layers, then a linear layer or a biLSTM (+ masked mean pool)."""
+    """ScalarMix over the layers, then a linear layer or a biLSTM (+ masked mean pool).
+    Over one layer the mix's layer weight is not trainable (its softmax is 1)."""
     layers = keras.Input((num_layers, None, dim), name="layers")
     mask = keras.Input((None,), dtype="bool", name="mask")
-    x = ScalarMix(num_layers, layer_norm=layer_norm, name="scalar_mix")(layers, mask=mask)
+    mix = ScalarMix(num_layers, layer_norm=layer_norm, name="scalar_mix")
+    x = mix(layers, mask=mask)
+    if num_layers == 1:
+        # One layer (a fastText export): its softmax weight is 1 whatever it holds, so
+        # there is nothing to learn (an optimizer would find no gradient for it).
+        mix.layer_weights.trainable = False
     if kind == "bilstm":
         x = keras.layers.Bidirectional(keras.layers.LSTM(hidden, return_sequences=True),
                                        name="bilstm")(x, mask=mask)
@@ -153,12 +159,22 @@ def train_probe(train, test, num_classes, per_token, kind="linear", seed=0, epoc
                                                                   ignore_class=-1))
     model.fit({"layers": x_tr, "mask": m_tr}, y_tr, batch_size=batch_size, epochs=epochs,
               shuffle=True, verbose=0)
-    logits = model.predict({"layers": x_te, "mask": m_te}, batch_size=256, verbose=0)
-    predicted = logits.argmax(-1)
+    predicted = _predict(model, x_te, m_te).argmax(-1)
     keep = y_te >= 0
     gold, predicted = y_te[keep], predicted[keep]
     return {"accuracy": float(np.mean(gold == predicted)),
             "macro_f1": macro_f1(gold, predicted, num_classes)}
+
+
+def _predict(model, layers, mask, batch_size=256):
+    """The logits of `model` for every row, called eagerly a batch at a time.
+    `model.predict` would trace a new function for every probe it is given (one per
+    task, probe and seed) and call it once or twice, which TensorFlow reports as
+    excessive retracing."""
+    return np.concatenate([
+        keras.ops.convert_to_numpy(model({"layers": layers[b:b + batch_size],
+                                          "mask": mask[b:b + batch_size]}, training=False))
+        for b in range(0, len(layers), batch_size)])
 
 
 def fine_tune(model_dir, train, test, num_classes, seed=0, epochs=3, batch_size=32,
