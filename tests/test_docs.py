@@ -9,6 +9,7 @@ Python blocks of README.md and docs/ run as tests of their own (root conftest.py
 
 import ast
 import glob
+import json
 import os
 import re
 import subprocess
@@ -154,8 +155,8 @@ def test_every_api_module_has_a_page():
                 for p in glob.glob(os.path.join(REPO, "tfeff", "*", "__init__.py"))}
     # bin: the binaries (documented by the command-line reference); evaluation: the
     # feature probes of tfeff-evaluate and the tools; backend: what the layers call, no
-    # public API.
-    assert packages - {"bin", "evaluation", "backend"} == set(API_MODULES)
+    # public API; testing: what the tests and benchmarks check with.
+    assert packages - {"bin", "evaluation", "backend", "testing"} == set(API_MODULES)
 
 
 def test_readme_is_a_short_package_description():
@@ -166,3 +167,42 @@ def test_readme_is_a_short_package_description():
         if "://" in target or target.startswith("mailto:"):
             continue
         assert os.path.exists(os.path.join(REPO, target)), f"README links to missing {target}"
+
+
+def demo_record():
+    """The newest record of a `make demo` run (`results/demo/<date>.json`) and its path."""
+    path = sorted(glob.glob(os.path.join(REPO, "results", "demo", "*.json")))[-1]
+    with open(path, encoding="utf-8") as f:
+        return json.load(f), os.path.relpath(path, REPO)
+
+
+def test_demo_figures_are_the_recorded_runs():
+    """The `make demo` figures of the README, the ELMo-C page and the pretraining guide are
+    the newest record's, rounded as printed: a new record changes them all, or this fails."""
+    record, path = demo_record()
+    ev = record["eval"]
+    acc = [f"{ev[key][k]:.3f}" for key in ("top_k", "unigram_top_k") for k in ("1", "10")]
+    minutes, seconds = divmod(round(record["wall_seconds"]), 60)
+
+    def text(page):
+        with open(os.path.join(REPO, page), encoding="utf-8") as f:
+            return " ".join(f.read().split())  # line breaks as spaces
+
+    readme = text("README.md")
+    assert (f"took {minutes} min {seconds} s with `.venv` already installed ({record['date']}; "
+            f"the run's record: [{path}]({path}))") in readme
+    assert (f"top-1 accuracy of {acc[0]} and a top-10 accuracy of {acc[1]}, against {acc[2]} "
+            f"and {acc[3]} for the unigram baseline") in readme
+    page = text("docs/papers/elmo-c.md")
+    assert f"recorded {record['date']} in `{path}`" in page
+    assert f"The whole command took **{minutes} min {seconds} s**" in page
+    steps, train = record["steps"], record["train_seconds"]
+    assert (f"| `make demo` | {steps} | {train:.0f} s (≈ {1000 * train / steps:.0f} ms/step) | "
+            f"{record['validation_loss']:.3f} | **{acc[0]}** | **{acc[1]}** | {acc[2]} | "
+            f"{acc[3]} | {ev['median_rank']:g} |") in page
+    assert (f"{ev['targets']:,} of the {ev['heldout_targets']:,} targets of both directions, "
+            f"ranked among all {ev['vocabulary_size']:,} vocabulary vectors") in page
+    assert (f"`make demo`, 2-core development machine, {record['date']}) give top-1 {acc[0]} "
+            f"and top-10 {acc[1]} against {acc[2]} and {acc[3]}, yet a median rank of "
+            f"{ev['median_rank']:g} against the frequency order's "
+            f"{ev['unigram_median_rank']:g}") in text("docs/guides/pretraining.md")

@@ -1,15 +1,22 @@
 """The summary `tfeff-pretrain` prints for each family's `eval` results
 (`Family.summary_lines`, the family's `eval_summary` after the step)."""
 
+import os
+import re
+
+from tests.conftest import REPO
 from tfeff.training.families import BERT
 from tfeff.training.families import ELMO
 from tfeff.training.families import FAMILIES
 from tfeff.training.families import MASKED_ELMO
+from tfeff.training.families.base import CONTINUOUS_HELP as CONTINUOUS_HELP_LINK
+from tfeff.training.families.base import SUMMARY_HELP
 
 TOP_K = {"top_k": {"1": 0.3, "10": 0.47}, "unigram_top_k": {"1": 0.046, "10": 0.418}}
 
 
 HELP = "see docs/guides/pretraining.md#reading-the-summary"
+CONTINUOUS_HELP = "see docs/papers/elmo-c.md#real-text"
 
 
 def test_continuous_elmo_reports_what_it_counted_and_every_baseline():
@@ -35,9 +42,30 @@ def test_a_result_below_its_baseline_is_flagged_with_the_page_that_explains():
     assert lines[1] == ("held-out: all 500 held-out targets, both directions, <unk> left out; "
                         "vocabulary 3,475 words")
     # The median rank trails its baseline too, shown but not flagged (see the guide).
-    assert lines[-2] == "held-out median rank 982 (0 = first; unigram baseline 30)"
-    assert lines[-1] == ("held-out results below the unigram baseline (top-10 accuracy): the "
-                         f"model predicts worse than word frequencies alone; {HELP}")
+    # A continuous output's known cause, with the section on it (not the general checklist).
+    assert lines[-2:] == [
+        "held-out results below the unigram baseline (top-10 accuracy): the cosine loss "
+        "predicts the mean direction of the likely next words' fastText vectors, which on "
+        "real text points at frequent words unless the vectors separate the others well "
+        "(Li et al.'s came from Common Crawl, not from the model's corpus)",
+        "for next-word ranking, use published fastText vectors as fasttext.pretrained "
+        f"(fasttext.dim set to theirs); {CONTINUOUS_HELP}"]
+    assert lines[-3] == "held-out median rank 982 (0 = first; unigram baseline 30)"
+    # A softmax output below its baseline: the general checklist.
+    softmax = {**ev, "output_layer": "adaptive", "perplexity": 500.0,
+               "unigram_perplexity": 400.0}
+    assert ELMO.summary_lines({"step": 60, "eval": softmax})[-1] == (
+        "held-out results below the unigram baseline (top-10 accuracy, perplexity): the model "
+        f"predicts worse than word frequencies alone; {HELP}")
+
+
+def test_summary_links_name_sections_the_docs_have():
+    """The pages and `{#anchor}`s the summary lines point to exist."""
+    for link in (SUMMARY_HELP, CONTINUOUS_HELP_LINK):
+        page, anchor = link.split("#")
+        with open(os.path.join(REPO, page), encoding="utf-8") as f:
+            text = f.read()
+        assert re.search(r"^#+ .*\{#" + re.escape(anchor) + r"\}\s*$", text, re.M), link
 
 
 def test_softmax_elmo_reports_perplexity_beside_the_unigram_models():

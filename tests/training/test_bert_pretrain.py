@@ -1,5 +1,6 @@
 """CoRe's two-phase pretraining end to end (tiny sizes), resume in each phase, tfeff-convert-core."""
 
+import dataclasses
 import glob
 import json
 import os
@@ -13,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO
+from tfeff import config as config_lib
 from tfeff import data as data_lib
 from tfeff.config import load_config
 from tfeff.training import model_directory
@@ -26,8 +28,8 @@ TINY = [
     "data.synthetic.lexicon_size=300", "data.wordpiece_vocabulary_size=400",
     "data.max_sequence_length=32", "data.batch_size=16", "data.max_predictions_per_seq=5",
     "train.steps=240", "train.checkpoint_every=60", "train.log_every=20",
-    "train.warmup_steps=20", "core.coarse_steps=120", "core.plateau_patience=0",
-    "eval.max_batches=4",
+    "train.warmup_steps=20", "train.validation_steps=2", "core.coarse_steps=120",
+    "core.plateau_patience=0", "eval.max_batches=4",
 ]
 
 
@@ -65,7 +67,80 @@ def test_two_phase_run_switches_and_loss_falls_across_the_switch(core_run):
     # The coarse phase is a complete relaxed model directory; the top level holds the standard.
     relaxed, _, step, _ = restore_model(os.path.join(model_dir, "coarse"))
     standard, _, _, _ = restore_model(model_dir)
-    assert relaxed.is_relaxed and not standard.is_relaxed and step == 120
+    assert relaxed.backbone.is_relaxed and not standard.backbone.is_relaxed and step == 120
+
+
+def _heldout_batches(config, model_dir):
+    """The held-out batches the run's evaluations read (masks keyed by the seed)."""
+    return list(bert_family.bert_dataset(
+        config, os.path.join(model_dir, "corpus", "heldout.txt"),
+        os.path.join(model_dir, "vocabulary.txt"), False, seed=config.train.seed))
+
+
+def _masked_lm_loss(model, batch):
+    """Mean cross-entropy of a batch's masked targets (float64, from the logits)."""
+    logits = np.asarray(model(batch, training=False)["mlm_logits"], np.float64)
+    log_probs = logits - logits.max(-1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
+    ids, weights = batch["masked_ids"].numpy(), batch["masked_weights"].numpy()
+    nll = -np.take_along_axis(log_probs, ids[..., None], -1)[..., 0]
+    return (nll * weights).sum() / weights.sum()
+
+
+def test_held_out_loss_is_reported_at_every_checkpoint_of_both_phases(core_run):
+    """`train.validation_steps` held-out batches at every checkpoint, as the other families
+    do: in the history of each phase, on one TensorBoard curve, and the last one is the
+    final model's masked-LM loss on the first two held-out batches."""
+    model_dir, results = core_run
+    coarse = results["history"]["coarse"]["val_loss"]
+    refined = results["history"]["refined"]["val_loss"]
+    assert len(coarse) == len(refined) == 2 and np.isfinite(coarse + refined).all()
+    curve = _scalars(os.path.join(model_dir, "logs"), "validation/loss")
+    assert sorted(curve) == [60, 120, 180, 240]
+    np.testing.assert_allclose([curve[s] for s in (60, 120, 180, 240)], coarse + refined,
+                               rtol=1e-6)
+    config = model_directory.load_model_dir_config(model_dir)
+    first = _heldout_batches(config, model_dir)[:2]
+    assert [len(b["masked_ids"]) for b in first] == [config.data.batch_size] * 2
+    standard, _, step, _ = restore_model(model_dir)
+    assert step == 240
+    # Keras averages the batches' losses (equal batch sizes); float32 logits.
+    expected = np.mean([_masked_lm_loss(standard, b) for b in first])
+    np.testing.assert_allclose(refined[-1], expected, rtol=1e-5)
+
+
+def test_final_evaluation_scores_every_held_out_batch_unless_capped(core_run):
+    """`eval.max_batches` 0 (the default) scores the whole held-out set and the summary says
+    so with the tokens counted; a cap says what part it scored."""
+    model_dir, _ = core_run
+    assert config_lib.BertEvalConfig().max_batches == 0
+    config = model_directory.load_model_dir_config(model_dir)
+    batches = _heldout_batches(config, model_dir)
+    tokens = int(sum(b["masked_weights"].numpy().sum() for b in batches))
+    assert len(batches) > 2
+    standard, _, _, _ = restore_model(model_dir)
+    heldout = os.path.join(model_dir, "corpus", "heldout.txt")
+    vocabulary = os.path.join(model_dir, "vocabulary.txt")
+
+    def evaluate(max_batches):
+        capped = dataclasses.replace(
+            config, eval=dataclasses.replace(config.eval, max_batches=max_batches))
+        return bert_family.evaluate_bert(standard, capped, heldout, vocabulary)
+
+    whole = evaluate(0)
+    assert (whole["batches"], whole["masked_tokens"], whole["complete"]) == (
+        len(batches), tokens, True)
+    losses = [_masked_lm_loss(standard, b) * b["masked_weights"].numpy().sum()
+              for b in batches]
+    np.testing.assert_allclose(whole["mlm_loss"], sum(losses) / tokens, rtol=1e-5)
+    assert bert_family.BERT.eval_summary(whole)[0].startswith(
+        f"held-out: {tokens:,} masked tokens of all {len(batches)} held-out batches,")
+    part = evaluate(2)
+    assert (part["batches"], part["complete"]) == (2, False)
+    assert part["masked_tokens"] == int(sum(b["masked_weights"].numpy().sum()
+                                            for b in batches[:2]))
+    assert "the first 2 held-out batches (eval.max_batches; there are more)" in (
+        bert_family.BERT.eval_summary(part)[0])
 
 
 def test_config_changes_of_the_phases_are_refused_on_resume(core_run):
@@ -157,7 +232,7 @@ def test_embedder_export_reproduces_the_relaxed_model(core_run, tmp_path):
 
     model_dir = os.path.join(core_run[0], "coarse")
     model, _, _, config = restore_model(model_dir)
-    assert model.is_relaxed
+    assert model.backbone.is_relaxed
     loaded = check_model_dir_export(model_dir, str(tmp_path / "export"), "bert", model,
                                     lower_case=config.data.lower_case,
                                     max_tokens=config.data.max_sequence_length - 2)
@@ -246,7 +321,8 @@ def test_unigram_perplexity_scores_the_heldout_targets_by_training_frequencies(c
 # from the uninterrupted run's files.
 RESUME = [o for o in TINY if not o.startswith(("train.", "core."))] + [
     "train.steps=40", "train.checkpoint_every=10", "train.keep_checkpoints=10",
-    "train.log_every=10", "train.warmup_steps=5", "core.coarse_steps=20",
+    "train.log_every=10", "train.warmup_steps=5", "train.validation_steps=2",
+    "core.coarse_steps=20",
     "core.plateau_patience=0"]
 
 

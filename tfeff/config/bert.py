@@ -99,7 +99,7 @@ class BertDataConfig:
 
 @dataclasses.dataclass
 class RelaxedConfig:
-    """CoRe's relaxed model (`tfeff.models.Bert(relaxed=...)`). 0 keeps that part standard.
+    """CoRe's relaxed model (`tfeff.models.BertBackbone(relaxed=...)`). 0 keeps that part standard.
 
     Args:
         num_anchors: anchor queries of the anchor attention (paper: 32); 0:
@@ -214,22 +214,23 @@ class CoreConfig:
 
 @dataclasses.dataclass
 class BertEvalConfig:
-    """Held-out masked-LM loss, perplexity and accuracy over `max_batches` batches.
+    """Held-out masked-LM loss, perplexity and accuracy over every held-out batch
+    (or the first `max_batches`).
 
     Next to them, the unigram perplexity: the held-out targets scored by the
     token frequencies of the first `unigram_max_tokens` training tokens
     (add-one smoothed), the baseline a model that ignores context reaches.
 
     Args:
-        max_batches: held-out batches evaluated.
+        max_batches: held-out batches evaluated after training; 0: all of them.
         unigram_max_tokens: training tokens counted for the unigram baseline.
     """
 
-    max_batches: int = 50
+    max_batches: int = 0
     unigram_max_tokens: int = 10_000_000
 
     def validate(self, prefix):
-        positive(self.max_batches, join(prefix, "max_batches"))
+        positive(self.max_batches, join(prefix, "max_batches"), allow_zero=True)
         positive(self.unigram_max_tokens, join(prefix, "unigram_max_tokens"))
 
 

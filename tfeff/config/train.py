@@ -101,9 +101,8 @@ class TrainConfig:
             the validation interval).
         keep_checkpoints: checkpoints kept.
         log_every: steps between log lines and TensorBoard scalars.
-        validation_steps: held-out batches per validation during training
-            (ELMo, TransformerLM and Masked ELMo runs with held-out files; a
-            BERT run is evaluated at its end only); 0 disables it.
+        validation_steps: held-out batches per validation during training,
+            at every checkpoint (runs with held-out files); 0 disables it.
         steps_per_execution: steps run per call of the compiled train
             function (Keras' `steps_per_execution`).
         seed: the run's seed (initializers, dropout, shuffling, masks), in

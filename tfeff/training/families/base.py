@@ -121,9 +121,8 @@ class Family:
       returns its outputs and `compute_loss(x=batch, y_pred=outputs)` its loss.
     * `evaluate` returns JSON-able held-out results; `eval_summary` turns them
       into the lines `tfeff-pretrain` prints (`summary_lines`).
-    * `embedder` names the export module of the family's models (one of
-      `tfeff.export.EMBEDDERS`; `"token_ids"` embeds any model with
-      `embedding_layers`), and `embedder_options` gives its other arguments.
+    * `embedder_options` gives the export module's arguments beside the model
+      (the module itself is the model's `embedder_kind`).
 
     Subclasses implement `prepare_data`, `build_model`, `train_dataset`,
     `example_batch` and `evaluate`; the rest has defaults every family shares.
@@ -131,9 +130,6 @@ class Family:
 
     name = None
     label = None
-    # The export module that embeds this family's models (`tfeff.export.EMBEDDERS`):
-    # "token_ids" for any model with `embedding_layers`.
-    embedder = "token_ids"
     # True when the batches are a function of the step (`train_dataset` starts at
     # `position` itself, no tf.data iterator to save) and not sharded by file.
     position_addressed = False
@@ -261,8 +257,7 @@ class Family:
         export module that embeds this family's model, `family` and `vocabulary`),
         and the files an export copies beside the SavedModel (`{name: path}`)."""
         vocabulary_path = file_path(model_dir, model_directory.VOCABULARY_FILE)
-        return ({"embedder": self.embedder, "family": self.name,
-                 "vocabulary": vocabulary_path},
+        return ({"family": self.name, "vocabulary": vocabulary_path},
                 {model_directory.VOCABULARY_FILE: vocabulary_path})
 
     # -- the run
@@ -394,11 +389,22 @@ def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=Non
 
 # What a summary line flagged below its baseline points to.
 SUMMARY_HELP = "docs/guides/pretraining.md#reading-the-summary"
+# ... and for a continuous output (ELMo-C), the page section on its known cause.
+CONTINUOUS_HELP = "docs/papers/elmo-c.md#real-text"
 
 
-def below_baseline_line(names):
-    """The line that flags results below their baseline, or none."""
+def below_baseline_line(names, continuous=False):
+    """The line that flags results below their baseline, or none; for a `continuous`
+    output (ranked by cosine to fixed fastText vectors) two lines with its known cause."""
     if not names:
         return []
-    return [f"held-out results below the unigram baseline ({', '.join(names)}): the model "
-            f"predicts worse than word frequencies alone; see {SUMMARY_HELP}"]
+    flagged = f"held-out results below the unigram baseline ({', '.join(names)})"
+    if continuous:
+        return [f"{flagged}: the cosine loss predicts the mean direction of the likely next "
+                "words' fastText vectors, which on real text points at frequent words unless "
+                "the vectors separate the others well (Li et al.'s came from Common Crawl, "
+                "not from the model's corpus)",
+                "for next-word ranking, use published fastText vectors as fasttext.pretrained "
+                f"(fasttext.dim set to theirs); see {CONTINUOUS_HELP}"]
+    return [f"{flagged}: the model predicts worse than word frequencies alone; see "
+            f"{SUMMARY_HELP}"]

@@ -177,7 +177,8 @@ def unigram_log_probs(config, train_files, vocabulary_path):
 def evaluate_bert(model, config, heldout_files, vocabulary_path, exact_attention=None,
                   unigram=None):
     """Held-out masked-LM loss, perplexity and top-1 accuracy (masks drawn with a fixed
-    seed) over the first `eval.max_batches` batches, and whether that was all of them.
+    seed) over every held-out batch, or the first `eval.max_batches` when it is set, and
+    whether that was all of them.
 
     With `unigram` (`unigram_log_probs`), also the unigram perplexity and accuracy
     (always the most frequent token) of the same targets: the context-free
@@ -232,6 +233,16 @@ class BertFamily(Family):
                                          file_shard)
         return bert_dataset(config, files_, artifacts.vocabulary_path, True,
                             seed=config.train.seed, batch_size=batch_size).skip(position)
+
+    def validation_dataset(self, config, artifacts):
+        """Keras' validation at every checkpoint: the masked-LM loss (plus the NSP loss with
+        `model.use_nsp`, as in training) of the first `train.validation_steps` held-out
+        batches, re-read from the start each time (a finite dataset; the masks are keyed
+        by the seed and the batch index), so every point is on the same batches."""
+        if not artifacts.heldout_files or not config.train.validation_steps:
+            return None
+        return bert_dataset(config, artifacts.heldout_files, artifacts.vocabulary_path, False,
+                            seed=config.train.seed).repeat().take(config.train.validation_steps)
 
     def evaluate(self, model, config, artifacts):
         """`evaluate_bert` with the unigram baseline of the training tokens."""
@@ -297,6 +308,7 @@ class BertFamily(Family):
                 coarse = train_phase(
                     self, coarse_cfg, coarse_dir, artifacts, strategy,
                     stop_step=core.coarse_steps, build_options={"relaxed": True},
+                    validation=self.validation_dataset(config, artifacts),
                     label="Relaxed BERT",
                     callbacks=[*([stopper] if stopper else []), *callbacks], **phase_args)
                 results["history"]["coarse"] = coarse.history
@@ -341,6 +353,7 @@ class BertFamily(Family):
         relaxed = checkpoint_is_relaxed(config)
         final = train_phase(self, config, model_dir, artifacts, strategy,
                             build_options={"relaxed": relaxed},
+                            validation=self.validation_dataset(config, artifacts),
                             label="Relaxed BERT" if relaxed else "Standard BERT",
                             callbacks=callbacks, **phase_args)
         results["history"]["refined" if config.two_phase else "train"] = final.history

@@ -22,7 +22,6 @@ from tfeff.training.model_directory import file_path
 class ElmoFamily(LanguageModelFamily):
     name = "elmo"
     label = "ELMo"
-    embedder = "elmo"
 
     def uses_vectors(self, config):
         return config.data.tokenization == "word"

@@ -343,7 +343,8 @@ def lm_summary(results):
             if results["perplexity"] > results["unigram_perplexity"]:
                 below.append("perplexity")
         lines.append(line + ")")
-    return lines + below_baseline_line(below)
+    return lines + below_baseline_line(
+        below, continuous=results.get("output_layer") == "continuous")
 
 
 class LanguageModelFamily(Family):

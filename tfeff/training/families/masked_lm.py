@@ -125,9 +125,12 @@ class MaskedLMTally:
 
 
 def first_batches(dataset, count, tally):
-    """The first `count` batches of `dataset`; `tally.complete` says afterwards whether
-    that was all of them (one batch more is read, not scored)."""
+    """The first `count` batches of `dataset` (0: all of them); `tally.complete` says
+    afterwards whether that was all of them (one batch more is read, not scored)."""
     tally.complete = True
+    if not count:
+        yield from dataset
+        return
     for index, batch in enumerate(dataset.take(count + 1)):
         if index == count:
             tally.complete = False
