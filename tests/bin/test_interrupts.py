@@ -10,6 +10,7 @@ a process that imports no TensorFlow."""
 import hashlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -107,16 +108,49 @@ def test_the_wrapper_reports_a_stop_in_one_line_with_128_plus_the_signal(case, s
     assert r.stderr.splitlines() == ([line] if line else []), r.stderr[-3000:]
 
 
+def test_sigterm_while_an_export_is_written_keeps_the_earlier_one_and_leaves_nothing(
+        fasttext_model, fasttext_export, tmp_path, monkeypatch):
+    """SIGTERM, raised as the binaries raise it, once the SavedModel of an export with
+    `overwrite` is written to its temporary: `Stopped`, the earlier export exactly as it
+    was, no temporary and no lock beside it. (Through tfeff-export in a process of its
+    own, with the one line and status 143: the `slow` test below; the line and status of
+    every binary: the wrapper's test above.)"""
+    import tensorflow as tf
+
+    from tfeff.export import export_fasttext
+
+    out = str(tmp_path / "export")
+    shutil.copytree(fasttext_export, out)
+    before = _files(out)
+    real_save = tf.saved_model.save
+
+    def save_then_sigterm(*args, **kwargs):  # the real write, then a SIGTERM mid-way
+        real_save(*args, **kwargs)
+        assert any(".tmp-" in name for name in os.listdir(tmp_path))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(tf.saved_model, "save", save_then_sigterm)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        common.catch_stop_signals()
+        with pytest.raises(common.Stopped):
+            export_fasttext(fasttext_model[0], out, overwrite=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert os.listdir(tmp_path) == ["export"] and _files(out) == before
+
+
+# A subprocess run: under `slow` for the default suite's time budget (the export's clean-up
+# is checked in process above, the line and status by the wrapper's test).
+@pytest.mark.slow
 def test_sigterm_during_an_export_keeps_the_earlier_one_and_leaves_no_temporary_or_lock(
-        fasttext_model, tmp_path):
+        fasttext_model, fasttext_export, tmp_path):
     """SIGTERM while tfeff-export writes (once: killed, status 143 without a word, the lock
     and the half-written temporary left beside the output): one line, status 143, and the
     earlier export at --output exactly as it was, nothing beside it."""
-    from tfeff.export import export_fasttext
-
     path, _ = fasttext_model
     out = str(tmp_path / "export")
-    export_fasttext(path, out)
+    shutil.copytree(fasttext_export, out)
     before = _files(out)
     job = _Job(["tfeff.bin.export", "--fasttext", path, "--output", out, "--overwrite"])
     status, own, stderr = job.stop_when(

@@ -14,24 +14,16 @@ import pytest
 from tests.bin.test_evaluate import _REFUSE
 from tests.conftest import REPO
 from tfeff.data import files
-from tfeff.export import export_fasttext
 from tfeff.export.embed_file import embed_file
 from tfeff.export.saved_embedder import check_export_path
 
-WORDS = ["<s>", "</s>", "the", "dog", "cat", "runs", "a", "sees", "big", "small"]
-
-
 @pytest.fixture(scope="module")
-def export(tmp_path_factory):
-    """A real export (fastText vectors alone, 10 words, 4 dimensions) and its `.vec`."""
-    folder = tmp_path_factory.mktemp("owned_writes")
-    vec = folder / "words.vec"
-    rows = [f"{w} " + " ".join(f"{(i * 7 + k) % 11 / 10 - 0.5:.2f}" for k in range(4))
-            for i, w in enumerate(WORDS)]
-    vec.write_text(f"{len(WORDS)} 4\n" + "\n".join(rows) + "\n", encoding="utf-8")
-    path = str(folder / "export")
-    export_fasttext(str(vec), path)
-    return path, str(vec)
+def export(fasttext_export, tmp_path_factory):
+    """A real export (fastText vectors alone): a copy of the run's, which a write through
+    it, were one to happen, would not reach."""
+    path = str(tmp_path_factory.mktemp("owned_writes") / "export")
+    shutil.copytree(fasttext_export, path)
+    return path
 
 
 def _snapshot(directory):
@@ -56,7 +48,7 @@ def test_evaluate_writes_no_output_into_an_embedder_and_overwrites_only_its_tabl
     user's and a named pipe: each refused before any probe, one line, exit 1, nothing
     changed. An earlier table reached through a link is replaced by a new file; the table
     the link named is left as it was."""
-    export_path, _ = export
+    export_path = export
     before = _snapshot(export_path)
     (tmp_path / "train.tsv").write_text("0\tthe dog runs\n1\ta cat sees\n" * 3,
                                         encoding="utf-8")
@@ -112,7 +104,7 @@ def test_an_output_over_a_link_replaces_the_link_and_leaves_its_target(export, t
     them (once: the linked export emptied through the link, then a
     FailedPreconditionError and a `.old` link left). Every writer of a directory moves it
     into place this way (tfeff-export, tfeff-embed, the CoRe converters)."""
-    export_path, _ = export
+    export_path = export
     earlier, finished = tmp_path / "earlier", tmp_path / "finished"
     shutil.copytree(export_path, earlier)
     shutil.copytree(export_path, finished)
@@ -131,7 +123,7 @@ def test_embed_replaces_a_linked_partial_folder_and_leaves_its_target(export, tm
     """`<output>.partial` is tfeff-embed's own name: a symbolic link there (to an empty
     folder of the user's) is removed and the run goes on in a folder of its own (once:
     `[Errno 17] File exists`); the folder it named stays."""
-    export_path, _ = export
+    export_path = export
     text = tmp_path / "input.txt"
     text.write_text("the dog runs\na cat\n", encoding="utf-8")
     mine = tmp_path / "mine"

@@ -14,17 +14,14 @@ import tensorflow as tf
 
 from tfeff.bin import common
 from tfeff.evaluation import evaluate
-from tfeff.export import export_fasttext
 from tfeff.export import load_embedder
 from tfeff.export.embed_file import embed_file
 
 
 @pytest.fixture(scope="module")
-def export(fasttext_model, tmp_path_factory):
-    """A real tfeff export (fastText vectors alone: the cheapest)."""
-    path = str(tmp_path_factory.mktemp("export") / "ft")
-    export_fasttext(fasttext_model[0], path)
-    return path
+def export(fasttext_export):
+    """A real tfeff export (fastText vectors alone: the cheapest), shared by the run."""
+    return fasttext_export
 
 
 class _Foreign(tf.Module):

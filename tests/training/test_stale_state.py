@@ -17,6 +17,7 @@ from tfeff.data import count_windows
 from tfeff.training import checkpoints
 from tfeff.training import errors
 from tfeff.training.fault_tolerance import ResumableTraining
+from tfeff.training.families.language_model import _saved_count
 from tfeff.training.families.language_model import epoch_windows
 from tfeff.training.model_directory import EPOCH_FILE
 from tfeff.training.optimizers import make_optimizer
@@ -50,13 +51,19 @@ def counted(tmp_path, caplog):
 def test_an_edited_epoch_count_is_counted_again(counted):
     """A kept count that cannot be true (not a positive integer between the kept tokens
     over the window length and the tokens) is tfeff's own derived file gone wrong: it is
-    counted again and rewritten, never used (8 windows made 1 step; 1e30, 2.5e28)."""
+    counted again and rewritten, never used (8 windows made 1 step; 1e30, 2.5e28). Every
+    such count is refused by the check `epoch_windows` runs on the kept file; two of them
+    go through `epoch_windows` itself (each count is a pass of a TensorFlow pipeline)."""
     corpus, vocabulary, path, count = counted
     true_windows = count_windows(str(corpus), vocabulary, 6)[0]
     assert count() == (true_windows, True) and true_windows > 8
     assert count() == (true_windows, False)  # kept: not counted again
     saved = json.loads(path.read_text())
+    counted_for = {k: v for k, v in saved.items() if k not in ("windows", "tokens")}
+    assert _saved_count(saved, counted_for, 6) == true_windows
     for windows in (8, -600, 1e30, 0, True, "96", None):
+        assert _saved_count({**saved, "windows": windows}, counted_for, 6) is None, windows
+    for windows in (8, "96"):
         path.write_text(json.dumps({**saved, "windows": windows}))
         assert count() == (true_windows, True), windows
         assert json.loads(path.read_text()) == saved
