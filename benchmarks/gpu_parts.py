@@ -252,7 +252,7 @@ def run_adaptive_peer(sizes, work_dir):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     head = model.output_head
     width = (model.pre_output.units if model.pre_output is not None
-             else model.backbone.projection_dim)
+             else model.backbone.width)
     peer = torch.nn.AdaptiveLogSoftmaxWithLoss(
         width, vocabulary, list(config.model.adaptive_cutoffs),
         div_value=config.model.adaptive_div_value, head_bias=False).to(device)

@@ -72,6 +72,12 @@ def test_the_backbone_is_the_encoder_of_the_task_and_stands_alone(kind, tmp_path
     task.save(tmp_path / "task.keras")
     reloaded = keras.saving.load_model(tmp_path / "task.keras")
     assert reloaded.get_config() == task.get_config()
+    # Rebuilt by the task, the backbone's variables keep the task's paths (checkpoints
+    # key them by path).
+    assert [w.path for w in reloaded.weights] == [w.path for w in task.weights]
+    rebuilt = type(task).from_config(task.get_config())
+    rebuilt.build()
+    assert [w.path for w in rebuilt.weights] == [w.path for w in task.weights]
     for direction, out in reloaded(IDS).items():
         np.testing.assert_array_equal(np.asarray(out), np.asarray(outputs[direction]))
 
@@ -90,3 +96,35 @@ def test_a_backbone_built_by_its_own_call_keeps_its_variables(kind):
     for direction in tops:
         np.testing.assert_array_equal(np.asarray(task.head_inputs(tops[direction])),
                                       np.asarray(outputs[direction]))
+
+
+def test_an_old_flat_bert_config_with_alone_embeddings_loads():
+    """A single-class `Bert` config (flat) with ALONE embeddings becomes a task on a
+    backbone with the same ALONE settings (BertBackbone chooses its own lookup)."""
+    from tfeff.models import Bert
+
+    flat = {"vocabulary_size": 30, "num_layers": 1, "hidden_dim": 8, "num_heads": 2,
+            "intermediate_dim": 16, "max_sequence_length": 8, "input_embedding": "alone",
+            "alone": {"intermediate_dim": 8, "seed": 3}, "use_nsp": False, "name": "bert"}
+    bert = Bert.from_config(flat)
+    bert.build()
+    assert bert.backbone.name == "bert_backbone" and bert.backbone.alone["seed"] == 3
+    assert bert.backbone.token_embedding.lookup == "table"
+    assert bert.backbone.get_config()["alone"] == bert.backbone.alone
+
+
+def test_a_relaxed_bert_on_a_backbone_built_first_merges():
+    """A backbone called before its task has no task name in its variables' paths; the
+    relaxed-to-standard merge pairs the variables by their paths below the model."""
+    from tfeff.models import Bert
+    from tfeff.models import BertBackbone
+    from tfeff.models.relaxed_merge import merge_relaxed_bert
+
+    backbone = BertBackbone(30, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
+                            max_sequence_length=8, relaxed={"num_anchors": 2, "ffn_rank": 2},
+                            dropout_rate=0.0, name="bert_backbone")
+    backbone({"token_ids": IDS})
+    relaxed = Bert(backbone, name="bert")
+    standard = merge_relaxed_bert(relaxed)
+    assert not standard.backbone.is_relaxed
+    assert standard.weights[0].path.startswith("bert/")

@@ -137,7 +137,7 @@ def hf_config(bert):
 
     Returns:
         The dict that `write_hf_bert` writes as `config.json`
-        (`BertForPreTraining`, `hidden_act` from `bert.activation`; with rotary
+        (`BertForPreTraining`, `hidden_act` from `bert.backbone.activation`; with rotary
         positions `RoFormerForMaskedLM`'s, `hf_roformer.roformer_config`).
     """
     backbone = bert.backbone

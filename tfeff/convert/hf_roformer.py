@@ -1,6 +1,6 @@
 """Hugging Face RoFormer layout: a rotary tfeff `Bert` as `RoFormerForMaskedLM`.
 
-`write_hf_bert` writes a `Bert(position_embedding="rotary")` in this layout:
+`write_hf_bert` writes a `Bert` on a `BertBackbone(position_embedding="rotary")` in this layout:
 `transformers.RoFormerForMaskedLM.from_pretrained(directory)` loads it and computes
 what the tfeff model computes. RoFormer (`transformers/models/roformer`) is BERT's
 layout under the prefix `roformer.` with three differences, each matching a rotary

@@ -68,7 +68,7 @@ class RotaryMultiHeadAttention(keras.layers.MultiHeadAttention):
     Exactly the weights of `MultiHeadAttention` (no position weights); the
     projected queries and keys are rotated by their positions
     (`apply_rotary`) before they are scored, as in RoFormer, ModernBERT and
-    Llama. `tfeff.models.Bert(position_embedding="rotary")` uses it.
+    Llama. `tfeff.models.BertBackbone(position_embedding="rotary")` uses it.
 
     Args:
         num_heads: number of attention heads, as in `MultiHeadAttention`.

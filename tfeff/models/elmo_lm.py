@@ -50,7 +50,9 @@ class ElmoLM(LanguageModel):
         vmf_regularization1: lambda_1 of the `"vmf"` loss, >= 0.
         vmf_regularization2: lambda_2 of the `"vmf"` loss, in (0, 1].
         tie_output: use the backbone's trainable or ALONE input embedding as
-            the `"full"` softmax's output matrix.
+            the `"full"` softmax's output matrix (an ALONE backbone then best
+            gathers from its table, `alone={"lookup": "table", ...}`: the
+            softmax computes the whole table each step anyway).
         adaptive_cutoffs: cluster boundaries of `"adaptive"`.
         adaptive_div_value: projection divisor of `"adaptive"`.
         adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (None: all rows).

@@ -1,8 +1,9 @@
 """Files written before tasks took a backbone: the one place that knows their layout.
 
-Until tfeff 0.2 a task model was one class: `Bert(vocabulary_size, num_layers=...)`
-took its encoder's arguments, its config was flat, and its encoder's layers were
-its own attributes (`bert.token_embedding`), so
+Before (tfeff 0.1.0 and the development versions after it), a task model was one
+class: `Bert(vocabulary_size, num_layers=...)` took its encoder's arguments, its
+config was flat, and its encoder's layers were its own attributes
+(`bert.token_embedding`), so
 
 * a `.keras` file holds a flat config, and its weights under the paths Keras'
   saving walk gave those attributes (`token_embedding/vars/0`,
@@ -56,8 +57,9 @@ def nested_config(task_class, config):
         raise ValueError(f"A saved {task_class.__name__} config has keys no version of it "
                          f"took: {unknown}")
     backbone_config = {k: v for k, v in config.items() if k in backbone_keys}
-    if backbone_config.get("alone") is not None:
-        # The single class chose the lookup: from the table when the softmax is tied to it.
+    if backbone_config.get("alone") is not None and task_class.__name__ != "Bert":
+        # The single class chose the lookup: from the table when the softmax is tied to it
+        # (BertBackbone always gathers from its table).
         tied = config.get("tie_output") or (task_class.__name__ == "MaskedElmo" and
                                             config.get("output_layer", "full") == "full")
         backbone_config["alone"] = {**backbone_config["alone"],
@@ -88,12 +90,13 @@ def is_old_file(path):
 
 
 def load_model(path, **kwargs):
-    """`keras.saving.load_model(path, **kwargs)`, for the `.keras` files of today and of
-    tfeff before 0.2 (whose weights are read under their old paths).
+    """`keras.saving.load_model(path, **kwargs)`, for today's `.keras` files and those
+    written before tasks took a backbone (their weights read under their old paths).
 
     Args:
         path: a `.keras` file.
-        **kwargs: `keras.saving.load_model`'s other arguments (`safe_mode`, ...).
+        **kwargs: `keras.saving.load_model`'s other arguments (`custom_objects`,
+            `safe_mode`, `compile`: an old file's model is not compiled).
 
     Returns:
         The model (built, with the file's weights; an old file's optimizer state is not
@@ -105,7 +108,9 @@ def load_model(path, **kwargs):
 
     with zipfile.ZipFile(path) as archive:
         config = json.loads(archive.read("config.json"))
-    model = keras.saving.deserialize_keras_object(config, safe_mode=kwargs.get("safe_mode", True))
+    model = keras.saving.deserialize_keras_object(
+        config, custom_objects=kwargs.get("custom_objects"),
+        safe_mode=kwargs.get("safe_mode", True))
     if not model.built:
         model.build()
     _OldLayout(model).load_weights(path)

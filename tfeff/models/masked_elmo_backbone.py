@@ -33,8 +33,10 @@ class MaskedElmoBackbone(Backbone):
         dropout_rate: dropout on the embeddings and each LSTM output.
         input_embedding: `"trainable"` or `"alone"`.
         alone: dict of `AloneEmbedding` arguments for `input_embedding="alone"`
-            (`lookup` included); the drawn `seed` is recorded in the
-            backbone's copy (`backbone.alone["seed"]`), not in the dict passed.
+            (`lookup` included: `"table"` suits `MaskedElmo`'s tied `"full"`
+            output, which computes the whole table each step anyway); the drawn
+            `seed` is recorded in the backbone's copy (`backbone.alone["seed"]`),
+            not in the dict passed.
         use_cudnn: the `MaskedBiLSTM` switch (`"auto"`, True, False).
         **kwargs: base `Model` arguments.
 

@@ -44,16 +44,18 @@ class ConversionError(ValueError):
     """The relaxed model could not be converted, or the result failed its check."""
 
 
-def _strip(path):
-    return path.split("/", 1)[1]  # drop the model's own name
+def _strip(path, model):
+    # The path below the model: a backbone built before its task has no task name in front.
+    prefix = f"{model.name}/"
+    return path[len(prefix):] if path.startswith(prefix) else path
 
 
 def _merge_plan(relaxed, standard):
     """`{standard path: (value, [source paths])}`; raises on any unmatched tensor."""
-    source = {_strip(v.path): v for v in relaxed.weights}
+    source = {_strip(v.path, relaxed): v for v in relaxed.weights}
     plan, used = {}, []
     for target in standard.weights:
-        key = _strip(target.path)
+        key = _strip(target.path, standard)
         match = _FACTORIZED.match(key)
         if key in source:
             value, sources = np.asarray(source[key].numpy()), [key]

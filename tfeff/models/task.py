@@ -97,7 +97,9 @@ class Task(keras.Model):
     def from_config(cls, config):
         config = dict(config)
         if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+            # Unbuilt: the task builds it in its own name scope (its variables' paths).
+            backbone = {k: v for k, v in config["backbone"].items() if k != "build_config"}
+            config["backbone"] = keras.saving.deserialize_keras_object(backbone)
         elif "backbone" not in config:  # a single class's flat config, as saved before
             from tfeff.models import legacy
 

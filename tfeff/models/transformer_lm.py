@@ -66,7 +66,7 @@ class TransformerLM(LanguageModel):
         adaptive_div_value: as `ElmoLM`'s.
         adaptive_tail_capacity: as `ElmoLM`'s.
         num_sampled: as `ElmoLM`'s.
-        seed: as `ElmoLM`'s.
+        seed: the sampler's seed (dropout and anchor draws take the backbone's).
         direction_loss: as `ElmoLM`'s.
         **kwargs: base `Model` arguments.
 
