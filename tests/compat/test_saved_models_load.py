@@ -72,9 +72,14 @@ def test_a_saved_keras_file_loads_and_computes_what_it_did(name, monkeypatch):
 def test_a_model_directory_restores_and_computes_what_it_did(name, tmp_path):
     model_dir = str(tmp_path / name)
     shutil.copytree(os.path.join(SAVED, name), model_dir)
-    model, _, step, _ = restore_model(model_dir)
+    model, optimizer, step, _ = restore_model(model_dir, with_optimizer=True)
     assert step == 2
     _assert_same_outputs(name, model(_inputs(name), training=False))
+    # The optimizer's slots, keyed by the model variables' old paths too, came back: two
+    # steps of Adam leave every first moment of a trained weight nonzero.
+    assert int(optimizer.iterations) == 2
+    moments = [v for v in optimizer.variables if v.path.endswith("_momentum")]
+    assert moments and all(np.any(np.asarray(v) != 0) for v in moments)
 
 
 def test_every_public_model_is_among_the_saved_files():
