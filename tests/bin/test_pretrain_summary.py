@@ -48,7 +48,7 @@ def test_a_result_below_its_baseline_is_flagged_with_the_page_that_explains():
         "predicts the mean direction of the likely next words' fastText vectors, which on "
         "real text points at frequent words unless the vectors separate the others well "
         "(Li et al.'s came from Common Crawl, not from the model's corpus)",
-        "for next-word ranking, use published fastText vectors as fasttext.pretrained "
+        "held-out ranking of next words: use published fastText vectors as fasttext.pretrained "
         f"(fasttext.dim set to theirs); {CONTINUOUS_HELP}"]
     assert lines[-3] == "held-out median rank 982 (0 = first; unigram baseline 30)"
     # A softmax output below its baseline: the general checklist.

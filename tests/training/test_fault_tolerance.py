@@ -404,7 +404,7 @@ def test_flipped_byte_fails_its_checksum(reference, tmp_path):
         if name.startswith("ckpt-20."):
             shutil.copy(os.path.join(reference, "checkpoints", name), tmp_path)
     prefix = str(tmp_path / "ckpt-20")
-    assert "model/elmo_lm..token_projection..kernel/.ATTRIBUTES/VARIABLE_VALUE" in \
+    assert "model/elmo_lm..elmo_lm_backbone..token_projection..kernel/.ATTRIBUTES/VARIABLE_VALUE" in \
         checkpoints.verify_checkpoint(prefix)
     data = prefix + ".data-00000-of-00001"
     raw = bytearray(open(data, "rb").read())

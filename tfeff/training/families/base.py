@@ -404,7 +404,7 @@ def below_baseline_line(names, continuous=False):
                 "words' fastText vectors, which on real text points at frequent words unless "
                 "the vectors separate the others well (Li et al.'s came from Common Crawl, "
                 "not from the model's corpus)",
-                "for next-word ranking, use published fastText vectors as fasttext.pretrained "
+                "held-out ranking of next words: use published fastText vectors as fasttext.pretrained "
                 f"(fasttext.dim set to theirs); see {CONTINUOUS_HELP}"]
     return [f"{flagged}: the model predicts worse than word frequencies alone; see "
             f"{SUMMARY_HELP}"]
