@@ -108,6 +108,27 @@ def test_the_wrapper_reports_a_stop_in_one_line_with_128_plus_the_signal(case, s
     assert r.stderr.splitlines() == ([line] if line else []), r.stderr[-3000:]
 
 
+def _stopped_after(monkeypatch, module, name, written, run):
+    """Runs `run()` with `module.name` doing its real write and then raising SIGTERM in
+    this process, as the binaries catch it (`written()` is checked between the two);
+    asserts that `run` stops with `Stopped`."""
+    real = getattr(module, name)
+
+    def write_then_sigterm(*args, **kwargs):
+        real(*args, **kwargs)
+        assert written()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(module, name, write_then_sigterm)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        common.catch_stop_signals()
+        with pytest.raises(common.Stopped):
+            run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_sigterm_while_an_export_is_written_keeps_the_earlier_one_and_leaves_nothing(
         fasttext_model, fasttext_export, tmp_path, monkeypatch):
     """SIGTERM, raised as the binaries raise it, once the SavedModel of an export with
@@ -122,21 +143,9 @@ def test_sigterm_while_an_export_is_written_keeps_the_earlier_one_and_leaves_not
     out = str(tmp_path / "export")
     shutil.copytree(fasttext_export, out)
     before = _files(out)
-    real_save = tf.saved_model.save
-
-    def save_then_sigterm(*args, **kwargs):  # the real write, then a SIGTERM mid-way
-        real_save(*args, **kwargs)
-        assert any(".tmp-" in name for name in os.listdir(tmp_path))
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(tf.saved_model, "save", save_then_sigterm)
-    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        common.catch_stop_signals()
-        with pytest.raises(common.Stopped):
-            export_fasttext(fasttext_model[0], out, overwrite=True)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    _stopped_after(monkeypatch, tf.saved_model, "save",
+                   lambda: any(".tmp-" in name for name in os.listdir(tmp_path)),
+                   lambda: export_fasttext(fasttext_model[0], out, overwrite=True))
     assert os.listdir(tmp_path) == ["export"] and _files(out) == before
 
 
@@ -214,20 +223,8 @@ def test_a_stopped_or_killed_converter_leaves_nothing_its_next_run_would_keep(tm
     write_hf_bert(bert, out)
     assert sorted(os.listdir(tmp_path)) == ["hf", "hf.tmp-notes"]
 
-    real_save = safetensors.numpy.save_file
-
-    def save_then_sigterm(*args, **kwargs):  # the real write, then a SIGTERM mid-way
-        real_save(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(safetensors.numpy, "save_file", save_then_sigterm)
-    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        common.catch_stop_signals()
-        with pytest.raises(common.Stopped):
-            write_hf_bert(bert, str(tmp_path / "other"))
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    _stopped_after(monkeypatch, safetensors.numpy, "save_file", lambda: True,
+                   lambda: write_hf_bert(bert, str(tmp_path / "other")))
     assert sorted(os.listdir(tmp_path)) == ["hf", "hf.tmp-notes"]
 
 

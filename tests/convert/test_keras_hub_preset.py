@@ -202,9 +202,12 @@ def test_the_tokenizer_has_bert_names_and_tfeff_ids(run):
     assert np.asarray(x["token_ids"]).shape == (2, n) and np.asarray(y).shape == (2, 4)
 
 
+@pytest.mark.slow
 def test_a_text_classifier_fine_tunes_from_the_preset(run):
     """The fine-tuning recipe: the classifier's preprocessor packs to the model's length
-    (keras-hub's default, 512, exceeds its position table)."""
+    (keras-hub's default, 512, exceeds its position table). `slow` (28 s): the preset's
+    backbone, tokenizer and preprocessor load and compute the run's outputs in the test
+    above."""
     preset_dir = run[1]
     preprocessor = keras_hub.models.BertTextClassifierPreprocessor.from_preset(
         preset_dir, sequence_length=24)
