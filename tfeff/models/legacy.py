@@ -18,6 +18,7 @@ old one (`tfeff.training.checkpoints.restore` falls back to it).
 """
 
 import inspect
+import json
 import zipfile
 
 import keras
@@ -72,6 +73,16 @@ def nested_config(task_class, config):
     return {**task_config, "backbone": backbone}
 
 
+def _saved_config(path):
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("config.json"))
+
+
+def _is_old(config):
+    return ((config.get("class_name") in _OLD_LAYOUTS or config.get("class_name") == "MaskedElmo")
+            and "backbone" not in config.get("config", {}))
+
+
 def is_old_file(path):
     """Whether the `.keras` file `path` holds a single-class task (a flat config).
 
@@ -81,12 +92,7 @@ def is_old_file(path):
     Returns:
         True for a task model saved before tasks took a backbone.
     """
-    import json
-
-    with zipfile.ZipFile(path) as archive:
-        config = json.loads(archive.read("config.json"))
-    return (config.get("class_name") in _OLD_LAYOUTS or config.get("class_name") == "MaskedElmo"
-            ) and "backbone" not in config.get("config", {})
+    return _is_old(_saved_config(path))
 
 
 def load_model(path, **kwargs):
@@ -102,12 +108,9 @@ def load_model(path, **kwargs):
         The model (built, with the file's weights; an old file's optimizer state is not
         read). `tfeff.models.legacy.upgrade(path, output)` writes it as today's file.
     """
-    if not is_old_file(path):
+    config = _saved_config(path)
+    if not _is_old(config):
         return keras.saving.load_model(path, **kwargs)
-    import json
-
-    with zipfile.ZipFile(path) as archive:
-        config = json.loads(archive.read("config.json"))
     model = keras.saving.deserialize_keras_object(
         config, custom_objects=kwargs.get("custom_objects"),
         safe_mode=kwargs.get("safe_mode", True))
