@@ -1,11 +1,8 @@
 """Keras layers: the efficiency ideas of tfeff, one public class per file.
 
-Every layer but one is `keras.ops` code and runs on every Keras backend.
-`FastTextEmbedding` is TensorFlow code by design (string ops: `TENSORFLOW_ONLY`):
-on another backend it is imported on first use, so `import tfeff.layers`
-there imports no TensorFlow, and `from tfeff.layers import *` leaves it out;
-without TensorFlow installed, asking for it raises an ImportError that says
-so. On TensorFlow every layer is imported (and registered) at once.
+Every layer but `FastTextEmbedding` (TensorFlow string ops: `TENSORFLOW_ONLY`) is
+`keras.ops` code for every backend. Off TensorFlow that one is imported on first use
+(so `import tfeff.layers` imports no TensorFlow) and left out of `import *`.
 """
 
 import importlib
@@ -26,8 +23,7 @@ from tfeff.layers.rotary import RotaryMultiHeadAttention
 from tfeff.layers.sampled_softmax import SampledSoftmax
 from tfeff.layers.scalar_mix import ScalarMix
 
-# Layer -> module of the layers written with TensorFlow ops (string ops):
-# TensorFlow is needed to use them.
+# Layer -> module, of the layers that need TensorFlow (string ops).
 TENSORFLOW_ONLY = {"FastTextEmbedding": "fasttext_embedding"}
 
 

@@ -1,10 +1,7 @@
 """AdaptiveSoftmax: Grave et al.'s efficient softmax approximation.
 
-Two implementations of one function: on TensorFlow and eager PyTorch the
-tails gather the rows whose target they hold (dynamic shapes,
-`tfeff.backend.dynamic_rows`; XLA bounds them); on JAX and under
-`torch.compile` every shape is static (`tail_capacity`), so the layer runs
-under `jax.jit`.
+Two implementations of one function: dynamic shapes (`tfeff.backend.dynamic_rows`),
+and static ones (`tail_capacity`) that `jax.jit` compiles.
 """
 
 import math
@@ -33,29 +30,15 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     exactly as `torch.nn.AdaptiveLogSoftmaxWithLoss` (kernels here are
     `(in, out)`, the transpose of PyTorch's `Linear.weight`).
 
-    Training cost is real: the head runs on every example, and tail `i` runs
-    only on the examples whose target falls in it (gathered). A tail with no
-    target in the batch is skipped entirely (`tf.cond`), so its weights get a
-    zero gradient and its logits are never computed.
-
-    The layer compiles under XLA (`jit_compile=True`, TensorFlow 2.21: the
-    gathered rows get a bounded dynamic size), with outputs and gradients
-    equal to eager ones. XLA pads a bounded dimension to its bound, though:
-    under XLA a tail that runs computes on every row of the batch, so only
-    the skipping of unused tails is kept, not the per-row saving.
-
-    Eager PyTorch gathers each tail's rows as TensorFlow does, and as
-    `torch.nn.AdaptiveLogSoftmaxWithLoss` does (one host sync per tail for
-    its row count; `tail_capacity` is not used there).
-
-    On JAX and under `torch.compile` the shapes are static: tail `i` runs on a fixed
-    number of rows, `ceil(tail_capacity * n)` of the `n` flattened targets
-    (its own rows first, then others, masked), and on all `n` rows when a
-    batch holds more of its targets than that (the fallback: the same
-    numbers, at full cost); a tail with no target is skipped (`ops.cond`,
-    which XLA executes as a branch). `tail_capacity=None` runs every used
-    tail on all rows. Set it a little above the largest fraction of targets
-    a tail takes (Zipfian text: a few percent for the far tails).
+    In training the head runs on every example and tail `i` only on the
+    examples whose target falls in it; a tail with no target in the batch is
+    skipped, so its weights get a zero gradient. On TensorFlow and eager
+    PyTorch the tails gather their rows (under XLA a bounded dimension is
+    padded to its bound, so only the skipping is kept); on JAX and under
+    `torch.compile` tail `i` runs on `ceil(tail_capacity * n)` of the `n`
+    flattened targets, its own first, and on all `n` when a batch holds more
+    of them (the same numbers, at full cost; `None`: always all `n`). See
+    docs/guides/layers.md#adaptivesoftmax.
 
     Args:
         vocabulary_size: int, number of classes (`n_classes` in PyTorch).
@@ -63,30 +46,27 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         div_value: float > 0, the projection-size divisor between clusters.
         head_bias: whether the head has a bias (the tails never do).
         ignore_index: targets equal to this value are ignored (no loss, log
-            probability 0), like PyTorch losses' `ignore_index`; None disables.
+            probability 0); None disables.
         kernel_initializer: initializer of every kernel.
         tail_capacity: None, or the fraction in (0, 1] of the rows a tail
-            computes on JAX and under `torch.compile` (see above); TensorFlow
-            and eager PyTorch ignore it.
+            computes on JAX and under `torch.compile` (see above).
         **kwargs: base `Layer` arguments.
 
     Call arguments:
         inputs: `(..., input_dim)` hidden states.
         targets: optional int `(...)` class ids.
         mask: optional bool `(...)`; False entries are ignored.
-        inputs_mask: the Keras mask of `inputs`, filled in by Keras; used
-            when `mask` is None (padding from the encoder is ignored).
-        training: unused (the same loss in training and inference).
+        inputs_mask: the Keras mask of `inputs` (filled in by Keras), used
+            when `mask` is None.
+        training: unused.
         return_loss: return `(target_log_probs, loss)` and add nothing.
 
     Returns:
-        With `targets`: float32 `(...)` log probabilities of the targets (0
-        where ignored); the mean negative log-likelihood over the targets that
-        are not ignored is added with `add_loss`, so a model ending in this
-        layer trains under a stock `compile(optimizer=...)` / `fit(...)`.
-        With `return_loss=True`: `(target_log_probs, loss)` and no `add_loss`.
-        Without `targets`: the full log-distribution `(..., vocabulary_size)`,
-        as `log_prob`. Out-of-range targets: see `tfeff.layers.softmax_common`.
+        With `targets`, float32 `(...)` log probabilities (0 where ignored) and
+        the mean negative log-likelihood added with `add_loss` (or returned,
+        with `return_loss=True`); without, the full log-distribution
+        `(..., vocabulary_size)`. The contract of every softmax layer:
+        `tfeff.layers.softmax_common`.
 
     Raises:
         ValueError: `vocabulary_size` is not an integer >= 2, `cutoffs` are not
@@ -127,29 +107,21 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         super().__init__(**kwargs)
         softmax_common.validate_vocabulary_size(vocabulary_size)
         if tail_capacity is not None and not 0 < tail_capacity <= 1:
-            raise ValueError(
-                "Received an invalid value for `tail_capacity`, expected None or a fraction "
-                f"in (0, 1]. Received: tail_capacity={tail_capacity}")
+            raise ValueError("Received an invalid value for `tail_capacity`, expected None or "
+                             f"a fraction in (0, 1]. Received: tail_capacity={tail_capacity}")
         self.tail_capacity = None if tail_capacity is None else float(tail_capacity)
         self.supports_masking = True  # `mask` marks the targets to ignore
         cutoffs = list(cutoffs)
-        if (
-            not cutoffs
-            or any(not isinstance(c, int) for c in cutoffs)
-            or cutoffs != sorted(set(cutoffs))
-            or cutoffs[0] <= 0
-            or cutoffs[-1] >= vocabulary_size
-        ):
+        if (not cutoffs or any(not isinstance(c, int) for c in cutoffs)
+                or cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0
+                or cutoffs[-1] >= vocabulary_size):
             raise ValueError(
                 "Received an invalid value for `cutoffs`, expected unique increasing "
                 f"integers inside (0, vocabulary_size={vocabulary_size}). "
-                f"Received: cutoffs={cutoffs}"
-            )
+                f"Received: cutoffs={cutoffs}")
         if not div_value > 0:
-            raise ValueError(
-                "Received an invalid value for `div_value`, expected a positive "
-                f"number. Received: div_value={div_value}"
-            )
+            raise ValueError("Received an invalid value for `div_value`, expected a positive "
+                             f"number. Received: div_value={div_value}")
         self.vocabulary_size = vocabulary_size
         self.cutoffs = cutoffs
         self.div_value = float(div_value)
@@ -167,15 +139,12 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     def build(self, inputs_shape, targets_shape=None):
         input_dim = int(inputs_shape[-1])
         self.input_dim = input_dim
-        self.head_kernel = self.add_weight(
-            name="head_kernel", shape=(input_dim, self.head_size),
-            initializer=self.kernel_initializer,
-        )
+        self.head_kernel = self.add_weight(name="head_kernel", shape=(input_dim, self.head_size),
+                                           initializer=self.kernel_initializer)
         self.head_bias_weight = None
         if self.head_bias:
-            self.head_bias_weight = self.add_weight(
-                name="head_bias", shape=(self.head_size,), initializer="zeros"
-            )
+            self.head_bias_weight = self.add_weight(name="head_bias", shape=(self.head_size,),
+                                                    initializer="zeros")
         self.tail_projections, self.tail_kernels = [], []
         for i in range(self.num_clusters):
             hidden = self.tail_projection_size(i, input_dim)
@@ -183,20 +152,15 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
                 raise ValueError(
                     f"Tail {i} would have projection size input_dim // div_value**{i + 1}"
                     f" = {input_dim} // {self.div_value ** (i + 1):g} = 0: lower "
-                    f"`div_value` or use fewer cutoffs. Received: div_value={self.div_value}"
-                )
+                    f"`div_value` or use fewer cutoffs. Received: div_value={self.div_value}")
             size = self._bounds[i + 1] - self._bounds[i]
             self.tail_projections.append(self.add_weight(
                 name=f"tail_{i}_projection", shape=(input_dim, hidden),
-                initializer=self.kernel_initializer,
-            ))
+                initializer=self.kernel_initializer))
             self.tail_kernels.append(self.add_weight(
                 name=f"tail_{i}_kernel", shape=(hidden, size),
-                initializer=self.kernel_initializer,
-            ))
+                initializer=self.kernel_initializer))
         self.built = True
-
-    # -- pieces -------------------------------------------------------------
 
     def _head_log_probs(self, x):
         logits = ops.matmul(x, ops.cast(self.head_kernel, x.dtype))  # (n, head_size)
@@ -217,8 +181,6 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
         for cutoff in self.cutoffs:
             cluster = cluster + ops.cast(t >= cutoff, t.dtype)
         return cluster
-
-    # -- public API ---------------------------------------------------------
 
     def _target_log_probs(self, inputs, targets, mask, training):
         if not dynamic_rows.selects_rows(inputs):
@@ -247,25 +209,19 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
             def on_rows(rows=None, i=i, in_tail=in_tail):
                 """Tail i's log-probs of the targets at `rows` (None: every row) as `(n,)`."""
                 size = self._bounds[i + 1] - self._bounds[i]
-                if rows is None:
-                    rows_x, rows_t, rows_kept = x, t, in_tail
-                else:
-                    rows_x, rows_t = ops.take(x, rows, axis=0), ops.take(t, rows)
-                    rows_kept = ops.take(in_tail, rows)
+                rows_x, rows_t, rows_kept = (x, t, in_tail) if rows is None else (
+                    ops.take(a, rows, axis=0) for a in (x, t, in_tail))
                 lp = self._tail_log_probs(i, rows_x)  # (k, size)
                 relative = ops.clip(rows_t - self._bounds[i], 0, size - 1)
                 part = softmax_common.gather_rows(lp, relative)
                 part = part * ops.cast(rows_kept, part.dtype)
-                if rows is None:
-                    return part
-                return ops.scatter(ops.expand_dims(rows, -1), part, (n,))
+                return part if rows is None else ops.scatter(ops.expand_dims(rows, -1), part, (n,))
 
             def run(on_rows=on_rows, in_tail=in_tail, count=count):
                 if capacity == n:
                     return on_rows()
                 # The tail's rows first (sorting "not in the tail": 0 before 1), then
-                # others, masked; a batch with more of them than the capacity runs on
-                # every row.
+                # others, masked; more of them than the capacity: every row.
                 first = ops.argsort(ops.cast(ops.logical_not(in_tail), "int32"))[:capacity]
                 return ops.cond(count <= capacity,
                                 lambda: on_rows(ops.cast(first, "int32")),
@@ -274,12 +230,6 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
             log_probs = log_probs + ops.cond(count > 0, run,
                                              lambda: ops.zeros((n,), "float32"))
         return softmax_common.finish(log_probs, keep, targets)
-
-    def log_prob(self, inputs):
-        """Full log-distribution `(..., vocabulary_size)`; rows sum to 1 in probability."""
-        inputs, x = self._flat_rows(inputs)
-        full = self._full_log_prob(x)
-        return ops.reshape(full, tuple(ops.shape(inputs)[:-1]) + (self.vocabulary_size,))
 
     def _full_log_prob(self, x):
         head = self._head_log_probs(x)
@@ -292,11 +242,8 @@ class AdaptiveSoftmax(softmax_common.SoftmaxOutputMixin, keras.layers.Layer):
     def predict(self, inputs):
         """Most probable class `(...)`, int32.
 
-        On TensorFlow and eager PyTorch, when the head's best entry is a
-        shortlist class it is the global argmax (a tail class has probability
-        at most its cluster's): only the other rows get their tails computed
-        (`tfeff.backend.dynamic_rows.adaptive_predict`). Elsewhere every row's
-        tails run.
+        On TensorFlow and eager PyTorch only the rows whose head's best entry is
+        a cluster get their tails computed (`dynamic_rows.adaptive_predict`).
         """
         inputs, x = self._flat_rows(inputs)
         if dynamic_rows.selects_rows(x):

@@ -1,19 +1,12 @@
 """AloneEmbedding: every word embedding from one shared vector.
 
-The filters are rebuilt from the seed with the integer hash below. Being
-computed with exact integer arithmetic (and float32 sums in a fixed order),
-they are bit-identical in every process, on every machine, device and Keras
-backend. The filter of an id does not depend on the vocabulary size, so a
-vocabulary can grow without changing the embeddings of the existing ids.
-
-`keras.ops` code. The codebooks are built on the host in NumPy; the columns
-of the batch's ids are hashed on the device in int64 on TensorFlow and in
-uint32 elsewhere (JAX has no int64 without `jax_enable_x64`; Keras' uint32 is
-int64 on PyTorch): the same bits, since every product is masked to 32 bits
-and stays below 2**59.
-TensorFlow alone runs `lookup="unique"` on the batch's distinct ids only
-(`tf.unique`, a dynamic shape), reuses one table per traced step, and writes
-the filter fingerprint into `tf.train.Checkpoint`s.
+Exact integer hashing (and float32 sums in a fixed order) makes the filters
+bit-identical on every device and backend, and independent of the vocabulary size.
+The codebooks are built on the host in NumPy; a batch's columns are hashed on the
+device in int64 on TensorFlow and uint32 elsewhere (JAX has no int64 without
+`jax_enable_x64`): the same bits, as every product is masked to 32 bits and stays
+below 2**59. TensorFlow alone runs `lookup="unique"` on the distinct ids only
+(`tf.unique`), reuses one table per traced step, and checkpoints the fingerprint.
 """
 
 import functools
@@ -35,6 +28,7 @@ from tfeff.backend.ops import unique
 from tfeff.backend.tracking import checkpointed_fingerprint
 from tfeff.backend.tracking import trace_key
 from tfeff.layers.embedding_common import IdEmbeddingMixin
+from tfeff.layers.embedding_common import Untracked
 
 FILTER_TYPES = ("binary", "real")
 LOOKUPS = ("unique", "table", "token")
@@ -61,8 +55,6 @@ def build_codebooks(seed, num_codebooks, codebook_size, base_dim, filter_type,
       an element of the OR of M columns is 0 with probability p_o;
     * real: Box-Muller in float64 of `u_t = (h(tag=2, ..., t) + 0.5) / 2**32`,
       t = 0, 1: `sqrt(-2 ln u_0) cos(2 pi u_1) / sqrt(M)`, rounded to float32.
-
-    Built on the host, in NumPy.
     """
     k, j, i = np.meshgrid(
         np.arange(num_codebooks), np.arange(codebook_size), np.arange(base_dim),
@@ -85,9 +77,7 @@ def assign_columns(ids, seed, num_codebooks, codebook_size, xp=np):
     """Column of each codebook assigned to each id: int32 `ids.shape + (M,)`.
 
     `col_k(w) = (hash32(seed mod 2**32, seed // 2**32, 3, k, w) * c) >> 32`.
-    With `xp=keras.ops`, on the backend's device: in int64 on TensorFlow, in
-    uint32 elsewhere (int64 on PyTorch, where Keras maps uint32 to it): the
-    same values.
+    With `xp=keras.ops`, on the backend's device (see the module docstring).
     """
     if xp is np:
         dtype = "int64"
@@ -102,20 +92,10 @@ def assign_columns(ids, seed, num_codebooks, codebook_size, xp=np):
     return columns.astype("int32") if xp is np else ops.cast(columns, "int32")
 
 
-class _Frozen:
-    """Holds constant tensors out of reach of Keras/TF tracking (never a weight)."""
-
-    def __init__(self, **tensors):
-        self.__dict__.update(tensors)
-
-
 class _TableMemo:
-    """The embedding tables computed in one traced TensorFlow graph, by (replica, `training`).
-
-    Under `tf.distribute`, every replica's step is traced into the same graph:
-    each replica must use its own table (on its own device, on its own tape).
-    Other backends reuse nothing (under `jax.jit`, XLA merges equal work).
-    """
+    """The embedding tables of one traced TensorFlow graph, by (replica, `training`):
+    under `tf.distribute` each replica, traced into the same graph, needs its own.
+    Other backends reuse nothing (XLA merges equal work)."""
 
     def __init__(self):
         self.graph, self.tables = None, {}
@@ -125,8 +105,8 @@ class _TableMemo:
         if key is None or self.graph is not key[0]:
             return None
         if training is None:
-            found = [t for (r, _), t in sorted(self.tables.items(), reverse=True) if r == key[1]]
-            return found[0] if found else None
+            tables = sorted(self.tables.items(), reverse=True)
+            return next((t for (r, _), t in tables if r == key[1]), None)
         return self.tables.get((key[1], training))
 
     def put(self, key, training, table):
@@ -141,8 +121,7 @@ def check_fingerprint(stored, expected, layer_name):
     """Raises ValueError naming the differing fields when `stored != expected`."""
     if stored == expected:
         return
-    fields = lambda s: dict(f.split("=", 1) for f in s.split() if "=" in f)  # noqa: E731
-    a, b = fields(stored), fields(expected)
+    a, b = (dict(f.split("=", 1) for f in s.split() if "=" in f) for s in (stored, expected))
     diff = ", ".join(
         f"{k}: saved {a.get(k)!s} vs layer {b.get(k)!s}"
         for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
@@ -150,8 +129,7 @@ def check_fingerprint(stored, expected, layer_name):
     raise ValueError(
         f"AloneEmbedding `{layer_name}`: the saved weights were trained with other filters "
         f"({diff}). The filters are rebuilt from the seed and not stored, so these weights "
-        "only make sense with the layer settings they were trained with."
-    )
+        "only make sense with the layer settings they were trained with.")
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -159,38 +137,23 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
     """ALONE: all word embeddings from one shared vector and fixed random filters.
 
     The embedding of word `w` is `FFN(m_w * o)`: `o` is one trainable vector
-    of size `base_dim` (D_o), `m_w` a fixed filter and
-    `FFN(x) = relu(x W_1) W_2` with bias-free `W_1` `(D_o, D_inter)` and
-    `W_2` `(D_inter, D_e)`, and dropout after the ReLU. The trainable
-    parameters are `D_o + D_inter * (D_o + D_e)` whatever the vocabulary size.
+    of size `base_dim` (D_o), `m_w` a fixed filter and `FFN(x) = relu(x W_1) W_2`
+    (bias-free, dropout after the ReLU): `D_o + D_inter * (D_o + D_e)`
+    parameters whatever the vocabulary size.
 
-    Filters are built from `num_codebooks` (M) random codebooks of
-    `codebook_size` (c) columns of size D_o: word `w` takes one
-    pseudo-random column of each codebook, the M columns are summed and
-    passed through `f`:
+    Word `w` takes one pseudo-random column of each of `num_codebooks` (M)
+    codebooks of `codebook_size` (c) columns; its filter is their sum: clipped
+    to 1 for `"binary"` filters (0/1 entries; each element 0 with probability
+    `zero_probability`), unchanged for `"real"` ones (Gaussian, variance 1 / M).
+    The filters are rebuilt from `seed` (`build_codebooks`, `assign_columns`),
+    never stored: checkpoints and `.keras` files carry `o`, the FFN and a short
+    fingerprint of the filters; loading them into other filters raises a ValueError.
 
-    * `"binary"`: 0/1 codebook entries (1 with probability
-      `1 - zero_probability ** (1 / M)`), `f` = clip to 1 (element-wise OR),
-      so each filter element is 0 with probability `zero_probability`;
-    * `"real"`: Gaussian entries with variance `1 / M`, `f` = identity.
-
-    The filters are volatile: codebooks and assignments are rebuilt from
-    `seed` with exact integer hashing (`build_codebooks`, `assign_columns`),
-    never stored. Checkpoints and `.keras` files carry only `o`, the FFN and
-    a short fingerprint of the filters; loading them into a layer with other
-    filters raises a ValueError.
-
-    Lookups cost what the batch's distinct ids cost: with `lookup="unique"`
-    the FFN runs once per distinct id and the result is gathered per token.
-    `embedding_table()` computes all `(vocabulary_size, output_dim)`
-    embeddings, `table_chunk_size` rows at a time, and `attend(hidden)`
-    scores hidden states against them (the tied pre-softmax matrix of the
-    paper). Inside one traced function (a `tf.function`, such as one Keras
-    train step) the table is computed once per replica and reused by every
-    `embedding_table`, `attend`, `embeddings` and (`lookup="table"`) call
-    of that graph: set `lookup="table"` when the output is tied, so that the
-    input side gathers rows of the table the output side needs anyway.
-    Calls must then share one gradient tape, as Keras' train step does.
+    `embedding_table()` computes all `(vocabulary_size, output_dim)` embeddings
+    and `attend(hidden)` scores against them (the paper's tied softmax). Inside
+    one traced function (a Keras train step) the table is computed once per
+    replica and shared by every call that needs it (one gradient tape); set
+    `lookup="table"` when the output is tied. Costs: docs/papers/alone.md#lookup.
 
     Args:
         vocabulary_size: number of ids, > 0.
@@ -201,23 +164,15 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         codebook_size: c, columns per codebook, in (0, 2**31) (paper: 64).
         filter_type: `"binary"` or `"real"`.
         zero_probability: p_o in (0, 1), the binary filters' zero rate (paper: 0.5).
-        seed: non-negative int below 2**63 that determines the filters and
-            the default initializers (seeded with `seed mod 2**31`, which every
-            backend's random ops take); None draws one below 2**31 (stored in
-            `get_config`).
-        dropout_rate: dropout after the ReLU, in [0, 1). Applied per embedded
-            word (each distinct id of a batch, or each row of the table), not
-            per token, except with `lookup="token"`.
+        seed: int in [0, 2**63) that determines the filters and, mod 2**31, the
+            default initializers; None draws one below 2**31 (kept in `get_config`).
+        dropout_rate: in [0, 1), after the ReLU, per embedded word (per token for `"token"`).
         train_base: whether `o` is trainable.
         mask_zero: if True, id 0 is padding and `compute_mask` returns `ids != 0`.
-        lookup: `"unique"` (FFN per distinct id of the batch), `"table"`
-            (gather from `embedding_table()`, for tied outputs) or `"token"`
-            (FFN per token: the naive reference).
+        lookup: FFN per distinct id (`"unique"`) or token (`"token"`), or table rows (`"table"`).
         table_chunk_size: rows of the table computed at a time, > 0.
-        base_initializer: initializer of `o` (default: normal, stddev 1,
-            seeded from `seed`).
-        kernel_initializer: initializer of the FFN kernels (default: Glorot
-            uniform, seeded from `seed`).
+        base_initializer: initializer of `o` (default: seeded normal, stddev 1).
+        kernel_initializer: initializer of the FFN kernels (default: seeded Glorot uniform).
         **kwargs: base `Layer` arguments.
 
     Call arguments:
@@ -226,16 +181,10 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         training: bool, enables dropout.
 
     Returns:
-        `inputs.shape + (output_dim,)` in the compute dtype. With `mask_zero`,
-        the mask `inputs != 0` is propagated.
+        `inputs.shape + (output_dim,)` in the compute dtype.
 
     Raises:
-        ValueError: a size (`vocabulary_size`, `output_dim`, `base_dim`,
-            `intermediate_dim`, `num_codebooks`, `codebook_size`,
-            `table_chunk_size`) is not a positive integer, `codebook_size` is
-            not below 2**31, `filter_type` or `lookup` is unknown,
-            `zero_probability` is not in (0, 1), `dropout_rate` is not in
-            [0, 1), or `seed` is neither None nor an integer in [0, 2**63).
+        ValueError: an argument is outside the values its entry above allows.
 
     Example:
 
@@ -283,41 +232,34 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
                 raise ValueError(
                     f"Received an invalid value for `{arg}`, expected a positive integer. "
-                    f"Received: {arg}={value!r}"
-                )
+                    f"Received: {arg}={value!r}")
         if codebook_size >= 2**31:
             raise ValueError(
                 "Received an invalid value for `codebook_size`, expected less than 2**31. "
-                f"Received: codebook_size={codebook_size}"
-            )
+                f"Received: codebook_size={codebook_size}")
         if filter_type not in FILTER_TYPES:
             raise ValueError(
                 f"Received an invalid value for `filter_type`, expected one of {FILTER_TYPES}. "
-                f"Received: filter_type={filter_type!r}"
-            )
+                f"Received: filter_type={filter_type!r}")
         if isinstance(zero_probability, bool) or not 0 < zero_probability < 1:
             raise ValueError(
                 "Received an invalid value for `zero_probability`, expected a value in "
-                f"(0, 1). Received: zero_probability={zero_probability!r}"
-            )
+                f"(0, 1). Received: zero_probability={zero_probability!r}")
         if not 0 <= dropout_rate < 1:
             raise ValueError(
                 "Received an invalid value for `dropout_rate`, expected a value in [0, 1). "
-                f"Received: dropout_rate={dropout_rate!r}"
-            )
+                f"Received: dropout_rate={dropout_rate!r}")
         if lookup not in LOOKUPS:
             raise ValueError(
                 f"Received an invalid value for `lookup`, expected one of {LOOKUPS}. "
-                f"Received: lookup={lookup!r}"
-            )
+                f"Received: lookup={lookup!r}")
         if seed is None:
             seed = secrets.randbelow(2**31)
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not (
                 0 <= seed < 2**63):
             raise ValueError(
                 "Received an invalid value for `seed`, expected a non-negative integer "
-                f"below 2**63 or None. Received: seed={seed!r}"
-            )
+                f"below 2**63 or None. Received: seed={seed!r}")
         self.vocabulary_size = int(vocabulary_size)
         self.output_dim = int(output_dim)
         self.base_dim = int(base_dim)
@@ -331,37 +273,31 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         self.train_base = bool(train_base)
         self.mask_zero = bool(mask_zero)
         self.supports_masking = self.mask_zero
-        self.lookup = lookup
-        # Every lookup compiles under XLA (`tf.unique` has an XLA kernel with a bounded
-        # dynamic size) and under jax.jit (`unique`'s static shape); the layer test
-        # and tests/backends check equal outputs eagerly and compiled.
+        self.lookup = lookup  # each compiles: XLA's `tf.unique`, jax.jit's static shape
         self.table_chunk_size = int(table_chunk_size)
         self._base_initializer_arg = base_initializer
         self._kernel_initializer_arg = kernel_initializer
         self.base_initializer = keras.initializers.get(
-            base_initializer or keras.initializers.RandomNormal(stddev=1.0, seed=self._random_seed(0))
-        )
+            base_initializer or keras.initializers.RandomNormal(stddev=1.0,
+                                                                seed=self._random_seed(0)))
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self._default_kernel_seeds = kernel_initializer is None
 
         codebooks = build_codebooks(
             self.seed, self.num_codebooks, self.codebook_size, self.base_dim,
             self.filter_type, self.zero_probability,
         )
-        self._frozen = _Frozen(codebooks=host_constant(codebooks, init_scope=True))
+        self._frozen = Untracked(codebooks=host_constant(codebooks, init_scope=True))
         self.filter_fingerprint = self._fingerprint(codebooks)
-        # A TensorFlow checkpoint carries it too: restoring one into other filters raises
-        # instead of silently giving other embeddings (None off TensorFlow).
+        # A TensorFlow checkpoint carries it too (None off TensorFlow).
         self._fingerprint_checker = checkpointed_fingerprint(
             self.filter_fingerprint, functools.partial(
                 check_fingerprint, expected=self.filter_fingerprint, layer_name=self.name))
         self._memo = _TableMemo()
         self.dropout = keras.layers.Dropout(
-            self.dropout_rate, seed=self._random_seed(0), dtype=self.dtype_policy, name="ffn_dropout"
-        )
+            self.dropout_rate, seed=self._random_seed(0), dtype=self.dtype_policy,
+            name="ffn_dropout")
 
     def _random_seed(self, offset):
-        """Seed of a random initializer or dropout: `(seed + offset) mod 2**31`."""
         return (self.seed + offset) % 2**31
 
     def _fingerprint(self, codebooks):
@@ -370,21 +306,14 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         ids = np.arange(_FINGERPRINT_IDS)  # the filter of an id does not depend on V
         columns = assign_columns(ids, self.seed, self.num_codebooks, self.codebook_size)
         digest.update(columns.astype("<i8").tobytes())
-        fields = {
-            "construction": CONSTRUCTION_VERSION,
-            "base_dim": self.base_dim,
-            "num_codebooks": self.num_codebooks,
-            "codebook_size": self.codebook_size,
-            "filter_type": self.filter_type,
-            "zero_probability": repr(self.zero_probability),
-            "seed": self.seed,
-            "digest": digest.hexdigest()[:16],
-        }
-        return "alone-filters " + " ".join(f"{k}={v}" for k, v in fields.items())
+        return (f"alone-filters construction={CONSTRUCTION_VERSION} base_dim={self.base_dim} "
+                f"num_codebooks={self.num_codebooks} codebook_size={self.codebook_size} "
+                f"filter_type={self.filter_type} zero_probability={self.zero_probability!r} "
+                f"seed={self.seed} digest={digest.hexdigest()[:16]}")
 
     def build(self, input_shape=None):
         kernel_inits = [self.kernel_initializer] * 2
-        if self._default_kernel_seeds:
+        if self._kernel_initializer_arg is None:
             kernel_inits = [keras.initializers.GlorotUniform(seed=self._random_seed(i))
                             for i in (1, 2)]
         self.base = self.add_weight(
@@ -400,7 +329,6 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
             initializer=kernel_inits[1],
         )
         self.dropout.build((None, self.intermediate_dim))
-        self.built = True
 
     @property
     def codebooks(self):
@@ -411,10 +339,9 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         """float32 filters `m_w` of `ids`: `ids.shape + (base_dim,)`."""
         columns = assign_columns(ids, self.seed, self.num_codebooks, self.codebook_size,
                                  xp=ops)
-        total = None
-        for k in range(self.num_codebooks):  # a fixed order: bit-identical sums everywhere
-            part = ops.take(self.codebooks[k], columns[..., k], axis=0)
-            total = part if total is None else total + part
+        total = ops.take(self.codebooks[0], columns[..., 0], axis=0)
+        for k in range(1, self.num_codebooks):  # a fixed order: bit-identical sums everywhere
+            total = total + ops.take(self.codebooks[k], columns[..., k], axis=0)
         if self.filter_type == "binary":
             total = ops.minimum(total, 1.0)
         return total
@@ -428,11 +355,7 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         return ops.matmul(h, ops.cast(self.output_kernel, h.dtype))  # (n, D_e)
 
     def embedding_table(self, training=False):
-        """All embeddings `(vocabulary_size, output_dim)`, computed in chunks.
-
-        Computed once per traced graph and `training` value (see the class
-        docstring); in eager mode, on every call. Builds the layer if needed.
-        """
+        """All embeddings `(vocabulary_size, output_dim)`, once per traced graph and `training`."""
         if not self.built:
             self.build()  # the weights do not depend on an input shape
         training = bool(training)
@@ -440,21 +363,16 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         table = self._memo.get(key, training)
         if table is not None:
             return table
-        chunks = []
-        for start in range(0, self.vocabulary_size, self.table_chunk_size):
-            stop = min(start + self.table_chunk_size, self.vocabulary_size)
-            chunks.append(self._embed(ops.arange(start, stop, dtype="int32"), training))
+        size, end = self.table_chunk_size, self.vocabulary_size
+        chunks = [self._embed(ops.arange(start, min(start + size, end), dtype="int32"), training)
+                  for start in range(0, end, size)]
         table = chunks[0] if len(chunks) == 1 else ops.concatenate(chunks, axis=0)
         self._memo.put(key, training, table)
         return table
 
     @property
     def embeddings(self):
-        """The table of this graph (whatever its `training`), else the inference table.
-
-        Lets layers that tie to an embedding's `embeddings` (such as
-        `FullSoftmax.tie_to`) share the table computed in the same step.
-        """
+        """This graph's table (whatever its `training`), else the inference table."""
         table = self._memo.get(trace_key())
         return table if table is not None else self.embedding_table(training=False)
 
@@ -480,33 +398,28 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         return ops.reshape(rows, tuple(ops.shape(ids)) + (self.output_dim,))
 
     def save_own_variables(self, store):
-        variables = self._trainable_variables + self._non_trainable_variables
-        for i, variable in enumerate(variables):
-            store[str(i)] = variable
-        store["filter_fingerprint"] = np.frombuffer(
-            self.filter_fingerprint.encode("utf-8"), dtype=np.uint8
-        )
+        super().save_own_variables(store)
+        store["filter_fingerprint"] = np.frombuffer(self.filter_fingerprint.encode(), np.uint8)
 
     def load_own_variables(self, store):
         keys = set(store.keys())
         if "filter_fingerprint" not in keys:
             raise ValueError(
                 f"AloneEmbedding `{self.name}`: the saved weights carry no filter fingerprint, "
-                "so they cannot be checked against this layer's filters."
-            )
+                "so they cannot be checked against this layer's filters.")
         stored = bytes(np.asarray(store["filter_fingerprint"], np.uint8)).decode("utf-8")
         check_fingerprint(stored, self.filter_fingerprint, self.name)
         variables = self._trainable_variables + self._non_trainable_variables
         if len(keys) - 1 != len(variables):
             raise ValueError(
                 f"AloneEmbedding `{self.name}` expects {len(variables)} saved variables, "
-                f"found {len(keys) - 1}."
-            )
+                f"found {len(keys) - 1}.")
         for i, variable in enumerate(variables):
             variable.assign(store[str(i)])
 
     def get_config(self):
         config = super().get_config()
+        serialize = keras.initializers.serialize
         config.update({
             "vocabulary_size": self.vocabulary_size,
             "output_dim": self.output_dim,
@@ -522,11 +435,9 @@ class AloneEmbedding(IdEmbeddingMixin, keras.layers.Layer):
             "mask_zero": self.mask_zero,
             "lookup": self.lookup,
             "table_chunk_size": self.table_chunk_size,
-            "base_initializer": (
-                None if self._base_initializer_arg is None
-                else keras.initializers.serialize(self.base_initializer)),
-            "kernel_initializer": (
-                None if self._kernel_initializer_arg is None
-                else keras.initializers.serialize(self.kernel_initializer)),
+            "base_initializer": (None if self._base_initializer_arg is None
+                                 else serialize(self.base_initializer)),
+            "kernel_initializer": (None if self._kernel_initializer_arg is None
+                                   else serialize(self.kernel_initializer)),
         })
         return config

@@ -28,52 +28,23 @@ _CHOSEN = 1.0
 class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
     """Multi-head attention through `num_anchors` anchor queries (CoRe, relaxed BERT).
 
-    The weights are exactly those of `keras.layers.MultiHeadAttention` (this
-    layer is a subclass: `query`, `key`, `value` and `attention_output`
-    einsum kernels and biases, same shapes and names), so a relaxed model's
-    attention converts to a standard one by copying.
+    A subclass of `keras.layers.MultiHeadAttention` with exactly its weights
+    (a relaxed model's attention converts by copying). Per sequence and head
+    (Yang et al., Section 4.1, Eqs. 6-13), m anchor queries are chosen among
+    the non-padded queries, all of them when there are at most m: `"random"`,
+    afresh in training and by a fixed seeded draw per position and head at
+    inference (independent of the batch and of padding); `"strided"`, evenly
+    spaced. The output is sum_h S1_h (S2_h V_h W_h^O) + b_O with
+    S1 = softmax(sqrt(d_k) Q~ A~^T) (n x m) and S2 = softmax(A~ K^T) (m x n)
+    over unit-length queries and anchors: no n x n matrix unless
+    `return_attention_scores=True`. See docs/papers/core.md#the-layers.
 
-    Per sequence and head h (Yang et al., Section 4.1, Eqs. 6-13):
-
-    1. Q, K, V are the usual projections. m = `num_anchors` anchor queries
-       are chosen among the sequence's non-padded query positions
-       (`anchor_selection="random"`: uniformly without replacement, a fresh
-       draw per sequence and head while training and a fixed seeded draw at
-       inference, one per position and head, so that a sequence's output
-       depends neither on the rest of its batch nor on its padding;
-       `"strided"`: evenly spaced positions, the same for every
-       head). When a sequence has at most m real positions, all of them are
-       anchors; slots left over are masked.
-    2. Queries and anchors are normalized to unit length: Q~, A~.
-    3. S1 = softmax(sqrt(d_k) Q~ A~^T) is n x m (over valid anchors) and
-       S2 = softmax(A~ K^T) is m x n (over non-padded keys).
-    4. The output is sum_h S1_h U_h + b_O with U_h = S2_h V_h W_h^O computed
-       first, so the cost per head is O(m n d + m d_k d) and no n x n matrix
-       exists. The approximate attention matrix S1_h S2_h (rows sum to one)
-       is built only for `return_attention_scores=True`.
-
-    Dropout (the `dropout` argument) applies to S1 and S2 while training.
-    Padded query positions receive an output (from the valid anchors) that
-    downstream layers should mask; padded keys and padded candidates never
-    influence real positions. A fully padded sequence gives the output bias
-    at every position. `exact=True` (constructor or call) runs the standard
-    scaled dot-product attention of `keras.layers.MultiHeadAttention` on the
-    same weights: that is the converted model's attention.
-
-    With `rotary_max_wavelength`, queries and keys are rotated by their
-    positions (`tfeff.layers.rotary.apply_rotary`) right after their
-    projections, before anchors are chosen among the queries, in both modes:
-    the exact mode is then `RotaryMultiHeadAttention`'s attention.
-
-    Only self- or cross-attention over one sequence axis with padding masks
-    is supported: `attention_axes`, `use_gate` and `sliding_window` are
-    rejected by the constructor, and `attention_mask` / `use_causal_mask`
-    are rejected by `call` unless the attention is `exact`.
-
-    Random anchors come from `hash_uniform`, a counter-based draw made of
-    integer ops, so eager, `tf.function`, XLA (`jit_compile=True`, which Keras
-    may turn on by itself on a GPU) and an exported SavedModel choose the same
-    anchors (in training, for the same seed-generator state).
+    Dropout applies to S1 and S2. Padded queries get an output (to be masked
+    downstream), padded keys are never attended, and a fully padded sequence
+    gives the output bias. `exact=True` is the converted model's standard
+    attention on the same weights. `rotary_max_wavelength` rotates projected
+    queries and keys by their positions, in both modes. Random anchors are an
+    integer hash (`hash_uniform`): the same eagerly, under XLA and exported.
 
     Args:
         num_heads: number of attention heads.
@@ -81,20 +52,16 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
         num_anchors: positive int m (paper: 32).
         anchor_selection: `"random"` or `"strided"`.
         exact: if True, standard attention by default.
-        seed: seed of dropout and of the anchor draws; the inference draw
-            uses it as a stateless seed (0 when None).
+        seed: seed of dropout and of the anchor draws (the inference draw's
+            stateless seed; 0 when None).
         rotary_max_wavelength: None (no positions), or the wavelength of the
             rotary position embedding applied to queries and keys.
-        **kwargs: the other `keras.layers.MultiHeadAttention` arguments
-            (`value_dim`, `dropout`, `use_bias`, `output_shape`,
-            initializers, regularizers, constraints) and base `Layer` ones.
+        **kwargs: the other `keras.layers.MultiHeadAttention` arguments (not
+            `attention_axes`, `use_gate` or `sliding_window`).
 
     Call arguments:
-        query: `(batch, n, query_dim)`; `n` may be 0 (an empty output, as
-            `MultiHeadAttention` gives). Inputs of another rank, masks that
-            do not match their inputs' `(batch, n)` or `(batch, s)`, and a
-            `value` or `key` of another batch raise a `ValueError`
-            (`tfeff.backend.checks.check_attention_inputs`).
+        query: `(batch, n, query_dim)`; `n` may be 0 (an empty output).
+            Wrong ranks, batches or mask shapes raise `ValueError`.
         value: `(batch, s, value_dim)`.
         key: optional `(batch, s, key_dim)`, defaults to `value`.
         query_mask: optional bool `(batch, n)`: real query positions (anchor
@@ -146,29 +113,22 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
                 or num_anchors <= 0:
             raise ValueError(
                 "Received an invalid value for `num_anchors`, expected a positive integer. "
-                f"Received: num_anchors={num_anchors!r}"
-            )
+                f"Received: num_anchors={num_anchors!r}")
         if anchor_selection not in ANCHOR_SELECTIONS:
             raise ValueError(
                 f"Received an invalid value for `anchor_selection`, expected one of "
-                f"{ANCHOR_SELECTIONS}. Received: anchor_selection={anchor_selection!r}"
-            )
+                f"{ANCHOR_SELECTIONS}. Received: anchor_selection={anchor_selection!r}")
         for name in ("use_gate", "sliding_window", "attention_axes"):
             if kwargs.get(name):
-                raise ValueError(
-                    f"`AnchorMultiHeadAttention` does not support `{name}`. "
-                    f"Received: {name}={kwargs[name]!r}"
-                )
+                raise ValueError(f"`AnchorMultiHeadAttention` does not support `{name}`. "
+                                 f"Received: {name}={kwargs[name]!r}")
         super().__init__(num_heads, key_dim, seed=seed, **kwargs)
         self.num_anchors = int(num_anchors)
         self.anchor_selection = anchor_selection
         self.exact = bool(exact)
         if rotary_max_wavelength is not None:
             rotary_max_wavelength = check_max_wavelength(
-                rotary_max_wavelength, "rotary_max_wavelength")
-            if key_dim % 2:
-                raise ValueError(f"`key_dim` must be even for rotary positions. Received: "
-                                 f"key_dim={key_dim}")
+                rotary_max_wavelength, "rotary_max_wavelength", key_dim)
         self.rotary_max_wavelength = rotary_max_wavelength
         self._inference_seed = 0 if seed is None else int(seed)
         self.anchor_seed_generator = keras.random.SeedGenerator(seed, name="anchor_seed")
@@ -177,33 +137,28 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
         check_attention_shapes(self, query_shape, value_shape, key_shape)
         super().build(query_shape, value_shape, key_shape)
 
-    # (batch, heads, n) scores: chosen candidates >= 1, padding -1.
     def _anchor_scores(self, candidates, training):
+        """`(batch, heads or 1, n)` scores: chosen candidates >= 1, padding -1."""
         batch, n = ops.shape(candidates)[0], ops.shape(candidates)[1]
         valid = ops.cast(candidates, "float32")[:, None, :]  # (batch, 1, n)
         if self.anchor_selection == "random":
-            shape = (batch, self.num_heads, n)
-            if training:
-                # Fresh per step, sequence and head: a key from the seed generator.
-                key = self.anchor_seed_generator.next()
-                index = ops.reshape(ops.arange(batch * self.num_heads * n), shape)
-                noise = hash_uniform(index, key)
+            if training:  # fresh per step, sequence and head
+                index = ops.reshape(ops.arange(batch * self.num_heads * n),
+                                    (batch, self.num_heads, n))
+                noise = hash_uniform(index, self.anchor_seed_generator.next())
             else:
-                # One draw per (position, head), laid out position-major so that a
-                # sequence's anchors depend neither on its batch nor on its padding:
-                # embeddings never depend on what else is in the batch.
+                # One draw per (position, head), position-major: a sequence's anchors
+                # depend neither on its batch nor on its padding.
                 index = ops.reshape(ops.arange(n * self.num_heads), (n, self.num_heads))
-                noise = ops.transpose(hash_uniform(index, (self._inference_seed, 0x5EED)))
-                noise = noise[None]  # (1, heads, n)
+                noise = ops.transpose(hash_uniform(index, (self._inference_seed, 0x5EED)))[None]
             return valid * (_CHOSEN + noise) - (1.0 - valid)
         # Strided: valid ranks floor((j + 1/2) L / m), j < m; all when L <= m.
         rank = ops.cumsum(ops.cast(candidates, "int32"), axis=1) - 1  # (batch, n)
         length = ops.sum(ops.cast(candidates, "float32"), axis=1, keepdims=True)  # (batch, 1)
         j = ops.arange(self.num_anchors, dtype="float32")[None, :]
         targets = ops.floor((j + 0.5) * length / float(self.num_anchors))  # (batch, m)
-        hit = ops.any(
-            ops.equal(ops.cast(rank, "float32")[:, :, None], targets[:, None, :]), axis=-1
-        )  # (batch, n)
+        hit = ops.any(ops.equal(ops.cast(rank, "float32")[:, :, None], targets[:, None, :]),
+                      axis=-1)  # (batch, n)
         chosen = ops.logical_or(hit, length <= float(self.num_anchors))
         chosen = ops.logical_and(chosen, ops.cast(candidates, "bool"))
         position = ops.cast(ops.arange(n), "float32")[None, :] / ops.cast(n, "float32")
@@ -218,8 +173,7 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
             training: random selection draws afresh when True.
 
         Returns:
-            `(indices, valid)`: int32 `(batch, heads or 1, min(m, n))` and
-            bool of the same shape.
+            `(indices, valid)`: int32 and bool `(batch, heads or 1, min(m, n))`.
         """
         scores = self._anchor_scores(ops.cast(query_mask, "bool"), training)
         n = scores.shape[-1]
@@ -244,44 +198,29 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
         anchor_indices=None,
     ):
         exact = self.exact if exact is None else bool(exact)
-        if query_mask is None:
-            query_mask = getattr(query, "_keras_mask", None)
+        query_mask = getattr(query, "_keras_mask", None) if query_mask is None else query_mask
         query, value, key, query_mask, value_mask, key_mask = check_attention_inputs(
             self, query, value, key, query_mask, value_mask, key_mask)
         if not exact and (attention_mask is not None or use_causal_mask):
             raise ValueError(
                 "Anchor attention supports padding masks only (`query_mask`, `value_mask`, "
-                "`key_mask`); `attention_mask` and `use_causal_mask` need `exact=True`."
-            )
+                "`key_mask`); `attention_mask` and `use_causal_mask` need `exact=True`.")
         if exact or query.shape[1] == 0:
             # No query positions: no anchors to choose, the empty output of either mode.
-            return super().call(
-                query, value, key=key, value_mask=value_mask, key_mask=key_mask,
-                attention_mask=attention_mask,
-                return_attention_scores=return_attention_scores,
-                training=training, use_causal_mask=use_causal_mask,
-            )
+            return super().call(query, value, key=key, value_mask=value_mask, key_mask=key_mask,
+                                attention_mask=attention_mask,
+                                return_attention_scores=return_attention_scores,
+                                training=training, use_causal_mask=use_causal_mask)
         if key is None:
             key = value
-        dtype = self.compute_dtype
         batch, n = ops.shape(query)[0], ops.shape(query)[1]
-        s = ops.shape(key)[1]
         candidates = (ops.ones((batch, n), "bool") if query_mask is None
                       else ops.cast(query_mask, "bool"))
-        key_valid = ops.ones((batch, s), "bool")
+        key_valid = ops.ones((batch, ops.shape(key)[1]), "bool")
         for m in (value_mask, key_mask):
             if m is not None:
                 key_valid = ops.logical_and(key_valid, ops.cast(m, "bool"))
-
-        q = self.query_dense(query)  # (batch, n, heads, key_dim)
-        k = self.key_dense(key)  # (batch, s, heads, key_dim)
-        v = self.value_dense(value)  # (batch, s, heads, value_dim)
-        if self.rotary_max_wavelength is not None:
-            q = apply_rotary(q, self.rotary_max_wavelength)
-            k = apply_rotary(k, self.rotary_max_wavelength)
-        q = ops.transpose(ops.cast(q, "float32"), (0, 2, 1, 3))  # (batch, heads, n, key_dim)
-        q = q / ops.maximum(ops.sqrt(ops.sum(q * q, axis=-1, keepdims=True)), 1e-12)
-
+        q, k, v = self._project(query, key, value)
         if anchor_indices is None:
             indices, anchor_valid = self.select_anchors(candidates, training=training)
         else:
@@ -289,28 +228,43 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
             anchor_valid = ops.ones(ops.shape(indices), "bool")
         indices = ops.broadcast_to(indices, (batch, self.num_heads, ops.shape(indices)[-1]))
         anchor_valid = ops.broadcast_to(anchor_valid, ops.shape(indices))
-        # (batch, heads, m, key_dim): the anchors' rows of q
-        anchors = ops.take_along_axis(q, indices[..., None], axis=2)
-
-        # S1 = softmax(sqrt(d_k) Q~ A~^T): (batch, heads, n, m)
-        s1 = ops.einsum("bhnk,bhmk->bhnm", q, anchors) * math.sqrt(float(self.key_dim))
-        s1 = masked_softmax(s1, anchor_valid[:, :, None, :])
-        # S2 = softmax(A~ K^T): (batch, heads, m, s)
-        s2 = ops.einsum("bhmk,bshk->bhms", anchors, ops.cast(k, "float32"))
-        s2 = masked_softmax(s2, key_valid[:, None, None, :])
-        s1, s2 = ops.cast(s1, dtype), ops.cast(s2, dtype)
-        # MultiHeadAttention's own dropout (it has no public property for it).
-        s1_dropped = self._dropout_layer(s1, training=training)
-        s2_dropped = self._dropout_layer(s2, training=training)
-
-        kernel = ops.cast(self.output_dense.kernel, dtype)  # (heads, value_dim, out)
-        u = ops.einsum("bhms,bshv->bhmv", s2_dropped, v)  # (batch, heads, m, value_dim)
-        u = ops.einsum("bhmv,hvo->bhmo", u, kernel)  # U_h = S2_h V_h W_h^O
-        output = ops.einsum("bhnm,bhmo->bno", s1_dropped, u)  # sum_h S1_h U_h
-        if self.output_dense.bias is not None:
-            output = output + ops.cast(self.output_dense.bias, dtype)
+        anchors = ops.take_along_axis(q, indices[..., None], axis=2)  # (batch, heads, m, key_dim)
+        s1, s2 = self._scores(q, anchors, k, anchor_valid[:, :, None, :],
+                              key_valid[:, None, None, :])
+        output = self._anchor_output(s1, s2, v, training)
         if return_attention_scores:
             return output, ops.einsum("bhnm,bhms->bhns", s1, s2)
+        return output
+
+    def _project(self, query, key, value):
+        """`(q~, k, v)`: q~ `(batch, heads, n, key_dim)` float32 of unit length, k and v
+        `(batch, s, heads, dim)`, rotated when the layer has rotary positions."""
+        q, k = self.query_dense(query), self.key_dense(key)
+        if self.rotary_max_wavelength is not None:
+            q = apply_rotary(q, self.rotary_max_wavelength)
+            k = apply_rotary(k, self.rotary_max_wavelength)
+        q = ops.transpose(ops.cast(q, "float32"), (0, 2, 1, 3))
+        q = q / ops.maximum(ops.sqrt(ops.sum(q * q, axis=-1, keepdims=True)), 1e-12)
+        return q, k, self.value_dense(value)
+
+    def _scores(self, q, anchors, k, s1_valid, s2_valid):
+        """S1 = softmax(sqrt(d_k) Q~ A~^T) `(batch, heads, n, m)` and S2 = softmax(A~ K^T)
+        `(batch, heads, m, s)` over their valid entries, in the compute dtype."""
+        s1 = ops.einsum("bhnk,bhmk->bhnm", q, anchors) * math.sqrt(float(self.key_dim))
+        s2 = ops.einsum("bhmk,bshk->bhms", anchors, ops.cast(k, "float32"))
+        return (ops.cast(masked_softmax(s1, s1_valid), self.compute_dtype),
+                ops.cast(masked_softmax(s2, s2_valid), self.compute_dtype))
+
+    def _anchor_output(self, s1, s2, v, training):
+        """sum_h S1_h U_h + b_O with U_h = S2_h V_h W_h^O, after MultiHeadAttention's own
+        dropout on S1 and S2: `(batch, n, output_dim)`."""
+        s1 = self._dropout_layer(s1, training=training)
+        s2 = self._dropout_layer(s2, training=training)
+        kernel = ops.cast(self.output_dense.kernel, self.compute_dtype)  # (heads, v_dim, out)
+        u = ops.einsum("bhms,bshv->bhmv", s2, v)
+        output = ops.einsum("bhnm,bhmo->bno", s1, ops.einsum("bhmv,hvo->bhmo", u, kernel))
+        if self.output_dense.bias is not None:
+            output = output + ops.cast(self.output_dense.bias, self.compute_dtype)
         return output
 
     def compute_output_spec(self, query, value, key=None, query_mask=None, value_mask=None,
@@ -335,12 +289,10 @@ class AnchorMultiHeadAttention(keras.layers.MultiHeadAttention):
         config = super().get_config()
         for name in ("use_gate", "sliding_window", "attention_axes"):
             config.pop(name, None)
-        config.update(
-            {
-                "num_anchors": self.num_anchors,
-                "anchor_selection": self.anchor_selection,
-                "exact": self.exact,
-                "rotary_max_wavelength": self.rotary_max_wavelength,
-            }
-        )
+        config.update({
+            "num_anchors": self.num_anchors,
+            "anchor_selection": self.anchor_selection,
+            "exact": self.exact,
+            "rotary_max_wavelength": self.rotary_max_wavelength,
+        })
         return config

@@ -1,7 +1,4 @@
-"""CausalAnchorAttention: CoRe's anchor attention for causal language models.
-
-Written in `keras.ops`: it runs on TensorFlow, JAX and PyTorch.
-"""
+"""CausalAnchorAttention: CoRe's anchor attention for causal language models (`keras.ops`)."""
 
 import math
 
@@ -10,9 +7,7 @@ from keras import ops
 
 from tfeff.backend.checks import check_attention_inputs
 from tfeff.backend.hashing import hash_uniform
-from tfeff.backend.nn import masked_softmax
 from tfeff.layers.anchor_multi_head_attention import AnchorMultiHeadAttention
-from tfeff.layers.rotary import apply_rotary
 
 # The second word of the inference draw's seed (the layer's seed is the first).
 _INFERENCE_SEED_WORD = 0xCA05A1
@@ -22,21 +17,17 @@ _INFERENCE_SEED_WORD = 0xCA05A1
 class CausalAnchorAttention(AnchorMultiHeadAttention):
     """CoRe's anchor attention restricted to the past: exact causality, O(m n d) per head.
 
-    The causal self-attention of `tfeff.models.TransformerLM` with `num_anchors`.
-    The weights are `AnchorMultiHeadAttention`'s, hence
-    `keras.layers.MultiHeadAttention`'s (`exact=True` is standard causal
-    attention on them). Positions are cut into blocks of
-    `ceil(max_sequence_length / num_anchors)`; each block has one anchor
-    query: its first position (`"strided"`), or a position drawn per block
-    and head (`"random"`: afresh per sequence and step while training, a
-    fixed seeded draw at inference). Query i attends to the anchors at
-    positions a <= i (S1 = softmax over them of sqrt(d_k) q~_i . a~), and
-    anchor a summarizes the keys j <= a (S2 = softmax(a~ . k_j)). Anchor
-    positions depend on the position, head, seed and row only, never on the
-    sequence's length or padding, so the output at i depends on the inputs at
-    positions <= i alone: no mask is needed, and none is taken. A query with
-    no anchor at or before it (with random anchors, the first block's
-    positions before its anchor) gets the output bias.
+    The causal self-attention of `tfeff.models.TransformerLM` with
+    `num_anchors`, on `AnchorMultiHeadAttention`'s weights (`exact=True` is
+    standard causal attention). Positions are cut into blocks of
+    `ceil(max_sequence_length / num_anchors)`, each with one anchor query: its
+    first position (`"strided"`) or one drawn per block and head (`"random"`).
+    Query i attends to the anchors at positions a <= i, and anchor a
+    summarizes the keys j <= a. Anchor positions depend on the position, head,
+    seed and row only, never on the sequence's length or padding, so the
+    output at i depends on the inputs at positions <= i alone: no mask is
+    needed, and none is taken. A query with no anchor at or before it gets
+    the output bias.
 
     Args:
         num_heads: number of attention heads.
@@ -45,9 +36,7 @@ class CausalAnchorAttention(AnchorMultiHeadAttention):
             the block size (longer sequences get more blocks, hence anchors).
         num_anchors: positive int m, the anchors of a `max_sequence_length`
             sequence.
-        **kwargs: `AnchorMultiHeadAttention`'s other arguments
-            (`anchor_selection`, `exact`, `seed`, `rotary_max_wavelength`,
-            `dropout`, ...).
+        **kwargs: `AnchorMultiHeadAttention`'s other arguments.
 
     Call arguments:
         query: `(batch, n, dim)`.
@@ -60,8 +49,7 @@ class CausalAnchorAttention(AnchorMultiHeadAttention):
         `(batch, n, output_dim)`.
 
     Raises:
-        ValueError: as `AnchorMultiHeadAttention` (`num_anchors` is not a
-            positive integer, `anchor_selection` is unknown, ...).
+        ValueError: as `AnchorMultiHeadAttention`.
 
     Example:
 
@@ -73,8 +61,7 @@ class CausalAnchorAttention(AnchorMultiHeadAttention):
 
     Reference:
         Yang et al., "An Efficient Coarse-refined Training Framework for
-        BERT", Section 4.1 (anchor attention); the restriction to the past is
-        tfeff's, for causal language models.
+        BERT", Section 4.1; the restriction to the past is tfeff's.
     """
 
     def __init__(self, num_heads, key_dim, max_sequence_length, num_anchors=32, **kwargs):
@@ -84,8 +71,7 @@ class CausalAnchorAttention(AnchorMultiHeadAttention):
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         # Self-attention by default: a call with the query alone builds with its shape.
-        super().build(query_shape, query_shape if value_shape is None else value_shape,
-                      key_shape)
+        super().build(query_shape, query_shape if value_shape is None else value_shape, key_shape)
 
     def anchor_positions(self, batch, n, training=False):
         """int32 `(batch or 1, heads, blocks)` anchor positions (some may be >= n)."""
@@ -111,46 +97,24 @@ class CausalAnchorAttention(AnchorMultiHeadAttention):
 
     def call(self, query, value=None, key=None, training=None, exact=None):
         query, value, key, _, _, _ = check_attention_inputs(self, query, value, key)
-        if value is None:
-            value = query
-        if key is None:
-            key = value
+        value = query if value is None else value
+        key = value if key is None else key
         exact = self.exact if exact is None else bool(exact)
         if exact or query.shape[1] == 0:
             # No positions: no anchors to place, the empty output of either mode.
             return super().call(query, value, key=key, training=training,
                                 use_causal_mask=True, exact=True)
-        dtype = self.compute_dtype
         batch, n = ops.shape(query)[0], ops.shape(query)[1]
-        q = self.query_dense(query)  # (batch, n, heads, key_dim)
-        k = self.key_dense(key)
-        v = self.value_dense(value)
-        if self.rotary_max_wavelength is not None:
-            q = apply_rotary(q, self.rotary_max_wavelength)
-            k = apply_rotary(k, self.rotary_max_wavelength)
-        q = ops.transpose(ops.cast(q, "float32"), (0, 2, 1, 3))  # (batch, heads, n, key_dim)
-        q = q / ops.maximum(ops.sqrt(ops.sum(q * q, axis=-1, keepdims=True)), 1e-12)
-
+        q, k, v = self._project(query, key, value)
         positions = self.anchor_positions(batch, n, training=bool(training))  # (b|1, h, m)
         m = ops.shape(positions)[-1]
         gather = ops.broadcast_to(ops.minimum(positions, n - 1), (batch, self.num_heads, m))
         anchors = ops.take_along_axis(q, gather[..., None], axis=2)  # (batch, heads, m, key_dim)
         step = ops.arange(n, dtype="int32")
-        # S1: query i sees the anchors a <= i.  (batch, heads, n, m)
-        s1 = ops.einsum("bhnk,bhmk->bhnm", q, anchors) * math.sqrt(float(self.key_dim))
-        s1 = masked_softmax(s1, positions[:, :, None, :] <= step[None, None, :, None])
-        # S2: anchor a sees the keys j <= a.  (batch, heads, m, n)
-        s2 = ops.einsum("bhmk,bshk->bhms", anchors, ops.cast(k, "float32"))
-        s2 = masked_softmax(s2, step[None, None, None, :] <= positions[:, :, :, None])
-        s1 = self._dropout_layer(ops.cast(s1, dtype), training=training)
-        s2 = self._dropout_layer(ops.cast(s2, dtype), training=training)
-        kernel = ops.cast(self.output_dense.kernel, dtype)  # (heads, value_dim, out)
-        u = ops.einsum("bhms,bshv->bhmv", s2, v)
-        u = ops.einsum("bhmv,hvo->bhmo", u, kernel)  # U_h = S2_h V_h W_h^O
-        output = ops.einsum("bhnm,bhmo->bno", s1, u)  # sum_h S1_h U_h
-        if self.output_dense.bias is not None:
-            output = output + ops.cast(self.output_dense.bias, dtype)
-        return output
+        # Query i sees the anchors a <= i; anchor a sees the keys j <= a.
+        s1, s2 = self._scores(q, anchors, k, positions[:, :, None, :] <= step[None, None, :, None],
+                              step[None, None, None, :] <= positions[:, :, :, None])
+        return self._anchor_output(s1, s2, v, training)
 
     def compute_output_spec(self, query, value=None, key=None, training=None, exact=None):
         check_attention_inputs(self, query, value, key)

@@ -1,20 +1,23 @@
-"""What every id -> vector layer shares with `keras.layers.Embedding` (not public layers)."""
+"""What the id -> vector layers share (not public layers)."""
 
 import keras
 from keras import ops
 
 
-class IdEmbeddingMixin:
-    """`compute_mask` and `compute_output_shape` of an embedding (mix in before `Layer`).
+class Untracked:
+    """Holds tensors out of Keras/TF tracking: never a weight, in a checkpoint, in a
+    SavedModel's variables or copied per replica."""
 
-    The layer sets `output_dim` and `mask_zero`: with `mask_zero`, id 0 is
-    padding and masked, as in `keras.layers.Embedding`.
-    """
+    def __init__(self, **tensors):
+        self.__dict__.update(tensors)
+
+
+class IdEmbeddingMixin:
+    """`compute_mask` and `compute_output_shape` of an embedding (mix in before `Layer`),
+    from its `output_dim` and `mask_zero` (id 0 is padding, as in `keras.layers.Embedding`)."""
 
     def compute_mask(self, inputs, mask=None):
-        if not self.mask_zero:
-            return None
-        return keras.ops.not_equal(inputs, 0)
+        return keras.ops.not_equal(inputs, 0) if self.mask_zero else None
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.output_dim,)
@@ -25,22 +28,16 @@ class TableEmbedding(keras.layers.Embedding):
     """`keras.layers.Embedding` that looks its rows up in the table's own dtype (float32
     under a mixed policy) and casts them to the compute dtype afterwards.
 
-    Under a mixed policy, a `keras.layers.Embedding` called directly from a subclassed
-    model's `call` reads its table in the compute dtype when nothing has opened an
-    autocast scope before it, which is the case in JAX's training step (the trainer's
-    `stateless_call` calls the model's `call`, not `__call__`): Keras' layer opens a
-    bfloat16 scope for a mixed layer whatever its `autocast` says. The table's
-    gradient is then a bfloat16 scatter-add, in which a frequent id (or a segment id,
-    thousands of positions per row) loses most of its additions. This layer computes in
-    the variable dtype, so the gather and its gradient's scatter-add are float32 on
-    every backend and in every call path, and returns rows of the policy's compute
-    dtype, as `keras.layers.Embedding` would.
+    Keras' mixed `Embedding`, called from a subclassed model's `call` with no autocast
+    scope open (JAX's training step calls `call`, not `__call__`), reads its table in
+    bfloat16: its gradient is then a bfloat16 scatter-add, in which a frequent id (or a
+    segment id) loses most of its additions. Here the gather and its scatter-add are
+    float32 on every backend and call path.
     """
 
     @property
     def compute_dtype(self):
-        """The table's dtype: what the lookup (and its gradient) computes in. Keras'
-        `__call__` then opens no autocast scope for this layer."""
+        """The table's dtype, for the lookup and its gradient (Keras opens no autocast scope)."""
         return self.variable_dtype
 
     @property

@@ -10,13 +10,10 @@ class FactorizedDense(keras.layers.Layer):
     """`activation(x A B + b)`: a `Dense` whose kernel is factorized through `rank`.
 
     CoRe's relaxed BERT (Yang et al.) replaces each feed-forward weight
-    W (d x d_f) by the product of `input_kernel` A (d x rank) and
-    `output_kernel` B (rank x units), with no nonlinearity in between, so the
-    layer costs O(n * rank * (d + units)) instead of O(n * d * units). The
-    product is an ordinary dense kernel: `merged()` returns the kernel and
-    bias of the exactly equivalent `keras.layers.Dense`, which is how
-    `tfeff.convert.merge_relaxed_bert` turns the relaxed model into a
-    standard one.
+    W (d x d_f) by `input_kernel` A (d x rank) times `output_kernel` B
+    (rank x units), with no nonlinearity in between: O(n * rank * (d + units))
+    instead of O(n * d * units). `merged()` returns the weights of the
+    equivalent `keras.layers.Dense` (used by `tfeff.convert.merge_relaxed_bert`).
 
     Args:
         units: positive int, output size.
@@ -42,8 +39,7 @@ class FactorizedDense(keras.layers.Layer):
     >>> layer = FactorizedDense(units=8, rank=2)
     >>> tuple(layer(keras.ops.ones((3, 5))).shape)
     (3, 8)
-    >>> kernel, bias = layer.merged()
-    >>> kernel.shape
+    >>> layer.merged()[0].shape
     (5, 8)
 
     Reference:
@@ -67,8 +63,7 @@ class FactorizedDense(keras.layers.Layer):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
                 raise ValueError(
                     f"Received an invalid value for `{name}`, expected a positive integer. "
-                    f"Received: {name}={value!r}"
-                )
+                    f"Received: {name}={value!r}")
         self.units = int(units)
         self.rank = int(rank)
         self.activation = keras.activations.get(activation)
@@ -84,8 +79,7 @@ class FactorizedDense(keras.layers.Layer):
         if input_dim is None:
             raise ValueError(
                 "The last dimension of the inputs to `FactorizedDense` must be known. "
-                f"Received: input_shape={input_shape}"
-            )
+                f"Received: input_shape={input_shape}")
         self.input_kernel = self.add_weight(
             name="input_kernel", shape=(input_dim, self.rank),
             initializer=self.input_kernel_initializer,
@@ -111,23 +105,16 @@ class FactorizedDense(keras.layers.Layer):
         return outputs
 
     def merged(self):
-        """The equivalent `Dense` weights: NumPy `(kernel (input_dim, units), bias or None)`.
-
-        The product A B is computed in float64 and rounded once to the
-        variables' dtype, so the merged layer is as close to the factorized
-        one as float32 allows.
-        """
+        """The equivalent `Dense` weights: NumPy `(kernel (input_dim, units), bias or None)`,
+        A B computed in float64 and rounded once to the variables' dtype."""
         if not self.built:
             raise ValueError(
                 f"FactorizedDense `{self.name}` is not built, so it has no weights to merge: "
                 "call it on inputs or `build((None, input_dim))` first.")
-        a = np.asarray(keras.ops.convert_to_numpy(self.input_kernel), np.float64)
+        a = keras.ops.convert_to_numpy(self.input_kernel)
         b = np.asarray(keras.ops.convert_to_numpy(self.output_kernel), np.float64)
-        dtype = keras.ops.convert_to_numpy(self.input_kernel).dtype
-        kernel = (a @ b).astype(dtype)
-        bias = None
-        if self.bias is not None:
-            bias = keras.ops.convert_to_numpy(self.bias).copy()
+        kernel = (np.asarray(a, np.float64) @ b).astype(a.dtype)
+        bias = None if self.bias is None else keras.ops.convert_to_numpy(self.bias).copy()
         return kernel, bias
 
     def compute_output_shape(self, input_shape):
@@ -135,17 +122,14 @@ class FactorizedDense(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "units": self.units,
-                "rank": self.rank,
-                "activation": keras.activations.serialize(self.activation),
-                "use_bias": self.use_bias,
-                "input_kernel_initializer": keras.initializers.serialize(
-                    self.input_kernel_initializer),
-                "output_kernel_initializer": keras.initializers.serialize(
-                    self.output_kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-            }
-        )
+        serialize = keras.initializers.serialize
+        config.update({
+            "units": self.units,
+            "rank": self.rank,
+            "activation": keras.activations.serialize(self.activation),
+            "use_bias": self.use_bias,
+            "input_kernel_initializer": serialize(self.input_kernel_initializer),
+            "output_kernel_initializer": serialize(self.output_kernel_initializer),
+            "bias_initializer": serialize(self.bias_initializer),
+        })
         return config

@@ -18,42 +18,35 @@ class FastTextEmbedding(keras.layers.Layer):
     """fastText vectors of arbitrary token strings, computed with TF string ops.
 
     Reproduces `fasttext.FastText.get_word_vector` exactly, so a SavedModel can
-    embed words it has never seen: the vector of a word is the average of the
-    input-matrix rows of its subwords, which are
+    embed unseen words: a word's vector is the average of the input-matrix rows
+    of its subwords, which are
 
     * the word's own row, when the word is in the fastText dictionary;
-    * one row per character n-gram of `"<" + word + ">"` for n in
-      `[minn, maxn]` (characters are UTF-8 code points; the single characters
-      `<` and `>` themselves are not n-grams), at row
-      `nwords + fnv1a32(ngram) % bucket`. fastText's FNV-1a mixes each byte in
-      as a *signed* char (bytes >= 0x80 are sign-extended); so does this layer.
+    * one row per character n-gram of `"<" + word + ">"` for n in `[minn, maxn]`
+      (UTF-8 code points; the lone `<` and `>` are not n-grams), at row
+      `nwords + fnv1a32(ngram) % bucket`, each byte mixed in as a *signed* char
+      (bytes >= 0x80 sign-extended), as fastText does.
 
     The end-of-sentence word `</s>` has no n-grams (as in fastText). A word
-    with no subword at all (not in the dictionary and `bucket == 0`, as for a
-    `.vec` file) gets the zero vector. Invalid UTF-8 in a token is replaced by
-    U+FFFD before the n-grams are taken (fastText would hash the raw bytes).
+    with no subword (not in the dictionary and `bucket == 0`, as for a `.vec`
+    file) gets the zero vector. Invalid UTF-8 is replaced by U+FFFD before the
+    n-grams are taken (fastText would hash the raw bytes). Cost: per distinct
+    token, one gather of at most `(maxn - minn + 1) * (len + 2) + 1` rows.
 
-    Cost: per distinct token of a batch, one gather of at most
-    `(maxn - minn + 1) * (len + 2) + 1` rows; no per-vocabulary table is built.
-
-    The input matrix is a non-trainable variable so that a SavedModel or a
-    `.keras` file carries it; the dictionary is stored as an asset.
-    This layer is for serving and feature extraction, not for replicated
-    training: training reads precomputed vocabulary vectors with
-    `FixedEmbedding`. It runs as a layer only where TensorFlow is the Keras
-    backend (elsewhere calling it raises a ValueError naming the backend);
-    `word_vectors` and `subword_ids` take `tf.string` tensors on any backend.
+    The input matrix is a non-trainable variable (saved with the model), the
+    dictionary an asset. For serving and feature extraction: training reads
+    precomputed vectors with `FixedEmbedding`. Calling the layer needs the
+    TensorFlow backend; `word_vectors` and `subword_ids` run on any backend.
 
     Args:
         words: the fastText dictionary, a list of strings in id order.
-        input_matrix: float array `(len(words) + bucket, dim)`, or None to
-            create a zero matrix of shape `(num_words + bucket, output_dim)`
-            that is filled later (`.keras` loading).
+        input_matrix: float array `(len(words) + bucket, dim)`, or None for
+            zeros filled later (`.keras` loading).
         minn: shortest character n-gram (fastText's `-minn`).
         maxn: longest character n-gram (fastText's `-maxn`).
         bucket: number of n-gram hash buckets (fastText's `-bucket`).
-        output_dim: vector size (needed only when `input_matrix` is None).
-        num_words: dictionary size (needed only when `words` is None).
+        output_dim: vector size (only needed without `input_matrix`).
+        num_words: dictionary size (only needed without `words`).
         eos: fastText's end-of-sentence token.
         **kwargs: base `Layer` arguments.
 
@@ -65,10 +58,7 @@ class FastTextEmbedding(keras.layers.Layer):
 
     Raises:
         ValueError: `minn`, `maxn` or `bucket` is not a non-negative integer,
-            neither `words` nor `num_words` is given, `num_words` differs from
-            `len(words)`, `input_matrix` is not `(num_words + bucket, dim)`,
-            or `output_dim` is not a positive integer (or differs from the
-            matrix's `dim`).
+            neither `words` nor `num_words` is given, or the sizes disagree or are invalid.
 
     Example:
 
@@ -102,35 +92,30 @@ class FastTextEmbedding(keras.layers.Layer):
             if not isinstance(value, int) or value < 0:
                 raise ValueError(
                     f"Received an invalid value for `{arg}`, expected a non-negative "
-                    f"integer. Received: {arg}={value}"
-                )
+                    f"integer. Received: {arg}={value}")
         if words is None and num_words is None:
             raise ValueError("Pass `words` (the fastText dictionary) or `num_words`.")
         if words is not None:
             words = [str(w) for w in words]
             if num_words is not None and num_words != len(words):
                 raise ValueError(
-                    f"`num_words`={num_words} does not match len(words)={len(words)}"
-                )
+                    f"`num_words`={num_words} does not match len(words)={len(words)}")
             num_words = len(words)
         if input_matrix is not None:
             input_matrix = np.asarray(input_matrix, dtype=np.float32)
             if input_matrix.ndim != 2 or input_matrix.shape[0] != num_words + bucket:
                 raise ValueError(
                     "`input_matrix` must have shape (num_words + bucket, dim) = "
-                    f"({num_words + bucket}, dim). Received: {input_matrix.shape}"
-                )
+                    f"({num_words + bucket}, dim). Received: {input_matrix.shape}")
             if output_dim is not None and output_dim != input_matrix.shape[1]:
                 raise ValueError(
                     f"`output_dim`={output_dim} does not match the input matrix "
-                    f"dimension {input_matrix.shape[1]}"
-                )
+                    f"dimension {input_matrix.shape[1]}")
             output_dim = int(input_matrix.shape[1])
         if not isinstance(output_dim, int) or output_dim <= 0:
             raise ValueError(
                 "Received an invalid value for `output_dim`, expected a positive "
-                f"integer (or an `input_matrix`). Received: output_dim={output_dim}"
-            )
+                f"integer (or an `input_matrix`). Received: output_dim={output_dim}")
         self.minn, self.maxn, self.bucket = minn, maxn, bucket
         self.output_dim = output_dim
         self.num_words = num_words
@@ -146,8 +131,7 @@ class FastTextEmbedding(keras.layers.Layer):
                 "`FastTextEmbedding` runs as a layer only where TensorFlow is the Keras "
                 "backend: its inputs are strings and its ops TensorFlow string ops. "
                 f"Received: backend={backend!r}. (`word_vectors` and `subword_ids` take "
-                "`tf.string` tensors on any backend, e.g. in a `tf.data` pipeline.)"
-            )
+                "`tf.string` tensors on any backend, e.g. in a `tf.data` pipeline.)")
         return super().__call__(*args, **kwargs)
 
     @classmethod
@@ -163,8 +147,7 @@ class FastTextEmbedding(keras.layers.Layer):
         if model.is_quantized():
             raise ValueError(
                 "Quantized fastText models (.ftz) are not supported: their n-gram "
-                "rows are pruned and re-indexed. Use the full .bin model."
-            )
+                "rows are pruned and re-indexed. Use the full .bin model.")
         args = model.f.getArgs()
         return cls(
             words=model.get_words(include_freq=False, on_unicode_error="replace"),
@@ -177,15 +160,9 @@ class FastTextEmbedding(keras.layers.Layer):
 
     @classmethod
     def from_file(cls, path, **kwargs):
-        """Builds the layer from a `.bin` fastText model or a `.vec`/`.txt` file.
-
-        The file is validated first: a truncated or corrupt `.bin` is a
-        `WordVectorsError` naming it, never a layer with broken vectors. A
-        `.vec` file has no subwords (`minn = maxn = bucket = 0`): words outside
-        it get the zero vector.
-        """
-        # Local: importing tfeff.layers does not load the data package.
-        from tfeff.data import fasttext_files
+        """Builds the layer from a `.bin` fastText model (checked first: a corrupt one
+        raises a `WordVectorsError`) or a `.vec`/`.txt` file (no subwords)."""
+        from tfeff.data import fasttext_files  # not loaded by importing tfeff.layers
 
         path = os.fspath(path)
         if path.endswith((".vec", ".txt")):
@@ -198,11 +175,8 @@ class FastTextEmbedding(keras.layers.Layer):
         initial = self._initial_matrix
         self.input_matrix = self.add_weight(
             shape=(self.num_words + self.bucket, self.output_dim),
-            initializer=(
-                (lambda shape, dtype=None: tf.constant(initial, dtype=dtype))
-                if initial is not None
-                else "zeros"
-            ),
+            initializer="zeros" if initial is None else (
+                lambda shape, dtype=None: tf.constant(initial, dtype=dtype)),
             dtype="float32",
             trainable=False,
             name="input_matrix",
@@ -214,8 +188,7 @@ class FastTextEmbedding(keras.layers.Layer):
     def _make_table(self, words):
         if len(words) != self.num_words:
             raise ValueError(
-                f"The dictionary has {len(words)} words, the layer expects {self.num_words}"
-            )
+                f"The dictionary has {len(words)} words, the layer expects {self.num_words}")
         keys = tf.constant(words, dtype=tf.string)
         values = tf.range(len(words), dtype=tf.int64)
         self._table = tf.lookup.StaticHashTable(
@@ -227,21 +200,13 @@ class FastTextEmbedding(keras.layers.Layer):
         inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
         if self._table is None:
             raise RuntimeError("FastTextEmbedding has no dictionary: load its assets first.")
-        flat = tf.reshape(inputs, [-1])
-        unique, index = tf.unique(flat)
-        vectors = self.word_vectors(unique)  # (num_unique, dim)
-        out = tf.gather(vectors, index)  # (num_tokens, dim)
+        unique, index = tf.unique(tf.reshape(inputs, [-1]))
+        out = tf.gather(self.word_vectors(unique), index)  # (num_tokens, dim)
         return tf.reshape(out, tf.concat([tf.shape(inputs), [self.output_dim]], 0))
 
     def subword_ids(self, words):
-        """Input-matrix rows of each word, as fastText's `getSubwords`.
-
-        Args:
-            words: 1-D `tf.string` tensor.
-
-        Returns:
-            int64 `RaggedTensor` `(num_words, None)`.
-        """
+        """Input-matrix rows of each word of a 1-D `tf.string` tensor, as fastText's
+        `getSubwords`: an int64 `RaggedTensor` `(num_words, None)`."""
         if not self.built:
             self.build()
         words = tf.convert_to_tensor(words, dtype=tf.string)
@@ -253,9 +218,7 @@ class FastTextEmbedding(keras.layers.Layer):
         ngram_ids = self._ngram_ids(words)
         keep = tf.logical_not(tf.logical_and(in_dict, tf.equal(words, self.eos)))
         ngram_ids = tf.ragged.boolean_mask(
-            ngram_ids,
-            tf.ones_like(ngram_ids, dtype=tf.bool) & keep[:, None],
-        )
+            ngram_ids, tf.ones_like(ngram_ids, dtype=tf.bool) & keep[:, None])
         return tf.concat([own, ngram_ids], axis=1)
 
     def word_vectors(self, words):
@@ -279,24 +242,20 @@ class FastTextEmbedding(keras.layers.Layer):
         chars = tf.strings.unicode_split(
             tf.strings.join(["<", words, ">"]), "UTF-8", errors="replace"
         )  # ragged (W, chars)
-        parts = []
-        for n in range(lo, self.maxn + 1):
-            grams = tf.strings.ngrams(chars, n, separator="")  # ragged (W, chars-n+1)
-            if n == 1:
-                grams = grams[:, 1:-1]  # fastText skips the lone "<" and ">"
-            parts.append(grams)
+        # Per n, ragged (W, chars - n + 1); fastText skips the lone "<" and ">" (n = 1).
+        parts = [tf.strings.ngrams(chars, n, separator="") for n in range(lo, self.maxn + 1)]
+        if lo == 1:
+            parts[0] = parts[0][:, 1:-1]
         grams = tf.concat(parts, axis=1)
         hashes = _fnv1a32(grams.flat_values, max_bytes=_MAX_UTF8_BYTES * self.maxn)
-        rows = self.num_words + hashes % self.bucket
-        return grams.with_flat_values(rows)
+        return grams.with_flat_values(self.num_words + hashes % self.bucket)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.output_dim,)
 
     def save_assets(self, dir_path):
         with open(os.path.join(dir_path, _WORDS_ASSET), "w", encoding="utf-8") as f:
-            for word in self._words:
-                f.write(word + "\n")
+            f.writelines(word + "\n" for word in self._words)
 
     def load_assets(self, dir_path):
         with open(os.path.join(dir_path, _WORDS_ASSET), encoding="utf-8") as f:
@@ -306,23 +265,20 @@ class FastTextEmbedding(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.pop("trainable", None)
-        config.update(
-            {
-                "minn": self.minn,
-                "maxn": self.maxn,
-                "bucket": self.bucket,
-                "output_dim": self.output_dim,
-                "num_words": self.num_words,
-                "eos": self.eos,
-            }
-        )
+        config.update({
+            "minn": self.minn,
+            "maxn": self.maxn,
+            "bucket": self.bucket,
+            "output_dim": self.output_dim,
+            "num_words": self.num_words,
+            "eos": self.eos,
+        })
         return config
 
 
 def _fnv1a32(strings, max_bytes):
     """fastText's 32-bit FNV-1a hash of each string (bytes as signed chars), int64."""
-    raw = tf.io.decode_raw(strings, tf.uint8, fixed_length=max_bytes)  # (N, max_bytes)
-    raw = tf.cast(raw, tf.int64)
+    raw = tf.cast(tf.io.decode_raw(strings, tf.uint8, fixed_length=max_bytes), tf.int64)
     lengths = tf.strings.length(strings)  # bytes
     # int8 -> uint32 sign extension: bytes >= 0x80 become 0xFFFFFF80 | byte.
     signed = tf.where(raw >= 128, raw | 0xFFFFFF00, raw)

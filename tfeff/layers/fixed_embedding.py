@@ -1,9 +1,8 @@
 """FixedEmbedding: a frozen embedding table gathered in host memory.
 
-On TensorFlow the table is one `/CPU:0` tensor gathered on the host; on JAX
-and PyTorch it is a backend constant on the default device (those backends
-have no per-op host placement inside a compiled step), so there the table
-costs device memory: say so when sizing a word-level ELMo on a GPU.
+On TensorFlow the table is one `/CPU:0` tensor gathered on the host; on JAX and
+PyTorch (no per-op host placement in a compiled step) it is a constant on the
+default device, so there it costs device memory (mind it when sizing a word-level ELMo).
 """
 
 import keras
@@ -12,18 +11,7 @@ import numpy as np
 from tfeff.backend.host_memory import host_constant
 from tfeff.backend.host_memory import host_take
 from tfeff.layers.embedding_common import IdEmbeddingMixin
-
-
-class _HostTable:
-    """Holds the table tensor out of reach of Keras/TF object tracking.
-
-    A plain attribute would be fine today, but keeping the tensor in a
-    non-trackable holder guarantees it never becomes part of a checkpoint,
-    a SavedModel variable list, or a per-replica mirrored copy.
-    """
-
-    def __init__(self, array):
-        self.tensor = host_constant(array)
+from tfeff.layers.embedding_common import Untracked
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -31,18 +19,15 @@ class FixedEmbedding(IdEmbeddingMixin, keras.layers.Layer):
     """A fixed embedding table that lives in host memory and is not a weight.
 
     The pre-trained vectors of ELMo-C (fastText rows of every vocabulary word)
-    are both the input layer and the output targets. They are never trained,
-    so they are kept out of the model's variables: the table is one host
-    (`/CPU:0`) tensor, never copied per replica under `tf.distribute`, never
-    written to checkpoints, and only the rows a batch needs are gathered (on
-    the host, then copied to the device that runs the rest of the step).
+    are both the input layer and the output targets. Never trained, they stay
+    out of the model's variables (see the module docstring): only the rows a
+    batch needs are gathered, then copied to the device of the step.
 
     Args:
-        table: path to a `.npy` file of shape `(vocabulary_size, dim)` (read
-            with `mmap_mode="r"`, then held once in host memory), or a 2-D
-            float array. Only a path can be serialized with `get_config`.
-        mask_zero: if True, id 0 is padding and `compute_mask` returns
-            `ids != 0`.
+        table: path to a `.npy` file `(vocabulary_size, dim)` (memory-mapped,
+            then held once in host memory), or a 2-D float array. Only a
+            path can be serialized with `get_config`.
+        mask_zero: if True, id 0 is padding and `compute_mask` returns `ids != 0`.
         **kwargs: base `Layer` arguments.
 
     Call arguments:
@@ -52,8 +37,7 @@ class FixedEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         float32 tensor `inputs.shape + (dim,)`.
 
     Raises:
-        ValueError: `table` is a path that cannot be read as a `.npy` file,
-            or the table is not a non-empty 2-D array of finite values.
+        ValueError: `table` is not a readable `.npy` path or a non-empty 2-D finite array.
 
     Example:
 
@@ -78,8 +62,7 @@ class FixedEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
             raise ValueError(
                 "Received an invalid `table`, expected a non-empty 2-D array "
-                f"(vocabulary_size, dim). Received shape: {array.shape}"
-            )
+                f"(vocabulary_size, dim). Received shape: {array.shape}")
         values = np.ascontiguousarray(array, dtype=np.float32)
         bad = np.flatnonzero(~np.isfinite(values).all(axis=1))
         if bad.size:
@@ -90,7 +73,7 @@ class FixedEmbedding(IdEmbeddingMixin, keras.layers.Layer):
                 f"{', ...' if bad.size > 5 else ''}): a fixed table must be finite; make it "
                 "again (for a model directory: delete vocabulary_vectors.npy and rerun "
                 "tfeff-pretrain, which makes it from the word vectors).")
-        self._table = _HostTable(values)
+        self._table = Untracked(tensor=host_constant(values))
         self.vocabulary_size, self.output_dim = (int(d) for d in array.shape)
         self.mask_zero = bool(mask_zero)
         self.supports_masking = self.mask_zero
@@ -107,8 +90,7 @@ class FixedEmbedding(IdEmbeddingMixin, keras.layers.Layer):
         if self.table_path is None:
             raise NotImplementedError(
                 "A FixedEmbedding built from an in-memory array cannot be serialized: "
-                "save the table with numpy.save and pass its path as `table`."
-            )
+                "save the table with numpy.save and pass its path as `table`.")
         config = super().get_config()
         config.pop("trainable", None)
         config.update({"table": self.table_path, "mask_zero": self.mask_zero})

@@ -18,10 +18,8 @@ class FullSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
     """A softmax over every class: the baseline that the other output layers approximate.
 
     Logits are `inputs @ embeddings^T + bias`, with `embeddings` of shape
-    `(vocabulary_size, input_dim)` (the layout of an input embedding, so the
-    two can be tied: see `tie_to`). Every step costs
-    `O(tokens x vocabulary_size x input_dim)`: this is what adaptive, sampled
-    and continuous outputs avoid.
+    `(vocabulary_size, input_dim)`, the layout of an input embedding (see
+    `tie_to`). Every step costs `O(tokens x vocabulary_size x input_dim)`.
 
     Args:
         vocabulary_size: int >= 2.
@@ -31,19 +29,10 @@ class FullSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
         **kwargs: base `Layer` arguments.
 
     Call arguments:
-        inputs: `(..., input_dim)` hidden states.
-        targets: optional int `(...)` class ids.
-        mask: optional bool `(...)`; False entries are ignored.
-        inputs_mask: the Keras mask of `inputs` (filled in by Keras), used
-            when `mask` is None.
-        training: unused.
-        return_loss: return `(target_log_probs, loss)` and add nothing.
+        As `AdaptiveSoftmax` (`training` is unused).
 
     Returns:
-        As `AdaptiveSoftmax`: with `targets`, float32 `(...)` log
-        probabilities (0 where ignored) and the mean negative log-likelihood
-        added with `add_loss` (or returned, with `return_loss=True`); without,
-        the full log-distribution `(..., vocabulary_size)`.
+        As `AdaptiveSoftmax`.
 
     Example:
 
@@ -68,8 +57,7 @@ class FullSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
     def tie_to(self, embedding_layer):
         """Uses `embedding_layer.embeddings` `(vocabulary_size, dim)` as the output matrix.
 
-        Call before the layer is built. The tie is not part of `get_config`:
-        the model that owns both layers re-creates it.
+        Call before the layer is built. Not in `get_config`: the owning model re-ties.
         """
         if self.built:
             raise ValueError("`tie_to` must be called before the layer is built.")
@@ -84,33 +72,19 @@ class FullSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
         if self._tie.layer is None:
             self._embeddings = self.add_weight(
                 name="embeddings", shape=(self.vocabulary_size, input_dim),
-                initializer=self.kernel_initializer,
-            )
+                initializer=self.kernel_initializer)
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_weight(
-                name="bias", shape=(self.vocabulary_size,), initializer="zeros"
-            )
+            self.bias = self.add_weight(name="bias", shape=(self.vocabulary_size,),
+                                        initializer="zeros")
         self.built = True
 
     @property
     def embeddings(self):
-        if self._tie.layer is not None:
-            return self._tie.layer.embeddings
-        return self._embeddings
+        return self._embeddings if self._tie.layer is None else self._tie.layer.embeddings
 
-    def logits(self, x):
-        """float32 logits `(n, vocabulary_size)` of rows `x` `(n, input_dim)`."""
-        logits = ops.matmul(x, ops.transpose(ops.cast(self.embeddings, x.dtype)))
-        logits = ops.cast(logits, "float32")
-        if self.bias is not None:
-            logits = logits + ops.cast(self.bias, "float32")
-        return logits
-
-    def _target_log_probs(self, inputs, targets, mask, training):
-        x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
-        log_probs = ops.log_softmax(self.logits(x), axis=-1)  # (n, V)
-        return softmax_common.finish(softmax_common.gather_rows(log_probs, t), keep, targets)
+    def _matrix(self, dtype):
+        return ops.cast(self.embeddings, dtype)
 
     def get_config(self):
         config = super().get_config()

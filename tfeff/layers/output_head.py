@@ -4,22 +4,19 @@ Every output head (`FullSoftmax`, `AdaptiveSoftmax`, `SampledSoftmax`,
 `ContinuousOutput`) answers the same questions by the same names, so a model
 calls them without asking which head it holds:
 
-* `features(hidden)` -> what the head scores at each position, computed from
-  the encoder's hidden states `(..., input_dim)`: a softmax head scores the
-  hidden states themselves (returned unchanged); `ContinuousOutput` scores its
-  predicted target vectors `(..., embedding_dim)` (its `call`). A model's
-  outputs are these features, and its loss and evaluation start from them.
+* `features(hidden)` -> what the head scores at each position, from the
+  encoder's hidden states `(..., input_dim)`: the hidden states themselves
+  for a softmax head, the predicted target vectors for `ContinuousOutput`. A
+  model's outputs are these features; its loss and evaluation start there.
 * `per_position_loss(features, targets, mask=None, training=False)` -> the
   float32 loss of each target id, shaped like `targets`, 0 where `mask` is
-  False: the negative log-likelihood for a softmax head (`SampledSoftmax`'s
-  sampled one in training), the distance to the target's fixed vector for
-  `ContinuousOutput`.
+  False: the negative log-likelihood (sampled in training for
+  `SampledSoftmax`), or the distance to the target's fixed vector.
 * `ranking_scores(features)` -> float32 `(..., vocabulary_size)`, higher for a
-  likelier target: log-probabilities for a softmax head, the cosine similarity
-  with every fixed target vector for `ContinuousOutput`.
-* `log_prob(features)` -> the log-distribution `(..., vocabulary_size)`; a
-  head without a distribution over the vocabulary (`ContinuousOutput`) raises
-  `ValueError`.
+  likelier target: log-probabilities, or the cosine similarity with every
+  fixed target vector.
+* `log_prob(features)` -> the log-distribution `(..., vocabulary_size)`
+  (`ContinuousOutput`, which has none, raises `ValueError`).
 
 `targets` are int class ids in `[0, vocabulary_size)` where `mask` is True
 (other entries may hold any value). `tests/layers/test_softmax_contract.py`
@@ -28,12 +25,7 @@ checks every head against this contract.
 
 
 class OutputHead:
-    """The output-head contract (mix in before `keras.layers.Layer`).
-
-    A head implements `features`, `per_position_loss`, `ranking_scores` and
-    `log_prob` as the module describes; this class names them and documents
-    their signatures.
-    """
+    """The output-head contract (mix in before `keras.layers.Layer`), as the module describes."""
 
     def features(self, hidden):
         """What the head scores at each position, from hidden states `(..., input_dim)`."""

@@ -1,9 +1,6 @@
 """ProjectedLSTM: an LSTM with a recurrent projection (ELMo's LSTMP cell).
 
-Written in `keras.ops`: on TensorFlow the recurrence runs in `tf.scan` (its
-per-step outputs need not have the carry's shape, unlike `ops.scan` there),
-on JAX in `ops.scan`, on PyTorch in a Python loop over `ops.unstack`
-(`tfeff.backend.ops.scan_carries`).
+`keras.ops` code; the recurrence is `tfeff.backend.ops.scan_carries`.
 """
 
 import keras
@@ -22,45 +19,31 @@ from tfeff.backend.ops import scan_carries
 class ProjectedLSTM(keras.layers.Layer):
     """LSTM whose hidden state is projected to `projection_dim` (LSTMP).
 
-    The cell of ELMo and ELMo-C: a cell of size `units` whose output
-    h_t = o_t * tanh(c_t) is projected to r_t = h_t P (size `projection_dim`);
-    r_t is both the layer's output and the state fed back into the gates:
+    The cell of ELMo and ELMo-C: h_t = o_t * tanh(c_t) of size `units` is
+    projected to r_t = h_t P, the output and the state fed back into the gates:
 
         z_t = x_t W + r_{t-1} R + b,   i, f, g, o = split(z_t)
         c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)
         r_t = (sigmoid(o) * tanh(c_t)) P
 
-    ELMo's cell (bilm-tf's `cell_clip` and `proj_clip`, both 3) clips the new
-    cell state to [-cell_clip, cell_clip] before it is used and carried, and the
-    projected state to [-proj_clip, proj_clip]: `cell_clip=3.0, proj_clip=3.0`
-    here. Off by default. A clipped value passes no gradient.
+    ELMo's cell (bilm-tf) clips the new cell state to [-cell_clip, cell_clip]
+    before it is used and carried, and r_t to [-proj_clip, proj_clip], both 3:
+    `cell_clip=3.0, proj_clip=3.0` here (off by default; no gradient when clipped).
 
-    `projection_dim=None` is a plain LSTM (no P: r_t = h_t, of size `units`,
-    Keras' `LSTM` cell with `unit_forget_bias`), the one-layer and two-layer
-    2048-cell encoders of Li et al.'s Table 5; `proj_clip` needs a projection.
+    `projection_dim=None` is a plain LSTM (r_t = h_t, of size `units`), the
+    one-layer and two-layer 2048-cell encoders of Li et al.'s Table 5.
 
     With 4096 units and a 512 projection this is 4x cheaper per step than a
-    plain 4096-unit LSTM. The input product x_t W is computed for all steps in
-    one matmul before the loop; only the recurrent part runs per step.
+    plain 4096-unit LSTM; x_t W of all steps is one matmul before the loop.
 
-    Sequences must be right-padded (real tokens first). The mask is used to
-    run `go_backwards=True` from each sequence's own last real token
-    (`reverse_sequence` by length), so padding never reaches real positions;
-    padded output positions are zero. The recurrence itself is not masked
-    (in either direction padding comes after the real steps), so a mask with
-    a True after a False (left padding) is rejected: eagerly with a
-    `ValueError` naming the first such row, inside a TensorFlow `tf.function`
-    with an `InvalidArgumentError`. Compiled code cannot check (XLA compiles
-    the assertion out; under `jax.jit` the mask is abstract): there a
-    left-padded mask gives wrong outputs silently, so build masks
-    right-padded in the input pipeline.
+    Sequences must be right-padded, with the checks and caveats of
+    `MaskedBiLSTM`: `go_backwards=True` starts at each sequence's own last
+    real token, and padded output positions are zero.
 
     Args:
         units: positive int, LSTM cell size.
-        projection_dim: positive int, size of the projected state and output;
-            None: no projection (a plain LSTM whose output has `units`).
-        go_backwards: if True, process each sequence from its last real token
-            to its first; outputs are returned in the original order.
+        projection_dim: positive int, size of the projected state and output; None: none.
+        go_backwards: run each sequence from its last real token back (outputs in input order).
         kernel_initializer: initializer of the input kernel W.
         recurrent_initializer: initializer of the recurrent kernel R.
         projection_initializer: initializer of the projection P.
@@ -70,20 +53,16 @@ class ProjectedLSTM(keras.layers.Layer):
         **kwargs: base `Layer` arguments.
 
     Call arguments:
-        inputs: float `(batch, time, features)`; integer inputs (token ids)
-            raise a `ValueError`: embed them first, and so does another rank.
-            Time length 0 gives an empty output.
-        mask: optional boolean `(batch, time)`, right-padded, of the inputs'
-            batch and time (another shape raises a `ValueError`).
+        inputs: float `(batch, time, features)`; time length 0 gives an empty output.
+        mask: optional boolean `(batch, time)`, right-padded. Another dtype,
+            rank or mask shape raises a `ValueError`.
 
     Returns:
         `(batch, time, projection_dim or units)`.
 
     Raises:
-        ValueError: `units` is not a positive integer, `projection_dim` is
-            neither None nor one, `cell_clip` or `proj_clip` is neither None
-            nor a positive number, or `proj_clip` is given without a
-            projection.
+        ValueError: an argument is outside the values its entry above allows, or
+            `proj_clip` is given without a projection.
 
     Example:
 
@@ -117,8 +96,7 @@ class ProjectedLSTM(keras.layers.Layer):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(
                     f"Received an invalid value for `{arg}`, expected a positive "
-                    f"integer. Received: {arg}={value}"
-                )
+                    f"integer. Received: {arg}={value}")
         self.units = units
         self.projection_dim = projection_dim
         self.go_backwards = bool(go_backwards)
@@ -131,8 +109,7 @@ class ProjectedLSTM(keras.layers.Layer):
                                           and not isinstance(value, bool) and value > 0):
                 raise ValueError(
                     f"Received an invalid value for `{arg}`, expected None or a positive "
-                    f"number. Received: {arg}={value!r}"
-                )
+                    f"number. Received: {arg}={value!r}")
         self.cell_clip = None if cell_clip is None else float(cell_clip)
         self.proj_clip = None if proj_clip is None else float(proj_clip)
         if projection_dim is None and proj_clip is not None:
@@ -146,8 +123,8 @@ class ProjectedLSTM(keras.layers.Layer):
         input_dim = input_shape[-1]
         if input_dim is None:
             raise ValueError(
-                f"ProjectedLSTM needs a known feature dimension. Received: input_shape={input_shape}"
-            )
+                "ProjectedLSTM needs a known feature dimension. "
+                f"Received: input_shape={input_shape}")
         self.kernel = self.add_weight(
             shape=(input_dim, 4 * self.units),
             initializer=self.kernel_initializer,
@@ -175,24 +152,12 @@ class ProjectedLSTM(keras.layers.Layer):
         return self.units if self.projection_dim is None else self.projection_dim
 
     def call(self, inputs, mask=None):
-        check_float_inputs(self, inputs)
-        inputs = check_rank(self, inputs, ("batch", "time", "features"))
-        if mask is None:
-            mask = ops.ones(ops.shape(inputs)[:2], dtype="bool")
-        else:
-            mask = check_mask_shape(self, inputs, mask)
-            mask = check_right_padded(self, mask)
-        mask = ops.cast(mask, "bool")
-        # A batch known to have no steps: the empty output (an empty scan fails on
-        # PyTorch). A graph traced for an unknown length has no branch for it: a
-        # conditional around the recurrence would cost every step, and under XLA its
-        # two branches' shapes differ.
+        inputs, mask = checked_sequence(self, inputs, mask)
+        # An empty scan fails on PyTorch; as in `MaskedBiLSTM.call`, only a batch
+        # known to have no steps gets this branch.
         if inputs.shape[1] == 0:
-            return self._empty_outputs(inputs)
+            return ops.zeros((ops.shape(inputs)[0], 0, self.output_dim), inputs.dtype)
         return self._run(inputs, mask)
-
-    def _empty_outputs(self, inputs):
-        return ops.zeros((ops.shape(inputs)[0], 0, self.output_dim), inputs.dtype)
 
     def _run(self, inputs, mask):
         """The layer on at least one step: `call` after its checks."""
@@ -238,35 +203,37 @@ class ProjectedLSTM(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "units": self.units,
-                "projection_dim": self.projection_dim,
-                "go_backwards": self.go_backwards,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "recurrent_initializer": keras.initializers.serialize(
-                    self.recurrent_initializer
-                ),
-                "projection_initializer": keras.initializers.serialize(
-                    self.projection_initializer
-                ),
-                "unit_forget_bias": self.unit_forget_bias,
-                "cell_clip": self.cell_clip,
-                "proj_clip": self.proj_clip,
-            }
-        )
+        config.update({
+            "units": self.units,
+            "projection_dim": self.projection_dim,
+            "go_backwards": self.go_backwards,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "recurrent_initializer": keras.initializers.serialize(self.recurrent_initializer),
+            "projection_initializer": keras.initializers.serialize(self.projection_initializer),
+            "unit_forget_bias": self.unit_forget_bias,
+            "cell_clip": self.cell_clip,
+            "proj_clip": self.proj_clip,
+        })
         return config
+
+
+def checked_sequence(layer, inputs, mask):
+    """`(inputs, mask)` of a recurrent layer, checked: float `(batch, time, features)`
+    inputs, a bool right-padded mask of their batch and time (all True if None)."""
+    check_float_inputs(layer, inputs)
+    inputs = check_rank(layer, inputs, ("batch", "time", "features"))
+    if mask is None:
+        return inputs, ops.ones(ops.shape(inputs)[:2], dtype="bool")
+    mask = check_right_padded(layer, check_mask_shape(layer, inputs, mask))
+    return inputs, ops.cast(mask, "bool")
 
 
 def forget_bias_initializer(units, unit_forget_bias):
     """Initializer of a fused LSTM bias (gates i, f, g, o): 1 for f when `unit_forget_bias`."""
 
     def initializer(shape, dtype=None):
-        forget = 1.0 if unit_forget_bias else 0.0
-        return ops.concatenate([
-            ops.zeros((units,), dtype=dtype),
-            ops.full((units,), forget, dtype=dtype),
-            ops.zeros((2 * units,), dtype=dtype),
-        ])
+        forget = ops.full((units,), 1.0 if unit_forget_bias else 0.0, dtype=dtype)
+        zeros = ops.zeros((units,), dtype=dtype)
+        return ops.concatenate([zeros, forget, zeros, zeros])
 
     return initializer

@@ -9,13 +9,14 @@ from tfeff.backend.checks import check_attention_shapes
 DEFAULT_MAX_WAVELENGTH = 10000
 
 
-def check_max_wavelength(value, name="max_wavelength"):
-    """Validates a rotary wavelength (a number > 1); returns it as a float."""
+def check_max_wavelength(value, name="max_wavelength", key_dim=None):
+    """Validates a rotary wavelength (a number > 1) and `key_dim` (even); returns a float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 1:
+        raise ValueError(f"Received an invalid value for `{name}`, expected a number > 1. "
+                         f"Received: {name}={value!r}")
+    if key_dim is not None and key_dim % 2:
         raise ValueError(
-            f"Received an invalid value for `{name}`, expected a number > 1. "
-            f"Received: {name}={value!r}"
-        )
+            f"`key_dim` must be even for rotary positions. Received: key_dim={key_dim}")
     return float(value)
 
 
@@ -23,12 +24,10 @@ def apply_rotary(x, max_wavelength=DEFAULT_MAX_WAVELENGTH):
     """Rotates `x` `(batch, n, heads, dim)` by its positions 0..n-1 along axis 1.
 
     RoFormer's rotary position embedding (Su et al. 2021) in the rotate-half
-    layout of keras-hub's `RotaryEmbedding` and Hugging Face's Llama and
-    ModernBERT: feature i and feature i + dim/2 form a pair rotated by the
-    angle `position * max_wavelength ** (-2i / dim)`. Queries and keys
-    rotated this way score `q_i . k_j` as a function of their content and of
-    `i - j` only, so attention sees relative offsets without any position
-    weights. Computed and returned in float32 (callers cast back).
+    layout of keras-hub's `RotaryEmbedding` and Hugging Face's Llama:
+    features i and i + dim/2 form a pair rotated by the angle
+    `position * max_wavelength ** (-2i / dim)`, so `q_i . k_j` depends on
+    positions through `i - j` only. Computed and returned in float32.
 
     Args:
         x: `(batch, n, heads, dim)` projected queries or keys; `dim` even.
@@ -39,17 +38,14 @@ def apply_rotary(x, max_wavelength=DEFAULT_MAX_WAVELENGTH):
     """
     dim = x.shape[-1]
     if dim is None or dim % 2:
-        raise ValueError(
-            f"Rotary embedding needs an even, known last dimension (the head size). "
-            f"Received: shape={x.shape}"
-        )
+        raise ValueError("Rotary embedding needs an even, known last dimension (the head "
+                         f"size). Received: shape={x.shape}")
     half = dim // 2
     n = ops.shape(x)[1]
     inverse_frequency = ops.power(
         float(max_wavelength), -ops.arange(0, dim, 2, dtype="float32") / float(dim))
     angles = ops.arange(n, dtype="float32")[:, None] * inverse_frequency[None, :]  # (n, half)
-    cos = ops.cos(angles)[None, :, None, :]
-    sin = ops.sin(angles)[None, :, None, :]
+    cos, sin = ops.cos(angles)[None, :, None, :], ops.sin(angles)[None, :, None, :]
     x = ops.cast(x, "float32")
     x1, x2 = x[..., :half], x[..., half:]
     return ops.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
@@ -65,15 +61,13 @@ def rotate_queries_and_keys(query, key, max_wavelength):
 class RotaryMultiHeadAttention(keras.layers.MultiHeadAttention):
     """`keras.layers.MultiHeadAttention` with rotary position embedding on queries and keys.
 
-    Exactly the weights of `MultiHeadAttention` (no position weights); the
-    projected queries and keys are rotated by their positions
-    (`apply_rotary`) before they are scored, as in RoFormer, ModernBERT and
-    Llama. `tfeff.models.BertBackbone(position_embedding="rotary")` uses it.
+    Exactly the weights of `MultiHeadAttention`; the projected queries and
+    keys are rotated by their positions (`apply_rotary`) before they are
+    scored. `tfeff.models.BertBackbone(position_embedding="rotary")` uses it.
 
     Args:
-        num_heads: number of attention heads, as in `MultiHeadAttention`.
-        key_dim: size of each head for query and key, as in
-            `MultiHeadAttention`; must be even (dimensions rotate in pairs).
+        num_heads: number of attention heads.
+        key_dim: size of each head for query and key; even (dimensions rotate in pairs).
         max_wavelength: the rotary embedding's longest wavelength, a number > 1.
         **kwargs: other `MultiHeadAttention` arguments (not `attention_axes`:
             the sequence is axis 1).
@@ -92,15 +86,11 @@ class RotaryMultiHeadAttention(keras.layers.MultiHeadAttention):
 
     def __init__(self, num_heads, key_dim, max_wavelength=DEFAULT_MAX_WAVELENGTH, **kwargs):
         if kwargs.get("attention_axes") is not None:
-            raise ValueError(
-                "`RotaryMultiHeadAttention` attends over axis 1 only. Received: "
-                f"attention_axes={kwargs['attention_axes']!r}"
-            )
-        if key_dim % 2:
-            raise ValueError(f"`key_dim` must be even for rotary positions. Received: "
-                             f"key_dim={key_dim}")
+            raise ValueError("`RotaryMultiHeadAttention` attends over axis 1 only. Received: "
+                             f"attention_axes={kwargs['attention_axes']!r}")
+        max_wavelength = check_max_wavelength(max_wavelength, key_dim=key_dim)
         super().__init__(num_heads, key_dim, **kwargs)
-        self.max_wavelength = check_max_wavelength(max_wavelength)
+        self.max_wavelength = max_wavelength
 
     def build(self, query_shape, value_shape, key_shape=None):
         check_attention_shapes(self, query_shape, value_shape, key_shape)

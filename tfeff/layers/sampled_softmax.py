@@ -1,12 +1,10 @@
 """SampledSoftmax: log-uniform candidate sampling, optionally against a fixed table.
 
-`keras.ops` code. On TensorFlow, training draws its negatives with
-`tf.random.log_uniform_candidate_sampler(unique=True)` (distinct classes; no
-XLA kernel). Other backends have no such sampler: there
-`tfeff.backend.sampling.log_uniform_sample` draws them with replacement
-(TensorFlow's `unique=False`: a class drawn twice counts twice, its expected
-count is `num_sampled * P(c)`), in static shapes that `jax.jit` compiles, from
-a `keras.random.SeedGenerator`.
+`keras.ops` code. On TensorFlow, training draws distinct negatives with
+`tf.random.log_uniform_candidate_sampler(unique=True)` (no XLA kernel);
+elsewhere `tfeff.backend.sampling.log_uniform_sample` draws them with
+replacement (TensorFlow's `unique=False`: expected count `num_sampled * P(c)`)
+in static shapes that `jax.jit` compiles.
 """
 
 import keras
@@ -23,21 +21,18 @@ _HIT_PENALTY = -1e9
 class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
     """Sampled softmax (Jean et al. 2015) with a log-uniform (Zipfian) sampler.
 
-    In training, each step draws `num_sampled` negative classes (distinct on
-    TensorFlow, with replacement elsewhere: see the module) shared by the
+    In training, each step draws `num_sampled` negative classes shared by the
     batch from the log-uniform distribution
-    `P(c) = log((c + 2) / (c + 1)) / log(vocabulary_size + 1)` (so ids must be
-    ordered by decreasing frequency), and the loss is the softmax
-    cross-entropy over `[true class, samples]` with the logits corrected by
-    `-log(expected count)`, as `tf.nn.sampled_softmax_loss` does. Only the
-    rows of the output matrix that the batch's targets and samples name are
-    gathered, so their gradient is sparse. Outside training (and in
-    `log_prob` / `predict`) the full softmax is used.
+    `P(c) = log((c + 2) / (c + 1)) / log(vocabulary_size + 1)` (ids ordered by
+    decreasing frequency), and the loss is the softmax cross-entropy over
+    `[true class, samples]` with the logits corrected by `-log(expected
+    count)`, as `tf.nn.sampled_softmax_loss` does. Only the rows that the
+    targets and samples name are gathered (a sparse gradient). Outside
+    training (and in `log_prob` / `predict`) the full softmax is used.
 
     With `output_embedding` (a `tfeff.layers.FixedEmbedding`), the output
-    matrix is that frozen table in host memory and the layer owns no output
-    weights: the FIXED baseline of Li et al. (2019), a ranking loss against the
-    fixed fastText vectors. Inputs must then have the table's dimension.
+    matrix is that frozen table and the layer owns no output weights: the
+    FIXED baseline of Li et al. (2019). Inputs must have the table's dimension.
 
     Args:
         vocabulary_size: int >= 2.
@@ -51,17 +46,10 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
         **kwargs: base `Layer` arguments.
 
     Call arguments:
-        inputs: `(..., input_dim)` hidden states.
-        targets: optional int `(...)` class ids.
-        mask: optional bool `(...)`; False entries are ignored.
-        inputs_mask: the Keras mask of `inputs` (filled in by Keras), used
-            when `mask` is None.
-        training: sampled loss if True, exact loss otherwise.
-        return_loss: return `(target_log_probs, loss)` and add nothing.
+        As `AdaptiveSoftmax`; `training` selects the sampled loss.
 
     Returns:
-        As `AdaptiveSoftmax` (in training, the log probabilities are those of
-        the sampled softmax; without `targets`, the exact full distribution).
+        As `AdaptiveSoftmax` (with targets in training: the sampled softmax's).
 
     Raises:
         ValueError: `vocabulary_size` is not an integer >= 2, `num_sampled` is
@@ -95,15 +83,13 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
         if not isinstance(num_sampled, int) or not 0 < num_sampled < vocabulary_size:
             raise ValueError(
                 "Received an invalid value for `num_sampled`, expected an integer in "
-                f"[1, vocabulary_size={vocabulary_size}). Received: num_sampled={num_sampled}"
-            )
+                f"[1, vocabulary_size={vocabulary_size}). Received: num_sampled={num_sampled}")
         if isinstance(output_embedding, dict):
             output_embedding = keras.saving.deserialize_keras_object(output_embedding)
         if output_embedding is not None and output_embedding.vocabulary_size != vocabulary_size:
             raise ValueError(
                 f"`output_embedding` has {output_embedding.vocabulary_size} rows, expected "
-                f"vocabulary_size={vocabulary_size}"
-            )
+                f"vocabulary_size={vocabulary_size}")
         self.vocabulary_size = vocabulary_size
         self.num_sampled = num_sampled
         self.use_bias = bool(use_bias)
@@ -120,18 +106,14 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
         if self.output_embedding is None:
             self.embeddings = self.add_weight(
                 name="embeddings", shape=(self.vocabulary_size, input_dim),
-                initializer=self.kernel_initializer,
-            )
+                initializer=self.kernel_initializer)
         elif self.output_embedding.output_dim != input_dim:
-            raise ValueError(
-                f"The inputs have {input_dim} features but `output_embedding` has "
-                f"dimension {self.output_embedding.output_dim}."
-            )
+            raise ValueError(f"The inputs have {input_dim} features but `output_embedding` has "
+                             f"dimension {self.output_embedding.output_dim}.")
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_weight(
-                name="bias", shape=(self.vocabulary_size,), initializer="zeros"
-            )
+            self.bias = self.add_weight(name="bias", shape=(self.vocabulary_size,),
+                                        initializer="zeros")
         self.built = True
 
     def _rows(self, ids, dtype):
@@ -145,42 +127,26 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
             return ops.cast(self.output_embedding.table, dtype)
         return ops.cast(self.embeddings, dtype)
 
-    def logits(self, x):
-        """Exact float32 logits `(n, vocabulary_size)`."""
-        logits = ops.cast(ops.matmul(x, ops.transpose(self._matrix(x.dtype))), "float32")
-        if self.bias is not None:
-            logits = logits + ops.cast(self.bias, "float32")
-        return logits
-
     def _target_log_probs(self, inputs, targets, mask, training):
-        x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
         if not training:
-            log_probs = ops.log_softmax(self.logits(x), axis=-1)
-            return softmax_common.finish(softmax_common.gather_rows(log_probs, t), keep,
-                                         targets)
+            return super()._target_log_probs(inputs, targets, mask, training)
+        x, t, keep = softmax_common.flatten_inputs(self, inputs, targets, mask)
         return self._sampled_log_probs(x, t, keep, targets, *self._sample(t))
 
     def sampled_loss(self, inputs, targets, sampled_values, mask=None):
-        """The training loss with given negatives instead of a fresh draw.
-
-        The formula of a training call, as `tf.nn.sampled_softmax_loss` with
-        its `sampled_values`: the logits of the true class and of each
-        candidate, minus the log of their expected counts, candidates equal to
-        the target masked (`remove_accidental_hits`), and the softmax
-        cross-entropy over `[true class, candidates]`.
+        """The training loss with given negatives instead of a fresh draw, as
+        `tf.nn.sampled_softmax_loss` with its `sampled_values`.
 
         Args:
             inputs: `(..., input_dim)` hidden states.
             targets: int `(...)` class ids.
             sampled_values: `(candidates, true_expected_count,
-                sampled_expected_count)`: int `(num_candidates,)` class ids,
-                float `targets.shape` and float `(num_candidates,)` expected
-                counts (any number of candidates).
+                sampled_expected_count)`: int `(k,)` class ids, float
+                `targets.shape` and float `(k,)` expected counts.
             mask: optional bool `(...)`; False entries are ignored.
 
         Returns:
-            `(target_log_probs, loss)` as a training call with
-            `return_loss=True`.
+            `(target_log_probs, loss)` as a training call with `return_loss=True`.
         """
         inputs, _ = self._flat_rows(inputs)
         softmax_common.check_targets_shape(self, inputs, targets, mask)
@@ -193,10 +159,9 @@ class SampledSoftmax(softmax_common.ExactSoftmaxMixin, keras.layers.Layer):
 
     def _sampled_log_probs(self, x, t, keep, targets, sampled, true_expected,
                            sampled_expected):
-        true_logits = ops.sum(x * self._rows(t, x.dtype), axis=-1)  # (n,)
-        sampled_logits = ops.matmul(x, ops.transpose(self._rows(sampled, x.dtype)))  # (n, S)
-        true_logits = ops.cast(true_logits, "float32")
-        sampled_logits = ops.cast(sampled_logits, "float32")
+        true_logits = ops.cast(ops.sum(x * self._rows(t, x.dtype), axis=-1), "float32")  # (n,)
+        sampled_logits = ops.cast(  # (n, S)
+            ops.matmul(x, ops.transpose(self._rows(sampled, x.dtype))), "float32")
         if self.bias is not None:
             bias = ops.cast(self.bias, "float32")
             true_logits += ops.take(bias, t, axis=0)

@@ -22,8 +22,7 @@ class ScalarMix(keras.layers.Layer):
     Args:
         num_layers: number of layers mixed (L + 1 for an ELMo stack).
         layer_norm: normalize each layer over the masked tokens first.
-        initial_weights: optional list of `num_layers` initial scalars w_k
-            (default all 0, i.e. the mean of the layers).
+        initial_weights: optional `num_layers` initial scalars w_k (default 0: the mean).
         initial_scale: initial gamma.
         epsilon: variance epsilon of the layer normalization.
         **kwargs: base `Layer` arguments.
@@ -31,22 +30,17 @@ class ScalarMix(keras.layers.Layer):
     Call arguments:
         inputs: float `(batch, num_layers, time, dim)` (an embedder's
             `"layers"` output) or a list of `num_layers` `(batch, time, dim)`
-            tensors. Other dtypes raise a `ValueError` (the softmax weights
-            cast to an integer dtype would be 0).
-        mask: optional bool `(batch, time)`, the inputs' batch and time
-            (another shape, such as `(batch, 1)` or `(1, time)`, raises a
+            tensors (another dtype raises a `ValueError`).
+        mask: optional bool `(batch, time)` (another shape raises a
             `ValueError` rather than broadcast); needed for `layer_norm` with
-            padding (padded positions are left out of the statistics and are
-            zero in the normalized layers). With list inputs Keras passes a
-            list of the layers' masks: the first that is not None is used,
-            and all must have its shape.
+            padding, whose positions are left out of the statistics. With
+            list inputs, the first of the layers' masks that is not None.
 
     Returns:
         `(batch, time, dim)`.
 
     Raises:
-        ValueError: `num_layers` is not a positive integer, or
-            `initial_weights` does not have `num_layers` values.
+        ValueError: `num_layers` is not a positive integer or `initial_weights` not that long.
 
     Example:
 
@@ -84,7 +78,6 @@ class ScalarMix(keras.layers.Layer):
             initializer=keras.initializers.Constant(initial))
         self.scale = self.add_weight(
             shape=(), name="scale", initializer=keras.initializers.Constant(self.initial_scale))
-        self.built = True
 
     def call(self, inputs, mask=None):
         if isinstance(inputs, (list, tuple)):
@@ -108,19 +101,16 @@ class ScalarMix(keras.layers.Layer):
             mask = check_mask_shape(self, inputs, mask, axes=(0, 2))
         if self.layer_norm:
             inputs = self._normalize(inputs, mask)
-        if self.num_layers == 1:  # softmax of one weight is 1 (Keras warns about it)
-            weights = ops.ones((1,), inputs.dtype)
-        else:
-            weights = ops.cast(ops.softmax(self.layer_weights), inputs.dtype)
+        # The softmax of one weight is 1 (Keras warns about it).
+        weights = (ops.ones((1,), inputs.dtype) if self.num_layers == 1
+                   else ops.cast(ops.softmax(self.layer_weights), inputs.dtype))
         mixed = ops.einsum("k,bktd->btd", weights, inputs)
         return ops.cast(self.scale, inputs.dtype) * mixed
 
     def _normalize(self, inputs, mask):
         """Per layer: (h - mean) / sqrt(var + eps) over the real tokens' values."""
-        if mask is None:
-            keep = ops.ones_like(inputs[:, :1, :, :1])
-        else:
-            keep = ops.cast(mask, inputs.dtype)[:, None, :, None]  # (batch, 1, time, 1)
+        keep = (ops.ones_like(inputs[:, :1, :, :1]) if mask is None
+                else ops.cast(mask, inputs.dtype)[:, None, :, None])  # (batch, 1, time, 1)
         dim = ops.cast(ops.shape(inputs)[-1], inputs.dtype)
         count = ops.maximum(ops.sum(keep) * dim, 1.0)
         mean = ops.sum(inputs * keep, axis=(0, 2, 3), keepdims=True) / count
@@ -148,7 +138,7 @@ class ScalarMix(keras.layers.Layer):
 
 
 def _first_mask(mask):
-    """A single mask: of a list (one per listed layer), the first that is not None."""
+    """Of a list of masks (one per listed layer), the first that is not None."""
     if isinstance(mask, (list, tuple)):
         return next((m for m in mask if m is not None), None)
     return mask

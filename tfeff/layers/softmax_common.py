@@ -1,68 +1,49 @@
 """Shared pieces of the softmax output layers (`keras.ops`; not a public layer).
 
 Every softmax output layer of tfeff has the same contract
-(`SoftmaxOutputMixin.call`):
+(`SoftmaxOutputMixin.call`; a walk-through: docs/guides/layers.md#softmax-output-layers):
 
-* `layer(inputs, targets)` -> `target_log_probs`: the log probability of
-  each target, shaped like `targets` (0 where ignored), and the mean negative
-  log-likelihood over the targets that are not ignored is added with
-  `add_loss`. That is what lets a model end in the layer and train under a
-  stock `model.compile(optimizer=...)` / `model.fit(...)` with no `loss`
-  (the targets are a model input, as in Keras' "endpoint layer" pattern).
+* `layer(inputs, targets)` -> `target_log_probs`, the log probability of
+  each target shaped like `targets` (0 where ignored), and the mean negative
+  log-likelihood of the targets not ignored is added with `add_loss`, so a
+  model ending in the layer trains under a stock `compile(optimizer=...)`.
 * `layer(inputs, targets, return_loss=True)` -> `(target_log_probs, loss)`,
-  with nothing added: for models that assemble their own loss.
-* Targets where `mask` is False are ignored; without `mask`, the Keras mask
-  of `inputs` (e.g. an encoder's padding from `Embedding(mask_zero=True)`)
-  is used.
-* `layer(inputs)` -> the full log-distribution `(..., vocabulary_size)`
-  (inference), as `log_prob(inputs)`.
-* `log_prob(inputs)` -> the full distribution; `predict(inputs)` -> the most
-  probable class `(...)`. Both build the layer from `inputs` when it was
-  never called.
-* The output-head contract (`tfeff.layers.output_head`), which
-  `ContinuousOutput` answers too: `features(hidden)` is `hidden`,
-  `per_position_loss(features, targets, mask, training)` is
-  `-target_log_probs`, `ranking_scores(features)` is `log_prob(features)`.
+  with nothing added.
+* Targets where `mask` (by default the Keras mask of `inputs`) is False, or
+  equal to `ignore_index`, are ignored.
+* `layer(inputs)` and `log_prob(inputs)` -> the full log-distribution
+  `(..., vocabulary_size)`; `predict(inputs)` -> the most probable class.
+  Both build the layer from `inputs` when it was never called.
+* The output-head contract (`tfeff.layers.output_head`).
 
 `targets` (and `mask`) must have the shape of `inputs` without its last
-axis: where the shapes are known (eager calls, tracing, symbolic
-`keras.Input`s), another shape raises `ValueError` naming the layer and
-both shapes.
+axis (checked where known). Targets not ignored must be in
+`[0, vocabulary_size)`: an out-of-range id raises `InvalidArgumentError` on
+TensorFlow (eagerly and in a `tf.function`) and `ValueError` on another
+backend's concrete targets. Compiled code cannot check (XLA compiles
+assertions out and clamps the gather; `jax.jit` targets are abstract): the
+loss then silently uses another class, so check ids in the input pipeline.
 
-Targets that are not ignored must be in `[0, vocabulary_size)`. On the
-TensorFlow backend, eagerly and inside a `tf.function`, an out-of-range id
-raises `InvalidArgumentError` naming the layer and `vocabulary_size`; on
-another backend, eager (concrete) targets raise `ValueError` with the same
-message. Compiled code cannot check: under XLA (`jit_compile=True`)
-TensorFlow compiles assertions out and XLA's gather clamps the index, and
-under `jax.jit` the targets are abstract: the loss then silently uses another
-class, so check ids in the input pipeline when compiling.
-
-Log-softmaxes are computed in float32 whatever the compute dtype, so the
-layers work under `mixed_float16` / `mixed_bfloat16` policies.
+Log-softmaxes are computed in float32 whatever the compute dtype.
 """
 
 import keras
-import numpy as np
 from keras import ops
 
+from tfeff.backend.checks import _static_shape
 from tfeff.backend.checks import check_ids
 from tfeff.layers.output_head import OutputHead
 
 
 def flatten_inputs(layer, inputs, targets, mask):
-    """Flattens to `(n, dim)`, `(n,)` and a bool `(n,)` of kept targets.
-
-    Kept targets are checked against `[0, layer.vocabulary_size)`.
-    """
+    """Flattens to `(n, dim)`, `(n,)` and a bool `(n,)` of kept targets (checked ids)."""
     dtype = keras.backend.standardize_dtype(targets.dtype)
     if "int" not in dtype:
         raise ValueError(
             f"{type(layer).__name__} `{layer.name}` takes integer class ids as `targets`, not "
             f"{dtype} (a float id such as 3.7 would silently become class 3). Received: "
             f"targets.dtype={dtype}")
-    dim = inputs.shape[-1]
-    x = ops.reshape(inputs, (-1, dim))
+    x = ops.reshape(inputs, (-1, inputs.shape[-1]))
     t = ops.reshape(ops.cast(targets, "int32"), (-1,))
     keep = ops.ones_like(t, dtype="bool")
     if mask is not None:
@@ -78,26 +59,13 @@ def finish(target_log_probs, keep, targets):
     """Zeroes ignored entries, reshapes like `targets`, and returns the mean NLL."""
     keep_f = ops.cast(keep, "float32")
     target_log_probs = target_log_probs * keep_f
-    count = ops.sum(keep_f)
-    loss = -ops.sum(target_log_probs) / ops.maximum(count, 1.0)
+    loss = -ops.sum(target_log_probs) / ops.maximum(ops.sum(keep_f), 1.0)
     return ops.reshape(target_log_probs, ops.shape(targets)), loss
 
 
-def _static_shape(x):
-    """The shape of `x` as a tuple (None for unknown sizes), or None if its rank is unknown."""
-    shape = getattr(x, "shape", None)
-    if shape is None:
-        return tuple(np.shape(x))
-    if getattr(shape, "rank", 0) is None:  # a TensorShape of unknown rank
-        return None
-    return tuple(None if d is None else int(d) for d in shape)
-
-
 def check_targets_shape(layer, inputs, targets, mask=None):
-    """Raises ValueError unless `targets` and `mask` have the shape of `inputs[..., 0]`.
-
-    Sizes unknown on either side (None) are not compared.
-    """
+    """Raises ValueError unless `targets` and `mask` have the shape of `inputs[..., 0]`
+    (sizes unknown on either side are not compared)."""
     inputs_shape = _static_shape(inputs)
     if inputs_shape is None:
         return
@@ -123,33 +91,25 @@ def validate_vocabulary_size(vocabulary_size):
     if not isinstance(vocabulary_size, int) or vocabulary_size < 2:
         raise ValueError(
             "Received an invalid value for `vocabulary_size`, expected an integer "
-            f">= 2. Received: vocabulary_size={vocabulary_size}"
-        )
+            f">= 2. Received: vocabulary_size={vocabulary_size}")
 
 
 def check_frequency_sorted(counts, first_id=0, name="vocabulary"):
-    """Raises ValueError unless `counts[first_id:]` is non-increasing.
-
-    Adaptive softmax clusters and log-uniform sampling both assume that ids
-    are ordered by decreasing frequency.
-    """
-    previous = None
-    for i in range(first_id, len(counts)):
-        if previous is not None and counts[i] > previous:
+    """Raises ValueError unless `counts[first_id:]` is non-increasing (frequency-ordered ids,
+    which adaptive softmax clusters and log-uniform sampling assume)."""
+    for i in range(first_id + 1, len(counts)):
+        if counts[i] > counts[i - 1]:
             raise ValueError(
                 f"The {name} is not sorted by decreasing frequency: id {i} has count "
-                f"{counts[i]} > {previous} of id {i - 1}. Adaptive softmax and "
-                "log-uniform sampling need frequency-ordered ids."
-            )
-        previous = counts[i]
+                f"{counts[i]} > {counts[i - 1]} of id {i - 1}. Adaptive softmax and "
+                "log-uniform sampling need frequency-ordered ids.")
 
 
 class SoftmaxOutputMixin(OutputHead):
     """The call contract of the softmax output layers (mix in before `Layer`).
 
     A layer provides `_target_log_probs(inputs, targets, mask, training)`
-    -> `(target_log_probs, loss)` and `log_prob(inputs)`; the output-head
-    contract (`tfeff.layers.output_head`) follows from them.
+    -> `(target_log_probs, loss)` and `_full_log_prob(rows)` `(n, vocabulary_size)`.
     """
 
     def features(self, hidden):
@@ -165,6 +125,12 @@ class SoftmaxOutputMixin(OutputHead):
         """The log-probabilities `(..., vocabulary_size)` (`log_prob`)."""
         return self.log_prob(features)
 
+    def log_prob(self, inputs):
+        """Full log-distribution `(..., vocabulary_size)`, float32."""
+        inputs, x = self._flat_rows(inputs)
+        return ops.reshape(self._full_log_prob(x),
+                           tuple(ops.shape(inputs)[:-1]) + (self.vocabulary_size,))
+
     def call(self, inputs, targets=None, mask=None, training=None, return_loss=False,
              inputs_mask=None):
         # With two tensor arguments Keras passes the inputs' own mask (e.g. from
@@ -173,9 +139,8 @@ class SoftmaxOutputMixin(OutputHead):
             mask = inputs_mask
         if targets is None:
             if return_loss:
-                raise ValueError(
-                    f"{type(self).__name__} `{self.name}`: `return_loss=True` needs "
-                    "`targets`.")
+                raise ValueError(f"{type(self).__name__} `{self.name}`: `return_loss=True` "
+                                 "needs `targets`.")
             return self.log_prob(inputs)
         check_targets_shape(self, inputs, targets, mask)
         log_probs, loss = self._target_log_probs(inputs, targets, mask, training)
@@ -199,8 +164,7 @@ class SoftmaxOutputMixin(OutputHead):
     def compute_output_spec(self, inputs, targets=None, mask=None, training=None,
                             return_loss=False, inputs_mask=None):
         if targets is None:
-            return keras.KerasTensor(
-                tuple(inputs.shape[:-1]) + (self.vocabulary_size,), "float32")
+            return keras.KerasTensor(self.compute_output_shape(inputs.shape), "float32")
         check_targets_shape(self, inputs, targets, mask if mask is not None else inputs_mask)
         log_probs = keras.KerasTensor(tuple(targets.shape), "float32")
         if return_loss:
@@ -217,13 +181,21 @@ class SoftmaxOutputMixin(OutputHead):
 
 
 class ExactSoftmaxMixin(SoftmaxOutputMixin):
-    """`log_prob` and `predict` of layers whose `logits(x)` covers every class."""
+    """The exact softmax over `_matrix(dtype)` `(vocabulary_size, input_dim)` and `bias`."""
 
-    def log_prob(self, inputs):
-        """Full log-distribution `(..., vocabulary_size)`, float32."""
-        inputs, x = self._flat_rows(inputs)
-        out = ops.log_softmax(self.logits(x), axis=-1)
-        return ops.reshape(out, tuple(ops.shape(inputs)[:-1]) + (self.vocabulary_size,))
+    def logits(self, x):
+        """float32 logits `(n, vocabulary_size)` of rows `x` `(n, input_dim)`."""
+        logits = ops.cast(ops.matmul(x, ops.transpose(self._matrix(x.dtype))), "float32")
+        if self.bias is not None:
+            logits = logits + ops.cast(self.bias, "float32")
+        return logits
+
+    def _target_log_probs(self, inputs, targets, mask, training):
+        x, t, keep = flatten_inputs(self, inputs, targets, mask)
+        return finish(gather_rows(self._full_log_prob(x), t), keep, targets)
+
+    def _full_log_prob(self, x):
+        return ops.log_softmax(self.logits(x), axis=-1)
 
     def predict(self, inputs):
         """Most probable class `(...)`, int32."""

@@ -1,9 +1,4 @@
-"""Continuous-output losses, Keras style: `(y_true, y_pred)`, registered, per position.
-
-Functions (`cosine_distance`, `l2_distance`, `vmf_nll`) return one loss per
-position; the `keras.losses.Loss` classes (`CosineDistance`, `L2Distance`,
-`VonMisesFisherLoss`) reduce, mask and weigh as Keras losses do.
-"""
+"""Continuous-output losses, Keras style: `(y_true, y_pred)`, registered, per position."""
 
 from tfeff.losses.continuous import DISTANCES
 from tfeff.losses.continuous import LOSSES

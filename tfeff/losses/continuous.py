@@ -1,38 +1,13 @@
 """Continuous-output losses: distances between a target and a predicted embedding.
 
 Keras conventions: every function takes `(y_true, y_pred)` (the target
-embedding first, the prediction second), is registered for Keras
-serialization under the package `tfeff`, and returns one loss per position
-(reduced over the last axis only), so `model.compile(loss=vmf_nll)` trains on
-the intended loss and the saved model reloads. The `keras.losses.Loss`
-classes (`CosineDistance`, `L2Distance`, `VonMisesFisherLoss`) add Keras'
-reduction, masking and sample weights, and carry their arguments in
-`get_config`.
-
-* `cosine_distance`: 1 - cos(y_true, y_pred).
-* `l2_distance`: squared Euclidean distance ||y_pred - y_true||^2.
-* `vmf_nll`: negative log-likelihood of the target direction under a von
-  Mises-Fisher distribution whose mean direction and concentration are given by
-  the prediction (Kumar & Tsvetkov, "Von Mises-Fisher Loss for Training
-  Sequence to Sequence Models with Continuous Outputs", ICLR 2019). It is not
-  symmetric: the argument order matters.
-
-The functions are `keras.ops` code: they run on every Keras backend
-(TensorFlow, JAX, PyTorch) and import no TensorFlow. The vMF normalizer's
-closed-form gradient is attached with a stop-gradient identity, not a
-backend's custom-gradient hook.
-
-`log_vmf_normalizer(kappa, m)` is log C_m(kappa), computed in-graph without
-SciPy. It is evaluated in float64 whatever the input dtype (on JAX only with
-`jax.config.update("jax_enable_x64", True)`; without it JAX computes float32,
-whose rounding the recurrence accumulates: the gradient's relative error grows
-with m, to about 1e-4 at m = 300) and is accurate for
-every m >= 2 and kappa from 1e-6 to well beyond 1e4: for large orders it uses
-the uniform (Debye) asymptotic expansion of the modified Bessel function, and
-for small orders it walks down from a large order with the (stable) backward
-recurrence of Bessel-function ratios. Gradients come from automatic
-differentiation through these formulas and equal
-d/dkappa log C_m(kappa) = -I_{m/2}(kappa) / I_{m/2-1}(kappa).
+embedding first), is registered for Keras serialization under the package
+`tfeff` and returns one loss per position, so `model.compile(loss=vmf_nll)`
+trains and reloads; the `keras.losses.Loss` classes add Keras' reduction,
+masking and sample weights. All is `keras.ops` code, on every Keras backend:
+`cosine_distance` (1 - cos), `l2_distance` (squared Euclidean distance) and
+`vmf_nll` (von Mises-Fisher, Kumar & Tsvetkov, ICLR 2019; not symmetric), whose
+normalizer `log_vmf_normalizer` is computed in-graph, in float64, without SciPy.
 """
 
 import math
@@ -46,29 +21,22 @@ _DEBYE_MIN_ORDER = 60.0
 _MIN_KAPPA = 1e-30
 
 
-def _check_dims(y_true, y_pred, fn_name):
+def _prepare(y_true, y_pred, fn_name):
+    """Float tensors with the same last dimension, `y_true` cast to `y_pred`'s dtype."""
+    y_true, y_pred = _as_float(y_true), _as_float(y_pred)
     if len(y_pred.shape) and len(y_true.shape):
         p_dim, t_dim = y_pred.shape[-1], y_true.shape[-1]
         if p_dim is not None and t_dim is not None and p_dim != t_dim:
             raise ValueError(
                 f"`{fn_name}` expects y_true and y_pred with the same last "
                 f"dimension. Received: y_true.shape={y_true.shape}, "
-                f"y_pred.shape={y_pred.shape}"
-            )
-
-
-def _prepare(y_true, y_pred, fn_name):
-    """Float tensors, checked dims, `y_true` cast to `y_pred`'s dtype."""
-    y_true, y_pred = _as_float(y_true), _as_float(y_pred)
-    _check_dims(y_true, y_pred, fn_name)
+                f"y_pred.shape={y_pred.shape}")
     return ops.cast(y_true, y_pred.dtype), y_pred
 
 
 def _as_float(x):
     x = ops.convert_to_tensor(x)
-    if not keras.backend.is_float_dtype(x.dtype):
-        x = ops.cast(x, "float32")
-    return x
+    return x if keras.backend.is_float_dtype(x.dtype) else ops.cast(x, "float32")
 
 
 def _l2_normalize(x, epsilon=1e-12):
@@ -90,9 +58,7 @@ def cosine_distance(y_true, y_pred, epsilon=1e-12):
         Tensor `(...)` in [0, 2], in `y_pred`'s dtype.
     """
     y_true, y_pred = _prepare(y_true, y_pred, "cosine_distance")
-    p = _l2_normalize(y_pred, epsilon)
-    t = _l2_normalize(y_true, epsilon)
-    return 1.0 - ops.sum(p * t, axis=-1)
+    return 1.0 - ops.sum(_l2_normalize(y_pred, epsilon) * _l2_normalize(y_true, epsilon), axis=-1)
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -120,28 +86,11 @@ def _log_bessel_iv_debye(order, x):
     t2 = t * t
     u1 = t * (3.0 - 5.0 * t2) / 24.0
     u2 = t2 * (81.0 - 462.0 * t2 + 385.0 * t2 * t2) / 1152.0
-    u3 = (
-        t * t2 * (30375.0 - 369603.0 * t2 + 765765.0 * t2**2 - 425425.0 * t2**3)
-        / 414720.0
-    )
-    u4 = (
-        t2 * t2
-        * (
-            4465125.0
-            - 94121676.0 * t2
-            + 349922430.0 * t2**2
-            - 446185740.0 * t2**3
-            + 185910725.0 * t2**4
-        )
-        / 39813120.0
-    )
+    u3 = t * t2 * (30375.0 - 369603.0 * t2 + 765765.0 * t2**2 - 425425.0 * t2**3) / 414720.0
+    u4 = (t2 * t2 * (4465125.0 - 94121676.0 * t2 + 349922430.0 * t2**2 - 446185740.0 * t2**3
+                     + 185910725.0 * t2**4) / 39813120.0)
     series = 1.0 + u1 / nu + u2 / nu**2 + u3 / nu**3 + u4 / nu**4
-    return (
-        nu * eta
-        - 0.5 * math.log(2.0 * math.pi * order)
-        - 0.5 * ops.log(s)
-        + ops.log(series)
-    )
+    return nu * eta - 0.5 * math.log(2.0 * math.pi * order) - 0.5 * ops.log(s) + ops.log(series)
 
 
 def _log_bessel_iv_and_ratio(order, x):
@@ -149,9 +98,8 @@ def _log_bessel_iv_and_ratio(order, x):
     steps = max(0, int(math.ceil(_DEBYE_MIN_ORDER - order)))
     top = order + steps
     log_i = _log_bessel_iv_debye(top, x)
-    # Ratio R_nu = I_{nu+1}/I_nu at the top order (a difference of two logs of
-    # similar size: no cancellation), then the backward recurrence
-    # R_{nu-1} = 1 / (2 nu / x + R_nu), stable for decreasing order.
+    # R_nu = I_{nu+1}/I_nu at the top order (two logs of similar size: no cancellation),
+    # then the backward recurrence R_{nu-1} = 1 / (2 nu / x + R_nu), stable downwards.
     ratio = ops.exp(_log_bessel_iv_debye(top + 1.0, x) - log_i)
     for k in range(steps):
         nu = top - k
@@ -175,18 +123,22 @@ def log_bessel_iv(order, x):
     """
     if order < 0:
         raise ValueError(
-            f"Received an invalid value for `order`, expected >= 0. Received: order={order}"
-        )
+            f"Received an invalid value for `order`, expected >= 0. Received: order={order}")
     return _log_bessel_iv_and_ratio(order, ops.cast(x, "float64"))[0]
 
 
 def log_vmf_normalizer(kappa, dim):
     """log C_m(kappa) of the von Mises-Fisher density on the unit sphere in R^m.
 
-    C_m(kappa) = kappa^(m/2-1) / ((2 pi)^(m/2) I_{m/2-1}(kappa)).
-    Its gradient is the closed form -I_{m/2}(kappa) / I_{m/2-1}(kappa),
-    computed from the stable Bessel ratio (differentiating the formula
-    instead would cancel two terms of size (m/2-1)/kappa at small kappa).
+    C_m(kappa) = kappa^(m/2-1) / ((2 pi)^(m/2) I_{m/2-1}(kappa)), in float64
+    whatever the input dtype (on JAX only with `jax_enable_x64`; in float32
+    the gradient's relative error grows to about 1e-4 at m = 300), for m >= 2
+    and kappa from 1e-6 to beyond 1e4: the uniform (Debye) expansion of the
+    modified Bessel function for large orders, the stable backward recurrence
+    of Bessel-function ratios below. The gradient is the closed form
+    -I_{m/2}(kappa) / I_{m/2-1}(kappa), attached with a stop-gradient identity
+    (differentiating the formula would cancel two terms of size (m/2-1)/kappa
+    at small kappa).
 
     Args:
         kappa: positive float tensor (concentrations).
@@ -200,10 +152,8 @@ def log_vmf_normalizer(kappa, dim):
     """
     if not isinstance(dim, int) or dim < 2:
         raise ValueError(
-            f"Received an invalid value for `dim`, expected an integer >= 2. Received: dim={dim}"
-        )
+            f"Received an invalid value for `dim`, expected an integer >= 2. Received: dim={dim}")
     kappa = _as_float(kappa)
-    out_dtype = kappa.dtype
     order = dim / 2.0 - 1.0
     k64 = ops.cast(kappa, "float64")
     # Not `ops.maximum(k64, _MIN_KAPPA)`: on PyTorch that returns float32.
@@ -214,20 +164,19 @@ def log_vmf_normalizer(kappa, dim):
     # value + (-ratio) * (k - k): the value above, and the closed-form gradient
     # -ratio with respect to kappa (backend-neutral: no custom-gradient hook).
     log_c = ops.stop_gradient(value) + ops.stop_gradient(-ratio) * (k64 - constant)
-    return ops.cast(log_c, out_dtype)
+    return ops.cast(log_c, kappa.dtype)
 
 
-def _check_vmf_regularization(regularization1, regularization2):
+def check_vmf_regularization(regularization1, regularization2, prefix=""):
+    """Raises ValueError unless `regularization1 >= 0` and `0 < regularization2 <= 1`."""
     if regularization1 < 0:
         raise ValueError(
-            "Received an invalid value for `regularization1`, expected >= 0. "
-            f"Received: regularization1={regularization1}"
-        )
+            f"Received an invalid value for `{prefix}regularization1`, expected >= 0. "
+            f"Received: {prefix}regularization1={regularization1}")
     if not 0 < regularization2 <= 1:
         raise ValueError(
-            "Received an invalid value for `regularization2`, expected a value in "
-            f"(0, 1]. Received: regularization2={regularization2}"
-        )
+            f"Received an invalid value for `{prefix}regularization2`, expected a value in "
+            f"(0, 1]. Received: {prefix}regularization2={regularization2}")
 
 
 @keras.saving.register_keras_serializable(package="tfeff")
@@ -257,7 +206,7 @@ def vmf_nll(y_true, y_pred, regularization1=0.0, regularization2=1.0):
         ValueError: the last dimension of `y_pred` is not static, the two
             last dimensions differ, or a regularizer is out of its range.
     """
-    _check_vmf_regularization(regularization1, regularization2)
+    check_vmf_regularization(regularization1, regularization2)
     y_true, y_pred = _prepare(y_true, y_pred, "vmf_nll")
     dim = y_pred.shape[-1]
     if dim is None:
@@ -291,11 +240,9 @@ class CosineDistance(_DistanceLoss):
     """`cosine_distance` as a Keras loss: 1 - cos(y_true, y_pred), reduced.
 
     Args:
-        reduction: a Keras reduction (`"sum_over_batch_size"` by default,
-            `None` for one loss per position).
+        reduction: a Keras reduction (`None` for one loss per position).
         name: the loss's name (`"cosine_distance"` by default).
-        dtype: the dtype of the computation (float32 by default, also under
-            mixed precision).
+        dtype: the dtype of the computation (float32 by default, also mixed precision).
 
     Example:
 
@@ -313,11 +260,9 @@ class L2Distance(_DistanceLoss):
     """`l2_distance` as a Keras loss: ||y_pred - y_true||^2, reduced.
 
     Args:
-        reduction: a Keras reduction (`"sum_over_batch_size"` by default,
-            `None` for one loss per position).
+        reduction: a Keras reduction (`None` for one loss per position).
         name: the loss's name (`"l2_distance"` by default).
-        dtype: the dtype of the computation (float32 by default, also under
-            mixed precision).
+        dtype: the dtype of the computation (float32 by default).
     """
 
     fn = staticmethod(l2_distance)
@@ -344,7 +289,7 @@ class VonMisesFisherLoss(keras.losses.Loss):
 
     def __init__(self, regularization1=0.0, regularization2=1.0,
                  reduction="sum_over_batch_size", name="von_mises_fisher", dtype=None):
-        _check_vmf_regularization(regularization1, regularization2)
+        check_vmf_regularization(regularization1, regularization2)
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.regularization1 = float(regularization1)
         self.regularization2 = float(regularization2)
@@ -360,16 +305,8 @@ class VonMisesFisherLoss(keras.losses.Loss):
         return config
 
 
-DISTANCES = {
-    "cosine": cosine_distance,
-    "l2": l2_distance,
-    "vmf": vmf_nll,
-}
+DISTANCES = {"cosine": cosine_distance, "l2": l2_distance, "vmf": vmf_nll}
 """The distance functions by the name `ContinuousOutput(loss=...)` takes."""
 
-LOSSES = {
-    "cosine": CosineDistance,
-    "l2": L2Distance,
-    "vmf": VonMisesFisherLoss,
-}
+LOSSES = {"cosine": CosineDistance, "l2": L2Distance, "vmf": VonMisesFisherLoss}
 """The `keras.losses.Loss` classes by the same names."""
