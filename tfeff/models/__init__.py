@@ -1,7 +1,5 @@
-"""Keras models built from tfeff layers: `keras.ops` code, on every Keras backend.
-
-What feeds and serves them stays TensorFlow: the `tf.data` pipelines, the
-training binaries, SavedModel export and `FastTextEmbedding` (string ops).
+"""Keras models built from tfeff layers, in `keras.ops` on every Keras backend; what feeds
+and serves them (`tf.data`, binaries, SavedModel export, `FastTextEmbedding`) stays TensorFlow.
 """
 
 from tfeff.models.bert import Bert

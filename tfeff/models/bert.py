@@ -15,16 +15,12 @@ from tfeff.models.task import Task
 class Bert(Task):
     """BERT (Devlin et al. 2019) for masked-LM pretraining; CoRe's relaxed BERT by config.
 
-    The task model, as keras-hub splits them: it takes a `BertBackbone`
-    (`backbone`: token, position and segment embeddings, summed and
-    layer-normalized, then `num_layers` post-layer-norm transformer layers;
-    standard or CoRe-relaxed, see `BertBackbone`) and adds the heads and the
-    loss. The masked-LM head gathers the hidden states of the masked positions
-    only, transforms them (dense + activation + layer norm) and scores them
-    against the token embedding (tied; with ALONE, its computed table) plus a
-    bias. With `use_nsp`, a tanh pooler on `[CLS]` (position 0) feeds a
-    two-way next-sentence classifier. The heads' sizes, activation and
-    initializer are the backbone's.
+    The task model (keras-hub's split) on a `BertBackbone`, whose sizes,
+    activation and initializer its heads take. The masked-LM head transforms the
+    masked positions' hidden states (dense, activation, layer norm) and scores
+    them against the token embedding (tied; with ALONE, its computed table)
+    plus a bias; with `use_nsp`, a tanh pooler on `[CLS]` feeds a two-way
+    next-sentence classifier.
 
     Args:
         backbone: a `BertBackbone`.
@@ -32,21 +28,15 @@ class Bert(Task):
         **kwargs: base `Model` arguments.
 
     Call arguments:
-        inputs: dict with int `token_ids` `(batch, n)`; optional
-            `segment_ids` (default 0), `padding_mask` (default
-            `token_ids != 0`) and `masked_positions` `(batch, p)`. Sequences
-            are right-padded: positions count from the first token and
-            `[CLS]` is position 0, so a `padding_mask` with a True after a
-            False raises (`tfeff.backend.checks.check_right_padded`:
-            `ValueError` eagerly, `InvalidArgumentError` in a `tf.function`;
-            not checked under XLA or `jax.jit`).
+        inputs: `BertBackbone`'s inputs (right-padded), plus optional
+            `masked_positions` `(batch, p)`.
         training: bool.
         exact_attention: run anchor attention exactly (the converter's check).
 
     Returns:
-        dict with `sequence_output` `(batch, n, hidden_dim)`; `mlm_logits`
-        `(batch, p, vocabulary_size)` when `masked_positions` is given;
-        `pooled_output` and `nsp_logits` `(batch, 2)` with `use_nsp`.
+        dict with `sequence_output` `(batch, n, hidden_dim)`, `mlm_logits` `(batch, p,
+        vocabulary_size)` (given `masked_positions`), and with `use_nsp`
+        `pooled_output` and `nsp_logits` `(batch, 2)`.
 
     Raises:
         TypeError: `backbone` is not a `BertBackbone`.
@@ -138,16 +128,10 @@ class Bert(Task):
         return out
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        """Mean masked-LM cross-entropy (plus the NSP one), globally normalized.
-
-        Each replica divides its sums by the all-reduced global counts, so the
-        replicas' losses add up to the global batch's loss (see `ElmoLM`).
-        """
+        """Mean masked-LM (plus NSP) cross-entropy, globally normalized (`global_mean`)."""
         del y, sample_weight
-        total = 0.0
-        for loss_sum, count in self.losses_and_counts(x, y_pred).values():
-            total += global_mean(loss_sum, count)
-        return total + layer_losses(self)
+        losses = self.losses_and_counts(x, y_pred).values()
+        return sum(global_mean(total, count) for total, count in losses) + layer_losses(self)
 
     def get_config(self):
         return {**super().get_config(), "use_nsp": self.use_nsp}

@@ -1,4 +1,4 @@
-"""BertBackbone: BERT's embeddings and encoder, standard or CoRe-relaxed, without a head or loss."""
+"""BertBackbone: BERT's embeddings and encoder, standard or CoRe-relaxed, with no head."""
 
 import keras
 from keras import ops
@@ -13,6 +13,8 @@ from tfeff.config.bert import INPUT_EMBEDDINGS
 from tfeff.config.bert import POSITION_EMBEDDINGS
 from tfeff.models.bert_layer import BertLayer
 from tfeff.models.bert_layer import get_activation
+from tfeff.models.language_model import check_choice
+from tfeff.models.language_model import check_positive_int
 from tfeff.models.task import Backbone
 
 ROTARY_MAX_WAVELENGTH = 10000
@@ -33,18 +35,14 @@ def check_relaxed(relaxed):
     if unknown:
         raise ValueError(
             f"Unknown `relaxed` key {unknown[0]!r}; expected some of {RELAXED_KEYS}. "
-            f"Received: relaxed={relaxed}"
-        )
-    relaxed.setdefault("num_anchors", 32)
-    relaxed.setdefault("ffn_rank", 64)
-    relaxed.setdefault("anchor_selection", "random")
+            f"Received: relaxed={relaxed}")
+    relaxed = {"num_anchors": 32, "ffn_rank": 64, "anchor_selection": "random", **relaxed}
     for key in ("num_anchors", "ffn_rank"):
         value = relaxed[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(
                 f"Received an invalid value for `relaxed.{key}`, expected a non-negative "
-                f"integer (0: that part stays standard). Received: {key}={value!r}"
-            )
+                f"integer (0: that part stays standard). Received: {key}={value!r}")
     if not (relaxed["num_anchors"] or relaxed["ffn_rank"]):
         raise ValueError("`relaxed` needs num_anchors or ffn_rank > 0 (or relaxed=None).")
     return relaxed
@@ -55,74 +53,50 @@ class BertBackbone(Backbone):
     """BERT's encoder (Devlin et al. 2019), standard or CoRe-relaxed: what `Bert` trains.
 
     Token, position and segment embeddings are summed, layer-normalized and
-    passed through `num_layers` post-layer-norm transformer layers
-    (`BertLayer`: self-attention, GELU feed-forward network). It knows no
-    head and no loss (keras-hub's backbone/task split): `Bert(backbone)` adds
-    the masked-LM and next-sentence heads and the loss; the export contract
-    (`embedding_layers`) is the backbone's.
+    passed through `num_layers` post-layer-norm `BertLayer`s; `Bert(backbone)`
+    adds the heads and the loss (keras-hub's split).
 
     `relaxed={"num_anchors": m, "ffn_rank": d_r}` turns on CoRe's coarse
     model (Yang et al.): `AnchorMultiHeadAttention` with m anchors and
-    `FactorizedDense` feed-forward kernels of rank d_r (either may be 0 to
-    keep that part standard). All other weights are the same, with the same
-    names, so `tfeff.convert.merge_relaxed_bert` turns it into a standard
-    model.
-
-    `position_embedding="rotary"` replaces the learned absolute position
-    embedding with rotary position embedding in every attention layer
-    (RoFormer; ModernBERT and most recent encoders): no position weights,
-    attention scores that depend on relative offsets. At small sizes it is
-    what lets attention find local context within a few hundred steps (the
-    CoRe page of the docs, docs/papers/core.md). BERT's own layout (and the keras-hub and
-    Hugging Face BERT converters) needs `"learned"`, the default.
-
-    `input_embedding="alone"` uses an `AloneEmbedding` (set up by `alone`)
-    for the tokens.
+    `FactorizedDense` feed-forward kernels of rank d_r (0 keeps that part
+    standard), with the same weight names, so that
+    `tfeff.convert.merge_relaxed_bert` turns it into a standard model.
+    `position_embedding="rotary"` (RoFormer) is at small sizes what lets
+    attention find local context (docs/papers/core.md); BERT's layout (and the
+    keras-hub and Hugging Face converters) needs `"learned"`.
 
     Args:
         vocabulary_size: number of token ids.
         num_layers: transformer layers.
         hidden_dim: model width.
-        num_heads: attention heads (`hidden_dim` must be a multiple).
+        num_heads: attention heads (dividing `hidden_dim`).
         intermediate_dim: feed-forward width.
         max_sequence_length: number of position embeddings.
         num_segments: number of segment (token type) ids.
-        dropout_rate: dropout after embeddings, on attention probabilities
-            and on residual branches.
-        activation: `"gelu"` (erf, BERT and Hugging Face), `"gelu_approximate"`
-            (tanh, keras-hub) or `"relu"`.
+        dropout_rate: dropout after embeddings, on attention and residual branches.
+        activation: `"gelu"` (erf: BERT, HF), `"gelu_approximate"` (tanh: keras-hub), `"relu"`.
         layer_norm_epsilon: layer norm epsilon.
-        relaxed: None, or a dict with `num_anchors`, `ffn_rank` and
-            `anchor_selection` (missing keys default to 32, 64 and
-            `"random"`).
-        input_embedding: `"trainable"` or `"alone"`.
-        alone: `AloneEmbedding` arguments (without `vocabulary_size`,
-            `output_dim`, `lookup`) for `input_embedding="alone"`.
+        relaxed: None, or a dict of `num_anchors` (32), `ffn_rank` (64), `anchor_selection`.
+        input_embedding: `"trainable"` or `"alone"` (an `AloneEmbedding`).
+        alone: `AloneEmbedding` arguments (not `vocabulary_size`, `output_dim`, `lookup`).
         initializer_range: stddev of the truncated-normal initializers.
-        position_embedding: `"learned"` (BERT's absolute position table) or
-            `"rotary"`.
+        position_embedding: `"learned"` (BERT's position table) or `"rotary"`.
         seed: seed of dropout and anchor draws.
         **kwargs: base `Model` arguments.
 
     Call arguments:
-        inputs: dict with int `token_ids` `(batch, n)`; optional
-            `segment_ids` (default 0) and `padding_mask` (default
-            `token_ids != 0`). Sequences are right-padded: positions count
-            from the first token and `[CLS]` is position 0, so a
-            `padding_mask` with a True after a False raises
-            (`tfeff.backend.checks.check_right_padded`: `ValueError` eagerly,
-            `InvalidArgumentError` in a `tf.function`; not checked under XLA
-            or `jax.jit`).
+        inputs: dict with int `token_ids` `(batch, n)`, optional `segment_ids` (default 0)
+            and right-padded `padding_mask` (default `token_ids != 0`): a True after a
+            False raises (`tfeff.backend.checks.check_right_padded`: `ValueError` eagerly,
+            `InvalidArgumentError` in a `tf.function`; unchecked under XLA).
         training: bool.
         exact_attention: run anchor attention exactly (the converter's check).
 
     Returns:
-        The sequence output `(batch, n, hidden_dim)`.
+        `(batch, n, hidden_dim)`.
 
     Raises:
-        ValueError: a size (`vocabulary_size`, `num_layers`, `hidden_dim`,
-            `num_heads`, `intermediate_dim`, `max_sequence_length`,
-            `num_segments`) is not a positive integer, `input_embedding`,
+        ValueError: a size is not a positive integer, `input_embedding`,
             `position_embedding` or `activation` is unknown, `relaxed` is
             invalid, or `alone` is given without `input_embedding="alone"`.
 
@@ -163,21 +137,9 @@ class BertBackbone(Backbone):
                             ("intermediate_dim", intermediate_dim),
                             ("max_sequence_length", max_sequence_length),
                             ("num_segments", num_segments)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(
-                    f"Received an invalid value for `{name}`, expected a positive integer. "
-                    f"Received: {name}={value!r}"
-                )
-        if input_embedding not in INPUT_EMBEDDINGS:
-            raise ValueError(
-                f"Received an invalid value for `input_embedding`, expected one of "
-                f"{INPUT_EMBEDDINGS}. Received: input_embedding={input_embedding!r}"
-            )
-        if position_embedding not in POSITION_EMBEDDINGS:
-            raise ValueError(
-                f"Received an invalid value for `position_embedding`, expected one of "
-                f"{POSITION_EMBEDDINGS}. Received: position_embedding={position_embedding!r}"
-            )
+            check_positive_int(name, value, int)
+        check_choice("input_embedding", input_embedding, INPUT_EMBEDDINGS)
+        check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
         get_activation(activation)
         self.vocabulary_size = vocabulary_size
         self.num_layers = num_layers
@@ -203,8 +165,7 @@ class BertBackbone(Backbone):
             self.alone = dict(alone or {})
             self.token_embedding = tfeff_layers.AloneEmbedding(
                 vocabulary_size, hidden_dim, lookup="table", name="token_embedding",
-                **{"base_dim": hidden_dim, **self.alone}, **common,
-            )
+                **{"base_dim": hidden_dim, **self.alone}, **common)
             self.alone["seed"] = self.token_embedding.seed
         else:
             self.alone = None
@@ -234,8 +195,7 @@ class BertBackbone(Backbone):
                 rotary_max_wavelength=(ROTARY_MAX_WAVELENGTH if position_embedding == "rotary"
                                        else None),
                 seed=None if seed is None else seed + 1 + i,
-                name=f"transformer_layer_{i}", **common,
-            )
+                name=f"transformer_layer_{i}", **common)
             for i in range(num_layers)
         ]
 
@@ -258,11 +218,7 @@ class BertBackbone(Backbone):
             layer.build(shape)
 
     def embed(self, token_ids, segment_ids=None, training=False):
-        """Summed, normalized token + position + segment embeddings `(batch, n, d)`.
-
-        With rotary positions there is no position term here: the attention
-        layers rotate their queries and keys instead.
-        """
+        """Summed, normalized token, position (unless rotary) and segment embeddings."""
         token_ids = check_token_ids(self, token_ids)
         x = self.token_embedding(token_ids, training=training)
         if self.position_embedding is not None:
@@ -270,28 +226,18 @@ class BertBackbone(Backbone):
             n = ops.shape(token_ids)[1]
             positions = self.position_embedding(ops.arange(n))[None]  # (1, n, d)
             x = x + ops.cast(positions, x.dtype)
-        if segment_ids is None:
-            segment_ids = ops.zeros_like(token_ids)
-        else:
-            segment_ids = check_mask_shape(self, token_ids, segment_ids, "segment_ids",
-                                           inputs_what="token_ids")
+        segment_ids = ops.zeros_like(token_ids) if segment_ids is None else check_mask_shape(
+            self, token_ids, segment_ids, "segment_ids", inputs_what="token_ids")
         x = x + self.segment_embedding(segment_ids)
         return self.embeddings_dropout(self.embeddings_norm(x), training=training)
 
     def encode(self, token_ids, segment_ids=None, padding_mask=None, training=False,
                exact_attention=None, return_all_layers=False):
-        """The sequence output `(batch, n, hidden_dim)`.
-
-        With `return_all_layers=True`, every layer instead: the embedding
-        output, then each transformer layer's, stacked as
-        `(batch, num_layers + 1, n, hidden_dim)` (what embedders export).
-        """
+        """The sequence output `(batch, n, hidden_dim)`; with `return_all_layers`, every
+        layer's, the embedding output first: `(batch, num_layers + 1, n, hidden_dim)`."""
         token_ids = check_token_ids(self, token_ids)
-        if padding_mask is None:
-            padding_mask = ops.not_equal(token_ids, 0)
-        else:
-            padding_mask = check_mask_shape(self, token_ids, padding_mask, "padding_mask",
-                                            inputs_what="token_ids")
+        padding_mask = ops.not_equal(token_ids, 0) if padding_mask is None else check_mask_shape(
+            self, token_ids, padding_mask, "padding_mask", inputs_what="token_ids")
         padding_mask = check_right_padded(self, padding_mask, "padding_mask")
         x = self.embed(token_ids, segment_ids, training=training)
         layers = [x]
@@ -301,19 +247,16 @@ class BertBackbone(Backbone):
             layers.append(x)
         return ops.stack(layers, axis=1) if return_all_layers else x
 
-    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule` (with
-    # `Backbone`'s sizes).
+    # `tfeff.export.TokenIdsEmbedderModule`'s contract (with `Backbone`'s sizes).
     embedding_tokenization = "bert"
 
     @property
     def max_embedding_tokens(self):
-        """The most tokens embedded between [CLS] and [SEP]: what the position
-        embedding holds (learned), or the longest training sequence (rotary)."""
+        """The most tokens embedded between [CLS] and [SEP]."""
         return self.max_sequence_length - 2
 
     def embedding_layers(self, token_ids, padding_mask, training=False):
-        """Every layer for `token_ids` (with [CLS] and [SEP]): `(batch, num_layers + 1,
-        n, hidden_dim)`, the embedding output first."""
+        """`encode`'s every layer for `token_ids` (with [CLS] and [SEP])."""
         return self.encode(token_ids, padding_mask=padding_mask, training=training,
                            return_all_layers=True)
 

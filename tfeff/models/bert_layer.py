@@ -1,5 +1,4 @@
-"""BertLayer: one post-layer-norm transformer layer, standard or CoRe-relaxed, bidirectional
-or causal."""
+"""BertLayer: one post-layer-norm transformer layer, standard or CoRe-relaxed, causal or not."""
 
 import zlib
 
@@ -10,26 +9,19 @@ from tfeff.layers import AnchorMultiHeadAttention
 from tfeff.layers import CausalAnchorAttention
 from tfeff.layers import FactorizedDense
 from tfeff.layers import RotaryMultiHeadAttention
-
+from tfeff.models.language_model import check_choice
 
 
 def get_activation(name):
     """The activation function of `name` (`ACTIVATIONS`)."""
-    if name not in ACTIVATIONS:
-        raise ValueError(
-            f"Received an invalid value for `activation`, expected one of {ACTIVATIONS}. "
-            f"Received: activation={name!r}"
-        )
-    return {"gelu": gelu, "gelu_approximate": gelu_approximate, "relu": keras.activations.relu}[name]
+    check_choice("activation", name, ACTIVATIONS)
+    relu = keras.activations.relu
+    return {"gelu": gelu, "gelu_approximate": gelu_approximate, "relu": relu}[name]
 
 
 def derived_seed(seed, name):
-    """A seed for the sublayer `name` of a layer seeded with `seed` (None stays None).
-
-    Two dropouts given the same seed draw the same mask on same-shaped
-    tensors; deriving each one's seed from its name keeps them independent
-    and still reproducible.
-    """
+    """A seed for the sublayer `name` of a layer seeded with `seed` (None stays None):
+    two dropouts of one seed would draw the same masks."""
     if seed is None:
         return None
     return (int(seed) * 1_000_003 + zlib.crc32(name.encode())) % (2 ** 31 - 1)
@@ -54,47 +46,34 @@ class BertLayer(keras.layers.Layer):
         x = LayerNorm(x + Dropout(Attention(x)))
         x = LayerNorm(x + Dropout(W2 act(W1 x + b1) + b2))
 
-    With `num_anchors` the attention is `AnchorMultiHeadAttention`; with
-    `ffn_rank` W1 and W2 are `FactorizedDense` (CoRe's relaxed layer). With
-    `rotary_max_wavelength`, queries and keys are rotated by their positions
-    (`RotaryMultiHeadAttention`, or the anchor attention's rotary option). The
-    sublayer names are the same either way (`self_attention`,
-    `intermediate_dense`, `output_dense`, ...), which is what
-    `tfeff.convert.merge_relaxed_bert` relies on.
-
-    With `causal=True` each position attends to itself and the positions
-    before it only (`TransformerLM`'s layers): standard attention with a
-    causal mask, or with `num_anchors` `CausalAnchorAttention`, whose anchor
-    blocks are laid out over `max_sequence_length` positions.
+    With `num_anchors` the attention is `AnchorMultiHeadAttention`, with
+    `ffn_rank` W1 and W2 are `FactorizedDense` (CoRe's relaxed layer), under
+    the same sublayer names (`tfeff.convert.merge_relaxed_bert` relies on it).
+    With `causal=True` each position attends to itself and the past only
+    (`TransformerLM`'s layers; with `num_anchors`, `CausalAnchorAttention`).
 
     Args:
         hidden_dim: model width d (a multiple of `num_heads`).
         num_heads: attention heads.
         intermediate_dim: feed-forward width d_f.
-        dropout_rate: dropout on attention probabilities and both residual
-            branches.
+        dropout_rate: dropout on attention probabilities and residual branches.
         activation: one of `ACTIVATIONS` (`"gelu"` is BERT's erf GELU).
         layer_norm_epsilon: layer norm epsilon.
         num_anchors: 0 for standard attention, else m anchor queries.
         ffn_rank: 0 for dense feed-forward kernels, else their rank d_r.
         anchor_selection: `"random"` or `"strided"` (anchor attention).
         initializer_range: stddev of the truncated-normal kernel initializer.
-        rotary_max_wavelength: None, or the wavelength of rotary position
-            embedding in the attention.
-        seed: seed of the anchor draws and attention dropout; the two
-            residual dropouts get seeds derived from it (`derived_seed`).
+        rotary_max_wavelength: None, or the wavelength of rotary positions.
+        seed: seed of the anchor draws and dropouts (`derived_seed`).
         causal: attend to the past only.
-        max_sequence_length: the longest sequence of a causal anchor
-            attention (required with `causal` and `num_anchors`).
+        max_sequence_length: the longest sequence (with `causal` and `num_anchors`).
         **kwargs: base `Layer` arguments.
 
     Call arguments:
         inputs: `(batch, n, hidden_dim)`.
-        padding_mask: bool `(batch, n)`, True at real tokens (right-padded;
-            not needed, and not read, by a causal layer).
+        padding_mask: bool `(batch, n)`, right-padded (unread by a causal layer).
         training: bool.
-        exact_attention: run anchor attention exactly (standard attention on
-            the same weights); None keeps the layer's setting.
+        exact_attention: run anchor attention exactly (None: as built).
 
     Returns:
         `(batch, n, hidden_dim)`.
@@ -122,8 +101,7 @@ class BertLayer(keras.layers.Layer):
         if hidden_dim % num_heads:
             raise ValueError(
                 f"`hidden_dim` must be a multiple of `num_heads`. Received: "
-                f"hidden_dim={hidden_dim}, num_heads={num_heads}"
-            )
+                f"hidden_dim={hidden_dim}, num_heads={num_heads}")
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
@@ -149,8 +127,7 @@ class BertLayer(keras.layers.Layer):
         common = {"dtype": self.dtype_policy}
         attention_args = dict(
             num_heads=num_heads, key_dim=hidden_dim // num_heads, dropout=dropout_rate,
-            kernel_initializer=init(), seed=seed, name="self_attention", **common,
-        )
+            kernel_initializer=init(), seed=seed, name="self_attention", **common)
         if num_anchors and causal:
             self.self_attention = CausalAnchorAttention(
                 max_sequence_length=max_sequence_length, num_anchors=num_anchors,
@@ -159,8 +136,7 @@ class BertLayer(keras.layers.Layer):
         elif num_anchors:
             self.self_attention = AnchorMultiHeadAttention(
                 num_anchors=num_anchors, anchor_selection=anchor_selection,
-                rotary_max_wavelength=rotary_max_wavelength, **attention_args
-            )
+                rotary_max_wavelength=rotary_max_wavelength, **attention_args)
         elif rotary_max_wavelength is not None:
             self.self_attention = RotaryMultiHeadAttention(
                 max_wavelength=rotary_max_wavelength, **attention_args)
@@ -211,8 +187,7 @@ class BertLayer(keras.layers.Layer):
         elif self.num_anchors:
             attended = self.self_attention(
                 x, x, query_mask=padding_mask, value_mask=padding_mask, training=training,
-                exact=exact_attention,
-            )
+                exact=exact_attention)
         else:
             attended = self.self_attention(x, x, value_mask=padding_mask, training=training)
         x = self.attention_norm(x + self.attention_dropout(attended, training=training))
@@ -224,12 +199,9 @@ class BertLayer(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            name: getattr(self, name) for name in (
-                "hidden_dim", "num_heads", "intermediate_dim", "dropout_rate", "activation",
-                "layer_norm_epsilon", "num_anchors", "ffn_rank", "anchor_selection",
-                "initializer_range", "rotary_max_wavelength", "seed", "causal",
-                "max_sequence_length",
-            )
-        })
+        config.update({name: getattr(self, name) for name in (
+            "hidden_dim", "num_heads", "intermediate_dim", "dropout_rate", "activation",
+            "layer_norm_epsilon", "num_anchors", "ffn_rank", "anchor_selection",
+            "initializer_range", "rotary_max_wavelength", "seed", "causal",
+            "max_sequence_length")})
         return config

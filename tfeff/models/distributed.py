@@ -1,10 +1,5 @@
-"""`tf.distribute` replica contexts, for the per-replica parts of losses and model state.
-
-The one place that asks TensorFlow which replica runs and how many run in
-sync. Outside a replica context, and on backends other than TensorFlow
-(whose data parallelism is not tf.distribute's), there is one replica: every
-function then reduces to its single-device meaning.
-"""
+"""`tf.distribute` replica contexts, for the per-replica parts of losses and model state
+(one replica outside a replica context and off TensorFlow)."""
 
 import keras
 from keras import ops
@@ -26,8 +21,7 @@ def num_replicas():
 
 
 def replica_index():
-    """This replica's index in its sync group: 0 with one replica, else an int32 tensor
-    (or int)."""
+    """This replica's index in its sync group (0 with one replica)."""
     ctx = _replica_context()
     if ctx is None:
         return 0
@@ -67,7 +61,4 @@ def unscale_loss(loss):
 
 def layer_losses(model):
     """The sum of `model.losses` (the layers' `add_loss` terms), float32."""
-    total = 0.0
-    for loss in model.losses:
-        total += ops.cast(ops.sum(loss), "float32")
-    return total
+    return sum((ops.cast(ops.sum(loss), "float32") for loss in model.losses), 0.0)

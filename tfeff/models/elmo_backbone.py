@@ -16,41 +16,29 @@ from tfeff.models.language_model import check_positive_int
 class ElmoBackbone(LanguageModelBackbone):
     """ELMo's biLM encoder, with no output layer and no loss (what `ElmoLM` trains).
 
-    * Input: each token's pre-trained (fastText) vector, gathered in host
-      memory (`FixedEmbedding`), or a trainable `Embedding`, or an
-      `AloneEmbedding` (`input_embedding`), linearly projected to
-      `projection_dim`.
-    * Forward and backward stacks of `num_layers` LSTMs with a recurrent
-      projection (`ProjectedLSTM`: `units` cells, `projection_dim` outputs;
-      `projection_dim=None`: plain LSTMs of `units` outputs), each followed by
-      layer normalization (Li et al.'s addition to ELMo; `layer_norm=False`
-      leaves it out, as ELMo has none) and dropout; from the second layer on,
-      a residual connection adds the layer's input.
-
-    The representation stack used for feature extraction is
-    `[concat(x, x), concat(f_1, b_1), ..., concat(f_L, b_L)]`, each of size
-    `2 * width`, where the width is `projection_dim` (or `units` without a
-    projection; ELMo's layer 0 duplicates the token layer).
+    The token vectors (`input_embedding`), projected to the width, feed forward
+    and backward stacks of `num_layers` `ProjectedLSTM`s, each followed by layer
+    normalization (Li et al.'s addition to ELMo) and dropout, and from the second
+    layer on a residual. The representation stack for feature extraction is
+    `[concat(x, x), concat(f_1, b_1), ..., concat(f_L, b_L)]`, each `2 * width`
+    wide (the width: `projection_dim`, or `units` without a projection).
 
     Args:
-        vocabulary_size: number of ids (row 0 is padding); may be left out
-            when `embedding_table` is given.
+        vocabulary_size: number of ids (row 0 is padding; default: the table's rows).
         num_layers: LSTM layers per direction.
         units: LSTM cell size.
         projection_dim: LSTM projection (and token-projection) size; None:
             LSTMs without a projection, the width is `units`.
         dropout_rate: dropout after each LSTM layer, in [0, 1).
-        embedding_table: path of the `.npy` vocabulary vectors, or an array
-            `(vocabulary_size, dim)`; row 0 is padding. Required by the fixed
-            input embedding.
-        input_embedding: `"fixed"` (the table), `"trainable"` or `"alone"`.
-        token_embedding_dim: size of a trainable or ALONE input embedding
-            (default: the table's dimension, else `projection_dim`).
-        alone: dict of `AloneEmbedding` arguments for `input_embedding="alone"`
-            (see `LanguageModelBackbone`).
+        embedding_table: `.npy` path or array `(vocabulary_size, dim)` of the
+            vocabulary vectors (row 0 is padding); required by `"fixed"`.
+        input_embedding: `"fixed"` (the table's vectors, gathered in host memory:
+            `FixedEmbedding`), `"trainable"` or `"alone"` (`AloneEmbedding`).
+        token_embedding_dim: a trainable or ALONE input's size (default: table's, else width).
+        alone: `AloneEmbedding` arguments (see `LanguageModelBackbone`).
         cell_clip: None or the bound of each LSTM's cell state (ELMo: 3).
         proj_clip: None or the bound of each LSTM's projected state (ELMo: 3).
-        layer_norm: whether each LSTM layer's output is layer-normalized.
+        layer_norm: whether each LSTM layer's output is layer-normalized (ELMo: no).
         **kwargs: base `Model` arguments.
 
     Call arguments:
@@ -58,15 +46,12 @@ class ElmoBackbone(LanguageModelBackbone):
         training: bool.
 
     Returns:
-        dict with the top layer of each direction, `"forward"` and
-        `"backward"`, `(batch, time, width)`, zero at padding.
+        dict of each direction's top layer `(batch, time, width)`, zero at padding.
 
     Raises:
-        ValueError: `num_layers` or `units` is not a positive integer,
-            `projection_dim` is neither None nor one, or `dropout_rate` is not in [0, 1) (and, from
-            `LanguageModelBackbone`, a bad `vocabulary_size`, table or
-            input embedding; a `vocabulary_size` that is no integer, such as
-            fixed vectors passed first, raises `TypeError`).
+        ValueError: `dropout_rate` is not in [0, 1), a size is not a positive
+            integer (`projection_dim` may be None), or (`LanguageModelBackbone`)
+            a bad `vocabulary_size` (`TypeError` if no integer), table or input.
 
     Example:
 
@@ -83,13 +68,10 @@ class ElmoBackbone(LanguageModelBackbone):
                  dropout_rate=0.1, embedding_table=None, input_embedding="fixed",
                  token_embedding_dim=None, alone=None, cell_clip=None, proj_clip=None,
                  layer_norm=True, **kwargs):
-        for arg, value in (
-            ("num_layers", num_layers),
-            ("units", units),
-            ("projection_dim", projection_dim),
-        ):
-            if value is not None or arg != "projection_dim":
-                check_positive_int(arg, value)
+        check_positive_int("num_layers", num_layers)
+        check_positive_int("units", units)
+        if projection_dim is not None:
+            check_positive_int("projection_dim", projection_dim)
         if not 0 <= dropout_rate < 1:
             raise ValueError(
                 "Received an invalid value for `dropout_rate`, expected a value in "
@@ -136,21 +118,9 @@ class ElmoBackbone(LanguageModelBackbone):
             layer.build(hidden_shape)
 
     def encode(self, vectors, mask, training=False):
-        """Runs the biLSTM stacks on token vectors.
-
-        Args:
-            vectors: float `(batch, time, token_embedding_dim)` token vectors.
-            mask: bool `(batch, time)`, right-padded: a True after a False
-                raises (`tfeff.backend.checks.check_right_padded`:
-                `ValueError` eagerly, `InvalidArgumentError` in a
-                `tf.function`; not checked under XLA or `jax.jit`).
-            training: bool.
-
-        Returns:
-            `(stack, forward_top, backward_top)`: the representation stack
-            `(batch, num_layers + 1, time, 2 * width)` and the top layer of
-            each direction `(batch, time, width)`.
-        """
+        """The representation stack `(batch, num_layers + 1, time, 2 * width)` and each
+        direction's top layer `(batch, time, width)` of float token `vectors`
+        `(batch, time, dim)`, under a right-padded `mask` (as `BertBackbone`'s)."""
         vectors = check_rank(self, vectors, ("batch", "time", "features"), "vectors")
         mask = check_mask_shape(self, vectors, mask, inputs_what="vectors")
         mask = check_right_padded(self, mask)
@@ -163,8 +133,7 @@ class ElmoBackbone(LanguageModelBackbone):
             b = self.backward_lstms[i](backward, mask=mask)
             if self.layer_norm:
                 f, b = self.forward_norms[i](f), self.backward_norms[i](b)
-            f = self.dropout(f, training=training)
-            b = self.dropout(b, training=training)
+            f, b = self.dropout(f, training=training), self.dropout(b, training=training)
             if i > 0:
                 f, b = f + forward, b + backward
             keep = ops.cast(mask, f.dtype)[:, :, None]
@@ -178,7 +147,7 @@ class ElmoBackbone(LanguageModelBackbone):
         _, forward, backward = self.encode(vectors, ids > 0, training=training)
         return {"forward": forward, "backward": backward}
 
-    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
+    # `tfeff.export.TokenIdsEmbedderModule`'s contract.
 
     @property
     def embedding_dim(self):
@@ -186,8 +155,7 @@ class ElmoBackbone(LanguageModelBackbone):
         return 2 * self.width
 
     def embedding_layers(self, token_ids, padding_mask, training=False):
-        """The representation stack of `encode` for `token_ids` (with `<s>` and `</s>`):
-        `(batch, num_layers + 1, time, embedding_dim)`."""
+        """`encode`'s representation stack for `token_ids` (with `<s>` and `</s>`)."""
         token_ids = check_token_ids(self, token_ids)
         vectors = self.token_embedding(token_ids, training=training)
         padding_mask = check_mask_shape(self, token_ids, padding_mask, "padding_mask",
@@ -197,13 +165,8 @@ class ElmoBackbone(LanguageModelBackbone):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "num_layers": self.num_layers,
-            "units": self.units,
-            "projection_dim": self.projection_dim,
-            "dropout_rate": self.dropout_rate,
-            "cell_clip": self.forward_lstms[0].cell_clip,
-            "proj_clip": self.forward_lstms[0].proj_clip,
-            "layer_norm": self.layer_norm,
-        })
+        lstm = self.forward_lstms[0]
+        config.update({name: getattr(self, name) for name in (
+            "num_layers", "units", "projection_dim", "dropout_rate", "layer_norm")})
+        config.update(cell_clip=lstm.cell_clip, proj_clip=lstm.proj_clip)
         return config

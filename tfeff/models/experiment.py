@@ -1,8 +1,4 @@
-"""Deprecated: `tfeff.models.from_config` (this module's name in tfeff 0.1.0).
-
-Kept for one release so that `from tfeff.models import experiment` goes on working;
-importing it warns.
-"""
+"""Deprecated: `tfeff.models.from_config` under its tfeff 0.1.0 name, for one release."""
 
 import warnings
 

@@ -1,10 +1,5 @@
-"""The Keras model of an experiment config (`tfeff.config`), without the training machinery.
-
-What every family's `build_model` (`tfeff.training.families`) calls, and what
-code that must not import TensorFlow uses (a JAX or PyTorch machine:
-`benchmarks/gpu.py`). Each function maps the config's `model` section
-(and the few `data`/`train` values a model needs) to the model's arguments.
-"""
+"""The Keras model of an experiment config (`tfeff.config`), without the training machinery
+or TensorFlow: what every family's `build_model` and `benchmarks/gpu.py` call."""
 
 import dataclasses
 
@@ -15,23 +10,20 @@ def alone_kwargs(model_cfg):
 
 
 def _same_names(section, names):
-    """`{name: section.name}`: the keys a constructor takes under the config's names."""
     return {name: getattr(section, name) for name in names}
 
 
 def backbone_alone(model_cfg, tied):
-    """The backbone's ALONE arguments, with the lookup: a tied softmax computes the whole
-    table each step, so the input gathers from it (`"table"`); else `"unique"`."""
+    """The backbone's ALONE arguments, with the lookup: `"table"` under a tied softmax
+    (which computes the whole table each step anyway), else `"unique"`."""
     alone = alone_kwargs(model_cfg)
     return None if alone is None else {**alone, "lookup": "table" if tied else "unique"}
 
 
 def bilstm_model_kwargs(model_cfg):
     """The output arguments of a biLSTM model's `model` section (`ElmoLM`, `MaskedElmo`)."""
-    m = model_cfg
-    return dict(_same_names(m, ("output_layer", "output_loss", "adaptive_div_value",
-                                "adaptive_tail_capacity")),
-                adaptive_cutoffs=m.adaptive_cutoffs or None)
+    names = ("output_layer", "output_loss", "adaptive_div_value", "adaptive_tail_capacity")
+    return dict(_same_names(model_cfg, names), adaptive_cutoffs=model_cfg.adaptive_cutoffs or None)
 
 
 def _language_model_kwargs(config):
@@ -45,7 +37,6 @@ def _language_model_kwargs(config):
 
 
 def _token_layer_kwargs(config, vectors_path):
-    """A `LanguageModelBackbone`'s token-layer arguments."""
     m = config.model
     return dict(embedding_table=vectors_path, input_embedding=m.input_embedding,
                 token_embedding_dim=m.embedding_dim or None,
@@ -67,8 +58,7 @@ def elmo_lm(config, vocabulary_size, vectors_path=None):
 
 
 def transformer_lm(config, vocabulary_size, vectors_path=None):
-    """The `TransformerLM` of a `TransformerLMConfig` (`vectors_path`: the fixed vectors of
-    word models)."""
+    """The `TransformerLM` of a `TransformerLMConfig` (`vectors_path`: as `elmo_lm`'s)."""
     from tfeff.models.transformer_lm import TransformerLM
     from tfeff.models.transformer_lm_backbone import TransformerLMBackbone
 
@@ -105,8 +95,7 @@ def bert(config, vocabulary_size, relaxed):
 
 
 def masked_elmo(config, vocabulary_size, vectors_path=None):
-    """The `MaskedElmo` of a `MaskedElmoConfig` (`vectors_path`: a continuous output's
-    targets)."""
+    """The `MaskedElmo` of a `MaskedElmoConfig` (`vectors_path`: continuous targets)."""
     from tfeff.models.masked_elmo import MaskedElmo
     from tfeff.models.masked_elmo_backbone import MaskedElmoBackbone
 

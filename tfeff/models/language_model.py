@@ -1,14 +1,6 @@
-"""What tfeff's next-word language models share, whatever their encoder.
-
-`ElmoLM` (biLSTMs) and `TransformerLM` (causal transformers) differ only in
-the encoder between the token layer and the output layer. This module holds
-the rest, once: `LanguageModelBackbone`, the base of their backbones, makes
-the token embedding (`"fixed"` fastText vectors, `"trainable"` or
-`"alone"`); `LanguageModel`, the base of their task models, checks the
-output's arguments and makes the output head of the output-head contract
-(`tfeff.layers.output_head`) and the projection in front of it, aligns each
-direction's outputs with its targets and holds the loss.
-"""
+"""What `ElmoLM` and `TransformerLM` share, whatever their encoder: the token layer
+(`LanguageModelBackbone`), and the output head, target alignment and loss
+(`LanguageModel`)."""
 
 import numbers
 
@@ -34,20 +26,13 @@ DIRECTIONS = ("forward", "backward")
 
 def combine_directions(losses, how):
     """The model's loss from its directions' losses: their `"sum"` or `"mean"`."""
-    total = 0.0
-    for loss in losses:
-        total += loss
+    total = sum(losses, 0.0)
     return total / len(losses) if how == "mean" else total
 
 
 def direction_pairs(outputs, targets):
-    """`(direction, outputs, targets)` of each direction `outputs` holds, aligned.
-
-    Forward position t predicts token t+1 and backward position t predicts
-    token t-1, so the outputs and targets are shifted against each other. A
-    forward-only model has no `"backward"`. Tensors or NumPy arrays;
-    `targets` may be ids or their vectors.
-    """
+    """`(direction, outputs, targets)` of each direction `outputs` holds, aligned (forward
+    t predicts token t+1, backward t token t-1); `targets` may be ids or vectors."""
     pairs = []
     if "forward" in outputs:
         pairs.append(("forward", outputs["forward"][:, :-1], targets[:, 1:]))
@@ -57,31 +42,26 @@ def direction_pairs(outputs, targets):
 
 
 def prediction_pairs(outputs, ids):
-    """`(direction, outputs, target_ids, valid)` of each direction, aligned
-    (`direction_pairs`), with the targets that count: `valid` is True where the
-    target is predictable (not padding, not `<unk>`) and the position predicting
-    it is a token. (In a padded row the backward output just after `</s>` is
-    padding: `</s>` is where the backward LM starts reading, never its target,
-    as `<s>` is never the forward LM's.) Tensors or NumPy arrays."""
-    sources = dict((d, ids) for d in outputs)
+    """`(direction, outputs, target_ids, valid)` of each direction (`direction_pairs`):
+    `valid` where the target is predictable (not padding, not `<unk>`) and predicted
+    from a token (in a padded row the backward output after `</s>` is padding)."""
     pairs = []
     for (direction, features, targets), (_, source, _) in zip(
-            direction_pairs(outputs, ids), direction_pairs(sources, ids)):
+            direction_pairs(outputs, ids), direction_pairs(dict.fromkeys(outputs, ids), ids)):
         valid = (targets >= FIRST_PREDICTABLE_ID) & (source > 0)
         pairs.append((direction, features, targets, valid))
     return tuple(pairs)
 
 
-def check_positive_int(name, value):
-    """Raises ValueError unless `value` is a positive integer (not a bool)."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
+def check_positive_int(name, value, types=numbers.Integral):
+    """Raises ValueError unless `value` is a positive integer of `types` (not a bool)."""
+    if not isinstance(value, types) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"Received an invalid value for `{name}`, expected a positive integer. "
                          f"Received: {name}={value!r}")
 
 
 def check_vocabulary_size_type(model, vocabulary_size):
-    """Raises TypeError unless `vocabulary_size` is None or an integer: the fixed vectors
-    passed first, as an older constructor took them, are refused by name."""
+    """Raises TypeError unless `vocabulary_size` is None or an integer (not fixed vectors)."""
     if vocabulary_size is not None and not isinstance(vocabulary_size, numbers.Integral):
         raise TypeError(
             f"{type(model).__name__}'s first argument is `vocabulary_size` (as for "
@@ -97,28 +77,17 @@ def check_choice(name, value, choices):
 
 
 class LanguageModelBackbone(Backbone):
-    """Base of the next-word models' backbones: the token layer.
-
-    `ElmoBackbone` and `TransformerLMBackbone` subclass it: `__init__` makes
-    the token embedding, then the subclass makes its encoder; its
-    `build_layers` (what `build` runs) starts with `build_token_embedding`.
+    """Base of the next-word models' backbones: the token layer (a subclass's
+    `build_layers` starts with `build_token_embedding`).
 
     Args:
-        vocabulary_size: number of ids (row 0 is padding); may be left out
-            when `embedding_table` is given (it is then the table's rows, and
-            must equal them when both are given).
-        hidden_dim: the encoder's width: a trainable or ALONE embedding's
-            default size.
-        embedding_table: path of the `.npy` vocabulary vectors, or an array
-            `(vocabulary_size, dim)`; row 0 is padding. Required by the fixed
-            input embedding (and kept as `fixed_table` for a task's output).
+        vocabulary_size: number of ids (row 0 is padding); with a table, its row count.
+        hidden_dim: the encoder's width (a trainable or ALONE input's default size).
+        embedding_table: as `ElmoBackbone`'s (kept as `fixed_table` for the output).
         input_embedding: one of `INPUT_EMBEDDINGS`.
-        token_embedding_dim: size of a trainable or ALONE input embedding
-            (default: the table's dimension, else `hidden_dim`).
-        alone: dict of `AloneEmbedding` arguments (all but `vocabulary_size`,
-            `output_dim` and `mask_zero`; `lookup` defaults to `"unique"`)
-            for `input_embedding="alone"`; `base_dim` defaults to
-            `token_embedding_dim`.
+        token_embedding_dim: as `ElmoBackbone`'s.
+        alone: `AloneEmbedding` arguments (not `vocabulary_size`, `output_dim`, `mask_zero`;
+            `lookup` defaults to `"unique"`, `base_dim` to `token_embedding_dim`).
         **kwargs: base `Model` arguments.
     """
 
@@ -174,52 +143,18 @@ class LanguageModelBackbone(Backbone):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            name: getattr(self, name) for name in (
-                "vocabulary_size", "input_embedding", "token_embedding_dim", "alone")
-        })
+        config.update({name: getattr(self, name) for name in (
+            "vocabulary_size", "input_embedding", "token_embedding_dim", "alone")})
         config["embedding_table"] = (self.fixed_table.get_config()["table"] if self.fixed_table
                                      else None)
         return config
 
 
 class LanguageModel(Task):
-    """Base of the next-word language models: a backbone, the output head, the loss.
-
-    `ElmoLM` and `TransformerLM` subclass it: `__init__` takes the backbone,
-    checks the output's arguments against it and makes the output head (and
-    the projection in front of it) for the backbone's width.
-
-    Args:
-        backbone: a `LanguageModelBackbone` of the subclass's kind. The
-            `"continuous"` and `"fixed"` outputs score its fixed vectors (its
-            `embedding_table`, which it keeps whatever its input embedding).
-        output_layer: one of `OUTPUT_LAYERS`.
-        output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
-        vmf_regularization1: lambda_1 of the `"vmf"` loss, >= 0.
-        vmf_regularization2: lambda_2 of the `"vmf"` loss, in (0, 1].
-        tie_output: use the backbone's trainable (or ALONE) input embedding as
-            the `"full"` softmax's output matrix (a projection to its size is
-            added when it differs from the backbone's width).
-        adaptive_cutoffs: cluster boundaries of `"adaptive"`.
-        adaptive_div_value: projection divisor of `"adaptive"`.
-        adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (the share of
-            rows a tail computes on JAX and under `torch.compile`; None: all).
-        num_sampled: negatives per step of `"sampled"` and `"fixed"`.
-        seed: sampler seed.
-        direction_loss: `"sum"` or `"mean"` of the directions' losses.
-        **kwargs: base `Model` arguments.
-
-    Raises:
-        ValueError: `output_layer` is unknown, the backbone has no fixed
-            vectors for a `"continuous"` or `"fixed"` output, `tie_output` is
-            set without a trainable or ALONE input and a `"full"` output, or
-            `"adaptive"` has no `adaptive_cutoffs`.
-    """
+    """Base of the next-word language models (arguments and errors: see `ElmoLM`)."""
 
     backbone_class = LanguageModelBackbone
-    # On TensorFlow, gather the predictable rows before the output head (a subclass may
-    # keep one static-shape loss on every backend instead).
+    # Gather the predictable rows before the output head on TensorFlow (`direction_losses`).
     compact_targets = True
 
     def __init__(self, backbone, *, output_layer="continuous", output_loss="cosine",
@@ -247,8 +182,7 @@ class LanguageModel(Task):
         self.make_output_head(backbone.width)
 
     def make_output_head(self, hidden_dim):
-        """Makes the output layer of `output_layer`, and the projection in front of a
-        softmax where one is needed (`pre_output`), for an encoder of width `hidden_dim`."""
+        """Makes `output_head` (and `pre_output` where needed) for width `hidden_dim`."""
         self.pre_output = None
         output_layer = self.output_layer_type
         fixed_table = self.backbone.fixed_table
@@ -262,10 +196,8 @@ class LanguageModel(Task):
                 target_embedding=fixed_table, name="continuous_output")
         elif output_layer == "full":
             if self.tie_output and token_embedding_dim != hidden_dim:
-                self.pre_output = keras.layers.Dense(token_embedding_dim,
-                                                     name="pre_output")
-            self.output_head = tfeff_layers.FullSoftmax(vocabulary_size,
-                                                        name="full_softmax")
+                self.pre_output = keras.layers.Dense(token_embedding_dim, name="pre_output")
+            self.output_head = tfeff_layers.FullSoftmax(vocabulary_size, name="full_softmax")
             if self.tie_output:
                 self.output_head.tie_to(self.backbone.token_embedding)
         elif output_layer == "adaptive":
@@ -294,32 +226,23 @@ class LanguageModel(Task):
         self.output_head.build(hidden_shape)
 
     def head_inputs(self, hidden):
-        """What the output layer scores (`output_head.features`): predictions (continuous)
-        or hidden states (after `pre_output`, when there is one)."""
+        """What the output head scores (`output_head.features`), after any `pre_output`."""
         if self.pre_output is not None:
             hidden = self.pre_output(hidden)
         return self.output_head.features(hidden)
 
     def log_prob(self, head_inputs):
-        """Log-distribution over the vocabulary `(..., vocabulary_size)` (softmax outputs;
-        a continuous output raises ValueError)."""
+        """Log-probabilities `(..., vocabulary_size)` (a continuous output raises ValueError)."""
         return self.output_head.log_prob(head_inputs)
 
     def prediction_pairs(self, outputs, ids):
-        """`prediction_pairs` of this model's outputs: what its loss and held-out
-        evaluation score (the language-model contract
-        `tfeff.training.evaluation.collect_predictions` reads)."""
+        """`prediction_pairs` of this model's outputs (what its loss and evaluation score)."""
         return prediction_pairs(outputs, ids)
 
     def direction_losses(self, ids, outputs, training=False):
-        """Per direction, (sum of losses, number of targets) over this batch.
-
-        The targets are `prediction_pairs`'s valid ones; the sum is the output
-        head's `per_position_loss` over them. With `compact_targets`, on
-        TensorFlow the head only ever sees those positions (gathered first,
-        `dynamic_rows.compact_rows`); otherwise, and on the other backends, it
-        sees every position with the valid ones as its mask.
-        """
+        """Per direction, (sum of `per_position_loss`, number of targets) over the
+        valid targets of `prediction_pairs`. With `compact_targets` they are gathered
+        first on TensorFlow (`dynamic_rows.compact_rows`), else masked."""
         ids = ops.cast(ids, "int32")
         out = {}
         for direction, features, targets, valid in self.prediction_pairs(outputs, ids):
@@ -332,16 +255,10 @@ class LanguageModel(Task):
         return out
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        """Sum (or mean, `direction_loss`) over directions of the mean loss per
-        predictable target.
+        """Sum (or mean, `direction_loss`) over directions of the mean loss per target.
 
-        Under `tf.distribute`, each replica divides its loss sum by the
-        *global* number of targets (all-reduced), so the replicas' losses add
-        up to the loss of the global batch and the summed gradients equal the
-        single-device gradients exactly, whatever the padding per replica.
-        That is also the form Keras expects from `compute_loss` (a replica's
-        share of the global loss), so its `loss` metric reports the global mean.
-        """
+        Each replica divides its loss sum by the *global* number of targets, so the
+        replicas' losses and gradients add up to the single-device ones exactly."""
         del y, sample_weight
         losses = self.direction_losses(x, y_pred, training=training).values()
         return combine_directions(
@@ -350,12 +267,9 @@ class LanguageModel(Task):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            name: getattr(self, name) for name in (
-                "output_loss", "vmf_regularization1", "vmf_regularization2", "tie_output",
-                "adaptive_cutoffs", "adaptive_div_value", "adaptive_tail_capacity",
-                "num_sampled", "seed", "direction_loss",
-            )
-        })
+        config.update({name: getattr(self, name) for name in (
+            "output_loss", "vmf_regularization1", "vmf_regularization2", "tie_output",
+            "adaptive_cutoffs", "adaptive_div_value", "adaptive_tail_capacity", "num_sampled",
+            "seed", "direction_loss")})
         config["output_layer"] = self.output_layer_type
         return config

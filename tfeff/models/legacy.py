@@ -1,16 +1,13 @@
 """Files written before tasks took a backbone: the one place that knows their layout.
 
 Before (tfeff 0.1.0 and the development versions after it), a task model was one
-class: `Bert(vocabulary_size, num_layers=...)` took its encoder's arguments, its
-config was flat, and its encoder's layers were its own attributes
-(`bert.token_embedding`), so
+class (`Bert(vocabulary_size, num_layers=...)`) with a flat config and its encoder's
+layers as its own attributes, so
 
 * a `.keras` file holds a flat config, and its weights under the paths Keras'
-  saving walk gave those attributes (`token_embedding/vars/0`,
-  `layers/bert_layer/...`);
-* a model directory's checkpoints key the variables by paths without the
-  backbone's name (`bert/token_embedding/embeddings`, and the optimizer's
-  `adamw/bert_token_embedding_embeddings_momentum`).
+  saving walk gave those attributes (`token_embedding/vars/0`, `layers/bert_layer/...`);
+* a model directory's checkpoints key the variables without the backbone's name
+  (`bert/token_embedding/embeddings`, `adamw/bert_token_embedding_embeddings_momentum`).
 
 `load_model` reads either kind of `.keras` file; `Task.from_config` turns a flat
 config nested (`nested_config`); `checkpoint_key` maps a variable's key to the
@@ -84,14 +81,7 @@ def _is_old(config):
 
 
 def is_old_file(path):
-    """Whether the `.keras` file `path` holds a single-class task (a flat config).
-
-    Args:
-        path: a `.keras` file.
-
-    Returns:
-        True for a task model saved before tasks took a backbone.
-    """
+    """Whether the `.keras` file `path` holds a single-class task (a flat config)."""
     return _is_old(_saved_config(path))
 
 
@@ -121,20 +111,13 @@ def load_model(path, **kwargs):
 
 
 def upgrade(path, output):
-    """Writes the `.keras` file `path` (of any tfeff version) as today's, to `output`.
-
-    Args:
-        path: a `.keras` file.
-        output: the `.keras` file to write.
-    """
+    """Writes the `.keras` file `path` (of any tfeff version) as today's, to `output`."""
     load_model(path).save(output)
 
 
 class _OldLayout(keras.Model):
-    """A view of a built task with its single class's attributes, to read old weights.
-
-    Not a model to call: its layers are the task's (loading into it loads the task).
-    """
+    """A view of a built task with its single class's attributes, to read old weights
+    into (not a model to call: its layers are the task's)."""
 
     def __init__(self, task):
         super().__init__(name=task.name)

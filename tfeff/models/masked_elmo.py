@@ -1,11 +1,5 @@
-"""MaskedElmo: the masked-LM task model of Masked ELMo (backbone + output head + loss).
-
-`keras.ops` code: it runs and trains on every Keras backend with one loss,
-`compute_loss`. On TensorFlow `train_step` takes that loss's gradient one
-mask set at a time (`tfeff.models.tf_mask_accumulation`: the memory of one
-set instead of K); elsewhere Keras' step differentiates `compute_loss` on
-all sets at once: the same update.
-"""
+"""MaskedElmo: the masked-LM task model of Masked ELMo (backbone + output head + loss),
+in `keras.ops` on every Keras backend."""
 
 import keras
 from keras import ops
@@ -17,6 +11,7 @@ from tfeff.models.distributed import global_mean
 from tfeff.models.distributed import layer_losses
 from tfeff.config.elmo import output_problem
 from tfeff.config.masked_elmo import OUTPUT_LAYERS
+from tfeff.models.language_model import check_choice
 from tfeff.models.masked_elmo_backbone import MaskedElmoBackbone
 from tfeff.models.task import Task
 
@@ -28,71 +23,51 @@ SET_KEYS = ("masked_token_ids", "masked_positions", "masked_ids", "masked_weight
 class MaskedElmo(Task):
     """Masked ELMo (Senay & Salin, 2020): `MaskedBiLSTM` over WordPiece embeddings, MLM-trained.
 
-    The task model, as keras-hub splits them: it takes a `MaskedElmoBackbone`
-    (`backbone`: the embedding, then the biLSTM) and adds an output head
-    (`output_head`) and the loss.
+    The task model (keras-hub's split): it adds an output head at the masked
+    positions and the loss to a `MaskedElmoBackbone` (width d).
 
-    * Backbone: WordPiece ids embedded to d = `2 * projection_dim` (a
-      trainable `Embedding`, or with `input_embedding="alone"` an
-      `AloneEmbedding`), then dropout and `MaskedBiLSTM(units,
-      projection_dim, num_layers)`: each layer after the first sees both
-      directions of the layer below.
-    * Output at the masked positions only: `"full"`, a full softmax tied to
-      the input embedding (plus a bias); `"adaptive"`, an `AdaptiveSoftmax`;
-      `"continuous"`, a `ContinuousOutput` predicting the target's fixed
-      vector (`embedding_table`). Every head answers the same contract
-      (`tfeff.layers.output_head`): the model never asks which it holds.
-    * Training: **mask accumulation**, K = the second axis of the batch's
-      `masked_token_ids`: the K mask sets run from the same initial LSTM
-      states and the loss is the mean of each set's masked-LM loss
-      (`compute_loss`; on TensorFlow its gradient is taken one set at a time).
-      **Truncated BPTT**: with `tbptt_batch_size` (the global batch size) the
-      final LSTM states of the first mask set are kept in non-trainable
-      variables and initialize the next batch, except in rows whose `reset`
-      is set (a new document).
+    **Mask accumulation**: the batch's K mask sets (the second axis of
+    `masked_token_ids`) run from the same initial LSTM states and the loss is
+    the mean of each set's masked-LM loss (on TensorFlow differentiated one
+    set at a time, `tf_mask_accumulation`: the memory of one set, not K).
+    **Truncated BPTT**: with `tbptt_batch_size` the final LSTM states of the
+    first mask set initialize the next batch, except in rows whose `reset`
+    is set (a new document).
 
     At paper size (2 layers, 4096 units, projection 384, 28,745 WordPieces)
     the model has 103,962,441 parameters (paper: ~104M).
 
     Args:
-        backbone: a `MaskedElmoBackbone` (sizes, input embedding, cuDNN).
-        output_layer: one of `OUTPUT_LAYERS`.
+        backbone: a `MaskedElmoBackbone`.
+        output_layer: `"full"` (a softmax tied to the input embedding, plus a
+            bias), `"adaptive"` or `"continuous"` (the target's fixed vector).
         output_loss: `"cosine"`, `"l2"` or `"vmf"` (`"continuous"` only).
-        embedding_table: `.npy` path or array `(vocabulary_size, dim)` of fixed
-            target vectors (`"continuous"` only).
+        embedding_table: `.npy` path or array of the target vectors (`"continuous"`).
         adaptive_cutoffs: cluster boundaries of `"adaptive"` (required there).
         adaptive_div_value: projection divisor of `"adaptive"`.
-        adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (the share of
-            rows a tail computes on JAX and under `torch.compile`; None: all).
-        tbptt_batch_size: rows of the global batch (streams) whose states are
-            carried between batches; None starts every batch from zeros.
+        adaptive_tail_capacity: `tail_capacity` of `"adaptive"` (as `ElmoLM`'s).
+        tbptt_batch_size: rows of the global batch whose states are carried (or None).
         **kwargs: base `Model` arguments.
 
     Call arguments:
-        inputs: dict with int `token_ids` `(batch, time)` (right-padded),
-            `padding_mask` `(batch, time)` (right-padded: a True after a
-            False raises, as in `MaskedBiLSTM`) and optionally `masked_positions`
-            `(batch, p)`; or a training batch (`masked_token_ids`
-            `(batch, K, time)`, `masked_positions`, `masked_ids`,
-            `masked_weights` `(batch, K, p)`, `padding_mask`, `reset`), whose
-            mask sets it runs (`mask_sets`).
+        inputs: `MaskedElmoBackbone`'s inputs and optionally `masked_positions`
+            `(batch, p)`; or a training batch (`masked_token_ids` `(batch, K, time)`,
+            `masked_positions`, `masked_ids`, `masked_weights` `(batch, K, p)`,
+            `padding_mask`, `reset`), whose mask sets it runs (`mask_sets`).
         training: bool.
         initial_state: optional list of `4 * num_layers` LSTM states.
 
     Returns:
-        dict with `sequence_output` `(batch, time, d)`, `states` (the final
-        LSTM states) and, with `masked_positions`, `masked_output`: what the
-        output head scores at those positions (`output_head.features`: hidden
-        states `(batch, p, d)`, or the predicted vectors of `"continuous"`).
-        For a training batch, `masked_output` `(batch, K, p, ...)` (K = 1
-        when not training) and `states`.
+        dict with `sequence_output` `(batch, time, d)`, `states` (the final LSTM
+        states) and, with `masked_positions`, `masked_output` `(batch, p, ...)`
+        (`output_head.features` there); for a training batch, `masked_output`
+        `(batch, K, p, ...)` (K = 1 when not training) and `states`.
 
     Raises:
         ValueError: `output_layer` is unknown, `embedding_table` is given
-            without, or missing with, `"continuous"` (or does not have the
-            backbone's `vocabulary_size` rows), `tbptt_batch_size` is neither
-            None nor a positive integer, or `"adaptive"` has no
-            `adaptive_cutoffs`.
+            without, or missing with, `"continuous"` (or has not the backbone's
+            `vocabulary_size` rows), `tbptt_batch_size` is neither None nor a
+            positive integer, or `"adaptive"` has no `adaptive_cutoffs`.
         TypeError: `backbone` is not a `MaskedElmoBackbone`.
 
     Example:
@@ -113,10 +88,7 @@ class MaskedElmo(Task):
                  adaptive_cutoffs=None, adaptive_div_value=4.0, adaptive_tail_capacity=None,
                  tbptt_batch_size=None, **kwargs):
         super().__init__(backbone, **kwargs)
-        if output_layer not in OUTPUT_LAYERS:
-            raise ValueError(
-                f"Received an invalid value for `output_layer`, expected one of "
-                f"{OUTPUT_LAYERS}. Received: output_layer={output_layer!r}")
+        check_choice("output_layer", output_layer, OUTPUT_LAYERS)
         if (output_layer == "continuous") != (embedding_table is not None):
             raise ValueError("`embedding_table` is needed by, and only by, "
                              f"output_layer='continuous'. Received: output_layer={output_layer!r}")
@@ -163,10 +135,8 @@ class MaskedElmo(Task):
         self.carried_states = []
         if self.tbptt_batch_size:
             for i in range(backbone.num_layers):
-                for name, dim in (("h_forward", backbone.projection_dim),
-                                  ("c_forward", backbone.units),
-                                  ("h_backward", backbone.projection_dim),
-                                  ("c_backward", backbone.units)):
+                for name in ("h_forward", "c_forward", "h_backward", "c_backward"):
+                    dim = backbone.projection_dim if name[0] == "h" else backbone.units
                     # One copy, identical on every replica: each replica reads its
                     # rows, and writes the all-gathered states of every replica.
                     self.carried_states.append(self.add_weight(
@@ -174,11 +144,8 @@ class MaskedElmo(Task):
                         trainable=False, aggregation="only_first_replica",
                         name=f"state_{name}_{i}"))
 
-    # ------------------------------------------------------------------ forward
-
     def encode(self, token_ids, padding_mask, initial_state=None, training=False):
-        """`(stack, states)`: all layers `(batch, num_layers + 1, time, d)` and final states
-        (`MaskedElmoBackbone.encode`)."""
+        """`MaskedElmoBackbone.encode`."""
         return self.backbone.encode(token_ids, padding_mask, initial_state, training)
 
     def call(self, inputs, training=False, initial_state=None):
@@ -197,13 +164,8 @@ class MaskedElmo(Task):
         return out
 
     def mask_sets(self, batch, training=False):
-        """The outputs of a training batch's mask sets (what Keras' step differentiates).
-
-        Training: every set from the same initial states (the carried ones with
-        TBPTT, which then take set 0's final states); `masked_output` stacks the
-        sets `(batch, K, p, ...)`. Not training: set 0 from zero states, like
-        `test_step`.
-        """
+        """A training batch's outputs: training, every set from the (carried) initial
+        states, carrying set 0's final states; else set 0 from zeros, like `test_step`."""
         if not training:
             return self.forward_sets(batch, [0])
         initial = self.initial_states(batch)
@@ -236,32 +198,21 @@ class MaskedElmo(Task):
                       else value)
                 for key, value in batch.items()}
 
-    # ------------------------------------------------------------------ loss
-
     def masked_losses(self, masked_output, masked_ids, masked_weights, training=False):
-        """Per-prediction loss `(batch, p)` (0 where `masked_weights` is 0): the output
-        head's `per_position_loss` (negative log-likelihood for the softmax outputs, the
-        distance to the target's fixed vector for `"continuous"`), weighted."""
+        """Per-prediction loss `(batch, p)`: `per_position_loss` times `masked_weights`."""
         weights = ops.cast(masked_weights, "float32")
         per_token = self.output_head.per_position_loss(
             masked_output, ops.cast(masked_ids, "int32"), mask=weights > 0, training=training)
         return ops.cast(per_token, "float32") * weights
 
     def log_prob(self, masked_output):
-        """Log-distribution over the vocabulary `(..., vocabulary_size)` (softmax outputs;
-        a continuous output raises ValueError)."""
+        """Log-probabilities `(..., vocabulary_size)` (a continuous output raises ValueError)."""
         return self.output_head.log_prob(masked_output)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """The model's one loss: the mean over the sets of `y_pred["masked_output"]`
-        `(batch, K, p, ...)` of each set's masked-LM loss (+ layer losses).
-
-        A set's loss is its `masked_losses` sum over the global number of its
-        predictions (under `tf.distribute` each replica returns its share of
-        the global mean, so replica gradients add up exactly). The gradient is
-        the mean of the sets' gradients, which TensorFlow's `train_step` takes
-        one set at a time, each with this function on that set alone.
-        """
+        `(batch, K, p, ...)` of each set's `masked_losses` sum over the global number
+        of its predictions (`global_mean`), plus the layer losses."""
         del y, sample_weight
         masked_output = y_pred["masked_output"]
         num_sets = masked_output.shape[1]
@@ -274,8 +225,7 @@ class MaskedElmo(Task):
         return total / num_sets + layer_losses(self)
 
     def set_outputs(self, batch, k, initial_state=None, training=False):
-        """The model's outputs on mask set k of `batch`, plus its per-prediction
-        `masked_losses` `(batch, p)` (see `masked_losses`)."""
+        """The model's outputs on mask set k of `batch`, plus its `masked_losses`."""
         outputs = self(self.set_inputs(batch, k), training=training, initial_state=initial_state)
         outputs["masked_losses"] = self.masked_losses(
             outputs["masked_output"], batch["masked_ids"][:, k], batch["masked_weights"][:, k],
@@ -283,18 +233,12 @@ class MaskedElmo(Task):
         return outputs
 
     def set_loss(self, batch, k, initial_state, training):
-        """Mask set k's loss (`compute_loss` on that set alone) and its outputs.
-
-        Returns `(loss, outputs)`, `outputs` the model's on that set (`call`:
-        `masked_output` `(batch, p, ...)`, `states`, `sequence_output`).
-        """
+        """`(loss, outputs)` of mask set k alone (`compute_loss`, `call`)."""
         outputs = self(self.set_inputs(batch, k), training=training, initial_state=initial_state)
         y_pred = {"masked_output": outputs["masked_output"][:, None]}
         loss = self.compute_loss(x=self.select_sets(batch, [k]), y_pred=y_pred,
                                  training=training)
         return loss, outputs
-
-    # ------------------------------------------------------------------ TBPTT states
 
     def initial_states(self, batch):
         """The carried states for this replica's rows, zeroed where `reset` is set."""
@@ -303,28 +247,17 @@ class MaskedElmo(Task):
         rows = ops.shape(batch["padding_mask"])[0]
         start = distributed.replica_index() * rows
         keep = 1.0 - ops.cast(batch["reset"], "float32")[:, None]
-        states = []
-        for var in self.carried_states:
-            value = ops.convert_to_tensor(var)[start:start + rows]
-            states.append(value * ops.cast(keep, value.dtype))
-        return states
+        return [ops.convert_to_tensor(var)[start:start + rows] * ops.cast(keep, var.dtype)
+                for var in self.carried_states]
 
     def store_states(self, states):
         """Writes this step's final states (all replicas' rows) for the next batch."""
         for var, value in zip(self.carried_states, states):
             var.assign(distributed.all_gather(ops.cast(ops.stop_gradient(value), var.dtype)))
 
-    # ------------------------------------------------------------------ training
-
     def train_step(self, *args):
-        """One update from K mask sets of one batch (mask accumulation), carrying states.
-
-        On TensorFlow the sets' gradients of `compute_loss` are taken one set
-        after another (one set's activations alive at a time,
-        `tf_mask_accumulation`) and their mean applied; on other backends
-        Keras' own step differentiates `compute_loss` on all sets: the same
-        update.
-        """
+        """One update from K mask sets of one batch (mask accumulation), carrying states:
+        on TensorFlow set by set (`tf_mask_accumulation`), elsewhere Keras' own step."""
         if keras.backend.backend() != "tensorflow":
             return super().train_step(*args)
         from tfeff.models import tf_mask_accumulation
@@ -335,13 +268,8 @@ class MaskedElmo(Task):
     def get_config(self):
         config = super().get_config()
         table = self.target_table.get_config()["table"] if self.target_table else None
-        config.update({
-            "output_layer": self.output_layer_type,
-            "output_loss": self.output_loss,
-            "embedding_table": table,
-            "adaptive_cutoffs": self.adaptive_cutoffs,
-            "adaptive_div_value": self.adaptive_div_value,
-            "adaptive_tail_capacity": self.adaptive_tail_capacity,
-            "tbptt_batch_size": self.tbptt_batch_size,
-        })
+        config.update({name: getattr(self, name) for name in (
+            "output_loss", "adaptive_cutoffs", "adaptive_div_value", "adaptive_tail_capacity",
+            "tbptt_batch_size")})
+        config.update(output_layer=self.output_layer_type, embedding_table=table)
         return config

@@ -8,6 +8,7 @@ from tfeff.backend.checks import check_mask_shape
 from tfeff.backend.checks import check_right_padded
 from tfeff.backend.checks import check_token_ids
 from tfeff.config.masked_elmo import INPUT_EMBEDDINGS
+from tfeff.models.language_model import check_choice
 from tfeff.models.task import Backbone
 
 
@@ -15,42 +16,31 @@ from tfeff.models.task import Backbone
 class MaskedElmoBackbone(Backbone):
     """Masked ELMo's backbone: WordPiece embeddings and a `MaskedBiLSTM`, no head, no loss.
 
-    * Input: WordPiece ids embedded to d = `2 * projection_dim` (a trainable
-      `Embedding`, or with `input_embedding="alone"` an `AloneEmbedding`),
-      then dropout.
-    * Encoder: `MaskedBiLSTM(units, projection_dim, num_layers)`: each layer
-      after the first sees both directions of the layer below.
-
-    It knows nothing of masked positions, output layers or losses: the
-    masked-LM task model `tfeff.models.MaskedElmo` owns one, with the head.
+    WordPiece ids are embedded to d = `2 * projection_dim`, then dropout and a
+    `MaskedBiLSTM`, each layer of which after the first sees both directions of
+    the layer below. `MaskedElmo` adds the head and the loss.
 
     Args:
         vocabulary_size: int >= 2 (WordPiece ids, `[MASK]` included).
         num_layers: layers of the `MaskedBiLSTM`.
         units: LSTM cell size of the `MaskedBiLSTM`.
-        projection_dim: projection size of the `MaskedBiLSTM` (the model
-            width d is `2 * projection_dim`).
+        projection_dim: projection size of the `MaskedBiLSTM` (d / 2).
         dropout_rate: dropout on the embeddings and each LSTM output.
-        input_embedding: `"trainable"` or `"alone"`.
-        alone: dict of `AloneEmbedding` arguments for `input_embedding="alone"`
-            (`lookup` included: `"table"` suits `MaskedElmo`'s tied `"full"`
-            output, which computes the whole table each step anyway); the drawn
-            `seed` is recorded in the backbone's copy (`backbone.alone["seed"]`),
-            not in the dict passed.
+        input_embedding: `"trainable"` or `"alone"` (an `AloneEmbedding`).
+        alone: `AloneEmbedding` arguments (`lookup="table"` suits `MaskedElmo`'s
+            tied `"full"` output); the drawn `seed` is recorded in `backbone.alone`.
         use_cudnn: the `MaskedBiLSTM` switch (`"auto"`, True, False).
         **kwargs: base `Model` arguments.
 
     Call arguments:
-        inputs: dict with int `token_ids` `(batch, time)` and `padding_mask`
-            `(batch, time)` (right-padded: a True after a False raises, as in
-            `MaskedBiLSTM`).
+        inputs: dict with int `token_ids` and `padding_mask` `(batch, time)`
+            (right-padded: a True after a False raises, as in `MaskedBiLSTM`).
         training: bool.
         initial_state: optional list of `4 * num_layers` LSTM states.
 
     Returns:
-        dict with `sequence_output` `(batch, time, d)` (the top layer), `stack`
-        `(batch, num_layers + 1, time, d)` (every layer, for feature mixing)
-        and `states` (the final LSTM states, as `initial_state`).
+        dict with `sequence_output` `(batch, time, d)`, `stack` `(batch, num_layers + 1,
+        time, d)` (every layer) and `states` (the final LSTM states).
 
     Raises:
         ValueError: `vocabulary_size` is not an integer >= 2, `input_embedding`
@@ -83,10 +73,7 @@ class MaskedElmoBackbone(Backbone):
             raise ValueError(
                 "Received an invalid value for `vocabulary_size`, expected an integer "
                 f">= 2. Received: vocabulary_size={vocabulary_size}")
-        if input_embedding not in INPUT_EMBEDDINGS:
-            raise ValueError(
-                f"Received an invalid value for `input_embedding`, expected one of "
-                f"{INPUT_EMBEDDINGS}. Received: input_embedding={input_embedding!r}")
+        check_choice("input_embedding", input_embedding, INPUT_EMBEDDINGS)
         if alone is not None and input_embedding != "alone":
             raise ValueError("`alone` is only used with input_embedding='alone'.")
         self.vocabulary_size = vocabulary_size
@@ -131,13 +118,11 @@ class MaskedElmoBackbone(Backbone):
                                       training=training)
         return stack, states
 
-    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule` (with
-    # `Backbone`'s sizes).
+    # `tfeff.export.TokenIdsEmbedderModule`'s contract (with `Backbone`'s sizes).
     embedding_tokenization = "bert"
 
     def embedding_layers(self, token_ids, padding_mask, training=False):
-        """Every layer for `token_ids` from zero states: `(batch, num_layers + 1, n,
-        embedding_dim)`, the token-embedding layer first."""
+        """`encode`'s stack for `token_ids`, from zero states."""
         return self.encode(token_ids, padding_mask, training=training)[0]
 
     def call(self, inputs, training=False, initial_state=None):
@@ -147,14 +132,7 @@ class MaskedElmoBackbone(Backbone):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "units": self.units,
-            "projection_dim": self.projection_dim,
-            "dropout_rate": self.dropout_rate,
-            "input_embedding": self.input_embedding,
-            "alone": self.alone,
-            "use_cudnn": self.use_cudnn,
-        })
+        config.update({name: getattr(self, name) for name in (
+            "vocabulary_size", "num_layers", "units", "projection_dim", "dropout_rate",
+            "input_embedding", "alone", "use_cudnn")})
         return config

@@ -1,24 +1,11 @@
 """CoRe's weight merge: a relaxed `Bert` becomes the standard `Bert` it approximates.
 
-Attention weights are copied unchanged (`AnchorMultiHeadAttention` has
-`keras.layers.MultiHeadAttention`'s layout); each `FactorizedDense` becomes
-the `Dense` of kernel A B (`FactorizedDense.merged`); everything else is
-copied. Every source tensor is used exactly once and every shape is
-checked. The result is then verified numerically: the standard model's
-outputs must equal the relaxed model's outputs computed with exact
-attention (`exact_attention=True`), within a relative error derived from
-the computation (`check_tolerances`: float32 rounding along the model's
-longest path, probabilistic bound) or a given `rtol`; otherwise `ConversionError` is raised and
-nothing is returned. The check runs in float32 at full matrix-product
-precision whatever the models' dtype policy (a `mixed_bfloat16` model's
-layers compute in float32 for the check, then get their policy back) and
-whatever the device's default (JAX and TensorFlow multiply float32 matrices
-in TF32 on recent NVIDIA GPUs, whose rounding alone is about 1e-3 of the
-largest output).
-
-It depends only on models and layers, so training (CoRe's in-process
-switch) and `tfeff.convert` (the model-directory converter, which re-exports
-`merge_relaxed_bert` and `ConversionError`) both import it from below.
+Attention weights are copied (`AnchorMultiHeadAttention` has `MultiHeadAttention`'s
+layout), each `FactorizedDense` becomes the `Dense` of kernel A B, every source tensor
+is used exactly once and every shape is checked; the outputs are then checked in
+float32 at full matrix-product precision (TF32 on recent NVIDIA GPUs alone rounds to
+about 1e-3 of the largest output). Training (CoRe's in-process switch) and
+`tfeff.convert` (which re-exports `merge_relaxed_bert`) both import it from below.
 """
 
 import contextlib
@@ -36,8 +23,7 @@ from tfeff.models.bert_backbone import BertBackbone
 _FACTORIZED = re.compile(r"^(.*/(?:intermediate_dense|output_dense))/kernel$")
 # float32's unit roundoff: the check computes in float32 (`float32_compute`).
 _FLOAT32_UNIT_ROUNDOFF = 2.0 ** -24
-# The probabilistic bound's lambda (`check_tolerances`).
-_LAMBDA = 10.0
+_LAMBDA = 10.0  # the probabilistic bound's (`check_tolerances`)
 
 
 class ConversionError(ValueError):
@@ -45,7 +31,7 @@ class ConversionError(ValueError):
 
 
 def _strip(path, model):
-    # The path below the model: a backbone built before its task has no task name in front.
+    # A backbone built before its task has no task name in front.
     prefix = f"{model.name}/"
     return path[len(prefix):] if path.startswith(prefix) else path
 
@@ -108,8 +94,7 @@ def probe_inputs(model, batch_size=4, length=None, seed=0):
 
 @contextlib.contextmanager
 def exact_float32_matmuls():
-    """float32 matrix products at full precision inside the block (not TF32), on the
-    Keras backend in use; the previous setting comes back afterwards."""
+    """float32 matrix products at full precision (not TF32) inside the block."""
     backend = keras.backend.backend()
     if backend == "jax":
         import jax
@@ -140,12 +125,9 @@ def exact_float32_matmuls():
 
 @contextlib.contextmanager
 def float32_compute(*models):
-    """Inside the block `models` (every layer of them) compute in float32; their dtype
-    policies come back afterwards. Variables are float32 under every policy tfeff
-    trains with, so nothing is copied (building float32 copies costs seconds of eager
-    initializers on JAX)."""
-    # Keras' own traversal (as tfeff.training.precision's): each model and every layer it
-    # tracks, at any depth.
+    """Inside the block every layer of `models` computes in float32. Variables are
+    float32 under every policy tfeff trains with, so nothing is copied (float32 copies
+    cost seconds of eager initializers on JAX)."""
     layers = [layer for model in models
               for layer in model._flatten_layers(include_self=True, recursive=True)]
     saved = [layer.dtype_policy for layer in layers]
@@ -162,14 +144,10 @@ def rounding_counts(model, length):
     """`{output: n}`: how many roundings each output of the `Bert` `model` goes through,
     along its longest path from the weights, on sequences of `length` tokens.
 
-    Counted as in Higham's first-order error bound (tfeff/testing/numerics.py): a sum or dot
-    product of K terms counts K, an elementwise operation 1, a library function (exp,
-    erf, tanh, rsqrt, sin, cos) 4, and a chain adds up its steps. An output computed in a
-    floating-point type of unit roundoff u is then within n * u of its exact value,
-    relative to the size of the values (the bound assumes the computation does not
-    amplify errors, as a layer-normalized network does not). About 600 for the tests'
-    2-layer BERT of width 16, 1.1e5 for BERT-base on 32 tokens.
-    """
+    As in Higham's first-order bound (tfeff/testing/numerics.py): a sum or dot product of
+    K terms counts K, an elementwise operation 1, a library function 4, a chain the sum
+    (layer norm: no amplification). About 600 for the tests' 2-layer BERT of width 16,
+    1.1e5 for BERT-base on 32 tokens."""
     encoder = model.backbone
     d, f, n = encoder.hidden_dim, encoder.intermediate_dim, length
     # A factorized dense's second product (over its rank), or the merged kernel's rounding.
@@ -177,7 +155,8 @@ def rounding_counts(model, length):
     norm = 2 * d + 8  # layer norm: the mean's and the variance's sums, rsqrt, 4 elementwise
     embeddings = 2 + norm  # token + segment (+ position), normalized
     if encoder.input_embedding == "alone":  # the table's FFN: filter product, two dots, ReLU
-        embeddings += encoder.token_embedding.base_dim + encoder.token_embedding.intermediate_dim + 3
+        table = encoder.token_embedding
+        embeddings += table.base_dim + table.intermediate_dim + 3
     # Rotary angles m * theta in float32 (theta from a power: ~5 roundings of angles up to
     # n), their cos and sin, the rotation's products and sum.
     rotary = 5 * n + 8 if encoder.position_embedding_type == "rotary" else 0
@@ -196,29 +175,23 @@ def rounding_counts(model, length):
 
 
 def check_tolerances(model, length):
-    """`{output: largest relative error}` that float32 rounding puts between two
-    implementations of `model` (a `Bert`) on `length` tokens, relative to the largest
-    output: twice the probabilistic rounding bound of its longest path,
-    2 * lambda * sqrt(n) * u, with n from `rounding_counts`, u = 2**-24 (float32's
-    unit roundoff) and lambda = 10.
+    """`{output: largest relative error}` float32 rounding puts between two implementations
+    of the `Bert` `model` on `length` tokens: 2 * lambda * sqrt(n) * u, with n from
+    `rounding_counts`, u = 2**-24 and lambda = 10.
 
-    Higham & Mary ("A New Approach to Probabilistic Rounding Error Analysis", SIAM J.
-    Sci. Comput. 41(5), 2019, Theorem 2.4): where the n rounding errors are independent
-    and of mean zero, their product is within lambda * sqrt(n) * u (to first order)
-    with probability at least 1 - 2 exp(-lambda**2 / 2), 1 - 4e-22 for lambda = 10. The
-    worst case, n * u, assumes every rounding goes the same way, and is too loose to
-    check anything at BERT-base's n (1.3e-2 of the outputs). This is the merge check's
-    default: about 3e-5 for the tests' 2-layer BERT of width 16 and 4e-4 for BERT-base
-    on 32 tokens, against errors seen of 1e-7 and 1e-6 on a CPU, while a wrong, missing
-    or misplaced tensor, or a kernel 0.1% off, changes the outputs by more.
+    Higham & Mary (SIAM J. Sci. Comput. 41(5), 2019, Theorem 2.4): with independent,
+    mean-zero rounding errors, n roundings err by at most lambda * sqrt(n) * u (first
+    order) with probability at least 1 - 2 exp(-lambda**2 / 2), 1 - 4e-22 here; the worst
+    case n * u is too loose at BERT-base's n (1.3e-2). About 3e-5 for the tests' 2-layer
+    BERT of width 16 and 4e-4 for BERT-base on 32 tokens, against errors seen of 1e-7 and
+    1e-6 on a CPU, while a wrong or misplaced tensor, or a kernel 0.1% off, changes more.
     """
     return {name: 2 * _LAMBDA * math.sqrt(n) * _FLOAT32_UNIT_ROUNDOFF
             for name, n in rounding_counts(model, length).items()}
 
 
 def _forward(model, inputs, **kwargs):
-    """`model(inputs, training=False, **kwargs)`; on JAX one compiled call (eager JAX
-    compiles every op on first use, several times slower for a model this size)."""
+    """`model(inputs, training=False, **kwargs)`; on JAX one compiled call."""
     if keras.backend.backend() != "jax":
         return model(inputs, training=False, **kwargs)
     import jax
@@ -235,7 +208,7 @@ def compare_outputs(reference, candidate, padding_mask):
     errors = {}
     mask = np.asarray(padding_mask, bool)
     for name, ref in reference.items():
-        # convert_to_numpy: PyTorch's outputs carry autograd state, which np.asarray refuses.
+        # PyTorch's outputs carry autograd state, which np.asarray refuses.
         ref = np.asarray(keras.ops.convert_to_numpy(ref), np.float64)
         cand = np.asarray(keras.ops.convert_to_numpy(candidate[name]), np.float64)
         if name == "sequence_output":
@@ -247,21 +220,15 @@ def compare_outputs(reference, candidate, padding_mask):
 def merge_relaxed_bert(relaxed, rtol=None, probe=None):
     """Converts CoRe's relaxed `Bert` into a standard `Bert`, verified.
 
-    A `ConversionError` (a `ValueError`) is raised, and nothing returned, when
-    `relaxed` is not a relaxed `Bert`, when a tensor or shape does not match,
-    or when the outputs differ by more than the check's tolerance.
+    Raises `ConversionError` (a `ValueError`) when `relaxed` is not a relaxed `Bert`,
+    a tensor or shape does not match, or the outputs differ by more than the tolerance.
 
     Args:
         relaxed: a built `Bert` with `relaxed` set.
-        rtol: the largest accepted relative error (max abs difference over
-            max abs value, per output) between the standard model and the
-            relaxed one run with exact attention, both in float32. Default:
-            derived per output from the model's size and the probe's length
-            (`check_tolerances`: twice the probabilistic float32 rounding bound
-            of the longest path, about 3e-5 for a 2-layer model of width 16 and
-            4e-4 for BERT-base), which rounding does not reach on any hardware. A
-            fixed number is read off one machine's kernels: the same merge
-            differs by more on a GPU or another CPU, and more for a larger model.
+        rtol: the largest accepted relative error (max abs difference over max abs
+            value, per output) between the standard model and the relaxed one run
+            with exact attention, in float32. Default: `check_tolerances`, which
+            rounding reaches on no hardware, unlike a number read off one machine.
         probe: inputs for the check (default: `probe_inputs(relaxed)`).
 
     Returns:

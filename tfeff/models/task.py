@@ -1,24 +1,16 @@
 """Backbone and Task: a task model (heads and loss) that takes a backbone (the encoder).
 
-keras-hub's split: a backbone knows no head and no loss; a task takes one
-(`Bert(BertBackbone(...), use_nsp=True)`), builds its heads from the
-backbone's sizes, tracks it as `task.backbone` and nests it in its config
-(`{"backbone": <the backbone's serialized config>, ...}`). The backbone's
-variables live under its own name inside the task's
-(`bert/bert_backbone/token_embedding/embeddings`); files written before tasks
-took a backbone load through `tfeff.models.legacy`.
+keras-hub's split: a task (`Bert(BertBackbone(...))`) tracks `task.backbone`, nests
+its config, and holds its variables under the backbone's name
+(`bert/bert_backbone/token_embedding/embeddings`); older files: `tfeff.models.legacy`.
 """
 
 import keras
 
 
 class Backbone(keras.Model):
-    """Base of the backbones a `Task` takes: `build` needs no input shape.
-
-    A subclass creates its layers in `__init__` and their variables in
-    `build_layers()`, which `build` runs in the backbone's own name scope
-    (Keras' `build` wrapper), whether the backbone is built alone or by the task.
-    """
+    """Base of the backbones a `Task` takes: `build` needs no input shape and runs
+    `build_layers()` (the variables of the layers made in `__init__`) in its name scope."""
 
     def build(self, input_shape=None):
         self.build_layers()
@@ -31,8 +23,7 @@ class Backbone(keras.Model):
     def build_layers(self):
         raise NotImplementedError
 
-    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`, by default:
-    # the token layer and each of the `num_layers` layers, each `hidden_dim` wide.
+    # `tfeff.export.TokenIdsEmbedderModule`'s contract, by default.
 
     @property
     def embedding_num_layers(self):
@@ -46,13 +37,10 @@ class Backbone(keras.Model):
 
 
 class Task(keras.Model):
-    """Base of the task models that take a backbone (`Bert`, `ElmoLM`, `TransformerLM`,
-    `MaskedElmo`).
+    """Base of the task models that take a backbone (`Bert`, `ElmoLM`, `TransformerLM`...).
 
-    The subclass names the backbone class it takes (`backbone_class`), makes
-    its heads in `__init__` from the backbone's attributes and builds them in
-    `build_heads()`. The embeddable-model contract of
-    `tfeff.export.TokenIdsEmbedderModule` is the backbone's, answered through it.
+    The subclass names its `backbone_class`, makes its heads in `__init__` and
+    builds them in `build_heads()`; the export contract is the backbone's.
 
     Args:
         backbone: an instance of `backbone_class`.
@@ -60,8 +48,7 @@ class Task(keras.Model):
     """
 
     backbone_class = Backbone
-    # The module of `tfeff.export.embedder_module` that exports this task (one of
-    # `tfeff.export.EMBEDDERS`): the one place that decides it.
+    # The module of `tfeff.export.embedder_module` that exports this task.
     embedder_kind = "token_ids"
 
     def __init__(self, backbone, **kwargs):
@@ -106,7 +93,7 @@ class Task(keras.Model):
             config = legacy.nested_config(cls, config)
         return cls(**config)
 
-    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`: the backbone's.
+    # `tfeff.export.TokenIdsEmbedderModule`'s contract: the backbone's.
 
     @property
     def embedding_tokenization(self):

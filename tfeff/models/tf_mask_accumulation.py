@@ -1,14 +1,8 @@
 """TensorFlow's mask-accumulation step: K mask sets' gradients, one set at a time.
 
-`MaskedElmo`'s loss is the mean over a batch's K mask sets of each set's
-masked-LM loss (`MaskedElmo.compute_loss`), and Keras' own step
-differentiates it with every set's activations alive at once. On TensorFlow
-`train_step` here takes the same gradient set by set (one set's activations
-at a time: the memory of one set, not K), adds the sets' gradients keeping
-sparse ones sparse (`tf.IndexedSlices`: embedding rows) and applies their
-mean in one update. Each set's loss is `compute_loss` on that set alone, so
-there is one loss; `tests/models/test_masked_elmo.py` checks that the
-update, the reported loss and the carried states equal Keras' step.
+Keras' own step differentiates `MaskedElmo.compute_loss` with every set's activations
+alive at once; `train_step` takes the same gradient set by set (the memory of one set),
+keeping sparse gradients sparse: the same update, loss and carried states.
 """
 
 import keras
@@ -24,9 +18,7 @@ def train_step(model, data):
     num_sets = batch["masked_token_ids"].shape[1]
     initial = model.initial_states(batch)
     variables = model.trainable_variables
-    total = None
-    mean_loss = 0.0
-    next_states = None
+    total, mean_loss, next_states = None, 0.0, None
     for k in range(num_sets):
         with tf.GradientTape() as tape:
             outputs = model.forward_sets(batch, [k], initial, training=True)

@@ -1,5 +1,4 @@
-"""TransformerLMBackbone: the transformer LM's encoder, the token layer and the causal
-stacks (Li et al.'s Table 5 encoders), in `keras.ops` on every backend."""
+"""TransformerLMBackbone: the transformer LM's token layer and causal stacks."""
 
 import keras
 from keras import ops
@@ -24,8 +23,8 @@ ROTARY_MAX_WAVELENGTH = 10000
 
 
 class _CausalLayer(BertLayer):
-    """`BertLayer(causal=True)`: a class of its own for its name only, which Keras writes
-    into the weight paths of a saved `TransformerLM` (`forward_layers/__causal_layer/...`)."""
+    """`BertLayer(causal=True)`, whose class name is in saved weight paths
+    (`forward_layers/__causal_layer/...`)."""
 
     def __init__(self, *args, **kwargs):
         kwargs["causal"] = True
@@ -33,8 +32,8 @@ class _CausalLayer(BertLayer):
 
 
 def reverse_padded(x, lengths):
-    """Reverses each row's first `lengths[i]` steps of `x` `(batch, time, ...)`; the
-    padding after them stays where it is. Its own inverse."""
+    """Reverses each row's first `lengths[i]` steps of `x` `(batch, time, ...)`, the
+    padding staying in place. Its own inverse."""
     n = ops.shape(x)[1]
     position = ops.arange(n, dtype="int32")[None, :]  # (1, time)
     lengths = ops.cast(lengths, "int32")[:, None]  # (batch, 1)
@@ -46,47 +45,35 @@ def reverse_padded(x, lengths):
 
 @keras.saving.register_keras_serializable(package="tfeff")
 class TransformerLMBackbone(LanguageModelBackbone):
-    """The transformer LM's encoder, with no output layer and no loss (what
-    `TransformerLM` trains).
+    """The transformer LM's encoder, with no output layer and no loss.
 
-    * Token layer: the input embedding (`input_embedding`: `"fixed"`,
-      `"trainable"` or `"alone"`), linearly projected to `hidden_dim` and
-      layer normalized, shared by both directions.
-    * `bidirectional=True`: a forward and a backward stack of `num_layers`
-      post-layer-norm causal transformer layers (`BertLayer(causal=True)`);
-      the backward stack reads each sentence reversed. `bidirectional=False`:
-      the forward stack only.
-    * Positions: `"learned"` (one absolute position table per stack) or
-      `"rotary"`. `num_anchors` > 0: `CausalAnchorAttention` in every layer.
-
-    Causality is exact: the forward output at t depends on the ids at
-    positions <= t only, the backward output at t on those >= t only.
+    The token layer (the input embedding, projected to `hidden_dim` and layer
+    normalized) feeds a forward and, when `bidirectional`, a backward stack of
+    `num_layers` causal `BertLayer`s, the backward one reading each sentence
+    reversed (positions count from `</s>`). `num_anchors` > 0 puts
+    `CausalAnchorAttention` in every layer (an anchor per block of
+    `ceil(max_sequence_length / num_anchors)` positions). Causality is exact:
+    the forward output at t depends on the ids at positions <= t only, the
+    backward output on those >= t only (not on the other side's ids, length or padding).
 
     Args:
-        vocabulary_size: number of ids (row 0 is padding); may be left out
-            when `embedding_table` is given.
+        vocabulary_size: as `ElmoBackbone`'s.
         num_layers: transformer layers per stack.
         hidden_dim: model width (a multiple of `num_heads`).
         num_heads: attention heads.
         intermediate_dim: feed-forward width.
         max_sequence_length: longest sequence, boundaries included.
-        dropout_rate: dropout on the token layer, on attention probabilities
-            and on the residual branches, in [0, 1).
-        activation: the feed-forward activation (`"gelu"`,
-            `"gelu_approximate"` or `"relu"`).
+        dropout_rate: dropout on the token layer, attention and residuals, in [0, 1).
+        activation: as `BertBackbone`'s.
         layer_norm_epsilon: layer norm epsilon.
         bidirectional: a forward and a backward stack (True) or forward only.
-        position_embedding: `"learned"` or `"rotary"`.
-        num_anchors: 0 for standard attention, else anchors per
-            `max_sequence_length` positions of the causal anchor attention.
+        position_embedding: `"learned"` (a table per stack) or `"rotary"`.
+        num_anchors: 0 for standard attention, else anchors per `max_sequence_length`.
         anchor_selection: `"random"` or `"strided"` (anchor attention).
-        embedding_table: path of the `.npy` vocabulary vectors, or an array
-            `(vocabulary_size, dim)`; required by the fixed input embedding.
-        input_embedding: `"fixed"`, `"trainable"` or `"alone"`.
-        token_embedding_dim: size of a trainable or ALONE input embedding
-            (default: the table's dimension, else `hidden_dim`).
-        alone: dict of `AloneEmbedding` arguments for `input_embedding="alone"`
-            (see `LanguageModelBackbone`).
+        embedding_table: as `ElmoBackbone`'s.
+        input_embedding: as `ElmoBackbone`'s.
+        token_embedding_dim: as `ElmoBackbone`'s (the width is `hidden_dim`).
+        alone: as `ElmoBackbone`'s.
         initializer_range: stddev of the truncated-normal kernel initializers.
         seed: seed of dropout and anchor draws.
         **kwargs: base `Model` arguments.
@@ -94,21 +81,15 @@ class TransformerLMBackbone(LanguageModelBackbone):
     Call arguments:
         inputs: int ids `(batch, time)`, right-padded with 0.
         training: bool.
-        exact_attention: run anchor attention exactly; None keeps the layers'
-            setting.
+        exact_attention: run anchor attention exactly (None: as built).
 
     Returns:
-        dict of each direction's top layer `(batch, time, hidden_dim)`, zero
-        at padding.
+        dict of each direction's top layer `(batch, time, hidden_dim)`, zero at padding.
 
     Raises:
-        ValueError: a size is not a positive integer, `hidden_dim` is not a
-            multiple of `num_heads` (or the head size is odd with rotary
-            positions), `dropout_rate` is not in [0, 1), or `activation`,
-            `position_embedding` or `anchor_selection` is unknown (and, from
-            `LanguageModelBackbone`, a bad `vocabulary_size`, table or input
-            embedding; a `vocabulary_size` that is no integer, such as fixed
-            vectors passed first, raises `TypeError`).
+        ValueError: a size is not a positive integer, `hidden_dim` is not a multiple
+            of `num_heads` (or the head size is odd with rotary), an option is unknown,
+            `dropout_rate` is not in [0, 1), or as `ElmoBackbone`'s.
 
     Example:
 
@@ -174,8 +155,7 @@ class TransformerLMBackbone(LanguageModelBackbone):
         self.embeddings_dropout = keras.layers.Dropout(
             self.dropout_rate, seed=derived_seed(seed, "embeddings_dropout"),
             name="embeddings_dropout")
-        # Per direction: `{direction}_position_embedding` (learned positions, else None)
-        # and the list `{direction}_layers`, plain attributes (Keras' saving walks them).
+        # Plain attributes per direction (Keras' saving walks them).
         for d, direction in enumerate(self.directions):
             table = None
             if position_embedding == "learned":
@@ -222,10 +202,8 @@ class TransformerLMBackbone(LanguageModelBackbone):
             for layer in self.stack_layers(direction):
                 layer.build(hidden_shape)
 
-    def _run_stack(self, direction, token, keep, training, exact_attention,
-                   return_all_layers):
-        """One stack on the (direction-ordered) token layer: its top `(batch, n, hidden)`,
-        or every layer's output, each zero at padding."""
+    def _run_stack(self, direction, token, keep, training, exact_attention):
+        """Every layer's output (zero at padding) of one direction's stack on `token`."""
         x = token
         position_embedding = self.position_embedding(direction)
         if position_embedding is not None:
@@ -237,53 +215,31 @@ class TransformerLMBackbone(LanguageModelBackbone):
         for layer in self.stack_layers(direction):
             x = layer(x, training=training, exact_attention=exact_attention) * keep
             outputs.append(x)
-        return outputs if return_all_layers else outputs[-1]
+        return outputs
 
     def encode(self, token_ids, padding_mask=None, training=False, exact_attention=None,
                return_all_layers=False):
-        """Runs the stacks on token ids.
-
-        Args:
-            token_ids: int `(batch, time)`.
-            padding_mask: bool `(batch, time)`, right-padded (default
-                `token_ids != 0`): a True after a False raises
-                (`tfeff.backend.checks.check_right_padded`).
-            training: bool.
-            exact_attention: anchor attention run exactly (None: as built).
-            return_all_layers: also return the representation stack.
-
-        Returns:
-            dict of each direction's top layer `(batch, time, hidden_dim)`
-            (zero at padding); with `return_all_layers`, `(tops, stack)` where
-            `stack` is `(batch, num_layers + 1, time, embedding_dim)`: the
-            token layer, then each layer's output, the directions
-            concatenated per layer (the token layer duplicated).
-        """
+        """`call`'s output for int `token_ids` (`padding_mask` as `BertBackbone`'s); with
+        `return_all_layers`, also the stack `(batch, num_layers + 1, time, embedding_dim)`
+        of the token layer and each layer's output, directions concatenated per layer."""
         ids = check_token_ids(self, token_ids)
         if self.position_embedding("forward") is not None:
             ids = check_sequence_length(self, ids, self.max_sequence_length)
-        if padding_mask is None:
-            mask = ids > 0
-        else:
-            mask = check_mask_shape(self, ids, padding_mask, "padding_mask",
-                                    inputs_what="token_ids")
+        mask = ids > 0 if padding_mask is None else check_mask_shape(
+            self, ids, padding_mask, "padding_mask", inputs_what="token_ids")
         mask = check_right_padded(self, mask, "padding_mask")
         vectors = self.token_embedding(ids, training=training)  # (batch, time, emb)
         keep = ops.cast(mask, self.compute_dtype)[:, :, None]
         token = self.embeddings_norm(self.token_projection(vectors)) * keep  # (batch, time, d)
         lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
-        tops, layers = {}, {}
+        layers = {}
         for direction in self.directions:
             # The backward stack is the forward computation on each sentence reversed.
             flip = ((lambda x: x) if direction == "forward"
                     else (lambda x: reverse_padded(x, lengths)))
-            out = self._run_stack(direction, flip(token), keep, training, exact_attention,
-                                  return_all_layers)
-            if return_all_layers:
-                layers[direction] = [flip(x) for x in out]
-                tops[direction] = layers[direction][-1]
-            else:
-                tops[direction] = flip(out)
+            out = self._run_stack(direction, flip(token), keep, training, exact_attention)
+            layers[direction] = [flip(x) for x in (out if return_all_layers else out[-1:])]
+        tops = {direction: outputs[-1] for direction, outputs in layers.items()}
         if not return_all_layers:
             return tops
         stack = [ops.concatenate([token] * len(self.directions), axis=-1)]
@@ -294,7 +250,7 @@ class TransformerLMBackbone(LanguageModelBackbone):
     def call(self, inputs, training=False, exact_attention=None):
         return self.encode(inputs, training=training, exact_attention=exact_attention)
 
-    # The embeddable-model contract of `tfeff.export.TokenIdsEmbedderModule`.
+    # `tfeff.export.TokenIdsEmbedderModule`'s contract.
 
     @property
     def embedding_dim(self):
@@ -307,20 +263,16 @@ class TransformerLMBackbone(LanguageModelBackbone):
         return self.max_sequence_length - 2
 
     def embedding_layers(self, token_ids, padding_mask, training=False):
-        """Every layer for `token_ids` (with `<s>` and `</s>`): `(batch, num_layers + 1,
-        time, embedding_dim)`, the token layer first (duplicated when bidirectional)."""
+        """`encode`'s stack for `token_ids` (with `<s>` and `</s>`)."""
         _, stack = self.encode(token_ids, padding_mask=padding_mask, training=training,
                                return_all_layers=True)
         return stack
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            name: getattr(self, name) for name in (
-                "num_layers", "hidden_dim", "num_heads", "intermediate_dim",
-                "max_sequence_length", "dropout_rate", "activation", "layer_norm_epsilon",
-                "bidirectional", "num_anchors", "anchor_selection", "initializer_range", "seed",
-            )
-        })
+        config.update({name: getattr(self, name) for name in (
+            "num_layers", "hidden_dim", "num_heads", "intermediate_dim", "max_sequence_length",
+            "dropout_rate", "activation", "layer_norm_epsilon", "bidirectional", "num_anchors",
+            "anchor_selection", "initializer_range", "seed")})
         config["position_embedding"] = self.position_embedding_type
         return config
