@@ -1,10 +1,8 @@
 """Reading and validating fastText word-vector files: `.bin` models and `.vec` text files.
 
-`check_fasttext_model` checks a `.bin` model against its own header (sizes,
-truncation, non-finite or degenerate matrices) and remembers the files that
-passed; `check_word_vectors_file` is the check that runs before a file is
-used; `WordVectors` loads either kind and gives each word its vector; a bad
-file raises `WordVectorsError`, naming it.
+`check_fasttext_model` checks a `.bin` model against its own header,
+`check_word_vectors_file` runs before a file is used, `WordVectors` loads either
+kind; a bad file raises `WordVectorsError`, naming it.
 """
 
 import logging
@@ -17,7 +15,6 @@ import tensorflow as tf
 # fastText's .bin layout (fasttext.cc `saveModel`, args.cc, dictionary.cc, densematrix.cc).
 _FASTTEXT_MAGIC = 793712314
 _FASTTEXT_VERSIONS = (11, 12)
-_ARGS_BYTES = 12 * 4 + 8  # twelve int32 arguments, then the double `t`
 _ARG_NAMES = ("dim", "ws", "epoch", "minCount", "neg", "wordNgrams", "loss", "model",
               "bucket", "minn", "maxn", "lrUpdateRate")
 _READ_BLOCK = 1 << 22
@@ -30,8 +27,7 @@ class WordVectorsError(ValueError):
 
     Args:
         message: the error message, naming the file.
-        problem: what was found, without the file name (None when not
-            given); kept as the `problem` attribute.
+        problem: what was found, without the file name; the `problem` attribute.
     """
 
     def __init__(self, message, problem=None):
@@ -42,34 +38,16 @@ class WordVectorsError(ValueError):
 def check_fasttext_model(path, check_values=True):
     """Validates a fastText `.bin` model against its own header before it is used.
 
-    The fastText library loads a truncated file without complaint (the
-    missing rows read as zeros, the output matrix as `0 x 0`), so a cut
-    download or a half-copied file would silently train on broken vectors.
-    This reads the header and the dictionary, computes where each matrix
-    must start and end, and checks:
-
-    * the magic number and version, and header sizes that make sense;
-    * the input matrix is `(nwords + bucket) x dim` and the output matrix
-      non-empty with `dim` columns (quantized models: the input is not sized);
-    * the file ends exactly where the output matrix ends (not truncated, no
-      trailing bytes);
-    * with `check_values`, every input-matrix value is finite, the word
-      vectors are not all the same (all zeros, say), and the output matrix is
-      finite and not all zero. Single zero word vectors are legitimate
-      (fastText leaves some rows it never updated at zero) and only logged.
-
-    The matrices are read through a memory map in blocks, never copied whole.
-
-    A file that passed is not read again while its size and modification
-    time stay the same (`tfeff-pretrain` checks `fasttext.pretrained` before
-    any work, and `WordVectors` checks what it loads).
-
-    A failed check raises `WordVectorsError`, naming the file.
+    The fastText library loads a truncated file without complaint, so this checks
+    the magic number, version and matrix sizes against the file's size; with
+    `check_values`, the matrices (memory-mapped, in blocks) must be finite, the word
+    vectors not all identical and the output matrix not all zero. A failed check
+    raises `WordVectorsError`, naming the file; one that passed is not read again
+    while its size and modification time stay the same.
 
     Args:
         path: local path of the `.bin` model.
-        check_values: also check the matrices' values (the last point above),
-            not only their sizes.
+        check_values: also check the matrices' values, not only their sizes.
 
     Returns:
         dict with `nwords`, `bucket`, `dim`, `minn`, `maxn`, `quantized`.
@@ -87,8 +65,6 @@ def check_fasttext_model(path, check_values=True):
 
 
 def _validate_fasttext_model(path, size, check_values):
-    """`check_fasttext_model`'s reading of the file (every call reads it)."""
-
     def bad(message):
         return WordVectorsError(f"{path}: {message}; it is not a complete fastText .bin model "
                                 "(re-train or re-download it)", problem=message)
@@ -107,7 +83,7 @@ def _validate_fasttext_model(path, size, check_values):
         if version not in _FASTTEXT_VERSIONS:
             raise bad(f"unsupported format version {version}")
         args = dict(zip(_ARG_NAMES, read("<12i")))
-        read("<d")
+        read("<d")  # the twelve int32 arguments are followed by the double `t`
         dim, bucket = args["dim"], args["bucket"]
         if dim <= 0 or bucket < 0 or args["minn"] < 0 or args["maxn"] < 0:
             raise bad(f"impossible header values (dim={dim}, bucket={bucket}, "
@@ -130,14 +106,13 @@ def _validate_fasttext_model(path, size, check_values):
                 position = f.tell() - len(buffer)
                 continue
             start, found = end + 10, found + 1
-        offset = position + start + 8 * max(pruned, 0)
-        f.seek(offset)
+        f.seek(position + start + 8 * max(pruned, 0))
         quantized = read("<?")[0]
+        header = dict(nwords=nwords, bucket=bucket, dim=dim, minn=args["minn"],
+                      maxn=args["maxn"], quantized=quantized)
         rows, cols = read("<qq")
         if quantized:
-            # Product-quantized input (.ftz): its codes are not sized by the header.
-            return dict(nwords=nwords, bucket=bucket, dim=dim, minn=args["minn"],
-                        maxn=args["maxn"], quantized=True)
+            return header  # product-quantized input (.ftz): its codes are not sized
         if (rows, cols) != (nwords + bucket, dim):
             raise bad(f"the input matrix is {rows} x {cols}, the header says "
                       f"(nwords + bucket) x dim = {nwords + bucket} x {dim}")
@@ -190,23 +165,18 @@ def _validate_fasttext_model(path, size, check_values):
         if not nonzero:
             raise bad("the output matrix is all zeros (an untrained or blanked model)")
         del matrix, output
-    return dict(nwords=nwords, bucket=bucket, dim=dim, minn=args["minn"], maxn=args["maxn"],
-                quantized=False)
+    return header
 
 
 def _remember_checked(path, header):
-    """Records that the model now at `path` passed `check_fasttext_model` (it was
-    checked under its temporary name; a rename keeps its size and time)."""
+    """Records that the model renamed to `path` passed `check_fasttext_model`."""
     stat = os.stat(path)
     _CHECKED_MODELS[(os.path.realpath(path), stat.st_size, stat.st_mtime_ns, True)] = header
 
 
 def check_word_vectors_file(path):
-    """The checks that can run before a word-vector file is used.
-
-    A `.bin` model is checked in full (`check_fasttext_model`), a `.vec` (or
-    `.txt`) file's header only (its lines are checked as they are read). A
-    failed check raises `WordVectorsError`, naming the file.
+    """The checks that can run before a word-vector file is used: a `.bin` model in full
+    (`check_fasttext_model`), a `.vec` (or `.txt`) file's header only.
 
     Args:
         path: the word-vector file (any `tf.io.gfile` path).
@@ -230,29 +200,23 @@ def check_word_vectors_file(path):
 class WordVectors:
     """A word-vector model: a fastText `.bin` (with subwords) or a `.vec` text file.
 
-    `.bin` models give every string a vector (through character n-grams).
-    `.vec` files only know their own words; any other word gets the zero
-    vector (`compute_vocabulary_vectors` warns how many vocabulary words do).
-    Words are compared byte for byte (no Unicode normalization). A `.vec` line
-    is split at runs of ASCII whitespace, as fastText reads it; a word given
-    two vectors is refused (`WordVectorsError` naming both lines).
+    `.bin` models give every string a vector (through character n-grams); `.vec`
+    files only know their own words, any other word gets the zero vector. How a
+    `.vec` file is read: docs/guides/pretraining.md#fasttext-vectors.
 
     Args:
-        path: a fastText `.bin` model (checked with `check_fasttext_model`,
-            then loaded with the `fasttext` library), or a `.vec` / `.txt`
-            text file of vectors (read whole).
+        path: a fastText `.bin` model, or a `.vec` / `.txt` text file (read whole).
 
     Raises:
         FileNotFoundError: no such file.
-        WordVectorsError: the `fasttext` library cannot load the `.bin` model
-            (a file that fails `check_fasttext_model` raises it as well).
+        WordVectorsError: the `fasttext` library cannot load the `.bin` model.
     """
 
     def __init__(self, path):
         self.path = path
         if not tf.io.gfile.exists(path):
             raise FileNotFoundError(f"Word-vector file not found: {path}")
-        if path.endswith(".vec") or path.endswith(".txt"):
+        if path.endswith((".vec", ".txt")):
             self._fasttext = None
             self._vectors = _read_vec(path)
             self.dim = len(next(iter(self._vectors.values())))
@@ -274,8 +238,7 @@ class WordVectors:
         """For `.vec` files: `(words, (len(words), dim) array)` in file order."""
         if self._fasttext is not None:
             raise ValueError(f"{self.path} is a .bin model; use FastTextEmbedding.from_fasttext")
-        words = list(self._vectors)
-        return words, np.stack([self._vectors[w] for w in words])
+        return list(self._vectors), np.stack(list(self._vectors.values()))
 
     def __contains__(self, word):
         """Whether `word` has a vector of its own (`.bin`: any word, by its subwords)."""
@@ -296,17 +259,9 @@ def _vec_header(f, path):
 
 
 def _read_vec(path):
-    """A `.vec` file as `{word: vector}`; its header's count and size are checked, and
-    every value must be finite (errors name the file and line).
-
-    A line is split as fastText reads it: at runs of ASCII whitespace (spaces, tabs),
-    so a tab or two spaces between fields read like one space, while a word that
-    holds another Unicode space (U+00A0, published vectors have some) stays one
-    word. A word given two vectors is refused, naming both lines: the file does not
-    say which one is meant (fastText keeps the last, gensim the first).
-    """
-    vectors, lines = {}, {}
-    number = 1
+    """A `.vec` file as `{word: vector}`, checked line by line. A word given two vectors
+    is refused: fastText keeps the last, gensim the first; the file does not say which."""
+    vectors, lines, number = {}, {}, 1
     with tf.io.gfile.GFile(path, "rb") as f:
         count, dim = _vec_header(f, path)
         for number, raw in enumerate(f, start=2):

@@ -1,9 +1,7 @@
 """The fixed vocabulary table: one fastText vector per vocabulary word, in id order.
 
-The vectors of every vocabulary word are computed once (out-of-vocabulary
-words of the fastText model through their subwords), saved as a `.npy` file
-and read back with `mmap_mode="r"`. They are ELMo-C's fixed input layer and
-its fixed output targets.
+Computed once (words unknown to a `.bin` model through their subwords), saved as
+a `.npy` file and memory-mapped back: ELMo-C's fixed inputs and output targets.
 """
 
 import logging
@@ -22,45 +20,34 @@ def compute_vocabulary_vectors(word_vectors, vocabulary, output_path, expected_d
                                center=False):
     """Writes the `(len(vocabulary), dim)` float32 table of vocabulary vectors.
 
-    Rows of `<pad>` and `<unk>` are zero, and so are the rows of words the vectors do
-    not know (a `.vec` file has no subwords): how many is logged as a warning, with
-    a few of them, and the sentence boundaries `<s>` and `</s>` when they are among
-    them. Written through a memory map in
-    chunks, then renamed, so a 2M-word table never needs two copies in memory
-    and a killed run leaves no partial table.
-
-    With `center=True` the mean of the word rows is subtracted from every
-    word row and saved to `mean_path(output_path)`: fastText vectors trained
-    on a small corpus share one dominant direction (pairwise cosines near 1),
-    which makes a cosine target space nearly degenerate; removing the common
-    mean ("all-but-the-top", Mu & Viswanath, ICLR 2018) restores it. Export
-    subtracts the same mean in-graph.
+    Rows of `<pad>`, `<unk>` and words the vectors do not know are zero (a warning
+    counts them); written through a memory map in chunks. With `center=True` the mean
+    word row is subtracted and saved to `mean_path(output_path)`: fastText vectors of a
+    small corpus share one dominant direction, which makes a cosine target space
+    degenerate ("all-but-the-top", Mu & Viswanath, ICLR 2018).
 
     Args:
         word_vectors: the `WordVectors` to read each word's vector from.
         vocabulary: the `Vocabulary` whose words give the rows, in id order.
         output_path: local path of the `.npy` table to write.
         expected_dim: None, or the vector size the config asks for.
-        center: subtract the mean of the word rows (see above).
+        center: subtract the mean word row.
 
     Returns:
         `output_path`.
 
     Raises:
         ValueError: `expected_dim` is given and differs from the vectors' size.
-        WordVectorsError: no word of the vocabulary (the reserved ones aside)
-            has a vector; nothing is written.
+        WordVectorsError: no corpus word of the vocabulary has a vector (nothing written).
     """
     if expected_dim is not None and word_vectors.dim != expected_dim:
         raise ValueError(
             f"The word vectors in {word_vectors.path} have dimension {word_vectors.dim}, "
-            f"but the config asks for {expected_dim} (fasttext.dim)."
-        )
+            f"but the config asks for {expected_dim} (fasttext.dim).")
     first = vocabulary_lib.BOS_ID
     with files.atomic_local_path(output_path) as tmp:
         table = np.lib.format.open_memmap(
-            tmp, mode="w+", dtype=np.float32, shape=(len(vocabulary), word_vectors.dim)
-        )
+            tmp, mode="w+", dtype=np.float32, shape=(len(vocabulary), word_vectors.dim))
         table[:first] = 0.0
         missing = []
         for i in range(first, len(vocabulary)):
@@ -68,8 +55,7 @@ def compute_vocabulary_vectors(word_vectors, vocabulary, output_path, expected_d
             table[i] = row
             if not np.any(row):
                 missing.append(vocabulary.words[i])
-        refusal = _report_missing(word_vectors, vocabulary, missing) if missing else None
-        if refusal:
+        if missing and (refusal := _report_missing(word_vectors, vocabulary, missing)):
             raise WordVectorsError(refusal)
         if center:
             mean = np.zeros(word_vectors.dim, np.float64)
@@ -87,19 +73,16 @@ def compute_vocabulary_vectors(word_vectors, vocabulary, output_path, expected_d
 
 
 def _report_missing(word_vectors, vocabulary, missing):
-    """Warns how many vocabulary words got no vector (a zero row): a `.vec` file knows
-    only its own words, and tfeff compares words byte for byte. Returns the message
-    that refuses the vectors when no corpus word has one (nothing could be learned),
-    else None."""
+    """Warns how many vocabulary words got a zero row; returns the refusal when no corpus
+    word has a vector, else None."""
     words = len(vocabulary) - vocabulary_lib.BOS_ID
     corpus_words = len(vocabulary) - len(vocabulary_lib.SPECIALS)
     missing_corpus = [w for w in missing if w not in vocabulary_lib.SPECIALS]
     boundaries = [w for w in (vocabulary_lib.BOS, vocabulary_lib.EOS) if w in missing]
     other_form = _in_another_normal_form(word_vectors, missing)
     hint = (f" {other_form} of them {'is' if other_form == 1 else 'are'} in it spelled in "
-            "another Unicode normalization form "
-            "(NFC or NFD): words are compared byte for byte, so normalize the corpus and the "
-            "vectors the same way." if other_form else "")
+            "another Unicode normalization form (NFC or NFD): words are compared byte for "
+            "byte, so normalize the corpus and the vectors the same way." if other_form else "")
     if corpus_words and len(missing_corpus) == corpus_words:
         return (f"{word_vectors.path}: none of the {corpus_words:,} words of the vocabulary "
                 "has a vector in it (all would be zeros): vectors of another language, "
@@ -118,12 +101,9 @@ def _in_another_normal_form(word_vectors, words):
     """How many of `words` a `.vec` file holds in another Unicode normalization form."""
     if word_vectors.has_subwords:
         return 0
-    found = 0
-    for word in words:
-        if not word.isascii():
-            forms = {unicodedata.normalize(f, word) for f in ("NFC", "NFD")} - {word}
-            found += any(form in word_vectors for form in forms)
-    return found
+    return sum(any(form in word_vectors
+                   for form in {unicodedata.normalize(f, w) for f in ("NFC", "NFD")} - {w})
+               for w in words if not w.isascii())
 
 
 def mean_path(vectors_path):
@@ -142,8 +122,7 @@ def load_vocabulary_vectors(path, vocabulary_size=None):
         The read-only memory-mapped NumPy array `(rows, dim)`.
 
     Raises:
-        ValueError: the file cannot be read as a `.npy` array, is not 2-D, or
-            does not have `vocabulary_size` rows.
+        ValueError: the file is not a 2-D `.npy` array of `vocabulary_size` rows.
     """
     try:
         table = np.load(path, mmap_mode="r")
@@ -153,6 +132,5 @@ def load_vocabulary_vectors(path, vocabulary_size=None):
         raise ValueError(f"{path}: expected a 2-D table, got shape {table.shape}")
     if vocabulary_size is not None and table.shape[0] != vocabulary_size:
         raise ValueError(
-            f"{path} has {table.shape[0]} rows but the vocabulary has {vocabulary_size} words"
-        )
+            f"{path} has {table.shape[0]} rows but the vocabulary has {vocabulary_size} words")
     return table

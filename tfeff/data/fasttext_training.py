@@ -1,10 +1,4 @@
-"""Training fastText word vectors on a corpus, in a child process.
-
-`train_fasttext` writes the corpus as the words fastText should see (leaving
-out words longer than `MAX_WORD_CHARS`), trains skipgram vectors in a child
-Python process that imports only fastText, checks the model it wrote
-(`tfeff.data.fasttext_files`) and only then puts it in place.
-"""
+"""Training fastText word vectors on a corpus, in a child process (`train_fasttext`)."""
 
 import errno
 import json
@@ -21,8 +15,7 @@ from tfeff.data.fasttext_files import WordVectorsError
 from tfeff.data.fasttext_files import _remember_checked
 from tfeff.data.fasttext_files import check_fasttext_model
 
-# Longer words are left out of the text fastText trains on (`train_fasttext`).
-MAX_WORD_CHARS = 1000
+MAX_WORD_CHARS = 1000  # longer words are left out of the text fastText trains on
 
 
 def train_fasttext(
@@ -40,35 +33,16 @@ def train_fasttext(
 ):
     """Trains skipgram vectors with subwords on the corpus; saves a `.bin` atomically.
 
-    fastText reads one local file: the corpus is first written to a temporary
-    file next to `output_path`, each non-blank line as its words
-    (`tfeff.data.words.split`) joined by single spaces. fastText splits at
-    ASCII whitespace and NUL only, so it then sees the words that the
-    vocabulary and the training pipeline see (a no-break space would
-    otherwise glue two words into one). Words longer than `MAX_WORD_CHARS`
-    characters, or holding a NUL character, are left out of that text with a
-    warning naming the first: such "words" are text without spaces, markup
-    or encoded data, and one of two million characters made fastText's
-    training four times slower on the demo corpus (40,000 sentences, 15
-    epochs). Like any word fastText did not see, they still get vectors from
-    their character n-grams.
-
-    Training runs in a child Python process that imports only fastText: in a
-    process where TensorFlow has already trained a model, fastText's training
-    returns NaN every time (seen with TF 2.21 and fasttext-numpy2 0.10.4).
-    With `threads=1` training is deterministic (fastText seeds each thread
-    with its index; the Python wrapper exposes no seed).
-
-    The trained model is checked (`check_fasttext_model`) before it is
-    renamed to `output_path`: a model that fails (e.g. an all-zero output
-    matrix, when the corpus is too small for fastText to train on) raises
-    `WordVectorsError` and leaves nothing at `output_path`. A corpus that is
-    empty, not UTF-8 (under `on_invalid_utf8="error"`) or holds no word
-    fastText can take raises `CorpusError`.
+    fastText reads a temporary copy of the corpus as its words (`tfeff.data.words.split`)
+    joined by single spaces, without words longer than `MAX_WORD_CHARS` or holding a
+    NUL (one of two million characters made training four times slower on the demo
+    corpus). Training runs in a child process that imports only fastText: where
+    TensorFlow has trained a model, fastText's training returns NaN every time (TF
+    2.21, fasttext-numpy2 0.10.4). A model that fails `check_fasttext_model` raises
+    `WordVectorsError` and is not kept; a corpus without a word raises `CorpusError`.
 
     Args:
-        corpus_patterns: glob(s) of the corpus, as for
-            `tfeff.data.resolve_files`.
+        corpus_patterns: glob(s) of the corpus, as for `tfeff.data.resolve_files`.
         output_path: local path of the `.bin` model to write.
         dim: vector size (fastText's `-dim`).
         minn: shortest character n-gram (`-minn`).
@@ -78,15 +52,13 @@ def train_fasttext(
         min_count: minimal number of occurrences of a word (`-minCount`).
         threads: training threads (`-thread`); 1 is deterministic.
         lr: learning rate (`-lr`).
-        on_invalid_utf8: `"error"`, `"skip"` or `"replace"` (see
-            `tfeff.data.corpus`).
+        on_invalid_utf8: `"error"`, `"skip"` or `"replace"` (see `tfeff.data.corpus`).
 
     Returns:
         `output_path`.
 
     Raises:
-        ValueError: `dim`, `epoch` or `threads` is not positive, or fastText's
-            training fails (with a hint when it diverged).
+        ValueError: `dim`, `epoch` or `threads` is not positive, or training fails.
     """
     for arg, value in (("dim", dim), ("epoch", epoch), ("threads", threads)):
         if value <= 0:
@@ -100,8 +72,7 @@ def train_fasttext(
                 text_path, tmp_model,
                 dict(model="skipgram", dim=dim, minn=minn, maxn=maxn, bucket=bucket,
                      epoch=epoch, lr=lr, minCount=min_count, thread=threads, verbose=0),
-                corpus_patterns,
-            )
+                corpus_patterns)
             header = _check_trained_model(tmp_model, corpus_patterns)
         _remember_checked(output_path, header)
     finally:
@@ -120,11 +91,10 @@ def _write_fasttext_text(corpus_patterns, on_invalid_utf8, path):
             words = words_lib.split(line)
             if len(line) > MAX_WORD_CHARS or "\0" in line:  # else no word can be too long
                 dropped = [w for w in words if len(w) > MAX_WORD_CHARS or "\0" in w]
-                if dropped:
-                    left_out += len(dropped)
-                    if first is None:
-                        first = f"{source}:{number} ({max(map(len, dropped)):,} characters)"
-                    words = [w for w in words if len(w) <= MAX_WORD_CHARS and "\0" not in w]
+                if dropped and first is None:
+                    first = f"{source}:{number} ({max(map(len, dropped)):,} characters)"
+                left_out += len(dropped)
+                words = [w for w in words if len(w) <= MAX_WORD_CHARS and "\0" not in w]
             if words:
                 f.write(" ".join(words) + "\n")
                 written += 1
@@ -141,21 +111,19 @@ def _write_fasttext_text(corpus_patterns, on_invalid_utf8, path):
             "Is the text split into words with spaces?")
 
 
-# Free bytes under which a truncated model just written is put down to a full disk.
-_FULL_DISK_BYTES = 64 << 20
+_FULL_DISK_BYTES = 64 << 20  # free bytes under which a truncated model means a full disk
 
 
 def _check_trained_model(path, corpus_patterns):
-    """`check_fasttext_model` of a model fastText has just trained, before it is put in place."""
+    """`check_fasttext_model` of a model fastText has just trained."""
     try:
         return check_fasttext_model(path)
     except WordVectorsError as e:
         # fastText writes its model without checking the writes: a full disk leaves a
         # file shorter than its header says, which is the disk's fault, not the corpus'.
         free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
-        if ("shorter than" in e.problem or "(truncated)" in e.problem
-                or "inside its header" in e.problem or "inside the dictionary" in e.problem) \
-                and free < _FULL_DISK_BYTES:
+        cut = ("shorter than", "(truncated)", "inside its header", "inside the dictionary")
+        if any(c in e.problem for c in cut) and free < _FULL_DISK_BYTES:
             raise OSError(errno.ENOSPC, f"fastText could not write its whole model ({e.problem}); "
                           f"{free:,} bytes are free on that disk: free space, then rerun",
                           path) from e
@@ -192,12 +160,9 @@ def _train_in_child_process(text_path, model_path, kwargs, corpus_patterns):
     done = subprocess.run(
         [sys.executable, "-c", _TRAIN_SCRIPT, text_path, model_path, json.dumps(kwargs),
          str(os.getpid())],
-        capture_output=True, text=True, check=False,
-    )
+        capture_output=True, text=True, check=False)
     if done.returncode != 0:
         message = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output"
-        hint = (
-            " On small corpora this is usually divergence: lower fasttext.lr or raise "
-            "fasttext.dim." if "NaN" in message else ""
-        )
+        hint = (" On small corpora this is usually divergence: lower fasttext.lr or raise "
+                "fasttext.dim." if "NaN" in message else "")
         raise ValueError(f"fastText training on {corpus_patterns} failed ({message}).{hint}")

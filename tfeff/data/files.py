@@ -1,15 +1,8 @@
 """Atomic file writes through `tf.io.gfile`: write a temporary sibling, then rename.
 
-A reader never sees a half-written file, and a killed writer leaves at most a
-`*.tmp-*` sibling that the next run overwrites.
-
-tfeff never writes through a name it does not own. Where it writes a file of
-its own (a config, a mark, a table), a symbolic link at that name is replaced
-by the new file, the file it pointed to left as it was (a rename replaces the
-link itself); a directory, named pipe or other non-file there is refused. A
-file that is written in place (a lock) must be a regular file: a link is
-refused. Removing never follows a link (`remove_path`). Temporary files are
-created new (`open_new`): never an existing file, never through a link.
+A killed writer leaves at most a `*.tmp-*` sibling. tfeff never writes through a
+name it does not own: a link where it writes is replaced (its target untouched), a
+non-file there is refused, and removing never follows a link.
 """
 
 import contextlib
@@ -38,19 +31,15 @@ def _is_local(path):
 
 
 def _what(mode):
-    """What the `st_mode` `mode` names, in words."""
-    for test, words in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
-                        (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
-                        (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
-        if test(mode):
-            return words
-    return "not a regular file"
+    kinds = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+             (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
 
 
 def check_replaceable(path):
-    """Refuses to write a file at the local `path` where something other than a file or a
-    symbolic link is (a directory, a named pipe, a socket, a device): FileExistsError
-    naming it. A symbolic link is replaced by the rename (its target is not touched)."""
+    """FileExistsError when the local `path` is neither a file nor a symbolic link (which
+    the rename replaces, its target untouched)."""
     if not _is_local(path):
         return
     try:
@@ -64,9 +53,8 @@ def check_replaceable(path):
 
 
 def open_new(path, mode="w"):
-    """Opens the local `path` for writing as a new file (`mode` "w" or "wb"; text as UTF-8):
-    never an existing file and never through a symbolic link (`O_EXCL`, which fails on any
-    entry there, a dangling link included)."""
+    """Opens the local `path` as a new file (`mode` "w" or "wb"; text as UTF-8): `O_EXCL`
+    fails on any entry there, a dangling link included."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o666)
     if "b" in mode:
@@ -75,41 +63,29 @@ def open_new(path, mode="w"):
 
 
 def remove_path(path):
-    """Removes the file, symbolic link or directory tree at `path`. A link is removed
-    itself, never what it points to (TensorFlow's `rmtree` empties a linked directory)."""
+    """Removes the file, link or directory tree at `path`; a link itself, never its target
+    (TensorFlow's `rmtree` empties a linked directory)."""
     if not _is_local(path):
-        if tf.io.gfile.isdir(path):
-            tf.io.gfile.rmtree(path)
-        else:
-            tf.io.gfile.remove(path)
-        return
-    if os.path.isdir(path) and not os.path.islink(path):
+        (tf.io.gfile.rmtree if tf.io.gfile.isdir(path) else tf.io.gfile.remove)(path)
+    elif os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path)  # does not follow the links inside either
     else:
         os.remove(path)
 
 
 def write_text_atomic(path, text):
-    """Writes `text` (str) to `path` atomically, creating parent directories.
-
-    The text goes to a new temporary sibling (`open_new`), renamed over `path` once
-    complete: a failed write (a full disk) leaves `path` as it was and no temporary.
-    A symbolic link at `path` is replaced, not written through; a directory or other
-    non-file there is refused (`check_replaceable`).
-    """
-    parent = os.path.dirname(path)
-    if parent:
+    """Writes `text` (str) to `path` atomically, creating parent directories: a failed
+    write leaves `path` as it was, a link there is replaced (`check_replaceable`)."""
+    if parent := os.path.dirname(path):
         tf.io.gfile.makedirs(parent)
     check_replaceable(path)
     tmp = temporary_sibling(path)
     try:
+        with open_new(tmp) if _is_local(path) else tf.io.gfile.GFile(tmp, "w") as f:
+            f.write(text)
         if _is_local(path):
-            with open_new(tmp) as f:
-                f.write(text)
             os.replace(tmp, path)
         else:
-            with tf.io.gfile.GFile(tmp, "w") as f:
-                f.write(text)
             tf.io.gfile.rename(tmp, path, overwrite=True)
     except BaseException:
         _discard(tmp)
@@ -117,22 +93,15 @@ def write_text_atomic(path, text):
 
 
 def _discard(path):
-    """Removes the temporary file `path` if it is there."""
     with contextlib.suppress(OSError, tf.errors.OpError):
-        if not _is_local(path):
-            if tf.io.gfile.exists(path):
-                tf.io.gfile.remove(path)
-        elif os.path.lexists(path):
-            os.remove(path)
+        if (os.path.lexists(path) if _is_local(path) else tf.io.gfile.exists(path)):
+            (os.remove if _is_local(path) else tf.io.gfile.remove)(path)
 
 
 def _comparable(path):
-    """`path` resolved for comparison: the real path locally (links and `..` resolved),
-    the normalized URL for remote file systems (`gs://...`)."""
+    """`path` resolved for comparison: the real path locally, else the normalized URL."""
     path = os.fspath(path)
-    if "://" in path:
-        return path.rstrip("/")
-    return os.path.realpath(path)
+    return path.rstrip("/") if "://" in path else os.path.realpath(path)
 
 
 def _inside(inner, outer):
@@ -142,39 +111,24 @@ def _inside(inner, outer):
 
 
 def check_output(output, inputs, *, overwrite, kind, foreign, containers=()):
-    """Refuses an output path whose writing would destroy an input, or data that tfeff
-    did not write as this kind of output. Every writer that replaces a directory calls
-    it before any work (`tfeff-export`, `tfeff-embed`, `write_hf_bert`;
-    `tfeff-convert-core`, which replaces nothing, checks its inputs alone).
-
-    * `output` must not be, contain or lie inside an input (real paths are compared,
-      so a link or `..` does not hide it). The inputs named in `containers` may hold
-      the output (a model directory holds its export: `runs/demo/export`).
-    * An existing `output` is replaced only with `overwrite`, and only when it is
-      recognisably `kind` written by tfeff (`foreign(output)` is None) or an empty
-      directory: never a model directory, an input, or anything else.
+    """Refuses, before any work, an output path whose writing would destroy an input
+    (`check_not_an_input`), or anything but an empty directory or `kind` written by
+    tfeff (`foreign(output)` is None), or anything at all without `overwrite`.
 
     Args:
         output: the path to write.
-        inputs: `{description: path}` of everything the job reads, e.g.
-            `{"model directory (model_dir)": "runs/demo"}`; `None` paths are skipped.
+        inputs: `{description: path}` of everything the job reads; `None` paths skipped.
         overwrite: whether an existing `output` may be replaced.
         kind: what the job writes, for the messages (e.g. `"an export"`).
-        foreign: `foreign(path)` -> None when the existing `path` is `kind`
-            written by tfeff, else a few words saying what it is instead.
-        containers: descriptions (keys of `inputs`) of the inputs that may hold
-            `output`.
+        foreign: `foreign(path)` -> None when `path` is `kind`, else what it is instead.
+        containers: descriptions (keys of `inputs`) of the inputs that may hold `output`.
 
     Returns:
-        The same check as a function of no arguments, for the writer to run again
-        when it replaces `output` (`move_directory_into_place`): something may have
-        appeared there while it worked.
+        The same check as a function of no arguments (`move_directory_into_place`).
 
     Raises:
-        ValueError: `output` is, contains or lies inside an input; the message
-            names both paths.
-        FileExistsError: `output` exists and `overwrite` is off, or it is not
-            `kind`.
+        ValueError: `output` is, contains or lies inside an input (naming both).
+        FileExistsError: `output` exists and `overwrite` is off, or it is not `kind`.
     """
     again = functools.partial(check_output, output, inputs, overwrite=overwrite, kind=kind,
                               foreign=foreign, containers=containers)
@@ -185,8 +139,7 @@ def check_output(output, inputs, *, overwrite, kind, foreign, containers=()):
         raise FileExistsError(f"{output} exists; pass overwrite=True (--overwrite) to replace it")
     if tf.io.gfile.isdir(output) and not tf.io.gfile.listdir(output):
         return again
-    reason = foreign(output)
-    if reason is not None:
+    if (reason := foreign(output)) is not None:
         raise FileExistsError(
             f"{output} exists and is not {kind} written by tfeff ({reason}); overwrite replaces "
             f"only {kind}, so nothing was written. Choose another output path.")
@@ -194,9 +147,9 @@ def check_output(output, inputs, *, overwrite, kind, foreign, containers=()):
 
 
 def check_not_an_input(output, inputs, containers=()):
-    """Refuses an `output` that is, contains or lies inside one of `inputs`
-    (`{description: path}`; `None` paths skipped), except that the inputs named in
-    `containers` may hold it. ValueError naming both paths; see `check_output`."""
+    """ValueError naming both paths when `output` is, contains or lies inside an input
+    (real paths compared), except inside those named in `containers` (a model
+    directory holds its export)."""
     target = _comparable(output)
     for description, path in inputs.items():
         if path is None:
@@ -216,18 +169,10 @@ def check_not_an_input(output, inputs, containers=()):
 
 
 def move_directory_into_place(source, path, check=None):
-    """Renames the finished directory `source` to `path`, replacing what is there.
-
-    Callers check `path` first (`check_output`) and pass that check as `check`,
-    which runs again here when `path` exists now (it may have appeared while the
-    job ran): it is replaced only when it is an earlier output of the same kind.
-    An existing `path` is first renamed aside and removed only after the new
-    directory is in place, so `path` is never a half-written directory. A
-    symbolic link at `path` is replaced by the new directory: the link is
-    removed, what it pointed to is left as it was.
-    """
-    exists = os.path.lexists(path) if _is_local(path) else tf.io.gfile.exists(path)
-    if exists:
+    """Renames the finished directory `source` to `path`, never half-written: an existing
+    `path` (a link itself) is renamed aside, `check` (what `check_output` returned) run
+    again first, and removed once the new directory is in place."""
+    if (os.path.lexists(path) if _is_local(path) else tf.io.gfile.exists(path)):
         if check is not None:
             check()
         old = temporary_sibling(path) + ".old"
@@ -240,13 +185,9 @@ def move_directory_into_place(source, path, check=None):
 
 @contextlib.contextmanager
 def atomic_local_path(path):
-    """Yields a temporary local path; renames it to `path` if the block succeeds.
-
-    For writers that need a real file name (numpy, fastText). On error the
-    temporary file is removed and `path` is untouched.
-    """
-    parent = os.path.dirname(path)
-    if parent:
+    """Yields a temporary local path, renamed to `path` if the block succeeds (else removed),
+    for writers that need a real file name (numpy, fastText)."""
+    if parent := os.path.dirname(path):
         os.makedirs(parent, exist_ok=True)
     check_replaceable(path)
     tmp = temporary_sibling(path)
@@ -263,8 +204,8 @@ class LockHeldError(FileExistsError):
 
 
 def _open_lock(path):
-    """The lock file `path` opened for reading and writing (created if missing): a regular
-    file, never through a symbolic link (FileExistsError naming what is there instead)."""
+    """The lock file `path` opened read-write (created if missing), never through a link:
+    FileExistsError naming what is there instead of a regular file."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
                      | os.O_CLOEXEC, 0o644)
@@ -284,15 +225,12 @@ def _open_lock(path):
 
 
 def lock(path, what):
-    """An exclusive lock on the local file `path` (created if missing), for `what`
-    (e.g. "tfeff-pretrain"): the open file, which holds the lock until it is closed or the
-    process ends, however it ends (the kernel's `flock`: a killed process holds nothing).
-    The file then says who holds it.
+    """An exclusive `flock` on the local file `path` for `what` (e.g. "tfeff-pretrain"):
+    the open file, which holds it until closed or the process ends; it says who holds it.
 
     Raises:
         LockHeldError: another process holds it; the message names that process.
-        FileExistsError: `path` is a symbolic link (dangling or not), a directory or
-            anything else than a regular file: tfeff writes only a lock file it made.
+        FileExistsError: `path` is not a regular file (`_open_lock`).
     """
     while True:
         handle = _open_lock(path)
@@ -305,12 +243,9 @@ def lock(path, what):
             raise LockHeldError(holder) from None
         # The holder before may have removed the file between this open and the lock (its
         # lock then covers a file no one else opens): lock the file the path names now.
-        try:
-            same = os.lstat(path).st_ino == os.fstat(handle.fileno()).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
+        with contextlib.suppress(FileNotFoundError):
+            if os.lstat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
         handle.close()
     handle.seek(0)
     handle.truncate()
@@ -325,16 +260,13 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 def raw_lines(f, block=1 << 20):
-    """The lines of the binary file object `f` without their ends, whichever convention
-    ends them: `\\n` (Unix), `\\r\\n` (Windows) or a lone `\\r` (classic Mac OS). Streams
-    in blocks, so a file of one convention or another costs the same memory."""
+    """The lines of the binary file object `f` without their ends (`\\n`, `\\r\\n` or a
+    lone `\\r`), streamed in blocks."""
     pending = b""
     while True:
         data = f.read(block)
         if not data:
-            if pending.endswith(b"\r"):
-                pending = pending[:-1]
-            if pending:
+            if pending := pending.removesuffix(b"\r"):
                 yield pending
             return
         data = pending + data
@@ -348,9 +280,8 @@ def raw_lines(f, block=1 << 20):
 
 @contextlib.contextmanager
 def exclusive_output(path, what):
-    """Holds `<path>.lock` (`lock`) while a `what` (e.g. "tfeff-embed") writes `path`, then
-    removes it; on entry removes what a killed writer of `path` left (its temporary
-    siblings, `<path>.tmp-XXXXXXXX[.old]`). Remote paths are not locked.
+    """Holds `<path>.lock` while a `what` (e.g. "tfeff-embed") writes `path`; on entry
+    removes the temporary siblings a killed writer left. Remote paths are not locked.
 
     Raises:
         FileExistsError: another process writes `path`; the message names it.

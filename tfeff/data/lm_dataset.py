@@ -1,13 +1,8 @@
 """tf.data pipeline for bidirectional language modelling (TensorFlow; tensorflow-text for WordPiece).
 
-Each non-blank line is a sentence: it is split into words
-(`tfeff.data.words`), mapped to vocabulary ids (unknown words to `<unk>`; or
-split into WordPiece ids with tensorflow-text), wrapped in `<s> ... </s>` and cut
-into windows of at most `max_sequence_length` tokens, so a pathological
-1 MB line becomes many ordinary windows instead of one huge batch. Windows are
-shuffled, batched with right padding (id 0) to the longest window of the
-batch, and prefetched. The dataset yields int32 id tensors `(batch, time)`;
-the model gathers their fixed vectors on the host.
+Each non-blank line is a sentence: its word (or WordPiece) ids, wrapped in `<s> ... </s>`,
+are cut into windows of at most `max_sequence_length` tokens (a pathological 1 MB line
+becomes many ordinary windows), shuffled and right-padded (id 0) per batch.
 """
 
 import tensorflow as tf
@@ -25,12 +20,8 @@ _LINES_PER_CHUNK = 256
 
 
 def line_token_ids(lines, table, tokenizer=None):
-    """The int32 token ids `(lines, tokens)` of a batch of lines, boundaries not added.
-
-    Lines are split into words by `tfeff.data.words.split_tf`; words are looked
-    up in `table` (or split into WordPiece ids by `tokenizer`); a literal
-    `<pad>` becomes `<unk>`.
-    """
+    """The int32 ragged ids `(lines, tokens)` of a batch of lines, without boundaries;
+    words are looked up in `table` (or split by `tokenizer`); a literal `<pad>` is `<unk>`."""
     words = words_lib.split_tf(lines)  # ragged (lines, words)
     if tokenizer is None:
         ids = tf.ragged.map_flat_values(table.lookup, words)
@@ -46,12 +37,10 @@ def lines_to_windows(lines, table, max_sequence_length, tokenizer=None):
         lines: 1-D `tf.string` of sentences.
         table: a `tf.lookup` table from word to id (unused with `tokenizer`).
         max_sequence_length: the longest window, in tokens (boundaries included).
-        tokenizer: optional subword tokenizer (a tensorflow-text
-            `WordpieceTokenizer`) applied to the words.
+        tokenizer: optional tensorflow-text `WordpieceTokenizer` applied to the words.
 
     Returns:
-        int32 `RaggedTensor`; windows shorter than 2 tokens (nothing to
-        predict) are dropped.
+        int32 `RaggedTensor`; windows shorter than 2 tokens (nothing to predict) dropped.
     """
     ids = line_token_ids(lines, table, tokenizer)
     n = ids.nrows()
@@ -59,16 +48,13 @@ def lines_to_windows(lines, table, max_sequence_length, tokenizer=None):
     eos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], vocabulary_lib.EOS_ID))
     tokens = tf.concat([bos, ids, eos], axis=1)
     ids = tokens.flat_values
-    lengths = tokens.row_lengths()
-    starts = tokens.row_starts()
     row = tokens.value_rowids()
-    position = tf.range(tf.size(ids, out_type=tf.int64)) - tf.gather(starts, row)
-    windows_per_row = (lengths + max_sequence_length - 1) // max_sequence_length
+    position = tf.range(tf.size(ids, out_type=tf.int64)) - tf.gather(tokens.row_starts(), row)
+    windows_per_row = (tokens.row_lengths() + max_sequence_length - 1) // max_sequence_length
     first_window = tf.cumsum(windows_per_row, exclusive=True)
     window = tf.gather(first_window, row) + position // max_sequence_length
-    windows = tf.RaggedTensor.from_value_rowids(
-        ids, window, nrows=tf.reduce_sum(windows_per_row)
-    )
+    windows = tf.RaggedTensor.from_value_rowids(ids, window,
+                                                nrows=tf.reduce_sum(windows_per_row))
     return tf.ragged.boolean_mask(windows, windows.row_lengths() >= 2)
 
 
@@ -94,33 +80,26 @@ def lm_dataset(
         shuffle_buffer: windows held for shuffling; 0 disables shuffling.
         seed: shuffle seed (epoch e's order depends on (seed, e) only).
         repeat: repeat forever (training).
-        on_invalid_utf8: `"error"`, `"skip"` or `"replace"`. With `"error"`
-            the caller is expected to have validated the files (the vocabulary
-            pass does, naming file and line); here invalid lines then fail the
-            pipeline with TensorFlow's own error.
+        on_invalid_utf8: `"error"` (after the vocabulary pass's check), `"skip"`, `"replace"`.
         drop_remainder: drop a final smaller batch.
-        wordpiece: `vocabulary_path` is a WordPiece vocabulary
-            (`tfeff.data.wordpiece`): words are split into subword ids.
+        wordpiece: `vocabulary_path` is a WordPiece vocabulary: words become subword ids.
 
     Returns:
         `tf.data.Dataset` of int32 `(batch, time)` with `time <= max_sequence_length`.
 
     Raises:
-        ValueError: `batch_size` is not positive, `max_sequence_length` is
-            below 2, or `on_invalid_utf8` is unknown.
+        ValueError: `batch_size` < 1, `max_sequence_length` < 2, or unknown `on_invalid_utf8`.
     """
     if batch_size <= 0:
         raise ValueError(f"`batch_size` must be positive. Received: batch_size={batch_size}")
     if max_sequence_length < 2:
         raise ValueError(
             "`max_sequence_length` must be >= 2 (a token and its target). "
-            f"Received: max_sequence_length={max_sequence_length}"
-        )
+            f"Received: max_sequence_length={max_sequence_length}")
     ds = _window_chunks(patterns, vocabulary_path, max_sequence_length, on_invalid_utf8,
                         wordpiece).unbatch()
     ds = shuffle_and_repeat(ds, shuffle_buffer, seed, repeat)
     ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
-    # Right padding with PAD_ID (0) to the longest window of the batch.
     ds = ds.map(lambda windows: windows.to_tensor(default_value=vocabulary_lib.PAD_ID))
     return ds.prefetch(tf.data.AUTOTUNE)
 
@@ -131,51 +110,38 @@ def _window_chunks(patterns, vocabulary_path, max_sequence_length, on_invalid_ut
     if on_invalid_utf8 not in corpus.INVALID_UTF8_POLICIES:
         raise ValueError(f"Invalid on_invalid_utf8={on_invalid_utf8!r}")
     file_list = corpus.resolve_files(patterns)
-    tokenizer = None
-    if wordpiece:
-        table = lookup_table(vocabulary_path, default_value=-1)
-        tokenizer = wordpiece_lib.wordpiece_tokenizer(table)
-    else:
-        table = lookup_table(vocabulary_path)
+    table = lookup_table(vocabulary_path, -1 if wordpiece else vocabulary_lib.UNK_ID)
+    tokenizer = wordpiece_lib.wordpiece_tokenizer(table) if wordpiece else None
     ds = line_dataset(file_list, on_invalid_utf8)
     ds = ds.batch(_LINES_PER_CHUNK)
     return ds.map(
         lambda lines: lines_to_windows(lines, table, max_sequence_length, tokenizer),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
+        num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def count_windows(patterns, vocabulary_path, max_sequence_length, on_invalid_utf8="error",
                   wordpiece=False):
-    """One epoch of `lm_dataset` over the files: its windows and their tokens.
-
-    What `train.epochs` counts: the windows that `lm_dataset` (same arguments)
-    yields in one pass. One pass over the files in a TensorFlow pipeline.
+    """The windows (what `train.epochs` counts) and tokens of one epoch of `lm_dataset`.
 
     Args:
         patterns: glob(s) of text files (see `tfeff.data.resolve_files`).
-        vocabulary_path: a file written by `Vocabulary.save` (or a WordPiece
-            vocabulary with `wordpiece`).
+        vocabulary_path: a file written by `Vocabulary.save` (WordPiece with `wordpiece`).
         max_sequence_length: int >= 2, the longest window.
         on_invalid_utf8: `"error"`, `"skip"` or `"replace"` (as `lm_dataset`).
         wordpiece: split words into WordPiece ids.
 
     Returns:
-        `(windows, tokens)`: Python ints; the tokens include each sentence's
-        boundaries.
+        `(windows, tokens)`: Python ints; the tokens include the sentence boundaries.
 
     Raises:
-        ValueError: `max_sequence_length` is below 2, or `on_invalid_utf8` is
-            unknown.
+        ValueError: `max_sequence_length` is below 2, or `on_invalid_utf8` is unknown.
     """
     if max_sequence_length < 2:
         raise ValueError(
             "`max_sequence_length` must be >= 2 (a token and its target). "
-            f"Received: max_sequence_length={max_sequence_length}"
-        )
-    chunks = _window_chunks(patterns, vocabulary_path, max_sequence_length, on_invalid_utf8,
-                            wordpiece)
-    lengths = chunks.map(lambda windows: windows.row_lengths())
+            f"Received: max_sequence_length={max_sequence_length}")
+    lengths = _window_chunks(patterns, vocabulary_path, max_sequence_length, on_invalid_utf8,
+                             wordpiece).map(lambda windows: windows.row_lengths())
     windows, tokens = lengths.reduce(
         (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
         lambda total, n: (total[0] + tf.size(n, out_type=tf.int64),

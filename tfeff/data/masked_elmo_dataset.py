@@ -1,33 +1,14 @@
 """Masked ELMo data: paragraphs as WordPiece streams, bidirectional TBPTT batches, mask sets.
 
-The pipeline of Senay & Salin's Masked ELMo (NumPy on the host, fed to
-`tf.data` through a generator; tokenization is tensorflow-text's
-`BertTokenizer`):
-
-1. **Documents.** Each paragraph of the corpus (`tfeff.data.corpus.paragraphs`:
-   runs of non-blank lines) becomes one token sequence: `[CLS]` at its start,
-   `[SEP]` between its sentences (lines). The ids of the whole corpus are
-   held in memory (int32, 4 bytes per token).
-2. **Streams** (`tbptt_plan`). Each epoch the documents are shuffled
-   (document-level shuffling, seeded per epoch) and cut into windows of
-   `max_sequence_length` tokens. `batch_size` streams receive whole
-   documents, each to the stream with the fewest windows so far. Row s of
-   batch t is window t of stream s, so the LSTM states at the end of one batch
-   initialize the next (truncated BPTT). **Bidirectional TBPTT**: the odd
-   streams walk their windows in reverse order (last window of the last
-   document first), so for half of the streams the carried backward state
-   comes from the right context. `reset` marks the first window visited of
-   each document: the model zeroes the carried states there. Streams shorter
-   than the longest are filled with empty windows (fully padded rows, `reset`).
-3. **Mask sets** (`mask_sets`). Each batch gets `num_sets` mutually exclusive
-   sets of masked positions (mask accumulation): per row, `round(mask_rate *
-   n)` of the n maskable tokens (not `[CLS]`/`[SEP]`, nor `<unk>`: an unknown
-   word is never a target), at most `max_predictions_per_seq`, and at most
-   `n // num_sets`, drawn without
-   replacement; each set is masked 80/10/10 (`[MASK]`, a random token, kept).
-
-Every random draw is a function of `(seed, epoch)` or `(seed, step)`, so a run
-resumed at step s sees exactly the batches it would have seen.
+Senay & Salin's pipeline (docs/papers/masked-elmo.md#maskedelmo), in NumPy fed to
+`tf.data` through a generator. Each paragraph becomes `[CLS] s1 [SEP] s2 ...` (the
+corpus' ids held in memory). Each epoch the documents are shuffled and dealt whole
+to `batch_size` streams (`tbptt_plan`): row s of batch t is window t of stream s,
+so the states of one batch initialize the next, and the odd streams walk their
+windows in reverse (bidirectional TBPTT, §3.2); `reset` marks where a document
+starts and the empty filler windows. Each batch gets `num_sets` mutually exclusive
+mask sets (mask accumulation, §3.1; `mask_sets`). Every draw is a function of
+`(seed, epoch)` or `(seed, step)`, so a resumed run sees exactly the same batches.
 """
 
 import heapq
@@ -47,16 +28,14 @@ from tfeff.data.vocabulary import SEP_ID
 from tfeff.data.vocabulary import UNK_ID
 
 _LINES_PER_BATCH = 1024
-# Random replacement tokens are drawn from the regular (non-reserved) ids.
-FIRST_REGULAR_ID = MASK_ID + 1
+FIRST_REGULAR_ID = MASK_ID + 1  # random replacements are regular (non-reserved) ids
 
 
 def tokenize_documents(patterns, vocabulary_path, lower_case=False, on_invalid_utf8="error"):
     """Every paragraph of the corpus as int32 ids `[CLS] s1 [SEP] s2 [SEP] ... sk`.
 
     Args:
-        patterns: glob(s) of text files (see `tfeff.data.resolve_files`);
-            paragraphs are separated by blank lines (`tfeff.data.paragraphs`).
+        patterns: glob(s) of text files; paragraphs are separated by blank lines.
         vocabulary_path: a BERT WordPiece vocabulary (`learn_bert_vocabulary`).
         lower_case: lower-case and strip accents before WordPiece.
         on_invalid_utf8: `"error"`, `"skip"` or `"replace"`.
@@ -72,23 +51,18 @@ def tokenize_documents(patterns, vocabulary_path, lower_case=False, on_invalid_u
         if not lines:
             return
         pieces = tokenizer.tokenize(tf.constant(lines)).merge_dims(1, 2)
-        per_line = [np.asarray(p, np.int32) for p in pieces.to_list()]
         current = None
-        for owner, ids in zip(owners, per_line):
-            if owner != current:
-                current = owner
-                documents[owner].append(np.array([CLS_ID], np.int32))
-            else:
-                documents[owner].append(np.array([SEP_ID], np.int32))
-            documents[owner].append(ids)
+        for owner, ids in zip(owners, pieces.to_list()):
+            boundary = SEP_ID if owner == current else CLS_ID
+            current = owner
+            documents[owner] += [np.array([boundary], np.int32), np.asarray(ids, np.int32)]
         lines.clear()
         owners.clear()
 
     for paragraph in corpus.paragraphs(patterns, on_invalid_utf8):
+        owners += [len(documents)] * len(paragraph)
+        lines += paragraph
         documents.append([])
-        for line in paragraph:
-            lines.append(line)
-            owners.append(len(documents) - 1)
         if len(lines) >= _LINES_PER_BATCH:
             flush()
     flush()
@@ -96,17 +70,14 @@ def tokenize_documents(patterns, vocabulary_path, lower_case=False, on_invalid_u
 
 
 def epoch_windows(document_lengths, window):
-    """The windows of one pass over the documents, `train.epochs`' unit: each document's
-    tokens cut into windows of `window`, its last one partial.
-
-    An epoch's plan (`tbptt_plan`) deals them to the streams: its steps are at least
-    `windows / num_streams`, a few more where the documents do not pack evenly.
-    """
+    """The windows of `window` tokens of one pass over the documents (`train.epochs`' unit);
+    `tbptt_plan` deals them in at least `windows / num_streams` steps."""
     return int(sum(-(-int(n) // window) for n in document_lengths))
 
 
 def tbptt_plan(document_lengths, num_streams, window, rng, reverse_half=True):
-    """Which window of which document each stream reads at each step.
+    """Which window of which document each stream reads at each step: each document, in
+    shuffled order, goes whole to the stream with the fewest windows so far.
 
     Args:
         document_lengths: tokens per document.
@@ -116,16 +87,14 @@ def tbptt_plan(document_lengths, num_streams, window, rng, reverse_half=True):
         reverse_half: reverse the window order of the odd streams.
 
     Returns:
-        dict of int arrays `(steps, num_streams)`: `document` (-1 for an
-        empty filler window), `window` (index within the document), and bool
-        `reset` (the first window of its document in this stream's order, or
-        a filler).
+        dict of int arrays `(steps, num_streams)`: `document` (-1 for an empty filler
+        window), `window` (index within the document), and bool `reset` (the first
+        window of its document in this stream's order, or a filler).
     """
     lengths = np.asarray(document_lengths, np.int64)
-    order = rng.permutation(len(lengths))
     streams = [[] for _ in range(num_streams)]
     heap = [(0, s) for s in range(num_streams)]
-    for doc in order:
+    for doc in rng.permutation(len(lengths)):
         count = epoch_windows([lengths[doc]], window)
         if count == 0:
             continue
@@ -161,7 +130,9 @@ def window_ids(documents, plan_document, plan_window, window):
 
 def mask_sets(ids, lengths, rng, num_sets, vocabulary_size, max_predictions_per_seq,
               mask_rate=0.15, mask_token_rate=0.8, random_token_rate=0.1):
-    """`num_sets` mutually exclusive masked-LM sets over one batch.
+    """`num_sets` mutually exclusive masked-LM sets over one batch: per row and set,
+    `round(mask_rate * n)` of its n maskable tokens (not `[CLS]`, `[SEP]`, `<unk>`), at
+    most P and `n // K`, masked 80/10/10 (`[MASK]`, a random regular token, kept).
 
     Args:
         ids: int `(batch, time)` right-padded token ids.
@@ -170,15 +141,13 @@ def mask_sets(ids, lengths, rng, num_sets, vocabulary_size, max_predictions_per_
         num_sets: K; the sets of a row are disjoint.
         vocabulary_size: range of the random replacement tokens.
         max_predictions_per_seq: P, masked positions per row and set.
-        mask_rate: fraction of a row's maskable tokens masked in each set.
-        mask_token_rate: fraction of the masked positions replaced by `[MASK]`.
-        random_token_rate: fraction replaced by a random regular token (the
-            rest keep their token).
+        mask_rate: as for `masked_elmo_dataset`.
+        mask_token_rate: as for `masked_elmo_dataset`.
+        random_token_rate: as for `masked_elmo_dataset`.
 
     Returns:
-        dict with int32 `masked_token_ids` `(batch, K, time)` (the inputs of
-        each set), `masked_positions` and `masked_ids` `(batch, K, P)`, and
-        float32 `masked_weights` `(batch, K, P)` (1 for a real prediction).
+        dict of int32 `masked_token_ids` `(batch, K, time)` (each set's inputs),
+        `masked_positions`, `masked_ids` and float32 `masked_weights` `(batch, K, P)`.
     """
     batch, time = ids.shape
     k, p = num_sets, max_predictions_per_seq
@@ -188,26 +157,21 @@ def mask_sets(ids, lengths, rng, num_sets, vocabulary_size, max_predictions_per_
     weights = np.zeros((batch, k, p), np.float32)
     for b in range(batch):
         row = ids[b, :lengths[b]]
-        candidates = np.flatnonzero((row != CLS_ID) & (row != SEP_ID) & (row != PAD_ID)
-                                    & (row != UNK_ID))
+        candidates = np.flatnonzero(~np.isin(row, (CLS_ID, SEP_ID, PAD_ID, UNK_ID)))
         n = len(candidates)
         per_set = min(p, max(1, int(round(mask_rate * n))), n // k)
         if per_set == 0:
             continue
-        chosen = rng.permutation(candidates)[:k * per_set].reshape(k, per_set)
-        chosen.sort(axis=1)
+        chosen = np.sort(rng.permutation(candidates)[:k * per_set].reshape(k, per_set), axis=1)
         draw = rng.random((k, per_set))
         random_ids = rng.integers(FIRST_REGULAR_ID, vocabulary_size, (k, per_set))
-        for s in range(k):
-            pos = chosen[s]
-            original = row[pos]
-            replaced = np.where(draw[s] < mask_token_rate, MASK_ID,
-                                np.where(draw[s] < mask_token_rate + random_token_rate,
-                                         random_ids[s], original))
-            inputs[b, s, pos] = replaced
-            positions[b, s, :per_set] = pos
-            targets[b, s, :per_set] = original
-            weights[b, s, :per_set] = 1.0
+        original = row[chosen]
+        inputs[b, np.arange(k)[:, None], chosen] = np.where(
+            draw < mask_token_rate, MASK_ID,
+            np.where(draw < mask_token_rate + random_token_rate, random_ids, original))
+        positions[b, :, :per_set] = chosen
+        targets[b, :, :per_set] = original
+        weights[b, :, :per_set] = 1.0
     return {"masked_token_ids": inputs, "masked_positions": positions,
             "masked_ids": targets, "masked_weights": weights}
 
@@ -216,13 +180,9 @@ def masked_elmo_batches(documents, batch_size, max_sequence_length, max_predicti
                         vocabulary_size, num_sets=1, mask_rate=0.15, mask_token_rate=0.8,
                         random_token_rate=0.1, seed=0, repeat=True, start_step=0,
                         reverse_half=True):
-    """Yields the batches of `masked_elmo_dataset` as NumPy dicts (see the module docstring).
-
-    Each dict holds the `mask_sets` arrays plus int32 `padding_mask`
-    `(batch, time)` and `reset` `(batch,)`. Step t of epoch e uses the plan
-    drawn from `(seed, e)` and masks drawn from `(seed, t)`; batches before
-    `start_step` are skipped without masking.
-    """
+    """Yields the batches of `masked_elmo_dataset` as NumPy dicts: step t of epoch e uses
+    the plan of `(seed, e)` and masks of `(seed, t)`; earlier steps than `start_step` are
+    skipped without masking."""
     lengths = [len(d) for d in documents]
     if not any(lengths):
         raise ValueError("No document has a token.")
@@ -256,15 +216,8 @@ def masked_elmo_dataset(documents, batch_size, max_sequence_length, max_predicti
                         vocabulary_size, num_sets=1, mask_rate=0.15, mask_token_rate=0.8,
                         random_token_rate=0.1, seed=0, repeat=True, start_step=0,
                         reverse_half=True, name="training"):
-    """`tf.data.Dataset` of Masked ELMo batches (`masked_elmo_batches` arguments).
-
-    Element spec: int32 `masked_token_ids` `(batch, K, n)`, `padding_mask`
-    `(batch, n)`, `masked_positions`, `masked_ids` `(batch, K, p)`, `reset`
-    `(batch,)` and float32 `masked_weights` `(batch, K, p)`, with K =
-    `num_sets`, n = `max_sequence_length`, p = `max_predictions_per_seq`.
-    Rows are streams: under `tf.distribute`, keep the split of the global
-    batch across replicas fixed (the default), so each replica always holds
-    the same streams.
+    """`tf.data.Dataset` of Masked ELMo batches (see the module docstring). Rows are
+    streams: under `tf.distribute`, keep the split of the global batch fixed (the default).
 
     Args:
         documents: the token-id documents (`tokenize_documents`).
@@ -276,24 +229,22 @@ def masked_elmo_dataset(documents, batch_size, max_sequence_length, max_predicti
         mask_rate: fraction of a row's maskable tokens masked in each set;
             `num_sets * mask_rate` must be in (0, 1].
         mask_token_rate: fraction of the masked positions replaced by `[MASK]`.
-        random_token_rate: fraction replaced by a random regular token (the
-            rest keep their token).
+        random_token_rate: fraction replaced by a random regular token (the rest stay).
         seed: seed of the document shuffles and the masks.
-        repeat: run epoch after epoch forever (training); False stops after
-            one epoch.
+        repeat: run epoch after epoch forever (training); False stops after one.
         start_step: skip the batches before this step (a resumed run).
-        reverse_half: walk the odd streams' windows in reverse order
-            (bidirectional TBPTT).
-        name: what the documents are, in the log line that counts them
-            (`"training"`, `"held-out"`).
+        reverse_half: walk the odd streams' windows in reverse order.
+        name: what the documents are, for the log (`"training"`, `"held-out"`).
 
     Returns:
-        The `tf.data.Dataset`, prefetched.
+        The prefetched `tf.data.Dataset` of dicts: int32 `masked_token_ids`
+        `(batch, K, n)` (each set's inputs), `masked_positions`, `masked_ids` and float32
+        `masked_weights` `(batch, K, p)` (K = `num_sets`), int32 `padding_mask`
+        `(batch, n)` and `reset` `(batch,)`.
 
     Raises:
-        ValueError: `batch_size`, `max_sequence_length`,
-            `max_predictions_per_seq` or `num_sets` is not a positive integer,
-            or `num_sets * mask_rate` is not in (0, 1].
+        ValueError: a size or `num_sets` is not positive, or `num_sets * mask_rate` is
+            not in (0, 1].
     """
     for argument, value in (("batch_size", batch_size),
                             ("max_sequence_length", max_sequence_length),
@@ -321,6 +272,5 @@ def masked_elmo_dataset(documents, batch_size, max_sequence_length, max_predicti
         lambda: masked_elmo_batches(
             documents, batch_size, n, p, vocabulary_size, k, mask_rate, mask_token_rate,
             random_token_rate, seed, repeat, start_step, reverse_half),
-        output_signature=signature,
-    )
+        output_signature=signature)
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -1,29 +1,19 @@
 """Masked-LM data for BERT: WordPiece vocabulary, packing, 80/10/10 masking (TensorFlow, tensorflow-text).
 
-* Vocabulary: text is split with BERT's basic tokenizer (whitespace as
-  `tfeff.data.words` defines it, punctuation, CJK characters; optional
-  lower-casing; a literal `<unk>` kept whole: `tfeff.data.wordpiece.BasicTokenizer`),
-  the words are counted
-  and `tensorflow_text`'s WordPiece learner builds the vocabulary (the tool
-  behind BERT's). Reserved ids: `<pad>` 0 (BERT's [PAD]), `<unk>` 1 ([UNK]),
-  `<s>` 2 ([CLS]), `</s>` 3 ([SEP]) and `[MASK]` 4.
-* Pipeline: `text.BertTokenizer` in `tf.data`; each chunk of consecutive
-  lines becomes one token stream cut into windows of
-  `max_sequence_length - 2` tokens (`- 3` with NSP), so sequences are packed
-  full and sentences continue across window boundaries; the last window of
-  a chunk may be shorter. Windows are shuffled and batched; each sequence is
-  `[CLS] window [SEP]`, or with NSP `[CLS] A [SEP] B [SEP]` where A and B are
-  the two halves of a window and, for half of the sequences, B is replaced
-  by the second half of another sequence of the batch (`nsp_labels` 1).
+* Vocabulary: tensorflow-text's WordPiece learner over the words of BERT's basic
+  tokenizer (`tfeff.data.wordpiece.BasicTokenizer`), `[MASK]` reserved as id 4.
+* Pipeline: each chunk of consecutive lines becomes one token stream cut into
+  windows of `max_sequence_length - 2` tokens (`- 3` with NSP), so sequences are
+  packed full; each is `[CLS] window [SEP]`, or with NSP `[CLS] A [SEP] B [SEP]`
+  (the window's halves; for half the sequences B is another row's, `nsp_labels` 1).
 * Masking: `ceil(mask_rate * n)` of a sequence's n non-special tokens (`<unk>`
-  is special here: an unknown word is never a target; at
-  most `max_predictions_per_seq`), each 80% `[MASK]`, 10% a random token,
-  10% unchanged by default (tensorflow-text's `RandomItemSelector` and
-  `MaskValuesChooser` semantics), drawn with stateless random ops keyed by
-  `(seed, batch index)`: the masks of batch i are the same whenever it is
-  produced, which exact resume needs.
+  counts as special: an unknown word is never a target; at most `max_predictions_per_seq`),
+  80/10/10 with tensorflow-text's `RandomItemSelector` and `MaskValuesChooser`
+  semantics, drawn with stateless ops keyed by `(seed, batch index)`, so the masks
+  of batch i are the same whenever it is produced (exact resume).
 """
 
+import itertools
 import logging
 
 import numpy as np
@@ -43,25 +33,17 @@ from tfeff.data.vocabulary import PAD_ID
 from tfeff.data.vocabulary import SEP_ID
 from tfeff.data.vocabulary import UNK_ID
 from tfeff.data.wordpiece import BasicTokenizer
+
 _LINES_PER_CHUNK = 256
 
 
 def basic_words(lines, lower_case=False, batch_size=1024):
     """Yields each line's words as BERT's basic tokenizer splits them, space-joined."""
     tokenizer = BasicTokenizer(lower_case=lower_case)
-    batch = []
-
-    def flush():
+    lines = iter(lines)
+    while batch := list(itertools.islice(lines, batch_size)):
         for words in tokenizer.tokenize(tf.constant(batch)).to_list():
             yield " ".join(w.decode("utf-8") for w in words)
-
-    for line in lines:
-        batch.append(line)
-        if len(batch) == batch_size:
-            yield from flush()
-            batch = []
-    if batch:
-        yield from flush()
 
 
 def learn_bert_vocabulary(patterns, vocabulary_size, path, lower_case=False,
@@ -71,7 +53,7 @@ def learn_bert_vocabulary(patterns, vocabulary_size, path, lower_case=False,
     Args:
         patterns: glob(s) of text files.
         vocabulary_size: target size (reserved tokens included).
-        path: output file (`token<TAB>count`, see `tfeff.data.Vocabulary`).
+        path: output file (a `tfeff.data.Vocabulary` file).
         lower_case: lower-case and strip accents first (uncased BERT).
         on_invalid_utf8: `"error"` (naming file and line), `"skip"`, `"replace"`.
         max_words_in_memory: bound on distinct words held while counting.
@@ -81,8 +63,7 @@ def learn_bert_vocabulary(patterns, vocabulary_size, path, lower_case=False,
     """
     words = vocabulary_lib.Vocabulary.build(
         basic_words(corpus.text_lines(patterns, on_invalid_utf8), lower_case),
-        max_words_in_memory=max_words_in_memory,
-    )
+        max_words_in_memory=max_words_in_memory)
     logging.info("Learning a BERT WordPiece vocabulary of about %d tokens from %d words",
                  vocabulary_size, len(words))
     return wordpiece_lib.learn_wordpiece_vocabulary(
@@ -94,8 +75,7 @@ def check_bert_vocabulary(vocabulary):
     if len(vocabulary.words) <= MASK_ID or vocabulary.words[MASK_ID] != MASK:
         raise ValueError(
             f"Not a BERT vocabulary: id {MASK_ID} must be {MASK} (learn it with "
-            "tfeff.data.learn_bert_vocabulary)."
-        )
+            "tfeff.data.learn_bert_vocabulary).")
 
 
 def bert_tokenizer(vocabulary_path, lower_case=False):
@@ -105,14 +85,12 @@ def bert_tokenizer(vocabulary_path, lower_case=False):
         table, suffix_indicator=wordpiece_lib.SUFFIX_INDICATOR,
         max_bytes_per_word=wordpiece_lib.MAX_BYTES_PER_WORD, token_out_type=tf.int64,
         unknown_token=vocabulary_lib.UNK, lower_case=lower_case,
-        basic_tokenizer_class=BasicTokenizer,
-    )
+        basic_tokenizer_class=BasicTokenizer)
 
 
 def _windows(lines, tokenizer, window):
     """One chunk of lines -> ragged token windows `(num_windows, <= window)`."""
-    tokens = tokenizer.tokenize(lines).merge_dims(1, 2)  # (lines, pieces)
-    stream = tokens.flat_values  # the chunk as one stream
+    stream = tokenizer.tokenize(lines).flat_values  # the chunk's pieces as one stream
     position = tf.range(tf.size(stream, out_type=tf.int64))
     windows = tf.RaggedTensor.from_value_rowids(stream, position // window)
     return tf.ragged.boolean_mask(windows, windows.row_lengths() >= 2)
@@ -120,23 +98,18 @@ def _windows(lines, tokenizer, window):
 
 def token_counts(patterns, vocabulary_path, lower_case=False, on_invalid_utf8="error",
                  max_tokens=None):
-    """How often each token id occurs in the tokenized text: the masked-LM targets' source.
-
-    The text is tokenized exactly as `mlm_dataset` does (the same tokenizer,
-    no `[CLS]`/`[SEP]`), in file order; with `max_tokens`, counting stops
-    after the chunk that reaches it.
+    """How often each token id occurs in the text, tokenized as `mlm_dataset` does (no
+    `[CLS]`/`[SEP]`), in file order; counting stops after the chunk that reaches `max_tokens`.
 
     Args:
         patterns: glob(s) of text files (see `tfeff.data.resolve_files`).
         vocabulary_path: a vocabulary from `learn_bert_vocabulary`.
         lower_case: as when the vocabulary was learned.
         on_invalid_utf8: `"error"`, `"skip"` or `"replace"`.
-        max_tokens: None (count everything), or the number of tokens after
-            which counting stops.
+        max_tokens: None (count everything), or when to stop.
 
     Returns:
-        `(counts, lines_read)`: int64 NumPy `(vocabulary_size,)` and the
-        number of lines counted.
+        `(counts, lines_read)`: int64 NumPy `(vocabulary_size,)` and the lines counted.
     """
     size = len(vocabulary_lib.Vocabulary.load(vocabulary_path))
     tokenizer = bert_tokenizer(vocabulary_path, lower_case)
@@ -148,8 +121,7 @@ def token_counts(patterns, vocabulary_path, lower_case=False, on_invalid_utf8="e
 
     ds = line_dataset(corpus.resolve_files(patterns), on_invalid_utf8).batch(_LINES_PER_CHUNK)
     ds = ds.map(count, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
-    counts = np.zeros(size, np.int64)
-    lines_read = 0
+    counts, lines_read = np.zeros(size, np.int64), 0
     for chunk, lines in ds:
         counts += chunk.numpy()
         lines_read += int(lines)
@@ -159,10 +131,7 @@ def token_counts(patterns, vocabulary_path, lower_case=False, on_invalid_utf8="e
 
 
 def _nsp_segments(windows, seed):
-    """Splits windows in halves; replaces half of the second halves by another row's.
-
-    `seed`: shape-[2] int seed of a stateless draw.
-    """
+    """Splits windows in halves; replaces half of the second halves by another row's."""
     positions = tf.ragged.range(windows.row_lengths())
     half = (windows.row_lengths() // 2)[:, None]
     first = tf.ragged.boolean_mask(windows, positions < half)
@@ -176,23 +145,16 @@ def _nsp_segments(windows, seed):
 
 def _select_and_mask(ids, seed, max_predictions_per_seq, vocabulary_size, mask_rate,
                      mask_token_rate, random_token_rate):
-    """BERT's masking with stateless draws: a function of `ids` and `seed` only.
-
-    Per row, `ceil(mask_rate * n)` (at most `max_predictions_per_seq`) of its n
-    maskable tokens (not `[PAD]`, `[CLS]`, `[SEP]`, nor `<unk>`: an unknown word is
-    never a target, as for the word-level models) are drawn without
-    replacement; each becomes `[MASK]`, a random id of `[0, vocabulary_size)` or
-    stays, with the given rates (tensorflow-text's `RandomItemSelector` and
-    `MaskValuesChooser` semantics, whose stateful draws a restored `tf.data`
-    iterator could not reproduce).
+    """BERT's masking (see the module docstring) with stateless draws, a function of
+    `ids` and `seed` only: tensorflow-text's stateful draws a restored `tf.data`
+    iterator could not reproduce.
 
     Returns:
-        `(masked_ids, positions, targets)`: dense `(batch, n)` ids, `(batch, p)`
+        `(masked_ids, positions, targets, valid)`: dense `(batch, n)` ids, `(batch, p)`
         sorted positions and their original ids, and the `(batch, p)` validity mask.
     """
     dense = ids.to_tensor(default_value=PAD_ID)
-    maskable = ((dense != PAD_ID) & (dense != CLS_ID) & (dense != SEP_ID)
-                & (dense != UNK_ID))
+    maskable = (dense != PAD_ID) & (dense != CLS_ID) & (dense != SEP_ID) & (dense != UNK_ID)
     maskable &= tf.sequence_mask(ids.row_lengths(), tf.shape(dense, out_type=tf.int64)[1])
     p = max_predictions_per_seq
     count = tf.reduce_sum(tf.cast(maskable, tf.float32), axis=1)
@@ -228,17 +190,14 @@ def mask_and_pack(segments, max_sequence_length, max_predictions_per_seq, vocabu
         max_sequence_length: padded length n (`[CLS]`/`[SEP]` included).
         max_predictions_per_seq: padded number p of masked positions.
         vocabulary_size: range of the random replacement tokens.
-        mask_rate: fraction of a sequence's non-special tokens selected for
-            prediction (`ceil(mask_rate * n)`, at most `max_predictions_per_seq`).
-        mask_token_rate: fraction of the selected tokens replaced by `[MASK]`.
-        random_token_rate: fraction replaced by a random id of
-            `[0, vocabulary_size)` (the rest keep their token).
+        mask_rate: as for `mlm_dataset`.
+        mask_token_rate: as for `mlm_dataset`.
+        random_token_rate: as for `mlm_dataset`.
         seed: shape-[2] int seed; the masks are a function of it and the ids.
 
     Returns:
         dict of int32 `token_ids`, `segment_ids`, `padding_mask` `(batch, n)`,
-        `masked_positions`, `masked_ids` `(batch, p)` and float32
-        `masked_weights` `(batch, p)` (0 at padding predictions).
+        `masked_positions`, `masked_ids` and float32 `masked_weights` `(batch, p)`.
     """
     ids, segment_ids = text.combine_segments(
         segments, start_of_sequence_id=CLS_ID, end_of_segment_id=SEP_ID)
@@ -246,13 +205,12 @@ def mask_and_pack(segments, max_sequence_length, max_predictions_per_seq, vocabu
         ids, seed, max_predictions_per_seq, vocabulary_size, mask_rate, mask_token_rate,
         random_token_rate)
     n = max_sequence_length
-    zero = tf.zeros_like(positions)
     masked = tf.RaggedTensor.from_tensor(masked, lengths=ids.row_lengths())
     return {
         "token_ids": tf.cast(masked.to_tensor(shape=[None, n]), tf.int32),
         "segment_ids": tf.cast(segment_ids.to_tensor(shape=[None, n]), tf.int32),
         "padding_mask": tf.cast(tf.ones_like(ids).to_tensor(shape=[None, n]), tf.int32),
-        "masked_positions": tf.cast(tf.where(valid, positions, zero), tf.int32),
+        "masked_positions": tf.cast(positions, tf.int32),  # already 0 where not valid
         "masked_ids": tf.cast(tf.where(valid, targets, tf.zeros_like(targets)), tf.int32),
         "masked_weights": tf.cast(valid, tf.float32),
     }
@@ -283,11 +241,11 @@ def mlm_dataset(
         batch_size: sequences per batch (global batch under tf.distribute).
         max_sequence_length: n, at least 8.
         max_predictions_per_seq: p, the most masked positions per sequence.
-        mask_rate: fraction of a sequence's non-special tokens selected for
-            prediction (`ceil(mask_rate * n)`, at most `max_predictions_per_seq`).
+        mask_rate: fraction of a sequence's n non-special tokens to predict:
+            `ceil(mask_rate * n)`, at most `max_predictions_per_seq`.
         mask_token_rate: fraction of the selected tokens replaced by `[MASK]`.
-        random_token_rate: fraction replaced by a random id of
-            `[0, vocabulary_size)` (the rest keep their token).
+        random_token_rate: fraction replaced by a random id of `[0, vocabulary_size)`
+            (the rest stay).
         lower_case: as when the vocabulary was learned.
         use_nsp: build sentence pairs and `nsp_labels`.
         shuffle_buffer: windows held for shuffling; 0 disables it.
@@ -297,21 +255,18 @@ def mlm_dataset(
         drop_remainder: drop a final smaller batch.
 
     Returns:
-        `tf.data.Dataset` of dicts (see `mask_and_pack`), plus `nsp_labels`
-        `(batch,)` with `use_nsp`.
+        `tf.data.Dataset` of `mask_and_pack` dicts, plus `nsp_labels` with `use_nsp`.
 
     Raises:
-        ValueError: `batch_size` is not positive, `max_sequence_length` is
-            below 8, `max_predictions_per_seq` is not in
-            `[1, max_sequence_length]`, or `on_invalid_utf8` is unknown (a
-            vocabulary without BERT's reserved tokens raises it too).
+        ValueError: `batch_size` is not positive, `max_sequence_length` is below 8,
+            `max_predictions_per_seq` is not in `[1, max_sequence_length]`,
+            `on_invalid_utf8` is unknown, or the vocabulary is not BERT's.
     """
     if batch_size <= 0:
         raise ValueError(f"`batch_size` must be positive. Received: batch_size={batch_size}")
     if max_sequence_length < 8:
-        raise ValueError(
-            f"`max_sequence_length` must be >= 8. Received: "
-            f"max_sequence_length={max_sequence_length}")
+        raise ValueError("`max_sequence_length` must be >= 8. Received: "
+                         f"max_sequence_length={max_sequence_length}")
     if not 0 < max_predictions_per_seq <= max_sequence_length:
         raise ValueError(
             "`max_predictions_per_seq` must be in [1, max_sequence_length]. Received: "
@@ -327,26 +282,20 @@ def mlm_dataset(
     ds = ds.batch(_LINES_PER_CHUNK)
     ds = ds.map(lambda lines: _windows(lines, tokenizer, window),
                 num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.unbatch()
-    ds = shuffle_and_repeat(ds, shuffle_buffer, seed, repeat)
+    ds = shuffle_and_repeat(ds.unbatch(), shuffle_buffer, seed, repeat)
     ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
-
     base_seed = 0 if seed is None else seed
 
     def finish(index, windows):
-        # Stateless draws keyed by (seed, batch index): a restored iterator, or a
-        # pipeline rebuilt and skipped to a position, masks exactly as before.
         keys = tf.random.experimental.stateless_split(
             tf.stack([tf.cast(base_seed, tf.int64), index]), 2)
         segments, labels = (_nsp_segments(windows, keys[0]) if use_nsp else ([windows], None))
         features = mask_and_pack(
             segments, max_sequence_length, max_predictions_per_seq, len(vocabulary),
-            mask_rate, mask_token_rate, random_token_rate, seed=keys[1],
-        )
+            mask_rate, mask_token_rate, random_token_rate, seed=keys[1])
         if use_nsp:
             features["nsp_labels"] = labels
         return features
 
-    ds = ds.enumerate()
-    ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.enumerate().map(finish, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -23,34 +23,26 @@ def lookup_table(vocabulary_path, default_value=vocabulary_lib.UNK_ID):
 
 
 def unknown_for_padding(ids):
-    """Maps the padding id to `<unk>` in (ragged) token ids of text.
-
-    A literal `<pad>` in a corpus is an unknown word, never padding (the
-    model masks id 0); a literal `<unk>` already maps to `<unk>`. Exported
-    embedders do the same, so training and serving see the same input.
-    """
+    """Maps the padding id to `<unk>` in (ragged) token ids of text: a literal `<pad>` is
+    an unknown word, never padding. Exported embedders do the same."""
     return tf.ragged.map_flat_values(
         lambda t: tf.where(tf.equal(t, vocabulary_lib.PAD_ID),
                            tf.constant(vocabulary_lib.UNK_ID, t.dtype), t), ids)
 
 
-# How much of a file shows its line-end convention.
-_SNIFF_BYTES = 1 << 20
+_SNIFF_BYTES = 1 << 20  # how much of a file shows its line-end convention
 
 
 def _ends_lines_with_lone_cr(path):
     """Whether `path` ends its lines with a lone `\\r` (classic Mac OS): more lone `\\r`
     than `\\n` in its first MiB (a stray `\\r` in a Unix file does not make it one)."""
     with tf.io.gfile.GFile(path, "rb") as f:
-        head = f.read(_SNIFF_BYTES)
-    if head.endswith(b"\r"):
-        head = head[:-1]
+        head = f.read(_SNIFF_BYTES).removesuffix(b"\r")
     return len(re.findall(rb"\r(?!\n)", head)) > head.count(b"\n")
 
 
 def _whole_file_lines(path):
-    """The lines of file `path` (a tensor), read whole when iterated (not before), split at
-    `\\r\\n`, `\\r` or `\\n`."""
+    """The lines of file `path` (a tensor), read whole when iterated, split at any line end."""
     def split(name):
         text = tf.strings.regex_replace(tf.io.read_file(name), "\r\n?", "\n")
         return tf.strings.split(text, "\n")
@@ -59,22 +51,15 @@ def _whole_file_lines(path):
 
 
 def line_dataset(file_list, on_invalid_utf8="error"):
-    """The non-blank lines of `file_list` (str paths), in order, as a `tf.data.Dataset`.
-
-    A line is blank when it holds no word (`tfeff.data.words`), as in `text_lines`. A line
-    ends at `\\n` or `\\r\\n`; a file whose lines end with a lone `\\r` (more of those than
-    `\\n` in its first MiB) is read whole and split at each of the three.
-
-    `on_invalid_utf8="skip"` drops lines that are not valid UTF-8 and
-    `"replace"` substitutes U+FFFD; `"error"` leaves them to fail later.
-    """
+    """The non-blank lines (as `text_lines`) of `file_list` (str paths), in order, as a
+    `tf.data.Dataset`. `on_invalid_utf8="skip"` drops lines that are not valid UTF-8,
+    `"replace"` substitutes U+FFFD, `"error"` leaves them to fail later."""
     ds = tf.data.Dataset.from_tensor_slices(file_list)
     read = tf.data.TextLineDataset
     lone_cr = [_ends_lines_with_lone_cr(path) for path in file_list]
     if any(lone_cr):
         # TextLineDataset ends lines at "\n" and deletes every "\r": a file whose lines end
-        # with a lone "\r" (classic Mac OS) is read whole and split as `files.raw_lines`
-        # splits it; the others as before.
+        # with a lone "\r" (classic Mac OS) is read whole and split as `files.raw_lines` does.
         def read(path, whole):
             return tf.data.Dataset.choose_from_datasets(
                 [tf.data.TextLineDataset(path), _whole_file_lines(path)],
@@ -88,33 +73,22 @@ def line_dataset(file_list, on_invalid_utf8="error"):
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
+
+    def replaced(line):
+        return tf.strings.unicode_transcode(line, "UTF-8", "UTF-8", errors="replace")
+
     if on_invalid_utf8 == "skip":
-        ds = ds.filter(
-            lambda line: tf.equal(
-                tf.strings.unicode_transcode(line, "UTF-8", "UTF-8", errors="replace"),
-                line,
-            )
-        )
+        ds = ds.filter(lambda line: tf.equal(replaced(line), line))
     elif on_invalid_utf8 == "replace":
-        ds = ds.map(
-            lambda line: tf.strings.unicode_transcode(
-                line, "UTF-8", "UTF-8", errors="replace"
-            )
-        )
-    ds = ds.filter(lambda line: tf.logical_not(words_lib.is_blank_tf(line)))
-    return ds
+        ds = ds.map(replaced)
+    return ds.filter(lambda line: tf.logical_not(words_lib.is_blank_tf(line)))
 
 
 def shuffle_and_repeat(ds, shuffle_buffer, seed, repeat):
     """Block-shuffles 1-D elements (`shuffle_buffer` per block; 0: no shuffle), repeats.
-
-    Each block of `shuffle_buffer` consecutive elements is permuted by a
-    stateless draw keyed by `(seed, epoch, block)`, so each epoch's order is a
-    function of the seed alone, not of how many iterators the dataset has had
-    (`Dataset.shuffle` reshuffles for every new iterator, and Keras may open
-    one to peek at a batch): a pipeline rebuilt for a resume, or on another
-    worker, replays exactly the same order.
-    """
+    Each block is permuted by a stateless draw keyed by `(seed, epoch, block)`: unlike
+    `Dataset.shuffle`, which reshuffles per iterator (Keras may open one to peek), a
+    pipeline rebuilt for a resume replays exactly the same order."""
     if not shuffle_buffer:
         return ds.repeat() if repeat else ds
     base_seed = tf.constant(0 if seed is None else seed, tf.int64)
@@ -128,6 +102,4 @@ def shuffle_and_repeat(ds, shuffle_buffer, seed, repeat):
 
         return ds.ragged_batch(shuffle_buffer).enumerate().map(permute).unbatch()
 
-    if not repeat:
-        return epoch(tf.constant(0, tf.int64))
-    return tf.data.Dataset.counter().flat_map(epoch)
+    return tf.data.Dataset.counter().flat_map(epoch) if repeat else epoch(tf.constant(0, tf.int64))

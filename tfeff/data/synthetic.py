@@ -1,21 +1,16 @@
 """A seeded generator of sentences with real structure, for demos and tests.
 
-The language is made up but not random noise: there is something for a
-language model to learn, and a held-out split to measure it on.
+The language is made up but not random noise: there is something for a language
+model to learn, and a held-out split to measure it on.
 
-* A lexicon of invented words with a Zipf-distributed frequency: nouns
-  (animate or inanimate), transitive and intransitive verbs, adjectives,
-  adverbs, names, prepositions. Word forms are built from syllables with
-  regular morphology (plural `-s`/`-es`, third-person `-s`, adjective
-  suffixes, adverbs in `-ly`), so subword vectors carry information and rare
-  words are recognizable by their shape.
-* Agreement: determiners agree with their noun in number, verbs with their
-  subject.
+* A Zipf-distributed lexicon of invented nouns (animate or inanimate), verbs
+  (transitive or not), adjectives, adverbs, names and prepositions, with regular
+  morphology (`-s`/`-es`, `-ly`, adjective suffixes), so subword vectors carry
+  information; its long tail makes many words rare or held-out only.
+* Agreement: determiners with their noun in number, verbs with their subject.
 * Selection: each transitive verb takes either animate or inanimate objects.
-* Long-range dependencies: object relative clauses put a whole clause
-  between a subject and its verb ("the dogs that a farmer feeds run").
-* Rare words: the long Zipf tail makes many words appear a few times or only
-  in the held-out split.
+* Long-range dependencies: object relative clauses put a whole clause between a
+  subject and its verb ("the dogs that a farmer feeds run").
 """
 
 import numpy as np
@@ -38,8 +33,7 @@ _PARAGRAPH_STREAM = 3
 
 
 def _zipf(n):
-    ranks = np.arange(n, dtype=np.float64)
-    weights = 1.0 / (ranks + _ZIPF_SHIFT) ** _ZIPF_EXPONENT
+    weights = 1.0 / (np.arange(n, dtype=np.float64) + _ZIPF_SHIFT) ** _ZIPF_EXPONENT
     return weights / weights.sum()
 
 
@@ -60,19 +54,13 @@ class _Lexicon:
         self.verb_transitive[:2] = (True, False)
         self.verb_object_animate = rng.random(n_verbs) < 0.5
         self.verb_subject_animate = rng.random(n_verbs) < 0.7
-        self.adjectives = [
-            self._stem(rng) + _ADJ_SUFFIXES[rng.integers(len(_ADJ_SUFFIXES))]
-            for _ in range(n_adjectives)
-        ]
+        self.adjectives = [self._stem(rng) + _ADJ_SUFFIXES[rng.integers(len(_ADJ_SUFFIXES))]
+                           for _ in range(n_adjectives)]
         self.adverbs = [self._stem(rng) + "ly" for _ in range(n_adverbs)]
         self.names = [self._stem(rng).capitalize() for _ in range(n_names)]
-        animate = np.flatnonzero(self.noun_animate)
-        inanimate = np.flatnonzero(~self.noun_animate)
-        self.nouns_by_animacy = {True: animate, False: inanimate}
+        self.nouns_by_animacy = {a: np.flatnonzero(self.noun_animate == a) for a in (True, False)}
         self.noun_p = {k: _zipf(len(v)) for k, v in self.nouns_by_animacy.items()}
-        trans = np.flatnonzero(self.verb_transitive)
-        intrans = np.flatnonzero(~self.verb_transitive)
-        self.verbs_by_kind = {True: trans, False: intrans}
+        self.verbs_by_kind = {t: np.flatnonzero(self.verb_transitive == t) for t in (True, False)}
         self.verb_p = {k: _zipf(len(v)) for k, v in self.verbs_by_kind.items()}
         self.adjective_p = _zipf(n_adjectives)
         self.adverb_p = _zipf(n_adverbs)
@@ -81,12 +69,9 @@ class _Lexicon:
     def _stem(self, rng):
         while True:
             syllables = 1 + rng.choice(3, p=(0.3, 0.5, 0.2))
-            stem = "".join(
-                _ONSETS[rng.integers(len(_ONSETS))]
-                + _VOWELS[rng.integers(len(_VOWELS))]
-                + _CODAS[rng.integers(len(_CODAS))]
-                for _ in range(syllables)
-            )
+            stem = "".join(_ONSETS[rng.integers(len(_ONSETS))]
+                           + _VOWELS[rng.integers(len(_VOWELS))]
+                           + _CODAS[rng.integers(len(_CODAS))] for _ in range(syllables))
             if stem not in self._seen and len(stem) > 2:
                 self._seen.add(stem)
                 return stem
@@ -100,13 +85,9 @@ class _Lexicon:
 
 
 class _Sampler:
-    """Draws sentences as tagged tokens `(word, pos, role)`.
-
-    `role` is the token's function in its clause (see `TASK_ROLES`); `None`
-    inside a noun phrase means "the role of the phrase", filled in by the
-    caller. Tagging never draws random numbers, so the sentences are the same
-    whether or not the tags are kept.
-    """
+    """Draws sentences as tagged tokens `(word, pos, role)`; a `None` role inside a noun
+    phrase is the phrase's, filled in by the caller. Tagging draws no random numbers,
+    so the sentences are the same whether or not the tags are kept."""
 
     def __init__(self, lexicon, rng):
         self.lex = lexicon
@@ -124,15 +105,13 @@ class _Sampler:
             tokens = [[str(rng.choice(_DET_PLURAL if plural else _DET_SINGULAR)), "DET", None]]
             while rng.random() < 0.3 and len(tokens) < 3:
                 tokens.append([self._pick(lex.adjectives, lex.adjective_p), "ADJ", None])
-            idx = self._pick(lex.nouns_by_animacy[animate], lex.noun_p[animate])
-            noun = lex.nouns[idx]
+            noun = lex.nouns[self._pick(lex.nouns_by_animacy[animate], lex.noun_p[animate])]
             tokens.append([lex.plural(noun) if plural else noun, "NOUN", None])
         if allow_relative and rng.random() < 0.2:
             tokens += self.relative_clause(object_animate=animate)
         if rng.random() < 0.1:
             pp = [[str(rng.choice(_PREPOSITIONS)), "ADP", None]] + self.noun_phrase(
-                rng.random() < 0.4, rng.random() < 0.3, allow_relative=False
-            )
+                rng.random() < 0.4, rng.random() < 0.3, allow_relative=False)
             tokens += _with_role(pp, "PREP")
         return tokens
 
@@ -145,8 +124,7 @@ class _Sampler:
         verb = candidates[rng.integers(len(candidates))]
         subj_plural = rng.random() < 0.4
         subject = self.noun_phrase(
-            subj_plural, bool(lex.verb_subject_animate[verb]), allow_relative=False
-        )
+            subj_plural, bool(lex.verb_subject_animate[verb]), allow_relative=False)
         return _with_role([["that", "PRON", None]] + subject
                           + [[self.verb_form(verb, subj_plural), "VERB", None]], "REL")
 
@@ -164,9 +142,8 @@ class _Sampler:
         main_verb = (len(tokens), verb, plural)
         tokens.append([self.verb_form(verb, plural), "VERB", "VERB"])
         if transitive:
-            tokens += _with_role(self.noun_phrase(
-                rng.random() < 0.4, bool(lex.verb_object_animate[verb])
-            ), "OBJ")
+            tokens += _with_role(
+                self.noun_phrase(rng.random() < 0.4, bool(lex.verb_object_animate[verb])), "OBJ")
         elif rng.random() < 0.4:
             tokens.append([self._pick(lex.adverbs, lex.adverb_p), "ADV", "ADV"])
         return tokens, main_verb
@@ -198,35 +175,28 @@ def synthetic_corpus(num_sentences, seed=0, split="train", lexicon_size=3000):
     Args:
         num_sentences: non-negative int.
         seed: the language and its sentences are a function of this seed.
-        split: `"train"` or `"heldout"`: the same language (lexicon and
-            grammar), independent sentence streams.
-        lexicon_size: number of content words (nouns, verbs, adjectives,
-            adverbs, names).
+        split: `"train"` or `"heldout"`: the same language, independent sentences.
+        lexicon_size: number of content words (nouns, verbs, adjectives, adverbs, names).
 
     Yields:
         str sentences.
 
     Raises:
-        ValueError: `num_sentences` is not a non-negative integer,
-            `lexicon_size` is not an integer in [20, 1,000,000], or `split` is unknown
-            (raised when iteration starts: this is a generator).
+        ValueError: `num_sentences` is not a non-negative integer, `lexicon_size` is
+            not an integer in [20, 1,000,000], or `split` is unknown (when iteration starts).
     """
     if not isinstance(num_sentences, int) or num_sentences < 0:
         raise ValueError(
             "Received an invalid value for `num_sentences`, expected a non-negative "
-            f"integer. Received: num_sentences={num_sentences}"
-        )
+            f"integer. Received: num_sentences={num_sentences}")
     if not isinstance(lexicon_size, int) or not 20 <= lexicon_size <= MAX_LEXICON_SIZE:
         raise ValueError(
             "Received an invalid value for `lexicon_size`, expected an integer in "
             f"[20, {MAX_LEXICON_SIZE:,}] (the lexicon is made before the first sentence). "
-            f"Received: lexicon_size={lexicon_size}"
-        )
+            f"Received: lexicon_size={lexicon_size}")
     if split not in _SPLITS:
-        raise ValueError(
-            f"Received an invalid value for `split`, expected one of {tuple(_SPLITS)}. "
-            f"Received: split={split!r}"
-        )
+        raise ValueError(f"Received an invalid value for `split`, expected one of "
+                         f"{tuple(_SPLITS)}. Received: split={split!r}")
     lexicon = _Lexicon(seed, lexicon_size)
     sampler = _Sampler(lexicon, np.random.default_rng([seed, _SPLITS[split]]))
     for _ in range(num_sentences):
@@ -235,22 +205,17 @@ def synthetic_corpus(num_sentences, seed=0, split="train", lexicon_size=3000):
 
 def write_synthetic_corpus(directory, num_train, num_heldout, seed=0, lexicon_size=3000,
                            paragraph_sentences=0):
-    """Writes `train.txt` and `heldout.txt` under `directory` (atomically).
-
-    With `paragraph_sentences` > 0 the sentences are grouped into paragraphs
-    (documents) of 1 to `2 * paragraph_sentences - 1` sentences (uniform,
-    seeded), separated by blank lines; readers of lines skip blank lines, so
-    only paragraph-aware readers (`tfeff.data.corpus.paragraphs`) see them.
+    """Writes `train.txt` and `heldout.txt` under `directory` (atomically), with
+    `paragraph_sentences` > 0 in paragraphs of 1 to `2 * paragraph_sentences - 1`
+    sentences (uniform, seeded) separated by blank lines.
 
     Args:
         directory: where the two files are written.
-        num_train: sentences of `train.txt` (the `"train"` split of
-            `synthetic_corpus`).
+        num_train: sentences of `train.txt` (the `"train"` split of `synthetic_corpus`).
         num_heldout: sentences of `heldout.txt` (the `"heldout"` split).
         seed: the language and its sentences are a function of this seed.
         lexicon_size: number of content words, as for `synthetic_corpus`.
-        paragraph_sentences: mean sentences per paragraph; 0 writes no
-            paragraph breaks.
+        paragraph_sentences: mean sentences per paragraph; 0 writes no breaks.
 
     Returns:
         `(train_path, heldout_path)`.
@@ -259,21 +224,16 @@ def write_synthetic_corpus(directory, num_train, num_heldout, seed=0, lexicon_si
 
     tf_paths = []
     for split, count in (("train", num_train), ("heldout", num_heldout)):
-        path = f"{directory}/{split}.txt"
-        lines = list(synthetic_corpus(count, seed=seed, split=split,
-                                      lexicon_size=lexicon_size))
+        lines = list(synthetic_corpus(count, seed, split, lexicon_size))
         text = [line + "\n" for line in lines]
         if paragraph_sentences > 0:
             rng = np.random.default_rng([seed, _PARAGRAPH_STREAM, _SPLITS[split]])
-            end = 0
-            ends = []
+            end = int(rng.integers(1, 2 * paragraph_sentences))
             while end < len(lines):
+                text[end - 1] += "\n"
                 end += int(rng.integers(1, 2 * paragraph_sentences))
-                ends.append(min(end, len(lines)))
-            for e in ends[:-1]:
-                text[e - 1] += "\n"
-        files.write_text_atomic(path, "".join(text))
-        tf_paths.append(path)
+        tf_paths.append(f"{directory}/{split}.txt")
+        files.write_text_atomic(tf_paths[-1], "".join(text))
     return tuple(tf_paths)
 
 
@@ -285,29 +245,20 @@ _CORRUPTION_STREAM = 20
 
 
 def synthetic_tasks(directory, num_train, num_test, seed=0, lexicon_size=3000):
-    """Writes labeled tasks in the language of `synthetic_corpus(..., seed, lexicon_size)`.
+    """Writes labeled tasks in the language of `synthetic_corpus(..., seed, lexicon_size)`,
+    from sentences of their own random streams.
 
-    Sentences come from their own random streams (not the LM's train or
-    held-out sentences); the language (lexicon and grammar) is the same.
-
-    * `tagging_{train,test}.conll`: one token per line, `word<TAB>pos<TAB>role`,
-      a blank line after each sentence. `pos` (`TASK_POS`) mostly follows from
-      the word itself; `role` (`TASK_ROLES`: main-clause subject, verb, object
-      or adverb, relative clause, prepositional phrase, conjunction,
-      punctuation) needs context: the same noun is `SUBJ`, `OBJ`, `REL` or
-      `PREP` depending on where it stands.
-    * `agreement_{train,test}.tsv`: `label<TAB>sentence`. Label 1 (half the
-      sentences): the first main verb was given the other number, so it no
-      longer agrees with its subject, which may be several words away across
-      a relative clause ("the dogs that a farmer feeds runs"); label 0: the
-      sentence as generated.
+    * `tagging_{train,test}.conll`: `word<TAB>pos<TAB>role` lines, a blank line after
+      each sentence; `role` (`TASK_ROLES`), unlike `pos` (`TASK_POS`), needs context.
+    * `agreement_{train,test}.tsv`: `label<TAB>sentence`; label 1 (half the sentences):
+      the first main verb no longer agrees with its subject ("the dogs that a farmer
+      feeds runs").
 
     Args:
         directory: where the four files are written.
         num_train: sentences of each task's training file, a positive int.
         num_test: sentences of each task's test file, a positive int.
-        seed: the seed of the language (as given to `synthetic_corpus`) and
-            of the task sentences.
+        seed: the seed of the language (as for `synthetic_corpus`) and of the sentences.
         lexicon_size: number of content words, as for `synthetic_corpus`.
 
     Returns:
@@ -338,7 +289,6 @@ def synthetic_tasks(directory, num_train, num_test, seed=0, lexicon_size=3000):
                 words[index] = sampler.verb_form(verb, not plural)
             tsv.append(f"{label}\t{' '.join(words)}\n")
         for task, ext, lines in (("tagging", "conll", conll), ("agreement", "tsv", tsv)):
-            path = f"{directory}/{task}_{split}.{ext}"
-            files.write_text_atomic(path, "".join(lines))
-            out[task].append(path)
+            out[task].append(f"{directory}/{task}_{split}.{ext}")
+            files.write_text_atomic(out[task][-1], "".join(lines))
     return {k: tuple(v) for k, v in out.items()}

@@ -1,13 +1,8 @@
 """The `<unk>` rate of the training text under its vocabulary, checked before training.
 
-A vocabulary learned from the training files covers nearly all of their
-words (every one with `data.min_count: 1`). When most training tokens are
-`<unk>` all the same, the model would learn little more than to predict
-`<unk>`: text and vocabulary do not match (a vocabulary kept from another
-corpus or from other settings, text not split into words by spaces, words
-too long for WordPiece). `check_unknown_rate` measures the rate on the first
-lines of every training file, read and tokenized exactly as the training
-pipelines do, and stops the run before anything else is made.
+When most training tokens are `<unk>` (a vocabulary of another corpus or settings,
+text not split into words by spaces), the model would learn little more than to
+predict `<unk>`: `check_unknown_rate` stops such a run before anything else is made.
 """
 
 import tensorflow as tf
@@ -22,9 +17,8 @@ from tfeff.data.pipeline import lookup_table
 
 MAX_UNKNOWN_RATE = 0.5
 SAMPLE_LINES = 2000
-# A file is judged on its own from this many sampled tokens (fewer: only in the total,
-# so a short shard of rarer words does not stop a run), and at most this many files,
-# spread over the sorted list, are read (a corpus of thousands of shards starts fast).
+# A file is judged on its own from this many sampled tokens (a short shard of rarer words
+# counts only in the total), and at most this many files, spread over the list, are read.
 MIN_FILE_TOKENS = 1000
 MAX_FILES = 32
 # "word": word-level ELMo; "wordpiece": ELMo-Sub; "bert": BERT and Masked ELMo.
@@ -42,22 +36,16 @@ def _token_ids(tokenization, vocabulary_path, lower_case):
     if tokenization == "bert":
         tokenizer = bert_tokenizer(vocabulary_path, lower_case)
         return lambda lines: tokenizer.tokenize(lines).flat_values
-    if tokenization == "wordpiece":
-        table = lookup_table(vocabulary_path, default_value=-1)
-        tokenizer = wordpiece_lib.wordpiece_tokenizer(table)
-        return lambda lines: line_token_ids(lines, table, tokenizer).flat_values
-    table = lookup_table(vocabulary_path)
-    return lambda lines: line_token_ids(lines, table).flat_values
+    wordpiece = tokenization == "wordpiece"
+    table = lookup_table(vocabulary_path, -1 if wordpiece else vocabulary_lib.UNK_ID)
+    tokenizer = wordpiece_lib.wordpiece_tokenizer(table) if wordpiece else None
+    return lambda lines: line_token_ids(lines, table, tokenizer).flat_values
 
 
 def unknown_rate(path, vocabulary_path, tokenization="word", lower_case=False,
                  on_invalid_utf8="error", max_lines=SAMPLE_LINES):
-    """`(unknown tokens, tokens, lines)` of the first `max_lines` non-blank lines of `path`.
-
-    Lines are read as the training pipeline reads them and tokenized by its
-    tokenizer over the vocabulary file (`tokenization`: one of `TOKENIZATIONS`;
-    `lower_case`: BERT's basic tokenizer's).
-    """
+    """`(unknown tokens, tokens, lines)` of the first `max_lines` non-blank lines of `path`,
+    read and tokenized (`tokenization`: one of `TOKENIZATIONS`) as the pipeline does."""
     token_ids = _token_ids(tokenization, vocabulary_path, lower_case)
     return _counts(path, token_ids, on_invalid_utf8, max_lines)
 
@@ -75,25 +63,19 @@ def _counts(path, token_ids, on_invalid_utf8, max_lines):
 def check_unknown_rate(patterns, vocabulary_path, tokenization="word", lower_case=False,
                        on_invalid_utf8="error", max_rate=MAX_UNKNOWN_RATE,
                        max_lines=SAMPLE_LINES, learned=False):
-    """Stops a run whose training tokens would mostly be `<unk>`.
-
-    It raises `CorpusError` when the rate of unknown tokens of a file with at
-    least `MIN_FILE_TOKENS` sampled tokens, or of all sampled files together,
-    is above `max_rate`; the message names the file (the worst one), the rate
-    and the vocabulary.
+    """Stops a run whose training tokens would mostly be `<unk>`: `CorpusError` naming the
+    (worst) file, the rate and the vocabulary when the rate of a file with at least
+    `MIN_FILE_TOKENS` sampled tokens, or of all sampled files together, is above `max_rate`.
 
     Args:
         patterns: the training files (globs, as `resolve_files`).
         vocabulary_path: the vocabulary the training pipeline reads.
-        tokenization: `"word"`, `"wordpiece"` (ELMo-Sub) or `"bert"` (BERT's
-            basic tokenizer and WordPiece: BERT, Masked ELMo).
+        tokenization: `"word"`, `"wordpiece"` (ELMo-Sub) or `"bert"` (BERT, Masked ELMo).
         lower_case: the BERT tokenizer's lower-casing.
         on_invalid_utf8: as for the pipeline.
         max_rate: the highest accepted rate of unknown tokens in a file.
         max_lines: lines read from the start of each file.
-        learned: the vocabulary was learned from `patterns` by this run. It is
-            then removed when the check fails, so that the next run learns it
-            again instead of reusing it.
+        learned: this run learned the vocabulary: a failed check removes it again.
     """
     token_ids = _token_ids(tokenization, vocabulary_path, lower_case)
     paths = corpus.resolve_files(patterns)

@@ -12,8 +12,7 @@ from tfeff.data import words as words_lib
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIALS = (PAD, UNK, BOS, EOS)
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
-# Masked-LM vocabularies (BERT, Masked ELMo) reserve one more id, and read the
-# sentence boundaries as BERT's [CLS] and [SEP].
+# Masked-LM vocabularies reserve one more id; the boundaries are BERT's [CLS] and [SEP].
 MASK = "[MASK]"
 MASK_ID = len(SPECIALS)
 CLS_ID = BOS_ID
@@ -31,9 +30,8 @@ def _warn_about_unicode_forms(counter):
     spelled = [words for words in forms.values() if len(words) > 1]
     if not spelled:
         return
-    example = sorted(spelled[0])
-    shown = " and ".join(
-        f"{w!r} ({' '.join(f'U+{ord(c):04X}' for c in w if not c.isascii())})" for w in example)
+    shown = " and ".join(f"{w!r} ({' '.join(f'U+{ord(c):04X}' for c in w if not c.isascii())})"
+                         for w in sorted(spelled[0]))
     logging.warning(
         "The text spells %d word(s) in more than one Unicode normalization form, e.g. %s: "
         "words are taken byte for byte, so these count as different words, with vectors "
@@ -42,31 +40,21 @@ def _warn_about_unicode_forms(counter):
 
 
 class Vocabulary:
-    """Words in id order with their corpus counts.
+    """Words in id order with their corpus counts; its file holds `word<TAB>count` lines.
 
-    Ids 0-3 are reserved: `<pad>` (0, padding), `<unk>` (1, any word outside
-    the vocabulary), `<s>` and `</s>` (2, 3, sentence boundaries). Corpus
-    words follow by decreasing count, ties broken alphabetically, so a
-    vocabulary is a deterministic function of the corpus.
-
-    Continuous outputs need no truncation: every word keeps its own fastText
-    vector, however rare. `min_count` exists for the softmax baselines.
-
-    The file format is one `word<TAB>count` per line, in id order.
+    Ids 0-3 are reserved (`SPECIALS`: padding, unknown words, sentence boundaries);
+    corpus words follow by decreasing count, ties broken alphabetically.
 
     Args:
-        words: the words in id order, starting with the reserved ones
-            (`SPECIALS`).
+        words: the words in id order, starting with `SPECIALS`.
         counts: their corpus counts, one per word.
 
     Raises:
-        ValueError: `words` and `counts` differ in length, `words` does not
-            start with the reserved words, or a word appears twice.
+        ValueError: the lengths differ, `SPECIALS` do not come first, or a word repeats.
     """
 
     def __init__(self, words, counts):
-        words = list(words)
-        counts = [int(c) for c in counts]
+        words, counts = list(words), [int(c) for c in counts]
         if len(words) != len(counts):
             raise ValueError("`words` and `counts` must have the same length.")
         if tuple(words[: len(SPECIALS)]) != SPECIALS:
@@ -74,21 +62,17 @@ class Vocabulary:
         if len(set(words)) != len(words):
             dup = next(w for w, c in collections.Counter(words).items() if c > 1)
             raise ValueError(f"Duplicate word in vocabulary: {dup!r}")
-        self.words = words
-        self.counts = counts
+        self.words, self.counts = words, counts
         self._index = {w: i for i, w in enumerate(words)}
 
     @classmethod
     def build(cls, lines, min_count=1, max_words_in_memory=10_000_000):
         """Counts the words (`tfeff.data.words.split`) of `lines` in one streaming pass.
 
-        Words are taken byte for byte, without Unicode normalization: `café` with
-        U+00E9 (NFC) and with `e` + U+0301 (NFD) are two words. When the text holds
-        a word in more than one such form, a warning says how many and shows one.
-
-        Memory is bounded: when more than `max_words_in_memory` distinct words
-        are held, the rarest are pruned with a rising threshold (as fastText
-        does), so counts of very rare words in huge corpora are lower bounds.
+        Words are taken byte for byte; a warning shows a word spelled in two Unicode
+        normalization forms. Beyond `max_words_in_memory` distinct words the rarest
+        are pruned with a rising threshold (as fastText does), so counts of very rare
+        words in huge corpora are lower bounds.
 
         Args:
             lines: iterable of str sentences (see `tfeff.data.text_lines`).
@@ -98,13 +82,10 @@ class Vocabulary:
         if min_count < 1:
             raise ValueError(f"`min_count` must be >= 1. Received: min_count={min_count}")
         if max_words_in_memory < 1:
-            raise ValueError(
-                "`max_words_in_memory` must be positive. "
-                f"Received: max_words_in_memory={max_words_in_memory}"
-            )
+            raise ValueError("`max_words_in_memory` must be positive. "
+                             f"Received: max_words_in_memory={max_words_in_memory}")
         counter = collections.Counter()
-        sentences = 0
-        threshold = 1
+        sentences, threshold = 0, 1
         for line in lines:
             counter.update(words_lib.split(line))
             sentences += 1
@@ -112,29 +93,21 @@ class Vocabulary:
                 while len(counter) > 0.75 * max_words_in_memory:
                     threshold += 1
                     counter = collections.Counter(
-                        {w: c for w, c in counter.items() if c >= threshold}
-                    )
-                logging.warning(
-                    "Vocabulary count pruned words seen fewer than %d times to stay "
-                    "within max_words_in_memory=%d.", threshold, max_words_in_memory,
-                )
+                        {w: c for w, c in counter.items() if c >= threshold})
+                logging.warning("Vocabulary count pruned words seen fewer than %d times to "
+                                "stay within max_words_in_memory=%d.", threshold,
+                                max_words_in_memory)
         for special in SPECIALS:
             counter.pop(special, None)
         _warn_about_unicode_forms(counter)
-        kept = sorted(
-            ((w, c) for w, c in counter.items() if c >= min_count),
-            key=lambda wc: (-wc[1], wc[0]),
-        )
-        words = list(SPECIALS) + [w for w, _ in kept]
-        counts = [0, 0, sentences, sentences] + [c for _, c in kept]
-        return cls(words, counts)
+        kept = sorted(((w, c) for w, c in counter.items() if c >= min_count),
+                      key=lambda wc: (-wc[1], wc[0]))
+        return cls(list(SPECIALS) + [w for w, _ in kept],
+                   [0, 0, sentences, sentences] + [c for _, c in kept])
 
     def with_extra_words(self, lines):
-        """A copy with the unseen words of `lines` appended with count 0.
-
-        Used for held-out text: with continuous outputs every word has a
-        (subword) vector, so held-out words can be targets too.
-        """
+        """A copy with the unseen words of `lines` appended with count 0 (held-out words:
+        with continuous outputs every word has a subword vector, so it can be a target)."""
         extra = sorted({w for line in lines for w in words_lib.split(line)} - set(self.words))
         return Vocabulary(self.words + extra, self.counts + [0] * len(extra))
 
@@ -145,13 +118,11 @@ class Vocabulary:
         with tf.io.gfile.GFile(path, "rb") as f:
             for number, raw in enumerate(f, start=1):
                 try:
-                    line = raw.decode("utf-8").rstrip("\n")
-                    word, count = line.split("\t")
+                    word, count = raw.decode("utf-8").rstrip("\n").split("\t")
                     counts.append(int(count))
                 except (UnicodeDecodeError, ValueError) as e:
-                    raise ValueError(
-                        f"{path}:{number}: expected `word<TAB>count`, got {raw[:80]!r}"
-                    ) from e
+                    raise ValueError(f"{path}:{number}: expected `word<TAB>count`, got "
+                                     f"{raw[:80]!r}") from e
                 words.append(word)
         try:
             return cls(words, counts)
@@ -164,8 +135,7 @@ class Vocabulary:
             if "\t" in word or "\n" in word:
                 raise ValueError(f"Word {word!r} contains a tab or newline.")
         files.write_text_atomic(
-            path, "".join(f"{w}\t{c}\n" for w, c in zip(self.words, self.counts))
-        )
+            path, "".join(f"{w}\t{c}\n" for w, c in zip(self.words, self.counts)))
 
     def __len__(self):
         return len(self.words)

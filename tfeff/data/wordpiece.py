@@ -1,11 +1,8 @@
 """WordPiece vocabularies for the subword LM (tensorflow-text's learner and tokenizer).
 
-The vocabulary is learned from the corpus' word counts with
-`tensorflow_text.tools.wordpiece_vocab` (the tool behind BERT's vocabularies)
-and stored as a `tfeff.data.Vocabulary` file: the reserved tokens first, then
-subwords by decreasing corpus frequency (what adaptive softmax and
-log-uniform sampling need). Continuation pieces carry BERT's `##` prefix.
-Words are split as the word-level pipeline does (`tfeff.data.words`).
+Learned from the corpus' word counts and stored as a `tfeff.data.Vocabulary` file:
+reserved tokens, then subwords by decreasing corpus frequency (what adaptive softmax
+and log-uniform sampling need), continuation pieces with BERT's `##` prefix.
 """
 
 import collections
@@ -14,35 +11,24 @@ import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as text
-from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
-
 from tensorflow_text.python.ops import bert_tokenizer as text_bert
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.data import words as words_lib
 
 SUFFIX_INDICATOR = "##"
 MAX_BYTES_PER_WORD = 100
-# A literal `<unk>` in the text stands for this character while the basic tokenizer
-# runs (a private-use code point, kept whole; with its two spaces, as many UTF-8 bytes
-# as `<unk>`, so offsets do not move).
+# What a literal `<unk>` stands as while the basic tokenizer runs: a private-use code point,
+# kept whole; with its two spaces as many UTF-8 bytes as `<unk>`, so offsets do not move.
 _UNK_STANDIN = "\ue000"
 
 
 class BasicTokenizer(text_bert.BasicTokenizer):
-    """BERT's basic tokenizer, on text whose whitespace is normalized first, that
-    keeps a literal `<unk>` whole.
-
-    tensorflow-text's tokenizer splits at ASCII whitespace only (a no-break
-    space stays inside a word); every WordPiece tokenizer of tfeff maps each
-    `tfeff.data.words.WHITESPACE` character to a space first, so words end
-    where they end for the word-level models. It would also split `<unk>` at its
-    punctuation into `<`, `unk`, `>`; here a literal `<unk>`, even inside a word
-    (`a<unk>b` is `a`, `<unk>`, `b`), is the word `<unk>`, which WordPiece maps to
-    the unknown id as the word-level vocabularies do. (The private-use character
-    U+E000, which stands for it meanwhile, is read as `<unk>` too.) Offsets refer
-    to the normalized text, a `<unk>`'s to its five bytes.
-    """
+    """BERT's basic tokenizer on text whose whitespace is normalized first
+    (`tfeff.data.words`: tensorflow-text's splits at ASCII whitespace only), keeping a
+    literal `<unk>`, even inside a word (`a<unk>b` is `a`, `<unk>`, `b`), whole (so is
+    U+E000, its stand-in). Offsets refer to the normalized text."""
 
     def tokenize_with_offsets(self, text_input):
         text_input = tf.strings.regex_replace(words_lib.normalize_whitespace(text_input),
@@ -68,8 +54,7 @@ def wordpiece_tokenizer(table):
 
 def _table(tokens):
     init = tf.lookup.KeyValueTensorInitializer(
-        tf.constant(tokens), tf.range(len(tokens), dtype=tf.int64)
-    )
+        tf.constant(tokens), tf.range(len(tokens), dtype=tf.int64))
     return tf.lookup.StaticHashTable(init, default_value=-1)
 
 
@@ -79,15 +64,13 @@ def learn_wordpiece_vocabulary(word_vocabulary, vocabulary_size, path, batch_siz
 
     Args:
         word_vocabulary: a `Vocabulary` of corpus words with counts.
-        vocabulary_size: the target number of tokens (reserved ones included);
-            the learner may return somewhat fewer or more.
+        vocabulary_size: the target number of tokens (reserved ones included), roughly.
         path: output file.
         batch_size: words tokenized at once when counting tokens.
         extra_reserved: reserved tokens after `SPECIALS` (BERT's `[MASK]`).
 
     Returns:
-        The WordPiece `Vocabulary`, its counts being the number of times each
-        token occurs when the corpus is tokenized.
+        The WordPiece `Vocabulary`, its counts those of the tokenized corpus.
 
     Raises:
         ValueError: `word_vocabulary` holds no word with a positive count.
@@ -95,17 +78,12 @@ def learn_wordpiece_vocabulary(word_vocabulary, vocabulary_size, path, batch_siz
     reserved = list(vocabulary_lib.SPECIALS) + list(extra_reserved)
     specials = len(reserved)
     first_word = len(vocabulary_lib.SPECIALS)
-    word_counts = [
-        (w, c) for w, c in zip(word_vocabulary.words[first_word:],
-                               word_vocabulary.counts[first_word:])
-        if c > 0
-    ]
+    word_counts = [(w, c) for w, c in zip(word_vocabulary.words[first_word:],
+                                          word_vocabulary.counts[first_word:]) if c > 0]
     if not word_counts:
         raise ValueError("Cannot learn a WordPiece vocabulary from an empty corpus.")
-    tokens = learner.learn(
-        word_counts, vocabulary_size, reserved,
-        lower_thresh=1, joiner=SUFFIX_INDICATOR,
-    )
+    tokens = learner.learn(word_counts, vocabulary_size, reserved, lower_thresh=1,
+                           joiner=SUFFIX_INDICATOR)
     tokenizer = wordpiece_tokenizer(_table(tokens))
     counts = collections.Counter()
     for start in range(0, len(word_counts), batch_size):
@@ -121,10 +99,8 @@ def learn_wordpiece_vocabulary(word_vocabulary, vocabulary_size, path, batch_siz
     token_counts += [0] * len(extra_reserved) + [counts[i] for i in ordered]
     vocab = vocabulary_lib.Vocabulary(words, token_counts)
     vocab.save(path)
-    logging.info(
-        "WordPiece vocabulary: %d tokens, %.2f pieces per word -> %s", len(vocab),
-        sum(token_counts[specials:]) / max(1, sum(c for _, c in word_counts)), path,
-    )
+    logging.info("WordPiece vocabulary: %d tokens, %.2f pieces per word -> %s", len(vocab),
+                 sum(token_counts[specials:]) / max(1, sum(c for _, c in word_counts)), path)
     return vocab
 
 

@@ -12,11 +12,9 @@ from tensorflow.core.framework import summary_pb2
 from tfeff.training import checkpoints
 from tfeff.training.errors import NonFiniteLossError
 
-# What tf.summary.scalar writes when the tensorboard package is installed; here
-# written with core TensorFlow so that logging needs no extra dependency.
+# What tf.summary.scalar writes with the tensorboard package, here with core TensorFlow.
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
-)
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
 
 
 def write_scalar(name, value, step):
@@ -25,21 +23,18 @@ def write_scalar(name, value, step):
                      metadata=_SCALAR_METADATA)
 
 
-class ScalarLogger(keras.callbacks.Callback):
-    """Writes training metrics and the learning rate as TensorBoard scalars.
+def _step(callback):
+    return int(keras.ops.convert_to_numpy(callback.model.optimizer.iterations))
 
-    Every `every` steps (train/*) and at each epoch end (validation metrics,
-    val_*). Event files are readable by TensorBoard (`pip install tensorboard`
-    to view them); writing them needs only TensorFlow.
-    """
+
+class ScalarLogger(keras.callbacks.Callback):
+    """Writes training metrics and the learning rate as TensorBoard scalars: every `every`
+    steps (train/*) and the validation metrics at each epoch end (validation/*)."""
 
     def __init__(self, log_dir, every):
         super().__init__()
         self.every = every
         self._writer = tf.summary.create_file_writer(log_dir)
-
-    def _step(self):
-        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
     def _write(self, prefix, logs, step):
         with self._writer.as_default():
@@ -48,17 +43,15 @@ class ScalarLogger(keras.callbacks.Callback):
         self._writer.flush()
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self._step()
+        step = _step(self)
         if step % self.every == 0:
-            lr = self.model.optimizer.learning_rate
-            logs = dict(logs or {})
-            logs["learning_rate"] = float(keras.ops.convert_to_numpy(lr))
-            self._write("train", logs, step)
+            lr = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+            self._write("train", {**(logs or {}), "learning_rate": lr}, step)
 
     def on_epoch_end(self, epoch, logs=None):
         val = {k[4:]: v for k, v in (logs or {}).items() if k.startswith("val_")}
         if val:
-            self._write("validation", val, self._step())
+            self._write("validation", val, _step(self))
 
     def on_train_end(self, logs=None):
         self._writer.close()
@@ -67,19 +60,14 @@ class ScalarLogger(keras.callbacks.Callback):
 def resolve_verbose(verbose, stream=None):
     """`(keras_verbose, progress)` for a `verbose` argument of `pretrain`.
 
-    `"auto"` turns Keras' progress bar off (it counts batches per checkpoint
-    interval, "Epoch 3/3 ... 1/250", and its ETA is the interval's) in favour of
-    `ProgressLogger` against the whole run: `progress` is `"live"`, one line
-    redrawn in place, when `stream` (default stdout) is a terminal, and `"lines"`,
-    one log line per `train.log_every` steps, otherwise (a bar redrawn every step
-    is megabytes of carriage returns in a scheduler's log file). `0`, `1` and `2`
-    are Keras' own and add no progress (`progress` None).
+    `"auto"` replaces Keras' per-interval bar by `ProgressLogger`: `"live"` on a terminal
+    `stream` (default stdout), else `"lines"` (a bar redrawn every step is megabytes of
+    carriage returns in a log file). `0`, `1`, `2` are Keras' own (progress None).
     """
     if verbose != "auto":
         return verbose, None
     stream = sys.stdout if stream is None else stream
-    is_terminal = getattr(stream, "isatty", lambda: False)()
-    return 0, ("live" if is_terminal else "lines")
+    return 0, ("live" if getattr(stream, "isatty", lambda: False)() else "lines")
 
 
 def format_duration(seconds):
@@ -95,22 +83,10 @@ def format_duration(seconds):
 class ProgressLogger(keras.callbacks.Callback):
     """Progress against the whole run (`total_steps` optimizer steps), from any start.
 
-    Every `every` steps: step, loss, learning rate, the steps/s since the last
-    line, the time elapsed in this process and the estimated time left (the
-    steps left over the mean rate since this process' first line, so the
-    first step's tracing is left out; a resumed run estimates from where it
-    resumed). Validation metrics get a line of their own at the end of each
-    checkpoint interval. With `live=False` the lines go to the `logging` module
-    (stderr under the binaries), e.g.:
-
-        step 200/1500 (13%): loss 0.7412, learning rate 0.00294, 11.6 steps/s, elapsed 19s, ETA 1m52s
-
-    A run that counts epochs (`steps_per_epoch`) says which it is in:
-    `step 200/1500 (13%), epoch 1.33: ...`.
-
-    With `live=True` (a terminal) the same line is redrawn in place on `stream`
-    at every step, at most ten times a second, and validation lines are written
-    below it.
+    Every `every` steps `logger` gets a line (docs/guides/pretraining.md shows one); the
+    time left is at the mean rate since this process' first line (without the first
+    step's tracing). With `live=True` (a terminal) the line is redrawn in place on
+    `stream`, at most ten times a second. Validation metrics get a line of their own.
     """
 
     def __init__(self, every, total_steps, logger=None, live=False, stream=None,
@@ -127,13 +103,10 @@ class ProgressLogger(keras.callbacks.Callback):
         self._begin = self._first = self._last = None
         self._drawn = 0.0
 
-    def _step(self):
-        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-
     def on_train_begin(self, logs=None):
         now = time.perf_counter()
         self._begin, self._first = now, None
-        self._last = (self._step(), now)
+        self._last = (_step(self), now)
 
     def _line(self, step, now, rate, logs):
         lr = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
@@ -149,7 +122,7 @@ class ProgressLogger(keras.callbacks.Callback):
                 f"{eta}")
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self._step()
+        step = _step(self)
         if step == self._last[0]:
             return
         now = time.perf_counter()
@@ -177,7 +150,7 @@ class ProgressLogger(keras.callbacks.Callback):
         val = {k: v for k, v in (logs or {}).items() if k.startswith("val_")}
         if val:
             line = "validation at step %d: %s" % (
-                self._step(), ", ".join(f"{k[4:]} {float(v):.4f}" for k, v in val.items()))
+                _step(self), ", ".join(f"{k[4:]} {float(v):.4f}" for k, v in val.items()))
             if self.live:
                 self._write("\n" + line + "\n")
             else:
@@ -193,9 +166,7 @@ class NonFiniteCallback(keras.callbacks.Callback):
 
     def __init__(self, optimizer, on_nan, latest_checkpoint):
         super().__init__()
-        self.optimizer = optimizer
-        self.on_nan = on_nan
-        self.latest_checkpoint = latest_checkpoint
+        self.optimizer, self.on_nan, self.latest_checkpoint = optimizer, on_nan, latest_checkpoint
         self._seen = int(optimizer.non_finite_steps.numpy())
 
     def on_train_batch_end(self, batch, logs=None):
@@ -216,24 +187,19 @@ class NonFiniteCallback(keras.callbacks.Callback):
 
 
 class StopAndSave(keras.callbacks.Callback):
-    """Saves every `every` steps and at `stop_step` (where it stops), or when preempted.
-
-    `training` is the `ResumableTraining` that owns the run (its `save`,
-    `manager`, `step`, `strategy` and `info`); `preemption` has `requested`.
-    """
+    """Saves every `every` steps and at `stop_step` (where it stops), or when `preemption`
+    is `requested`; `training` is the run's `ResumableTraining`."""
 
     def __init__(self, training, every, stop_step, preemption):
         super().__init__()
         self.training, self.every, self.stop_step = training, every, stop_step
-        self.preemption = preemption
-        self.preempted = False
-        self._flag = None
+        self.preemption, self.preempted, self._flag = preemption, False, None
 
     def _preempt_requested(self):
         strategy = self.training.strategy
         if self.training.info.num_workers == 1:
             return self.preemption.requested
-        if self._flag is None:
+        if self._flag is None:  # every worker's flag, summed: all stop at the same step
             @tf.function
             def any_worker(flag):
                 return strategy.run(lambda: tf.identity(flag))

@@ -1,13 +1,9 @@
 """Checkpoints keyed by Keras variable paths.
 
-`tf.train.Checkpoint(model=keras_model)` does not see sublayers that a Keras 3
-model keeps in Python lists (its own tracking is not TensorFlow's object
-graph), so such a checkpoint silently misses most weights. tfeff therefore
-checkpoints explicit dicts `{variable.path: variable}`: the names are the
-contract (`elmo_lm/elmo_lm_backbone/forward_lstm_0/kernel`), and restoring
-asserts that every model variable was found. A checkpoint written before tasks
-took a backbone (its keys without the backbone's name) is read under its old keys
-(`tfeff.models.legacy.checkpoint_key`).
+`tf.train.Checkpoint(model=keras_model)` misses the sublayers a Keras 3 model keeps in
+Python lists, so tfeff checkpoints dicts `{variable.path: variable}` (the names are the
+contract) and restoring asserts that every model variable was found. A checkpoint written
+before tasks took a backbone is read under its old keys (`tfeff.models.legacy`).
 """
 
 import contextlib
@@ -25,7 +21,6 @@ import tensorflow as tf
 
 from tfeff.training.errors import CheckpointError
 from tfeff.training.errors import error_message
-
 
 # What each checkpoint of `make_checkpoint` was made of, for `restore`'s old keys.
 _MADE_OF = weakref.WeakKeyDictionary()
@@ -66,17 +61,16 @@ def _restore_old_keys(checkpoint, path):
     old = _checkpoint(model, optimizer, lambda key: legacy.checkpoint_key(model, key))
     status = old.restore(path)
     try:
-        status.expect_partial().assert_existing_objects_matched()
+        return status.expect_partial().assert_existing_objects_matched()
     except AssertionError:
         return None
-    return status
 
 
 def restore(checkpoint, path):
     """Restores `path`; raises ValueError if a variable of `checkpoint` is missing from it."""
     status = checkpoint.restore(path)
     try:
-        status.expect_partial().assert_existing_objects_matched()
+        return status.expect_partial().assert_existing_objects_matched()
     except AssertionError as e:
         old = _restore_old_keys(checkpoint, path)
         if old is not None:
@@ -87,18 +81,12 @@ def restore(checkpoint, path):
         hint = f" (e.g. {', '.join(missing[:5])})" if missing else ""
         raise ValueError(
             f"{path} does not hold every variable of this model{hint}: it was written by a "
-            "different model or optimizer configuration."
-        ) from e
-    return status
+            "different model or optimizer configuration.") from e
 
 
 def verify_checkpoint(prefix):
-    """Reads every tensor of checkpoint `prefix` (checksums included).
-
-    Raises:
-        CheckpointError: naming the checkpoint's files, when one is missing,
-            truncated or fails its checksum.
-    """
+    """Reads every tensor of checkpoint `prefix` (checksums included); returns their names.
+    A missing, truncated or corrupted file is a `CheckpointError` naming the files."""
     try:
         reader = tf.train.load_checkpoint(prefix)
         dtypes = reader.get_variable_to_dtype_map()
@@ -115,10 +103,9 @@ def verify_checkpoint(prefix):
 
 @contextlib.contextmanager
 def signals_deferred(signals=(signal.SIGTERM, signal.SIGINT)):
-    """SIGTERM and SIGINT received inside the block are delivered when it ends: a
-    checkpoint's files and the index that names it are written together (a stop between
-    them left checkpoints without an index). Outside the main thread (where Python runs
-    signal handlers) it does nothing."""
+    """SIGTERM and SIGINT received inside the block are delivered when it ends (a
+    checkpoint's files and its index are written together); outside the main thread,
+    where Python runs no signal handlers, it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -150,8 +137,8 @@ INDEX_FILE = "checkpoint"
 
 
 def checkpoint_files(directory):
-    """The checkpoints whose `.index` file lies in `directory`, newest first: what the
-    directory holds, whatever its checkpoint index says."""
+    """The checkpoints whose `.index` file lies in `directory`, newest first (whatever the
+    checkpoint index says)."""
     prefixes = [p[:-len(".index")] for p in
                 tf.io.gfile.glob(os.path.join(directory, "ckpt-*.index"))]
     return sorted((p for p in prefixes if re.fullmatch(r"ckpt-\d+", os.path.basename(p))),
@@ -165,29 +152,25 @@ def has_checkpoints(directory):
 
 
 def _read_index(directory):
-    """`(state, None)`, or `(None, why)` when the index cannot be used: missing, or not
-    parsable (TensorFlow raises for an empty one and only logs other failures)."""
+    """`(state, None)`, or `(None, why)` when the index is missing or not parsable
+    (TensorFlow raises for an empty one and only logs other failures)."""
     if not tf.io.gfile.exists(os.path.join(directory, INDEX_FILE)):
         return None, "is missing"
     try:
         state = tf.train.get_checkpoint_state(directory)
     except (tf.errors.OpError, ValueError) as e:
         return None, f"cannot be parsed ({error_message(e)})"
-    if state is None or not (state.model_checkpoint_path
-                             or state.all_model_checkpoint_paths):
+    if state is None or not (state.model_checkpoint_path or state.all_model_checkpoint_paths):
         return None, "cannot be read or parsed"
     return state, None
 
 
-# What an unreadable checkpoint's files are renamed to under `--restore_fallback`
-# (`set_aside`): out of the index and of `ckpt-*`, so that nothing reads, counts or
-# rotates them, and kept for a look.
+# `set_aside`'s prefix: out of the index and of `ckpt-*`, nothing reads, counts or rotates them.
 SET_ASIDE_PREFIX = "corrupt-"
 
 
 def _files_of(prefix):
-    """The files of checkpoint `prefix` (`ckpt-30.index`, `ckpt-30.data-*`), by name (a
-    directory name is never taken for a glob)."""
+    """The files of checkpoint `prefix`, by name (a directory name is never a glob)."""
     directory, name = os.path.split(prefix)
     if not tf.io.gfile.isdir(directory):
         return []
@@ -197,16 +180,13 @@ def _files_of(prefix):
 
 def set_aside(prefix):
     """Renames the files of checkpoint `prefix` (`ckpt-30.index`, `ckpt-30.data-*`) to
-    `corrupt-ckpt-30...` beside them (`corrupt-2-ckpt-30...` when that is taken);
-    returns the new prefix."""
+    `corrupt-ckpt-30...` (`corrupt-2-ckpt-30...` when taken); returns the new prefix."""
     directory, name = os.path.split(prefix)
     taken = set(tf.io.gfile.listdir(directory))
-    n = 1
-    while True:
-        tag = SET_ASIDE_PREFIX if n == 1 else f"{SET_ASIDE_PREFIX}{n}-"
-        if not any(entry.startswith(f"{tag}{name}.") for entry in taken):
-            break
+    tag, n = SET_ASIDE_PREFIX, 1
+    while any(entry.startswith(f"{tag}{name}.") for entry in taken):
         n += 1
+        tag = f"{SET_ASIDE_PREFIX}{n}-"
     target = os.path.join(directory, tag + name)
     for path in _files_of(prefix):
         tf.io.gfile.rename(path, target + path[len(prefix):])
@@ -216,26 +196,17 @@ def set_aside(prefix):
 def select_checkpoint(directory, fallback=False, write_index=True):
     """The newest readable checkpoint of `directory` and its tensor names, or `(None, set())`.
 
-    The checkpoint index (`directory/checkpoint`) lists the checkpoints. When it is
-    missing or unreadable while checkpoint files are there, the directory is never
-    taken for a fresh one: without `fallback` that is refused, naming the files; with
-    it, the newest readable checkpoint on disk is chosen and (with `write_index`: the
-    chief of a run) the index is written again from the files (their modification
-    times as the checkpoints' times, so that they are rotated as usual).
-
-    With `fallback` and `write_index`, the unreadable checkpoints newer than the one
-    chosen are set aside (`set_aside`: renamed to `corrupt-ckpt-N...`) and the index
-    names the chosen one as the latest: the run then saves its checkpoint at those
-    steps again, and rotating old checkpoints out counts only readable ones.
-
-    Raises:
-        CheckpointError: the newest checkpoint (or, with `fallback`, every
-            one) is unreadable, or the index is unusable; the message names the
-            files and the way out.
+    A missing or unreadable index beside checkpoint files is never taken for a fresh
+    start. Without `fallback`, that or an unreadable newest checkpoint is a
+    `CheckpointError` naming the files and the way out. With it, the newest readable
+    checkpoint is chosen and (with `write_index`: the chief) the newer unreadable ones
+    set aside and the index written again (timed by the files, so they rotate as usual)
+    naming it as the latest: their steps are saved again.
     """
     index = os.path.join(directory, INDEX_FILE)
     state, problem = _read_index(directory)
     on_disk = checkpoint_files(directory)
+    listed = ", ".join(os.path.basename(p) for p in on_disk)
     if state is None:
         if not on_disk:
             if problem == "is missing":
@@ -244,14 +215,13 @@ def select_checkpoint(directory, fallback=False, write_index=True):
                 f"{index} (the checkpoint index) {problem}, and {directory} holds no "
                 "checkpoint files: delete that file to start from step 0.")
         if not fallback:
-            names = ", ".join(os.path.basename(p) for p in on_disk)
             raise CheckpointError(
                 f"{index} (the checkpoint index) {problem}, but {directory} holds the "
-                f"checkpoints {names}: not starting from step 0 over them. Rerun tfeff-pretrain "
+                f"checkpoints {listed}: not starting from step 0 over them. Rerun tfeff-pretrain "
                 f"with --restore_fallback to restore the newest readable one ({on_disk[0]}) "
                 "and write the index again.", on_disk[0])
         logging.warning("%s (the checkpoint index) %s; choosing among the checkpoint files "
-                        "%s", index, problem, ", ".join(os.path.basename(p) for p in on_disk))
+                        "%s", index, problem, listed)
         candidates = on_disk
     else:
         # The names only: a copied or moved model directory still lists its old paths.
@@ -305,10 +275,9 @@ def _drop_from_index(directory, state, latest):
 
 
 def write_checkpoint_state(directory, latest, paths, timestamps=None, last_preserved=None):
-    """Writes `directory`'s checkpoint index (what `tf.train.get_checkpoint_state`
-    reads) atomically: the `CheckpointState` text proto of `latest`, `paths` (oldest
-    first) and their times. TensorFlow's own writer,
-    `tf.compat.v1.train.update_checkpoint_state`, is deprecated and logs so."""
+    """Writes `directory`'s checkpoint index atomically: the `CheckpointState` text proto of
+    `latest`, `paths` (oldest first) and their times (TensorFlow's own writer,
+    `tf.compat.v1.train.update_checkpoint_state`, is deprecated and logs so)."""
     lines = [f"model_checkpoint_path: {json.dumps(latest)}"]
     lines += [f"all_model_checkpoint_paths: {json.dumps(p)}" for p in paths]
     lines += [f"all_model_checkpoint_timestamps: {float(t)!r}" for t in timestamps or ()]
@@ -322,8 +291,7 @@ def write_checkpoint_state(directory, latest, paths, timestamps=None, last_prese
 
 
 def _write_index(directory, prefixes):
-    """The checkpoint index of `prefixes` (newest first), relative names, each
-    checkpoint's time its index file's modification time."""
+    """The checkpoint index of `prefixes` (newest first), timed by their index files."""
     oldest_first = list(reversed(prefixes))
     times = [tf.io.gfile.stat(p + ".index").mtime_nsec / 1e9 for p in oldest_first]
     write_checkpoint_state(directory, os.path.basename(prefixes[0]),
@@ -335,12 +303,8 @@ RESTORE_ATTEMPTS = 4
 
 
 def choose_checkpoint(directory):
-    """The newest checkpoint of `directory` (`select_checkpoint`), for `restore_newest`.
-
-    None when there is none. A checkpoint whose files vanish while it is verified
-    (a run training in the directory deleted it) is returned all the same:
-    `restore_newest` then chooses again.
-    """
+    """The newest checkpoint of `directory` (`select_checkpoint`), or None; one whose files
+    vanish while it is verified is returned all the same (`restore_newest` chooses again)."""
     try:
         return select_checkpoint(directory)[0]
     except CheckpointError as e:
@@ -350,28 +314,11 @@ def choose_checkpoint(directory):
 
 
 def restore_newest(checkpoint, directory, prefix, owner, attempts=RESTORE_ATTEMPTS):
-    """Restores checkpoint `prefix` of `directory` into `checkpoint`, safely beside a
-    run that is still training there.
-
-    Such a run deletes its old checkpoints as it writes new ones, so the files of
-    the checkpoint chosen a moment ago may vanish before or while they are read.
-    Then the newest checkpoint is chosen again (`select_checkpoint`) and
-    restored instead, up to `attempts` checkpoints in all. A checkpoint whose
-    files are all still there but unreadable is reported as before, not retried.
-
-    Args:
-        checkpoint: the `tf.train.Checkpoint` to restore into (`make_checkpoint`).
-        directory: the checkpoint directory.
-        prefix: the chosen checkpoint (`select_checkpoint`), or None to choose now.
-        owner: the model directory, named in the errors.
-        attempts: the most checkpoints tried.
-
-    Returns:
-        The prefix of the checkpoint restored.
-
-    Raises:
-        CheckpointError: the chosen checkpoints vanished `attempts` times, or
-            every checkpoint is gone; the message names `owner`.
+    """Restores checkpoint `prefix` of `directory` (None: choose now) into `checkpoint`;
+    returns the prefix restored. Safe beside a run still training there: when the chosen
+    checkpoint's files vanish, the newest is chosen again, up to `attempts` in all, and
+    the `CheckpointError` names `owner` (the model directory). A checkpoint whose files
+    are all there but unreadable is reported, not retried.
     """
     vanished = []
     for attempt in range(attempts):
@@ -413,9 +360,8 @@ def restore_newest(checkpoint, directory, prefix, owner, attempts=RESTORE_ATTEMP
 def relative_checkpoint_state(directory):
     """Rewrites the `checkpoint` index with names relative to `directory`.
 
-    `tf.train.CheckpointManager` records absolute paths; in a copied or moved
-    model directory they point at the old place, where the manager would then
-    delete old checkpoints. Relative names keep the directory self-contained.
+    `tf.train.CheckpointManager` records absolute paths: in a copied or moved model
+    directory it would delete old checkpoints at the old place.
     """
     try:
         state = tf.train.get_checkpoint_state(directory)
@@ -423,8 +369,7 @@ def relative_checkpoint_state(directory):
         return  # select_checkpoint reports it
     if state is None or not os.path.isabs(state.model_checkpoint_path):
         return
-    # The times too: without them `tf.train.CheckpointManager` never deletes the listed
-    # checkpoints.
+    # The times too: without them `tf.train.CheckpointManager` never deletes those.
     write_checkpoint_state(
         directory, os.path.basename(state.model_checkpoint_path),
         [os.path.basename(p) for p in state.all_model_checkpoint_paths],

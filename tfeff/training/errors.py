@@ -8,10 +8,8 @@ class TrainingError(RuntimeError):
 
 
 class CheckpointError(TrainingError):
-    """A checkpoint that cannot be read (truncated, corrupted, missing files).
-
-    `prefix` is the checkpoint's, where one checkpoint is at fault (else None).
-    """
+    """A checkpoint that cannot be read (truncated, corrupted, missing files); `prefix` is
+    the checkpoint's, where one checkpoint is at fault (else None)."""
 
     def __init__(self, message, prefix=None):
         super().__init__(message)

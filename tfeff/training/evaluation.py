@@ -1,9 +1,8 @@
 """Held-out evaluation of continuous outputs: top-k accuracy by nearest vectors.
 
-The rank of a target is the number of vocabulary vectors whose cosine with
-the prediction is strictly higher than the target's own. It is computed in
-blocks of predictions x chunks of the table, so a 2M-word table never
-materializes a batch x V matrix and is never normalized as a whole copy.
+A target's rank is the number of vocabulary vectors whose cosine with the prediction is
+strictly higher than the target's own, computed in blocks of predictions x chunks of the
+table: a 2M-word table is never a batch x V matrix, nor normalized as a whole copy.
 """
 
 import math
@@ -15,16 +14,13 @@ from tfeff.training.errors import NonFiniteOutputError
 
 
 def check_finite(values, what):
-    """`NonFiniteOutputError` if `values` (an array) holds NaN or Inf.
-
-    A NaN similarity or log-probability compares false with everything, so it
-    would rank first and score a broken model as perfect.
-    """
+    """`NonFiniteOutputError` if `values` (an array) holds NaN or Inf."""
     values = np.asarray(values)
     _raise_if_any(np.count_nonzero(~np.isfinite(values)), values.size, what)
 
 
 def _raise_if_any(bad, size, what):
+    # A NaN compares false with everything: it would rank first, a broken model scored perfect.
     if bad:
         raise NonFiniteOutputError(
             f"the model's {what} hold NaN/Inf ({int(bad)} of {size} values): a broken "
@@ -45,8 +41,7 @@ def check_finite_results(results, prefix="results"):
 
 def _normalize(x):
     x = np.asarray(x, dtype=np.float32)
-    norms = np.linalg.norm(x, axis=-1, keepdims=True)
-    return x / np.maximum(norms, 1e-12)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 def target_ranks(predictions, target_ids, table, chunk_size=8192, block_size=1024,
@@ -67,9 +62,7 @@ def target_ranks(predictions, target_ids, table, chunk_size=8192, block_size=102
     check_finite(predictions, "predicted vectors")
     predictions = _normalize(predictions)
     target_ids = np.asarray(target_ids, dtype=np.int64)
-    target_sims = np.einsum(
-        "nd,nd->n", predictions, _normalize(np.asarray(table[target_ids]))
-    )
+    target_sims = np.einsum("nd,nd->n", predictions, _normalize(np.asarray(table[target_ids])))
     ranks = np.zeros(len(target_ids), dtype=np.int64)
     excluded = np.asarray(sorted(excluded_ids), dtype=np.int64)
     for start in range(0, table.shape[0], chunk_size):
@@ -103,17 +96,8 @@ def top_k_accuracy(ranks, ks):
 
 
 def unigram_ranks(target_ids, vocabulary):
-    """Each target's rank (0 = most frequent) among the tokens ranked by their training
-    count: what a model that ignores the context would give (`<pad>` and `<unk>` are
-    never predicted). The baseline of `target_ranks` and `log_prob_ranks`.
-
-    Args:
-        target_ids: the true targets' ids.
-        vocabulary: the `tfeff.data.Vocabulary` whose counts rank the tokens.
-
-    Returns:
-        int64 ranks, one per target.
-    """
+    """Each target's int64 rank (0 = most frequent) by training count in `vocabulary`,
+    `<pad>` and `<unk>` never predicted: the context-free baseline of the ranks above."""
     counts = np.asarray(vocabulary.counts, dtype=np.float64)
     counts[: vocabulary_lib.BOS_ID] = -1  # never predict <pad>/<unk>
     order = np.argsort(-counts, kind="stable")
@@ -123,12 +107,12 @@ def unigram_ranks(target_ids, vocabulary):
 
 
 def unigram_top_k_accuracy(target_ids, vocabulary, ks):
-    """Accuracy of always predicting the k most frequent tokens (the baseline).
+    """Accuracy of always predicting the k most frequent tokens (the baseline);
+    `<pad>` and `<unk>` are never predicted.
 
     Args:
         target_ids: the true targets' ids.
-        vocabulary: the `tfeff.data.Vocabulary` whose counts rank the tokens
-            (`<pad>` and `<unk>` are never predicted).
+        vocabulary: the `tfeff.data.Vocabulary` whose counts rank the tokens.
         ks: the k values (ints).
 
     Returns:
@@ -138,14 +122,8 @@ def unigram_top_k_accuracy(target_ids, vocabulary, ks):
 
 
 def unigram_log_probs(counts, never_targets):
-    """Add-one smoothed log-frequencies `(V,)` of tokens counted in the training text,
-    `-inf` for `never_targets` (ids no target can be): the context-free model whose
-    perplexity a language model's should fall far below.
-
-    Args:
-        counts: `(V,)` training counts of each id.
-        never_targets: ids that get probability 0.
-    """
+    """Add-one smoothed log-frequencies `(V,)` of the training `counts`, `-inf` for
+    `never_targets`: the context-free model a language model's perplexity should beat."""
     smoothed = np.asarray(counts, dtype=np.float64) + 1.0
     smoothed[list(never_targets)] = 0.0
     with np.errstate(divide="ignore"):
@@ -153,16 +131,12 @@ def unigram_log_probs(counts, never_targets):
 
 
 def collect_predictions(model, dataset, max_targets, count_up_to=None):
-    """Runs a language model on batches of ids; returns `(predictions, target_ids,
-    total)`: the first `max_targets` of every direction's targets that count (each
-    batch's directions interleaved, so that a cut inside a batch keeps as many of
-    each), and how many the whole `dataset` holds (counted without the model past
-    the first `max_targets`, so a summary can say what part was scored; the count
-    stops once it reaches `count_up_to`, when given: a total of at least that).
-
-    The model's contract: `model(ids)` is a dict of each direction's outputs,
-    and `model.prediction_pairs(outputs, ids)` aligns them with their targets
-    as `(direction, outputs, target_ids, valid)` (`ElmoLM.prediction_pairs`).
+    """Runs a language model on batches of ids; returns `(predictions, target_ids, total)`:
+    the first `max_targets` targets (each batch's directions interleaved) and how many
+    `dataset` holds (counted without the model past `max_targets`; the count stops at
+    `count_up_to` when given). `model(ids)` is a dict of each direction's outputs, which
+    `model.prediction_pairs(outputs, ids)` aligns with their targets as `(direction,
+    outputs, target_ids, valid)` (`ElmoLM.prediction_pairs`).
     """
     preds, targets, total, directions = [], [], 0, None
     for ids in dataset:
@@ -190,19 +164,10 @@ def collect_predictions(model, dataset, max_targets, count_up_to=None):
 
 def log_prob_ranks(log_prob_fn, hidden, target_ids, block_size=512,
                    excluded_ids=(vocabulary_lib.PAD_ID, vocabulary_lib.UNK_ID)):
-    """Ranks of the targets under a softmax output, and their log-probabilities.
-
-    Args:
-        log_prob_fn: maps `(block, dim)` hidden states to `(block, V)` log-probs.
-        hidden: `(n, dim)` inputs of the output layer.
-        target_ids: `(n,)` ids of the true targets.
-        block_size: rows scored at once (memory is `block_size x V`).
-        excluded_ids: classes that never count as competitors.
-
-    Returns:
-        `(ranks, target_log_probs)`: int64 `(n,)` numbers of classes with a
-        strictly higher log-probability, and float64 `(n,)`.
-    """
+    """`(ranks, target_log_probs)` of `target_ids` under a softmax output: int64 numbers of
+    classes other than `excluded_ids` with a strictly higher log-probability, and float64.
+    `log_prob_fn` maps `block_size` rows of `hidden` (the output layer's inputs) to their
+    `(block, V)` log-probabilities."""
     target_ids = np.asarray(target_ids, dtype=np.int64)
     ranks = np.zeros(len(target_ids), np.int64)
     target_lp = np.zeros(len(target_ids), np.float64)

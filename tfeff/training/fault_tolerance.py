@@ -1,44 +1,15 @@
 """Resumable training: checkpoints with the input position, preemption, faults, multi-worker input.
 
-`ResumableTraining` is the part of `tfeff-pretrain` that every model family
-shares once its model and optimizer are built:
-
-* **Checkpoints** (`tf.train.CheckpointManager` under `<model_dir>/checkpoints`)
-  hold the model, the optimizer, the Keras random-seed states (dropout,
-  anchors), the input position (batches read) and, where TensorFlow can save
-  it, the `tf.data` iterator itself (shuffle buffers, file offsets). A new
-  checkpoint is written to temporary files and only then named in the
-  `checkpoint` index file, so a crash while writing leaves the previous one
-  as the latest.
-* **Restore** reads every tensor of the chosen checkpoint first, so a
-  truncated or corrupted file is reported by name (`CheckpointError`);
-  `restore_fallback=True` then uses the newest checkpoint that reads cleanly, sets
-  the unreadable newer ones aside (`corrupt-ckpt-N.*`, out of the index) and saves
-  their steps again.
-* **Exact resume.** A single-replica run saves the iterator state, so a
-  resumed run continues with the very next batch. Multi-replica strategies
-  cannot save `tf.data` iterators (their distributed iterators are not
-  checkpointable); the input is then rebuilt from its seed and the saved
-  position is skipped (re-reading that much input) or, for position-addressed
-  pipelines (Masked ELMo), started there directly.
-* **Preemption.** SIGTERM (and SIGINT) is noted; at the end of the current
-  step the run saves a checkpoint and returns `preempted=True` (the binary
-  exits with `PREEMPTED_EXIT_CODE`). Under multi-worker training the workers
-  agree on the flag each step, so all of them stop at the same step.
-* **Non-finite losses.** The optimizer skips any update with NaN/Inf
-  gradients (`tfeff.training.optimizers.SkipNonFiniteUpdates`); with
-  `train.on_nan: stop` training then stops with `NonFiniteLossError` naming
-  the step (no checkpoint of that step is written), with `skip` it logs the
-  step and goes on.
-* **Resource errors** (out of memory, a corpus file gone mid-run, a full or
-  unwritable disk) become a `TrainingError` that says what happened and which
-  checkpoint the next run resumes from.
-* **Multi-worker input.** Each worker reads its share: whole files when there
-  are at least as many files as workers, otherwise its rows of every global
-  batch (every worker reads all the data; the global batch is then exactly a
-  single-process run's).
+`ResumableTraining` is the part of `tfeff-pretrain` that every model family shares once
+its model and optimizer are built (docs/guides/pretraining.md#fault-tolerance). Its
+checkpoints hold the model, the optimizer, the Keras seed states, the input position
+and, on one replica, the `tf.data` iterator. Distributed iterators cannot be saved: the
+input is then rebuilt from its seed and the saved position skipped (or, for
+position-addressed pipelines, started there). Each worker reads whole files when there
+are at least as many files as workers, else its rows of every global batch.
 """
 
+import contextlib
 import errno
 import logging
 import os
@@ -60,31 +31,16 @@ from tfeff.training.errors import error_detail
 from tfeff.training.errors import error_message
 from tfeff.training.strategy import worker_info
 
-# What `tfeff-pretrain` exits with after a preemption checkpoint (as TF's
-# PreemptionCheckpointHandler): non-zero, so a scheduler restarts the job.
+# The exit status after a preemption checkpoint (as TF's PreemptionCheckpointHandler's):
+# non-zero, so a scheduler restarts the job.
 PREEMPTED_EXIT_CODE = 42
-_ITERATOR_KEY = "iterator"
-_ITERATOR_STATE_PREFIX = f"{_ITERATOR_KEY}/.ATTRIBUTES/"
-
-
-def _slice_rows(batch, start, size):
-    return tf.nest.map_structure(lambda t: t[start:start + size], batch)
-
-
-# ------------------------------------------------------------------ checkpoints
-
-
-# ------------------------------------------------------------------ callbacks
+_ITERATOR_STATE_PREFIX = "iterator/.ATTRIBUTES/"
 
 
 def rng_key(index, path):
-    """The checkpoint key of a model's `index`-th seed-generator state at `path`.
-
-    Keras numbers unnamed generators per process (`seed_generator_14`), so the
-    number depends on what the process built before (a CoRe run builds the
-    relaxed model before the standard one; its resume, only the standard one):
-    it is left out, the order and the owning layers' path identify the state.
-    """
+    """The checkpoint key of a model's `index`-th seed-generator state at `path`, without
+    Keras' per-process generator number (`seed_generator_14`), which depends on what the
+    process built before (a CoRe run's relaxed model; its resume builds none)."""
     return f"{index:03d}." + re.sub(r"seed_generator_\d+", "seed_generator", path).replace("/", ".")
 
 
@@ -115,19 +71,13 @@ class _Preemption:
         return False
 
 
-# ------------------------------------------------------------------ training
-
-
 class ResumableTraining:
-    """Checkpointing, restore and `fit` for one model directory (see the module docstring).
-
-    Build the model and optimizer under `strategy.scope()`, then create this
-    object (also in the scope), call `restore()`, and `fit(...)`.
+    """Checkpointing, restore and `fit` for one model directory: create it under
+    `strategy.scope()` after the model and optimizer, then call `restore()` and `fit`.
 
     Args:
         model: the built Keras model.
-        optimizer: its built optimizer (a `SkipNonFiniteUpdates`, as
-            `make_optimizer` returns).
+        optimizer: its built `SkipNonFiniteUpdates` optimizer (`make_optimizer`).
         directory: the checkpoint directory (`<model_dir>/checkpoints`).
         max_to_keep: checkpoints kept.
         strategy: the `tf.distribute` strategy they were built under.
@@ -138,10 +88,8 @@ class ResumableTraining:
         self.directory = directory
         self.info = worker_info(strategy)
         with tf.init_scope():
-            self.position = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                        name="data_position")
-            # The position the saved iterator's pipeline was built at (its skip is
-            # part of the iterator's structure, which a restore must rebuild).
+            self.position = tf.Variable(0, dtype=tf.int64, trainable=False, name="data_position")
+            # The position the saved iterator's pipeline was built at (a restore rebuilds it).
             self.origin = tf.Variable(0, dtype=tf.int64, trainable=False, name="data_origin")
         weights = {id(v) for v in model.weights}
         rng = {rng_key(i, v.path): v for i, v in enumerate(
@@ -156,17 +104,12 @@ class ResumableTraining:
         if self.info.is_chief:
             checkpoints.relative_checkpoint_state(directory)
         self._save_dir, self._max_to_keep, self._manager = save_dir, max_to_keep, None
-        self.restored = None
-        self._restored_names = set()
-        self._iterator = None
-
-    # -- restore / save
+        self.restored, self._restored_names, self._iterator = None, set(), None
 
     @property
     def manager(self):
         """The `tf.train.CheckpointManager`, made on first use: after `restore`, which may
-        write the checkpoint index again (`select_checkpoint`), so that it reads the
-        index that `restore` chose from."""
+        write the checkpoint index again (`select_checkpoint`)."""
         if self._manager is None:
             self._manager = tf.train.CheckpointManager(self.checkpoint, self._save_dir,
                                                        max_to_keep=self._max_to_keep)
@@ -178,15 +121,13 @@ class ResumableTraining:
                                           write_index=self.info.is_chief)
         if prefix is None:
             return 0
-        # Model and optimizer must match exactly; the seed states and the input
-        # position are restored where the checkpoint has them (a CoRe conversion
-        # writes no seed states).
+        # Model and optimizer must match exactly; the rest may be absent (CoRe: no seed states).
         checkpoints.restore(checkpoints.make_checkpoint(self.model, self.optimizer), prefix)
         tf.train.Checkpoint(rng=self.checkpoint.rng, data_position=self.position,
                             data_origin=self.origin).restore(prefix).expect_partial()
         self.restored, self._restored_names = prefix, names
         logging.info("Restored %s (input position %d)", prefix, int(self.position.numpy()))
-        return int(keras.ops.convert_to_numpy(self.optimizer.iterations))
+        return self.step
 
     @property
     def step(self):
@@ -196,10 +137,7 @@ class ResumableTraining:
         return tf.train.latest_checkpoint(self.directory) or self.restored
 
     def non_finite_weights(self):
-        """The paths of the trainable weights that hold NaN or Inf (empty when none).
-
-        One fused check, read back once; the weights are named only when it fails.
-        """
+        """The paths of the trainable weights that hold NaN or Inf (one fused check)."""
         weights = self.model.trainable_weights
         finite = [tf.reduce_all(tf.math.is_finite(v)) for v in weights]
         if not finite or bool(tf.reduce_all(tf.stack(finite))):
@@ -207,12 +145,9 @@ class ResumableTraining:
         return [v.path for v, ok in zip(weights, finite) if not bool(ok)]
 
     def save(self):
-        """Saves at the current step (all workers); TrainingError if the disk refuses.
-
-        Weights that hold NaN or Inf are never saved (a `NonFiniteLossError`
-        naming them and the last good checkpoint): a finite update can still
-        overflow, and with `on_nan: skip` every later step would be skipped.
-        """
+        """Saves at the current step (all workers); TrainingError if the disk refuses, and
+        `NonFiniteLossError` for NaN/Inf weights (a finite update can still overflow, and
+        with `on_nan: skip` every later step would be skipped)."""
         step = self.step
         bad = self.non_finite_weights()
         if bad:
@@ -244,17 +179,14 @@ class ResumableTraining:
         if latest is None or checkpoint_step(latest) != self.step:
             self.save()
 
-    # -- input
-
     def _input(self, build, num_files, global_batch_size):
-        """The dataset (or distributed dataset) that `fit` reads, positioned at the checkpoint."""
-        position = int(self.position.numpy())
-        info = self.info
+        """The (distributed) dataset that `fit` reads, positioned at the checkpoint."""
+        position, info = int(self.position.numpy()), self.info
         if info.num_workers == 1:
-            if self.strategy.num_replicas_in_sync == 1 and self._save_iterator:
-                if any(n.startswith(_ITERATOR_STATE_PREFIX) for n in self._restored_names):
-                    self._restore_iterator = True
-                    return build(int(self.origin.numpy()), None)
+            if self.strategy.num_replicas_in_sync == 1 and self._save_iterator and any(
+                    n.startswith(_ITERATOR_STATE_PREFIX) for n in self._restored_names):
+                self._restore_iterator = True
+                return build(int(self.origin.numpy()), None)
             if position and self._save_iterator:
                 logging.info("Skipping %d batches to reach the checkpointed input position "
                              "(no saved tf.data iterator state to restore)", position)
@@ -263,22 +195,20 @@ class ResumableTraining:
         by_files = num_files is not None and num_files >= info.num_workers
         logging.info("Worker %d of %d reads %s", info.index, info.num_workers,
                      "its share of the files" if by_files else "its rows of every batch")
-
         per_replica = global_batch_size // self.strategy.num_replicas_in_sync
+
+        def mine(batch):
+            rows = tf.shape(tf.nest.flatten(batch)[0])[0] // info.num_workers
+            return tf.nest.map_structure(lambda t: t[rows * info.index:rows * (info.index + 1)],
+                                         batch)
 
         def per_worker(context):
             del context  # WorkerInfo says the same, and also covers the file shard
             if by_files:
                 ds = build(position, (info.num_workers, info.index))
             else:
-                def mine(batch):
-                    rows = tf.shape(tf.nest.flatten(batch)[0])[0] // info.num_workers
-                    return _slice_rows(batch, rows * info.index, rows)
-
                 ds = build(position, None).map(mine)
-            if info.replicas_per_worker > 1:
-                ds = ds.rebatch(per_replica)
-            return ds
+            return ds.rebatch(per_replica) if info.replicas_per_worker > 1 else ds
 
         return self.strategy.distribute_datasets_from_function(per_worker)
 
@@ -310,29 +240,12 @@ class ResumableTraining:
             log_every=None, checkpoint_iterator=True, steps_per_epoch=None):
         """Trains to `stop_step` (saving every `every` steps); returns `(history, preempted)`.
 
-        Args:
-            build: `build(position, file_shard)` -> dataset of the batches from
-                input position `position` on: global batches with `file_shard`
-                None, else (num_workers, index) and this worker's files with
-                its share of the batch.
-            global_batch_size: rows of a global batch.
-            num_files: input files (file-level sharding needs >= workers); None
-                when the pipeline cannot be sharded by file.
-            every: checkpoint interval in steps (also Keras' epoch length).
-            on_nan: `"stop"` or `"skip"` (see `NonFiniteCallback`).
-            callbacks: more Keras callbacks.
-            validation_data, validation_steps: as `model.fit`.
-            verbose: as `model.fit`, except that `"auto"` shows progress against
-                `stop_step` instead of Keras' per-interval bar: one line redrawn
-                in place when stdout is a terminal, else one log line per
-                `log_every` steps (default `every`) (`callbacks.resolve_verbose`).
-            log_every: steps between those lines.
-            checkpoint_iterator: save the tf.data iterator in the checkpoints;
-                False for a pipeline whose batches are a function of the
-                position (or whose iterator TensorFlow cannot save): then the
-                position alone resumes it.
-            steps_per_epoch: steps per pass over the corpus, when the run counts
-                epochs (`train.epochs`): the progress lines show the epoch.
+        `build(position, file_shard)` returns the batches from input position `position` on:
+        global ones with `file_shard` None, else this worker's files and share of the batch
+        (`(num_workers, index)`; `num_files` may be None). `on_nan`: `"stop"` or `"skip"`;
+        `verbose`: as `model.fit`, or `"auto"` (`callbacks.resolve_verbose`: a line every
+        `log_every` steps, default `every`). `checkpoint_iterator=False` when the position
+        alone resumes the pipeline (or TensorFlow cannot save its iterator).
         """
         start = self.step
         if start >= stop_step:
@@ -340,22 +253,20 @@ class ResumableTraining:
         self._restore_iterator, self._iterator = False, None
         self._save_iterator = checkpoint_iterator
         x = self._input(build, num_files, global_batch_size)
-        if validation_data is not None and self.info.num_workers > 1:
-            options = tf.data.Options()
-            options.experimental_distribute.auto_shard_policy = (
-                tf.data.experimental.AutoShardPolicy.DATA)
-            validation_data = validation_data.with_options(options)
         if self.info.num_workers > 1:
-            # Keras 3 reduces scalar logs with strategy.reduce(MEAN, v, axis=0) under
-            # MultiWorkerMirroredStrategy, which fails on scalars; these reduce over replicas.
-            steps = self.model.steps_per_execution or 1
+            if validation_data is not None:
+                options = tf.data.Options()
+                options.experimental_distribute.auto_shard_policy = (
+                    tf.data.experimental.AutoShardPolicy.DATA)
+                validation_data = validation_data.with_options(options)
+            # Keras 3 reduces scalar logs with strategy.reduce(MEAN, v, axis=0), which fails
+            # on scalars under MultiWorkerMirroredStrategy; these reduce over replicas.
             self.model.train_function = _cross_worker_function(
-                self.model.train_step, self.strategy, steps)
+                self.model.train_step, self.strategy, self.model.steps_per_execution or 1)
             self.model.test_function = _cross_worker_function(
                 self.model.test_step, self.strategy, 1)
-            # Keras' pre-fit symbolic build peeks at a batch and reduces it with
-            # strategy.reduce, which fails on dict batches under this strategy; the
-            # model and optimizer are built already, so there is nothing to build.
+            # Keras' pre-fit symbolic build reduces a peeked batch, which fails on dict
+            # batches under this strategy; the model and optimizer are built already.
             self.model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
         else:
             self.model.make_train_function()
@@ -370,9 +281,8 @@ class ResumableTraining:
                 log_every or every, stop_step, live=progress == "live",
                 steps_per_epoch=steps_per_epoch))
         with preemption, _resource_errors(self):
-            # Keras counts batches, the stop is by updates: skipped updates (on_nan:
-            # skip, or a float16 loss scale that overflowed) need more batches, and
-            # StopAndSave ends the run at stop_step.
+            # Keras counts batches, the stop is by updates: skipped updates (on_nan: skip, a
+            # float16 loss scale overflow) need more batches; StopAndSave stops at stop_step.
             skips = on_nan == "skip" or isinstance(self.optimizer,
                                                    keras.optimizers.LossScaleOptimizer)
             epochs = -(-stop_step // every) * (2 if skips else 1)
@@ -380,22 +290,19 @@ class ResumableTraining:
                 x, epochs=epochs, initial_epoch=start // every, shuffle=False,
                 steps_per_epoch=every, validation_data=validation_data,
                 validation_steps=validation_steps if validation_data is not None else None,
-                callbacks=all_callbacks, verbose=verbose if self.info.is_chief else 0,
-            )
+                callbacks=all_callbacks, verbose=verbose if self.info.is_chief else 0)
         self.model.train_function = self.model.test_function = None  # Keras' own next time
         if not stop.preempted and not self.model.stop_training and self.step < stop_step:
-            # Every batch Keras was given ran without reaching the stop: updates were
-            # skipped (on_nan: skip), or the input ended. Either way, no finished run.
+            # Every batch ran without reaching the stop: skipped updates, or the input ended.
             skipped = int(self.optimizer.non_finite_steps.numpy())
-            where = self.kept()
             if skipped:
                 raise NonFiniteLossError(
                     f"training reached only step {self.step} of {stop_step}: {skipped} "
                     "update(s) were skipped for NaN/Inf loss or gradients (train.on_nan: skip), "
-                    f"too many to finish; {where}. Check the data and the learning rate.")
+                    f"too many to finish; {self.kept()}. Check the data and the learning rate.")
             raise TrainingError(
                 f"training reached only step {self.step} of {stop_step}: the input ended; "
-                f"{where}.")
+                f"{self.kept()}.")
         return fit.history, stop.preempted
 
 
@@ -416,26 +323,18 @@ def _cross_worker_function(step, strategy, steps_per_execution):
     return function
 
 
-class _resource_errors:
+@contextlib.contextmanager
+def _resource_errors(training):
     """Turns resource faults during `fit` into `TrainingError`s that name the way back."""
-
-    def __init__(self, training):
-        self.training = training
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, tb):
-        if error is None or isinstance(error, TrainingError):
-            return False
-        latest = self.training.latest_checkpoint()
+    try:
+        yield
+    except (tf.errors.OpError, OSError) as error:
+        latest = training.latest_checkpoint()
         resume = (f"the model directory resumes from {latest}" if latest
                   else "no checkpoint was written yet")
-        if not isinstance(error, (tf.errors.OpError, OSError)):
-            return False
         message, detail = error_message(error), error_detail(error)
         if isinstance(error, tf.errors.ResourceExhaustedError):
-            replicas = self.training.strategy.num_replicas_in_sync
+            replicas = training.strategy.num_replicas_in_sync
             if latest:
                 fix = ("the global batch is part of this run: resume it on devices with more "
                        f"memory or more of them (the batch is split over the replicas, now "
@@ -444,16 +343,14 @@ class _resource_errors:
                 fix = ("rerun with a smaller data.batch_size or data.max_sequence_length "
                        f"(the global batch, split over {replicas} replica(s); both may change "
                        "until the first checkpoint)")
-            raise TrainingError(
-                f"out of memory at the configured batch size ({detail}); {fix}: {resume}."
-            ) from error
+            raise TrainingError(f"out of memory at the configured batch size ({detail}); {fix}: "
+                                f"{resume}.") from error
         if isinstance(error, tf.errors.NotFoundError):
             raise TrainingError(
                 f"an input file disappeared during training ({detail}); "
                 f"restore it and rerun the same command: {resume}.") from error
-        no_space = (isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EFBIG)) \
-            or any(s in message for s in ("No space left", "File too large"))
-        if no_space:
+        if (isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EFBIG)) or any(
+                s in message for s in ("No space left", "File too large")):
             raise TrainingError(f"the disk is full ({detail}); free space and "
                                 f"rerun the same command: {resume}.") from error
-        return False
+        raise

@@ -1,41 +1,29 @@
 """The model directory: its layout, its config and checkpoints, and the start of a run.
 
-Every family's training (`tfeff.training.families`, `tfeff.training.pretraining`),
-export and conversion import this module; it imports none of them.
-
-The model directory is transactional. Every artifact is written to a
-temporary sibling and renamed; checkpoints go through
-`tf.train.CheckpointManager`, whose `checkpoint` index file is only updated
-after the new checkpoint is complete. A run killed at any point leaves a
-directory that the next run resumes from (the latest checkpoint) and that
-`tfeff-export` can read.
+Every family's training, export and conversion import this module; it imports none of
+them. The directory is transactional: every artifact is written to a temporary sibling
+and renamed, and the checkpoint index names a checkpoint only once it is complete, so a
+run killed at any point leaves a directory that resumes and exports.
 
 Layout of `model_dir`:
 
     config.yaml               the resolved config (read back by resume and export)
     corpus/{train,heldout}.txt  the generated corpus (synthetic data only)
-    vocabulary.txt            word<TAB>count, id order (WordPiece tokens for
-                              `data.tokenization: wordpiece`; no fastText then)
+    vocabulary.txt            word<TAB>count, id order (or WordPiece tokens, no fastText)
     fasttext.bin              trained word vectors (unless fasttext.pretrained)
     vocabulary_vectors.npy    fixed vectors of every vocabulary word
     vocabulary_vectors.mean.npy  the subtracted mean (fasttext.center)
     checkpoints/              tf.train.CheckpointManager checkpoints
     logs/                     TensorBoard scalars (train/*, validation/*)
     eval.json                 held-out top-k accuracy and the unigram baseline
-    .tfeff-model-dir          the mark of a directory tfeff made (`claim`), with the
-                              SHA-256 of vocabulary.txt and vocabulary_vectors.npy
-                              (`check_fingerprints`)
+    .tfeff-model-dir          the mark of a directory tfeff made (`check_fingerprints`)
     .tfeff-lock               the lock of the run writing there, with its holder (`claim`)
 
-tfeff writes into a directory only what it owns: a new or empty directory, or one
-it made (its mark, or, from before the mark, its own resolved `config.yaml` and
-only its own file names). Any other directory is refused, naming what is in it.
-Nor does it write through a name of its own that is not its file
-(`tfeff.data.files`): a symbolic link at `config.yaml`, `eval.json` or another of
-its files is replaced by the file, the link's target left as it was; a
-`.tfeff-lock` that is a link (dangling or not) or not a file is refused; what it
-removes (a killed run's temporaries) is never removed through a link. A folder of
-its own that is a link (`checkpoints/` on another disk) is written into.
+tfeff writes only into a new or empty directory or one it made (its mark, or, from
+before the mark, its own resolved `config.yaml` and only its own file names), and never
+through a symbolic link at one of its names (`tfeff.data.files`); a folder of its own
+that is a link (`checkpoints/` on another disk) is written into. See
+docs/guides/pretraining.md#your-corpus-with-a-demo-config.
 """
 
 import contextlib
@@ -73,11 +61,9 @@ CHECKPOINT_DIR = "checkpoints"
 EVAL_FILE = "eval.json"
 # Sections that may change on resume; the others define the model and its data.
 _RESUMABLE_SECTIONS = ("train", "eval")
-# Keys of the other sections that change what a step costs, never its numbers: they may
-# change on resume too.
+# Keys of the other sections that change a step's cost, never its numbers (resumable).
 _COST_ONLY_KEYS = ("model.adaptive_tail_capacity",)
-# Keys that shape only the batches, not the prepared data: they may change until
-# the first checkpoint (e.g. a smaller batch after running out of memory).
+# Keys that shape only the batches, not the prepared data: may change until the first checkpoint.
 _BEFORE_FIRST_CHECKPOINT = ("data.batch_size", "data.max_sequence_length",
                             "data.shuffle_buffer")
 
@@ -88,14 +74,9 @@ def file_path(model_dir, name):
 
 def corpus_files(data_cfg, model_dir):
     """`(train_files, heldout_files)`: the configured patterns, resolved once
-    (`tfeff.data.training_and_heldout_files`), or the generated corpus.
-
-    Raises:
-        CorpusError: configured training files that hold no text (blank lines
-            only): there would be nothing to learn from, and a repeated empty
-            input never yields a batch; patterns that name no regular file, or
-            held-out files that are training files.
-    """
+    (`tfeff.data.training_and_heldout_files`, whose `CorpusError`s pass through; training
+    files without text are one too: a repeated empty input never yields a batch), or the
+    generated corpus."""
     if data_cfg.synthetic is None:
         train_files, heldout_files = data_lib.training_and_heldout_files(
             data_cfg.train_files, data_cfg.heldout_files)
@@ -108,10 +89,8 @@ def corpus_files(data_cfg, model_dir):
         syn = data_cfg.synthetic
         logging.info("Generating the synthetic corpus in %s", corpus_dir)
         data_lib.write_synthetic_corpus(
-            corpus_dir, syn.num_train_sentences, syn.num_heldout_sentences,
-            seed=syn.seed, lexicon_size=syn.lexicon_size,
-            paragraph_sentences=syn.paragraph_sentences,
-        )
+            corpus_dir, syn.num_train_sentences, syn.num_heldout_sentences, seed=syn.seed,
+            lexicon_size=syn.lexicon_size, paragraph_sentences=syn.paragraph_sentences)
     return train_files, heldout_files
 
 
@@ -129,17 +108,14 @@ def _differences(a, b, prefix=""):
 
 MARK_FILE = ".tfeff-model-dir"
 LOCK_FILE = ".tfeff-lock"
-# Every name tfeff writes at the top of a model directory (a directory made before the
-# mark existed is recognized by these names and its resolved config.yaml).
+# Every name tfeff writes at the top of a model directory (how one from before the mark is told).
 OWNED_NAMES = (CONFIG_FILE, "corpus", VOCABULARY_FILE, FASTTEXT_FILE, VECTORS_FILE,
                data_lib.mean_path(VECTORS_FILE), WORDPIECE_CORPUS_FILE, CHECKPOINT_DIR,
                "logs", EVAL_FILE, "coarse", MARK_FILE, LOCK_FILE, EPOCH_FILE)
-# What `prepare_data` derives from the `data` and `fasttext` sections (and reuses
-# whenever it is there).
+# What `prepare_data` derives from the `data` and `fasttext` sections (and reuses).
 DERIVED_DATA = ("corpus", VOCABULARY_FILE, FASTTEXT_FILE, VECTORS_FILE,
                 data_lib.mean_path(VECTORS_FILE), WORDPIECE_CORPUS_FILE)
-# The config sections each derived file is made from: a change of another section
-# leaves it valid (a corrected fasttext.pretrained does not touch the vocabulary).
+# The config sections each derived file is made from (another section's change leaves it).
 _MADE_FROM = {"corpus": ("data",), VOCABULARY_FILE: ("data", "family"),
               FASTTEXT_FILE: ("data", "fasttext", "family"),
               VECTORS_FILE: ("data", "fasttext", "family"),
@@ -149,21 +125,20 @@ _CHECKPOINT_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
 
 
 def _checkpoint_files(model_dir):
-    """The index files of every checkpoint written in `model_dir` (any phase's)."""
+    """The index files of every checkpoint in `model_dir` (any phase's)."""
     written = tf.io.gfile.glob(os.path.join(model_dir, CHECKPOINT_DIR, "ckpt-*.index")) + \
         tf.io.gfile.glob(os.path.join(model_dir, "*", CHECKPOINT_DIR, "ckpt-*.index"))
     return {p for p in written if _CHECKPOINT_INDEX.match(os.path.basename(p))}
 
 
 def _checkpoint_steps(model_dir):
-    """The steps of every checkpoint written in `model_dir` (any phase's)."""
     return [int(_CHECKPOINT_INDEX.match(os.path.basename(p)).group(1))
             for p in _checkpoint_files(model_dir)]
 
 
 def _checkpoint_stamps(model_dir):
-    """`{index file: modification time}` of every checkpoint in `model_dir`: a checkpoint
-    written since is new or has a new time (one written again at the same step)."""
+    """`{index file: modification time}` of every checkpoint in `model_dir` (one written
+    since is new or has a new time)."""
     stamps = {}
     for path in _checkpoint_files(model_dir):
         with contextlib.suppress(tf.errors.NotFoundError):  # rotated out meanwhile
@@ -172,7 +147,6 @@ def _checkpoint_stamps(model_dir):
 
 
 def _optimizer_name(train):
-    """The optimizer a `train` section builds: `Adam`, `AdamW` or `Adagrad`."""
     if train.get("optimizer", "adam") == "adagrad":
         return "Adagrad"
     return "AdamW" if train.get("weight_decay") else "Adam"
@@ -203,27 +177,14 @@ def _precision_change(saved_train, new_train):
 
 
 def resolve_config(config, model_dir):
-    """Checks `config` against `<model_dir>/config.yaml` and writes it.
+    """Checks `config` against `<model_dir>/config.yaml` (ConfigError) and writes it.
 
-    Resuming may change `train` and `eval` (for example more steps) but not
-    the data, word vectors, model or CoRe phases, nor the optimizer (Adam,
-    AdamW with `train.weight_decay`, or Adagrad with `train.optimizer`), nor `train.precision`: those would make
-    the checkpoint meaningless (`train.jit_compile` and
-    `model.adaptive_tail_capacity` may change: the checkpoint is the same
-    either way). A directory with no checkpoint yet (a run that failed before
-    its first one) takes any corrected config, unless it holds prepared data
-    (`DERIVED_DATA`) made from a `data`, `fasttext` or `family` setting that
-    changed: the error names those files, which the user removes (tfeff
-    deletes nothing it cannot tell from a user's own file). Everything is
-    checked before anything is written. `train.steps` below the step already
-    reached is allowed (nothing more is trained) and logged.
-
-    `config.yaml` is the config of the directory's checkpoints: in a directory
-    this process holds (`claim`), the file it replaces is kept, and when the
-    run ends (`release`) without a new checkpoint (refused after this point,
-    failed before its first checkpoint, or nothing left to train), it goes back
-    to what it was. Only a run that changed the data's settings before the first
-    checkpoint keeps its config either way: the prepared data follows it.
+    Resuming may change `train` and `eval` (and `model.adaptive_tail_capacity`), but not
+    the optimizer (Adam, AdamW, Adagrad) or `train.precision`. Without a checkpoint any
+    corrected config is taken, unless prepared data (`DERIVED_DATA`) made from a changed
+    setting is there: the error names those files. In a directory this process holds
+    (`claim`), `release` puts the replaced file back if the run wrote no checkpoint and
+    changed no data setting.
     """
     path = file_path(model_dir, CONFIG_FILE)
     previous, data_changed = None, False
@@ -252,8 +213,6 @@ def resolve_config(config, model_dir):
                     "more is trained (config.yaml keeps the config its checkpoints were "
                     "trained with)", config.train.steps, max(steps), model_dir)
         else:
-            # No checkpoint: any corrected config is taken, unless prepared data made
-            # from the old data/fasttext section would be reused for the new one.
             stale = [d for d in diffs if d.split(":")[0] not in _BEFORE_FIRST_CHECKPOINT
                      and d.split(".")[0].split(":")[0] in ("data", "fasttext", "family")]
             data_changed = bool(stale)
@@ -293,8 +252,7 @@ def load_model_dir_config(model_dir):
 @contextlib.contextmanager
 def building_model(label, restoring=False):
     """Turns running out of memory while building a model (or its optimizer) into a
-    `TrainingError` that says so; nothing has been trained or saved at that point.
-    `restoring`: the model is a trained one (export, conversion), not a config to shrink."""
+    `TrainingError`; `restoring`: a trained model (export, conversion), not one to shrink."""
     try:
         yield
     except (tf.errors.ResourceExhaustedError, MemoryError) as e:
@@ -307,16 +265,9 @@ def building_model(label, restoring=False):
 
 
 def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False):
-    """Builds `build()` (and its optimizer) under `strategy` and restores the latest checkpoint.
-
-    The directory may be live: when a run training there deletes the chosen
-    checkpoint before it is read, the newest one is chosen again
-    (`checkpoints.restore_newest`), and the step returned is the one restored.
-
-    Returns:
-        `(model, optimizer_or_None, step)`.
-    """
-    # The same choice as training's restore: checksummed, names relative to model_dir.
+    """Builds `build()` (and its optimizer) under `strategy`, restores the latest checkpoint
+    (`checkpoints.restore_newest`, safe beside a run still training there) and returns
+    `(model, optimizer_or_None, step)`."""
     directory = file_path(model_dir, CHECKPOINT_DIR)
     latest = checkpoints.choose_checkpoint(directory)
     if latest is None:
@@ -334,12 +285,10 @@ def restore_latest(model_dir, config, build, strategy=None, with_optimizer=False
     return model, optimizer, checkpoints.checkpoint_step(latest)
 
 
-# The locks this process holds: real path -> [open lock file, claims] (the lock lives
-# as long as the file stays open, and ends with the process however it ends).
+# The locks this process holds: real path -> [open lock file, claims].
 _HELD = {}
 # The config.yaml a run replaced in a directory it holds (`resolve_config`): real path ->
-# (path, its text before, the checkpoints then (`_checkpoint_stamps`)); put back by
-# `release` when the run wrote no checkpoint.
+# (path, its text before, `_checkpoint_stamps` then); put back by `release`.
 _REPLACED = {}
 _PROBE_PREFIX = ".tfeff-write-test-"
 
@@ -349,15 +298,12 @@ def _is_local(path):
 
 
 def _held_key(model_dir):
-    """The key of `model_dir` in `_HELD`: its real path (a remote path as given)."""
     return os.path.realpath(model_dir) if _is_local(model_dir) else model_dir
 
 
 def _own_config(path):
-    """Whether `path` is a config.yaml that tfeff wrote (`resolve_config`): no comment, every
-    section of the resolved config, and nothing the resolved config does not hold (one
-    written by an older tfeff may lack a key added since). A user's config sets only what
-    it changes, or carries comments."""
+    """Whether `path` is a config.yaml that tfeff wrote: no comment, every section of the
+    resolved config and nothing it does not hold (an older tfeff's may lack newer keys)."""
     import yaml
 
     try:
@@ -412,13 +358,9 @@ def check_ownership(model_dir):
 
 def claim(model_dir, what="tfeff-pretrain"):
     """Takes `model_dir` for this process (counted: as many `release` calls give it back):
-    checks that tfeff may write there (`check_ownership`) and locks it, so that a second
-    run is refused at once, naming the holder. The lock is the kernel's (`flock`) on
-    `.tfeff-lock`: a killed run holds nothing. Remote directories are not locked.
-
-    Raises:
-        FileExistsError: the directory is not tfeff's, or another process writes there.
-    """
+    checks it (`check_ownership`) and locks it with the kernel's `flock` on `.tfeff-lock`
+    (a killed run holds nothing; remote directories are not locked). FileExistsError when
+    the directory is not tfeff's or another process writes there."""
     key = _held_key(model_dir)
     if key in _HELD:  # this process holds it already (an API call inside another)
         _HELD[key][1] += 1
@@ -448,46 +390,38 @@ def claim(model_dir, what="tfeff-pretrain"):
     _HELD[key] = [handle, 1]
 
 
-# What a killed run leaves: temporary siblings of tfeff's own files
-# (`files.temporary_sibling`, the text fastText trains on, a checkpoint index being
-# rewritten) and TensorFlow's checkpoint being written. Not other names' (an export inside the model directory has its own
-# lock), nor write probes (another worker's may be in use).
+# What a killed run leaves: temporaries of tfeff's files and checkpoint index, TensorFlow's
+# half-written checkpoints. Not other names' (an export has its own lock), nor write probes
+# (another worker's may be in use).
 _LEFTOVER = re.compile(
     r"^(?:(?:" + "|".join(re.escape(n) for n in OWNED_NAMES + (checkpoints.INDEX_FILE,))
     + r")\.tmp-[0-9a-f]{8}(?:\.txt|\.old)?|ckpt-\d+_temp.*)$")
 
 
 def sweep_leftovers(model_dir):
-    """Removes what a killed run left in `model_dir` and its checkpoint folders (the
-    caller holds the directory's lock, so no run is writing them); returns their names."""
+    """Removes what a killed run left in `model_dir` and its checkpoint folders (under
+    the caller's lock); returns their names."""
     swept = []
     for folder in (model_dir, file_path(model_dir, CHECKPOINT_DIR),
                    file_path(model_dir, "coarse"),
                    os.path.join(model_dir, "coarse", CHECKPOINT_DIR)):
         if not tf.io.gfile.isdir(folder):
             continue
-        for entry in tf.io.gfile.listdir(folder):
-            name = entry.rstrip("/")
-            if not _LEFTOVER.match(name):
-                continue
-            path = os.path.join(folder, name)
-            files.remove_path(path)  # a link is removed, not what it points to
-            swept.append(os.path.relpath(path, model_dir))
+        for name in (entry.rstrip("/") for entry in tf.io.gfile.listdir(folder)):
+            if _LEFTOVER.match(name):
+                path = os.path.join(folder, name)
+                files.remove_path(path)  # a link is removed, not what it points to
+                swept.append(os.path.relpath(path, model_dir))
     if swept:
         logging.info("Removed what an interrupted run left in %s: %s", model_dir,
                      ", ".join(sorted(swept)))
     return swept
 
 
-# The prepared files a run's checkpoints rest on (ids, fixed vectors): their SHA-256 is
-# kept in the mark, and a file changed since tfeff made it is refused.
+# The prepared files a run's checkpoints rest on: their SHA-256 is kept in the mark.
 FINGERPRINTED = (VOCABULARY_FILE, VECTORS_FILE)
-
-
-# Digests already read in this process, by local file (path, inode, size, modification
-# time: tfeff rewrites a file by renaming a new one over it, a new inode): a run checks the
-# prepared files before and after preparing them, and the vectors of a paper-size
-# vocabulary take gigabytes to read. Remote files are read each time.
+# Digests read in this process, by local (path, inode, size, mtime): a paper-size
+# vocabulary's vectors are gigabytes. Remote files are read each time.
 _DIGESTS = {}
 
 
@@ -508,14 +442,9 @@ def _sha256(path):
 
 
 def check_fingerprints(model_dir, made_now, record=True):
-    """Checks the `FINGERPRINTED` files of `model_dir` against the fingerprints in its
-    mark, then records them (unless `record` is off: then it writes nothing); `made_now`:
-    the names this run made (before the first checkpoint recorded, not checked; after it
-    checked too).
-
-    Raises:
-        ValueError: naming the files that changed since tfeff made them.
-    """
+    """Checks the `FINGERPRINTED` files of `model_dir` against its mark (ValueError naming
+    those changed since), then records them (if `record`); `made_now`: names this run
+    made (unchecked before the first checkpoint)."""
     mark = file_path(model_dir, MARK_FILE)
     try:
         with tf.io.gfile.GFile(mark) as f:
@@ -531,8 +460,6 @@ def check_fingerprints(model_dir, made_now, record=True):
             recorded.pop(name, None)
             continue
         digest = _sha256(path)
-        # Made anew before the first checkpoint: taken. After it, made anew or not, it must
-        # be the file the checkpoints were trained with.
         if (name not in made_now or steps) and recorded.get(name, digest) != digest:
             changed.append(name)
         recorded[name] = digest
@@ -562,8 +489,7 @@ def release(model_dir):
 
 
 def _put_back_config(model_dir, replaced):
-    """Puts back the config.yaml a run replaced (`resolve_config`) when it wrote no
-    checkpoint: the directory's config stays the config of its checkpoints."""
+    """Puts back the config.yaml a run replaced (`resolve_config`) if it wrote no checkpoint."""
     if replaced is None:
         return
     path, previous, checkpoints_then = replaced
@@ -583,14 +509,10 @@ def check_writable(directory):
     try:
         tf.io.gfile.makedirs(directory)
         probe = os.path.join(directory, f"{_PROBE_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        if _is_local(directory):
-            with files.open_new(probe) as f:  # a new file, never through a link
-                f.write("ok")
-            os.remove(probe)
-        else:
-            with tf.io.gfile.GFile(probe, "w") as f:
-                f.write("ok")
-            tf.io.gfile.remove(probe)
+        local = _is_local(directory)  # a local probe is a new file, never through a link
+        with (files.open_new(probe) if local else tf.io.gfile.GFile(probe, "w")) as f:
+            f.write("ok")
+        (os.remove if local else tf.io.gfile.remove)(probe)
     except (OSError, tf.errors.OpError) as e:
         raise TrainingError(f"model_dir {directory} is not writable: {error_message(e)}") from e
 
@@ -606,21 +528,11 @@ def check_batch_size(batch_size, strategy):
 
 
 def start_run(config, model_dir, strategy, devices, prepare, check_inputs=None):
-    """The shared start of every family's `pretrain`: strategy, checks, config, data.
-
-    The strategy comes first (MultiWorkerMirroredStrategy must exist before
-    TensorFlow runs an op). Then the inputs are checked before anything is
-    written: the global batch against the replica count, and
-    `check_inputs()` (a family's own checks, e.g. a pre-trained fastText
-    file). The chief checks the prepared files already there
-    (`check_fingerprints`) and `config` against the directory before it writes
-    the config (`resolve_config`, which puts the old one back if the run ends
-    without a checkpoint) and prepares the data (`prepare()`); the other
-    workers wait for it and then read the chief's files.
-
-    Returns:
-        `(strategy, worker_info, prepare())`.
-    """
+    """The shared start of every family's `pretrain`; returns `(strategy, worker_info,
+    prepare())`. The strategy comes first (MultiWorkerMirroredStrategy must exist before
+    TensorFlow runs an op), and `check_inputs()` runs before anything is written; the
+    chief then writes the config and runs `prepare()`, and the other workers read its
+    files."""
     strategy = make_strategy(strategy, devices)
     check_batch_size(config.data.batch_size, strategy)
     if check_inputs is not None:
@@ -634,8 +546,6 @@ def start_run(config, model_dir, strategy, devices, prepare, check_inputs=None):
         made_before = set()
         if info.is_chief:
             claim(model_dir)
-            # Everything is checked before anything is written: the prepared files
-            # there now, then the config (which `resolve_config` checks, then writes).
             check_fingerprints(model_dir, made_now=set(), record=False)
             resolve_config(config, model_dir)
             made_before = {n for n in FINGERPRINTED

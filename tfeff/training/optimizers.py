@@ -11,43 +11,31 @@ from tfeff.config.train import DECAYS
 
 @keras.saving.register_keras_serializable(package="tfeff")
 class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup to `peak_learning_rate`, then cosine, linear, exponential or no decay;
-    or the RNMT+ schedule.
+    """Linear warmup, then cosine, linear, exponential or no decay; or the RNMT+ schedule.
 
     Args:
         peak_learning_rate: rate reached at the end of warmup.
-        warmup_steps: steps of linear warmup (the rate at step s below it is
-            `peak_learning_rate * (s + 1) / warmup_steps`); 0 for none.
+        warmup_steps: steps of linear warmup (step s: `peak * (s + 1) / warmup_steps`); 0: none.
         total_steps: the last step; decay ends there.
-        decay: `"cosine"`, `"linear"`, `"exponential"`, `"constant"` or
-            `"rnmt"` (below).
-        final_fraction: the rate at `total_steps` is `peak * final_fraction`
-            (`"exponential"`: the rate never goes below it).
-        decay_rate: `"exponential"`: the rate is multiplied by `decay_rate`
-            every `decay_steps` steps after warmup, smoothly:
-            `peak * decay_rate ** ((step - warmup_steps) / decay_steps)`
-            (Masked ELMo: 0.95).
-        decay_steps: `"exponential"`: the steps over which the rate is
-            multiplied by `decay_rate` once (see `decay_rate`).
+        decay: `"cosine"`, `"linear"`, `"exponential"`, `"constant"` or `"rnmt"`.
+        final_fraction: the rate at `total_steps` is `peak * final_fraction` (exponential: floor).
+        decay_rate: `"exponential"`: the rate after warmup is
+            `peak * decay_rate ** ((step - warmup_steps) / decay_steps)` (Masked ELMo: 0.95).
+        decay_steps: `"exponential"`: see `decay_rate`.
         decay_start: `"rnmt"`: s, the step its exponential decay starts at.
         decay_end: `"rnmt"`: e > s, the step the rate reaches its floor.
-        replicas: `"rnmt"`: n, the factor by which the peak exceeds the base
-            rate (Chen et al.: the number of replicas; tfeff:
-            `batch_size / base_batch_size`).
+        replicas: `"rnmt"`: n, the peak over the base rate (Chen et al.: the number of
+            replicas; tfeff: `batch_size / base_batch_size`).
 
-    `"rnmt"` is the schedule of Chen et al. (2018, RNMT+) as Li et al. (2019,
-    ELMo-C) train with it (their released code counts the decay in steps):
-    with base = peak / n, p = `warmup_steps` and t the step,
+    `"rnmt"` is the schedule of Chen et al. (2018, RNMT+) as Li et al. (2019, ELMo-C)
+    train with it (their code counts the decay in steps): with base = peak / n,
+    p = `warmup_steps` and t the step, up to e (and base / 2 from e on),
 
         rate(t) = base * min(1 + t (n - 1) / p,  n,  n (2n) ** ((s - t) / (e - s)))
 
-    up to e and base / 2 from e on: from the base rate up to the peak over the
-    warmup, held until s, then decaying exponentially to half the base rate
-    at e. `total_steps` and `final_fraction` do not enter it.
-
     Raises:
-        ValueError: `decay` is unknown, or `"rnmt"` without
-            0 <= decay_start < decay_end or with replicas below 1.
+        ValueError: `decay` is unknown, or `"rnmt"` without 0 <= decay_start < decay_end
+            and replicas >= 1.
     """
 
     def __init__(self, peak_learning_rate, warmup_steps, total_steps, decay="cosine",
@@ -102,30 +90,18 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         return ops.where(step < e, rate, base / 2.0)
 
     def get_config(self):
-        return {
-            "peak_learning_rate": self.peak_learning_rate,
-            "warmup_steps": self.warmup_steps,
-            "total_steps": self.total_steps,
-            "decay": self.decay,
-            "final_fraction": self.final_fraction,
-            "decay_rate": self.decay_rate,
-            "decay_steps": self.decay_steps,
-            "decay_start": self.decay_start,
-            "decay_end": self.decay_end,
-            "replicas": self.replicas,
-        }
+        return {name: getattr(self, name) for name in (
+            "peak_learning_rate", "warmup_steps", "total_steps", "decay", "final_fraction",
+            "decay_rate", "decay_steps", "decay_start", "decay_end", "replicas")}
 
 
 def sum_duplicate_indices(slices):
     """`tf.IndexedSlices` with each index once, its rows summed.
 
-    The gradient of a gather (an embedding lookup, a sampled softmax's rows) lists a
-    row once per occurrence. Keras' updates square the gradient before adding it to
-    a dense slot, so a row met k times would add the sum of its parts' squares where
-    the gradient's square is the square of their sum: Adam's and Adagrad's second
-    moments would be wrong (TensorFlow's own v1 optimizers sum duplicates first,
-    as this does), and a global norm for clipping taken over the parts would not be
-    the gradient's.
+    A gather's gradient lists a row once per occurrence, and Keras' updates square the
+    gradient: without the sum, Adam's and Adagrad's second moments (and a clipping
+    norm) would add the parts' squares, not the square of their sum (TensorFlow's v1
+    optimizers sum duplicates first too).
     """
     unique, positions = tf.unique(slices.indices)
     values = tf.math.unsorted_segment_sum(slices.values, positions, tf.shape(unique)[0])
@@ -135,25 +111,13 @@ def sum_duplicate_indices(slices):
 class SkipNonFiniteUpdates:
     """Optimizer mixin: an update whose gradients are not all finite is not applied.
 
-    The check runs after the loss and gradients are computed and before any
-    variable changes; under `tf.distribute` the replicas agree (one non-finite
-    replica skips the update everywhere), so their weights never diverge. A
-    skipped update leaves the weights, the moments and `iterations` unchanged
-    and increments `non_finite_steps`; `last_non_finite_step` is the step
-    (`iterations + 1`) the update would have been. Both are optimizer variables,
-    so they are checkpointed. `tfeff.training.callbacks.NonFiniteCallback`
-    reads them to stop training or report the skip (`train.on_nan`).
-
-    The condition sits inside each variable's update (and weight decay), not
-    around `apply`: strategies that synchronize through `merge_call`
-    (MultiWorkerMirroredStrategy) cannot run one inside a `tf.cond`.
-
-    A sparse gradient (`tf.IndexedSlices`) is clipped and applied as its dense
-    equivalent: duplicate indices are summed first (`sum_duplicate_indices`).
-
-    Under `tf.distribute` the gradients are summed over replicas *before*
-    clipping (`global_clipnorm` then sees the global batch's gradient, as on
-    one device; Keras alone clips each replica's share by its own norm).
+    The replicas agree (one non-finite replica skips the update everywhere). A skipped
+    update changes nothing but the checkpointed `non_finite_steps` (incremented) and
+    `last_non_finite_step` (the step it would have been), which `train.on_nan` reads.
+    The condition sits inside each variable's update (and weight decay), not around
+    `apply`: MultiWorkerMirroredStrategy's `merge_call` cannot run inside a `tf.cond`.
+    Gradients are summed over replicas (and duplicate sparse indices summed) *before*
+    clipping, so that `global_clipnorm` sees the global batch's gradient.
     """
 
     _skip_update = None
@@ -161,27 +125,20 @@ class SkipNonFiniteUpdates:
 
     def build(self, variables):
         super().build(variables)
-        self.non_finite_steps = self.add_variable(
-            (), initializer="zeros", dtype="int64", aggregation="only_first_replica",
-            name="non_finite_steps")
-        self.last_non_finite_step = self.add_variable(
-            (), initializer="zeros", dtype="int64", aggregation="only_first_replica",
-            name="last_non_finite_step")
+        for name in ("non_finite_steps", "last_non_finite_step"):
+            setattr(self, name, self.add_variable(
+                (), initializer="zeros", dtype="int64", aggregation="only_first_replica",
+                name=name))
 
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
         ctx = tf.distribute.get_replica_context()
         reduce_here = ctx is not None and ctx.num_replicas_in_sync > 1
-        if reduce_here:
-            # Sum the replicas' gradients first (Keras would clip each replica's
-            # own gradients by their own norm before summing: not the global
-            # batch's clipping), and check the sums: every replica sees the same.
+        if reduce_here:  # every replica then checks (and clips) the same sums
             present = [i for i, g in enumerate(grads) if g is not None]
             for i, g in zip(present, ctx.all_reduce(tf.distribute.ReduceOp.SUM,
                                                     [grads[i] for i in present])):
                 grads[i] = g
-        # Before clipping: the global norm of a gradient with repeated rows is that of
-        # their sums, not of their parts.
         grads = [sum_duplicate_indices(g) if isinstance(g, tf.IndexedSlices) else g
                  for g in grads]
         checks = [tf.reduce_all(tf.math.is_finite(
@@ -246,24 +203,18 @@ class AdamW(SkipNonFiniteUpdates, keras.optimizers.AdamW):
 class Adagrad(SkipNonFiniteUpdates, keras.optimizers.Adagrad):
     """`keras.optimizers.Adagrad` that skips non-finite updates (`SkipNonFiniteUpdates`).
 
-    Keras' update is Duchi et al.'s, `a += g**2; w -= lr * g / sqrt(a + epsilon)`,
-    with the accumulator `a` starting at `initial_accumulator_value`; TensorFlow's
-    `tf.compat.v1.train.AdagradOptimizer` (which ELMo's bilm-tf uses) divides by
-    `sqrt(a)`, a relative difference below `epsilon / (2 a)` (5e-8 at bilm-tf's
-    initial 1.0).
+    Keras divides by `sqrt(a + epsilon)`, bilm-tf's `tf.compat.v1.train.AdagradOptimizer`
+    by `sqrt(a)`: a relative difference below `epsilon / (2 a)` (5e-8 at its initial 1.0).
     """
 
 
 class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     """Keras' dynamic loss scaling (`mixed_float16`) around a `SkipNonFiniteUpdates` optimizer.
 
-    A non-finite gradient first means the loss scale overflowed float16: the
-    update is skipped and the scale halved, as in Keras. The scale never goes
-    below 1, and at 1 a non-finite gradient is not an overflow: it is passed to
-    the inner optimizer, which skips and counts it (`non_finite_steps`,
-    `last_non_finite_step`, read by `train.on_nan`). A diverging run therefore
-    stops (or is reported) after the scale has come down, about 15 skipped
-    batches from the initial 2**15, instead of skipping forever.
+    A non-finite gradient halves the scale and skips the update, as in Keras, but the
+    scale stops at 1, where a non-finite gradient goes to the inner optimizer, which
+    counts it for `train.on_nan`: a diverging run stops after about 15 skipped batches
+    (from 2**15) instead of skipping forever.
     """
 
     def check_finite(self, grads):
@@ -274,29 +225,22 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         self.step_counter.assign(0)
         self.dynamic_scale.assign(ops.maximum(ops.multiply(self.dynamic_scale, 0.5), 1.0))
 
-    @property
-    def non_finite_steps(self):
-        return self.inner_optimizer.non_finite_steps
-
-    @property
-    def last_non_finite_step(self):
-        return self.inner_optimizer.last_non_finite_step
+    non_finite_steps = property(lambda self: self.inner_optimizer.non_finite_steps)
+    last_non_finite_step = property(lambda self: self.inner_optimizer.last_non_finite_step)
 
 
 def make_optimizer(train_config, global_batch_size):
     """The optimizer of a run's `train` section.
 
-    Adam (AdamW with `train.weight_decay`), or Adagrad (`train.optimizer`),
-    with warmup/decay (`WarmupDecay`), the rate scaled linearly with the batch
-    size, and global-norm gradient clipping (`train.clipnorm`, 0 disables). Updates with NaN/Inf gradients
-    are skipped (`SkipNonFiniteUpdates`). With `train.precision:
-    mixed_float16` it is wrapped in `LossScaleOptimizer` (whose scale is
-    checkpointed with it).
+    Adam (AdamW with `train.weight_decay`) or Adagrad (`train.optimizer`), with
+    `WarmupDecay`, the rate scaled linearly with the batch size, global-norm clipping
+    (`train.clipnorm`, 0 disables) and `SkipNonFiniteUpdates`; `LossScaleOptimizer`
+    around it with `train.precision: mixed_float16`.
 
     Args:
         train_config: the `train` section (`tfeff.config.TrainConfig`).
-        global_batch_size: the batch size of one step over all replicas; the
-            peak rate is `learning_rate * global_batch_size / base_batch_size`.
+        global_batch_size: the batch of one step over all replicas; the peak rate is
+            `learning_rate * global_batch_size / base_batch_size`.
 
     Returns:
         The Keras optimizer.
@@ -310,39 +254,22 @@ def make_optimizer(train_config, global_batch_size):
 def _inner_optimizer(train_config, global_batch_size):
     peak = train_config.learning_rate * global_batch_size / train_config.base_batch_size
     schedule = WarmupDecay(
-        peak,
-        train_config.warmup_steps,
-        train_config.steps,
-        decay=train_config.decay,
+        peak, train_config.warmup_steps, train_config.steps, decay=train_config.decay,
         final_fraction=train_config.final_learning_rate_fraction,
-        decay_rate=train_config.decay_rate,
-        decay_steps=train_config.decay_steps,
-        decay_start=train_config.decay_start_step,
-        decay_end=train_config.decay_end_step,
-        replicas=global_batch_size / train_config.base_batch_size,
-    )
+        decay_rate=train_config.decay_rate, decay_steps=train_config.decay_steps,
+        decay_start=train_config.decay_start_step, decay_end=train_config.decay_end_step,
+        replicas=global_batch_size / train_config.base_batch_size)
+    # Fixed names: the checkpoint keys must not depend on how many optimizers were made.
+    common = dict(learning_rate=schedule, global_clipnorm=train_config.clipnorm or None)
     if getattr(train_config, "optimizer", "adam") == "adagrad":
-        return Adagrad(
-            learning_rate=schedule,
-            initial_accumulator_value=train_config.adagrad_initial_accumulator,
-            global_clipnorm=train_config.clipnorm or None,
-            name="adagrad",
-        )
+        return Adagrad(initial_accumulator_value=train_config.adagrad_initial_accumulator,
+                       name="adagrad", **common)
     weight_decay = getattr(train_config, "weight_decay", 0.0)
     epsilon = getattr(train_config, "adam_epsilon", 0.0)
     if weight_decay:
-        optimizer = AdamW(
-            learning_rate=schedule, weight_decay=weight_decay, epsilon=epsilon or 1e-6,
-            global_clipnorm=train_config.clipnorm or None, name="adamw",
-        )
+        optimizer = AdamW(weight_decay=weight_decay, epsilon=epsilon or 1e-6, name="adamw",
+                          **common)
         # As BERT: no decay of biases and layer-norm parameters.
         optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
         return optimizer
-    # A fixed name: optimizer variable paths (the checkpoint keys) must not
-    # depend on how many optimizers this process has created.
-    return Adam(
-        learning_rate=schedule,
-        epsilon=epsilon or 1e-7,
-        global_clipnorm=train_config.clipnorm or None,
-        name="adam",
-    )
+    return Adam(epsilon=epsilon or 1e-7, name="adam", **common)

@@ -1,20 +1,10 @@
 """Precision and XLA compilation of a training run: `train.precision`, `train.jit_compile`.
 
-* **Precision** is a Keras dtype policy (`float32`, `mixed_bfloat16`,
-  `mixed_float16`). Keras layers take the global policy when they are
-  created, and a model's sublayers do not all inherit the model's `dtype`,
-  so a model is created and built inside `dtype_policy(precision)`, which
-  restores the previous global policy on exit: nothing leaks to later models
-  of the same process. Weights stay float32; the losses, softmax
-  normalizers and layer norms compute in float32. `mixed_float16` wraps the
-  optimizer in `LossScaleOptimizer` (`tfeff.training.optimizers`).
-* **XLA.** A layer that cannot be compiled with XLA on this backend says so
-  the Keras way, `self.supports_jit = False` (what Keras' own cuDNN LSTM and
-  string lookups do), and names the reason in its class attribute
-  `jit_unsupported_reason`. `jit_blockers` walks a model's layers for them;
-  `resolve_jit_compile` turns `train.jit_compile` into `model.compile`'s
-  `jit_compile`: `true` with a blocking layer is a `ConfigError` naming it,
-  `auto` compiles only when nothing blocks and logs which it chose.
+A precision is a Keras dtype policy. Keras layers take the global policy when they are
+created, and a model's sublayers do not all inherit its `dtype`, so a model is created
+inside `dtype_policy(precision)`. A layer that XLA cannot compile here says so the Keras
+way, `supports_jit = False`, with the reason in its class's `jit_unsupported_reason`.
+See docs/guides/install.md#precision-and-xla.
 """
 
 import contextlib
@@ -29,8 +19,8 @@ from tfeff.config.train import PRECISIONS
 
 @contextlib.contextmanager
 def dtype_policy(precision):
-    """Creates layers under the Keras dtype policy `precision` (e.g. `"mixed_bfloat16"`);
-    the global policy in force before is restored on exit, also after an error."""
+    """Creates layers under the Keras dtype policy `precision` (e.g. `"mixed_bfloat16"`),
+    restoring the previous global policy on exit."""
     if precision not in PRECISIONS:
         raise ValueError(f"Received an invalid value for `precision`, expected one of "
                          f"{PRECISIONS}. Received: precision={precision!r}")
@@ -42,21 +32,11 @@ def dtype_policy(precision):
         keras.config.set_dtype_policy(previous)
 
 
-def _layers(model):
-    # Keras' own traversal (what `model.compile(jit_compile=...)` checks): the model
-    # and every layer it tracks, at any depth.
-    return list(model._flatten_layers(include_self=True, recursive=True))
-
-
 def jit_blockers(model):
-    """The layers of `model` that XLA cannot compile here: `[(description, reason)]`.
-
-    A layer blocks when its `supports_jit` is False; the reason is its class's
-    `jit_unsupported_reason` (a generic one when it names none, e.g. Keras'
-    LSTM running cuDNN).
-    """
+    """The layers of `model` whose `supports_jit` is False: `[(description, reason)]`."""
     blockers, seen = [], set()
-    for layer in _layers(model):
+    # Keras' own traversal (what `model.compile(jit_compile=...)` checks), at any depth.
+    for layer in model._flatten_layers(include_self=True, recursive=True):
         if getattr(layer, "supports_jit", True) or id(layer) in seen:
             continue
         seen.add(id(layer))
@@ -83,9 +63,8 @@ def check_jit_compile(setting, model, label, key="train.jit_compile"):
 
 def resolve_jit_compile(setting, model, label, deterministic=False, key="train.jit_compile"):
     """`model.compile`'s `jit_compile` for `train.jit_compile` = `setting` (True, False or
-    "auto"), checked against `model`'s layers (`check_jit_compile`); logs the choice.
-    `deterministic` (TensorFlow op determinism, which XLA kernels do not honour) makes
-    `auto` run without XLA (the config refuses `true` with it)."""
+    "auto"), checked against `model` (`check_jit_compile`); logs the choice. `auto`
+    compiles only when nothing blocks and not `deterministic` (XLA ignores TF's op determinism)."""
     if setting is False:
         logging.info("%s: the training step runs as a tf.function (%s: false)", label, key)
         return False

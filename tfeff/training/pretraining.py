@@ -9,34 +9,25 @@ def pretrain(config, model_dir, strategy="default", devices=None, verbose="auto"
              restore_fallback=False, callbacks=()):
     """Prepares the data, trains (resuming from the latest checkpoint), evaluates.
 
-    The family of `config` (`ElmoConfig`, `BertConfig`, `MaskedElmoConfig`)
-    does the work (`Family.pretrain`); checkpointing, exact resume,
-    preemption and fault handling are `tfeff.training.fault_tolerance`'s.
+    The family of `config` does the work (`Family.pretrain`). A fault (non-finite loss
+    with `train.on_nan: stop`, out of memory, a missing corpus file, a full disk, an
+    unreadable checkpoint) raises `tfeff.training.errors.TrainingError`; the directory
+    stays resumable.
 
     Args:
-        config: an `ElmoConfig`, `BertConfig` or `MaskedElmoConfig`. With
-            `train.epochs`, its `train.steps` is set from the corpus (and
-            written so into the directory's `config.yaml`).
+        config: an `ElmoConfig`, `BertConfig` or `MaskedElmoConfig` (`train.epochs` sets steps).
         model_dir: output directory (created; resumed when it holds a run).
         strategy: `"default"`, `"mirrored"` or `"multi_worker"`.
         devices: device list for `"mirrored"`.
-        verbose: `"auto"`: progress against `train.steps` with the time elapsed
-            and left, one line redrawn in place when stdout is a terminal, else
-            one log line per `train.log_every` steps; `0`, `1`, `2`: Keras' own.
-        restore_fallback: restore the newest readable checkpoint when the
-            latest is corrupted (else `CheckpointError`).
+        verbose: `"auto"`: progress against `train.steps`, redrawn in place on a
+            terminal, else logged every `train.log_every` steps; `0`, `1`, `2`: Keras'.
+        restore_fallback: restore the newest readable checkpoint if the latest is corrupted.
         callbacks: more Keras callbacks for `model.fit`.
 
     Returns:
-        dict with `step`, `history` (metric lists; BERT: per phase),
-        `train_seconds`, `preempted` (stopped by SIGTERM after saving),
-        `eval` (the family's held-out results; chief only, not after a
-        preemption) and, for a CoRe two-phase run, `switch`.
-
-    A fault (non-finite loss with `train.on_nan: stop`, out of memory, a
-    missing corpus file, a full or unwritable disk, an unreadable checkpoint)
-    raises `tfeff.training.errors.TrainingError` from the family's run; the
-    directory stays resumable.
+        dict with `step`, `history` (metric lists; BERT: per phase), `train_seconds`,
+        `preempted` (stopped by SIGTERM after saving), `eval` (held-out results; chief
+        only, not after a preemption) and, for a CoRe two-phase run, `switch`.
     """
     try:
         return get_family(config).pretrain(config, model_dir, strategy, devices,
@@ -51,8 +42,7 @@ def prepare_data(config, model_dir):
 
     Args:
         config: a family config (`ElmoConfig`, `BertConfig`, `MaskedElmoConfig`).
-        model_dir: the model directory the corpus, vocabulary and vectors are
-            written to (or found in).
+        model_dir: the model directory that holds the corpus, vocabulary and vectors.
 
     Returns:
         The `DataArtifacts`.
@@ -70,27 +60,22 @@ def build_model(config, vocabulary_size, vectors_path=None):
     Args:
         config: a family config (`ElmoConfig`, `BertConfig`, `MaskedElmoConfig`).
         vocabulary_size: the size of the vocabulary the model reads.
-        vectors_path: the model's fixed vectors (`vocabulary_vectors.npy`), or
-            None when it uses none.
+        vectors_path: the model's fixed vectors (`vocabulary_vectors.npy`), or None.
 
     Returns:
-        The Keras model; its `build()` without arguments creates every
-        variable.
+        The Keras model; its `build()` without arguments creates every variable.
     """
     return get_family(config).build_model(config, vocabulary_size, vectors_path)
 
 
 def restore_model(model_dir, config=None, strategy=None, with_optimizer=False):
-    """Builds the model of any family's `model_dir` and restores its latest checkpoint.
-
-    A directory without config, vocabulary, vectors or checkpoint raises
-    `FileNotFoundError`.
+    """Builds the model of any family's `model_dir` and restores its latest checkpoint
+    (`FileNotFoundError` without config, vocabulary, vectors or checkpoint).
 
     Args:
         model_dir: a tfeff model directory.
         config: its config; None reads `config.yaml` from `model_dir`.
-        strategy: the `tf.distribute` strategy to build the model under; None
-            for the default one.
+        strategy: the `tf.distribute` strategy to build under; None for the default.
         with_optimizer: also restore the optimizer (to continue training).
 
     Returns:

@@ -1,8 +1,5 @@
-"""`make_strategy` (the tf.distribute strategy named by `--strategy`) and the workers' helpers.
-
-`worker_info`, `barrier`, `chief_first` and `shard_files` say where this
-process stands in a (multi-worker) run and what it reads.
-"""
+"""`make_strategy` (the tf.distribute strategy named by `--strategy`) and the workers' helpers:
+where this process stands in a run and what it reads."""
 
 import dataclasses
 import json
@@ -11,11 +8,9 @@ import os
 import tensorflow as tf
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
-# One MirroredStrategy per device set and process. A second strategy on the
-# same devices restarts the collective instance keys, and its all-reduces
-# then collide with the first one's cached shapes ("Shape mismatch in the
-# collective instance"; tensorflow/tensorflow#62790) as soon as it trains a
-# model with other variables.
+# One MirroredStrategy per device set and process: a second one restarts the collective
+# instance keys, whose all-reduces then collide with the first one's cached shapes
+# ("Shape mismatch in the collective instance"; tensorflow/tensorflow#62790).
 _MIRRORED = {}
 
 
@@ -23,19 +18,16 @@ def make_strategy(name="default", devices=None):
     """Returns a `tf.distribute.Strategy`.
 
     Args:
-        name: `"default"` (no distribution), `"mirrored"` (one host, all local
-            GPUs, or `devices`) or `"multi_worker"` (`TF_CONFIG` describes the
-            cluster).
-        devices: optional device list for `"mirrored"` (e.g. two logical CPUs).
-            The same `"mirrored"` device set gets the same strategy object
-            in one process (see `_MIRRORED`).
+        name: `"default"` (no distribution), `"mirrored"` (one host, all local GPUs, or
+            `devices`) or `"multi_worker"` (`TF_CONFIG` describes the cluster).
+        devices: optional device list for `"mirrored"` (e.g. two logical CPUs); the
+            same set gets the same strategy object in one process.
 
     Returns:
         The strategy.
 
     Raises:
-        ValueError: `name` is unknown, or `"multi_worker"` finds `TF_CONFIG`
-            unset or not valid JSON.
+        ValueError: `name` is unknown, or `TF_CONFIG` is unset or not JSON (`"multi_worker"`).
     """
     if name == "default":
         return tf.distribute.get_strategy()
@@ -49,8 +41,7 @@ def make_strategy(name="default", devices=None):
         if not raw:
             raise ValueError(
                 "--strategy=multi_worker needs the TF_CONFIG environment variable "
-                "(cluster and task); see docs/guides/pretraining.md, 'One GPU and many'."
-            )
+                "(cluster and task); see docs/guides/pretraining.md, 'One GPU and many'.")
         try:
             json.loads(raw)
         except ValueError as e:
@@ -58,8 +49,7 @@ def make_strategy(name="default", devices=None):
         return tf.distribute.MultiWorkerMirroredStrategy()
     raise ValueError(
         f"Received an invalid value for `strategy`, expected one of {STRATEGIES}. "
-        f"Received: strategy={name!r}"
-    )
+        f"Received: strategy={name!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,17 +64,14 @@ class WorkerInfo:
 
 def worker_info(strategy):
     """`WorkerInfo` of `strategy` (one worker unless it is multi-worker)."""
-    extended = strategy.extended
-    in_multi_worker = getattr(extended, "_in_multi_worker_mode", lambda: False)()
     replicas = strategy.num_replicas_in_sync
-    if not in_multi_worker:
+    if not getattr(strategy.extended, "_in_multi_worker_mode", lambda: False)():
         return WorkerInfo(replicas_per_worker=replicas)
     resolver = strategy.cluster_resolver
     spec = resolver.cluster_spec().as_dict()
-    task_type, task_id = resolver.task_type, resolver.task_id
     ordered = [(t, i) for t in ("chief", "worker") for i in range(len(spec.get(t, [])))]
     num_workers = len(ordered)
-    index = ordered.index((task_type, task_id))
+    index = ordered.index((resolver.task_type, resolver.task_id))
     return WorkerInfo(num_workers=num_workers, index=index, is_chief=index == 0,
                       replicas_per_worker=replicas // num_workers)
 
@@ -102,11 +89,8 @@ def barrier(strategy):
 
 
 def chief_first(strategy, fn):
-    """Runs `fn` on the chief, then (after a barrier) on the other workers.
-
-    Data preparation writes shared files (corpus, vocabulary, fastText); the
-    other workers must read the chief's, not race it with their own.
-    """
+    """Runs `fn` on the chief, then (after a barrier) on the other workers, which then read
+    the files it wrote (corpus, vocabulary, fastText) instead of racing it."""
     if worker_info(strategy).is_chief:
         result = fn()
         barrier(strategy)
@@ -116,11 +100,8 @@ def chief_first(strategy, fn):
 
 
 def shard_files(files, batch_size, file_shard):
-    """`(files, batch_size)` of one worker: every `num`-th file from `index`, its rows.
-
-    `file_shard` is `None` (all files, the global batch) or `(num_workers, index)`,
-    as `ResumableTraining.fit` passes it to a pipeline's `build`.
-    """
+    """`(files, batch_size)` of one worker: every `num`-th file from `index`, its rows;
+    `file_shard` is None (all files, the global batch) or `(num_workers, index)`."""
     if not file_shard:
         return files, batch_size
     num, index = file_shard
