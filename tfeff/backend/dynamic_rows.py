@@ -1,22 +1,8 @@
 """Dynamic-shape row selection: compute on the rows that need it, only.
 
-TensorFlow runs tensors whose size is known only at run time (`tf.where`,
-`tf.boolean_mask`, `tf.gather`, a `tf.cond` that skips an empty selection,
-`tf.scatter_nd` back; XLA gives them a bounded size), and so does eager
-PyTorch (`torch.nonzero`, `index_select`, `index_add`). JAX compiles static
-shapes, and so does `torch.compile` at its best, so their layers mask instead;
-the functions here are the dynamic side of that choice, in one place:
-
-* `compact_rows(keep, *tensors)`: the rows where `keep` is True (TensorFlow),
-  or everything with `keep` as a mask (other backends): what a loss over
-  selected positions calls before an output head.
-* `adaptive_target_log_probs` and `adaptive_predict`: `AdaptiveSoftmax`'s
-  tails on the rows whose targets (or best head entries) fall in them, on
-  TensorFlow and eager PyTorch (`selects_rows`). The layer passes its pieces
-  in (its head, tail and full log-probabilities as callables, its cluster
-  bounds); nothing here knows the layer.
-
-TensorFlow and PyTorch are imported only inside the functions that use them.
+TensorFlow and eager PyTorch run tensors whose size is known only at run time; JAX and
+`torch.compile` want static shapes, so their layers mask instead. TensorFlow and PyTorch
+are imported only inside the functions that use them.
 """
 
 import keras
@@ -28,17 +14,8 @@ def dynamic_shapes():
 
 
 def selects_rows(x):
-    """Whether an adaptive softmax can select the rows of tensor `x` at run time.
-
-    True on TensorFlow, and on PyTorch for a concrete tensor outside
-    `torch.compile`: there the eager step selects rows as
-    `torch.nn.AdaptiveLogSoftmaxWithLoss` does, one host sync per tail for its
-    row count. False on JAX, while Keras traces shapes on PyTorch's meta
-    device, and under `torch.compile`, which then traces shapes that do not
-    change from batch to batch (a row count read at run time would make a new
-    shape for every batch; Keras' `ops.cond` is a Python branch on PyTorch, so
-    the static path is not free of graph breaks either).
-    """
+    """Whether an adaptive softmax can select the rows of tensor `x` at run time (on PyTorch,
+    a concrete one outside `torch.compile`, where each batch would make a new shape)."""
     backend = keras.backend.backend()
     if backend == "tensorflow":
         return True
@@ -51,13 +28,8 @@ def selects_rows(x):
 
 
 def compact_rows(keep, *tensors):
-    """`(tensors..., mask)`: the rows of `tensors` where bool `keep` is True.
-
-    On TensorFlow the rows are gathered (`tf.boolean_mask`: `(k, ...)`, k the
-    number of kept rows) and the mask is None; elsewhere the tensors come back
-    unchanged with `keep` as their mask. Either way a per-position loss summed
-    over the result is the sum over the kept positions.
-    """
+    """`(tensors..., mask)`: the rows of `tensors` where bool `keep` is True, gathered
+    with mask None on TensorFlow, else unchanged with `keep` as their mask."""
     if not dynamic_shapes():
         return (*tensors, keep)
     import tensorflow as tf
@@ -66,18 +38,13 @@ def compact_rows(keep, *tensors):
 
 
 def adaptive_target_log_probs(head_log_probs, tail_log_probs, bounds, x, t, keep):
-    """An adaptive softmax's target log-probabilities `(n,)` of rows `x` `(n, input_dim)`.
-
-    The head runs on every row; tail i runs only on the rows whose kept
-    target falls in it (gathered), and not at all when there are none.
+    """An adaptive softmax's target log-probabilities `(n,)` of rows `x` `(n, input_dim)`:
+    the head on every row, tail i only on the kept rows whose target falls in it.
 
     Args:
-        head_log_probs: `x (n, input_dim) -> (n, shortlist + clusters)`, the
-            head's log-softmax (shortlist classes, then one entry per cluster).
-        tail_log_probs: `(i, rows (k, input_dim)) -> (k, size_i)`, log
-            p(class | cluster i).
-        bounds: the cutoffs then the vocabulary size: tail i holds the classes
-            `[bounds[i], bounds[i + 1])`, the shortlist `[0, bounds[0])`.
+        head_log_probs: `x -> (n, shortlist + clusters)`, the head's log-softmax.
+        tail_log_probs: `(i, rows (k, input_dim)) -> (k, size_i)`, log p(class | cluster i).
+        bounds: the cutoffs then the vocabulary size (tail i: `[bounds[i], bounds[i + 1])`).
         x: float `(n, input_dim)` rows.
         t: int32 `(n,)` targets.
         keep: bool `(n,)`, the rows whose target counts.
@@ -108,17 +75,13 @@ def adaptive_target_log_probs(head_log_probs, tail_log_probs, bounds, x, t, keep
 
 
 def adaptive_predict(head_log_probs, full_log_prob, shortlist_size, inputs, x):
-    """An adaptive softmax's most probable class `inputs.shape[:-1]` of rows `x`.
-
-    A row whose best head entry is a shortlist class has it as its argmax (a
-    tail class has at most its cluster's probability); only the other rows
-    get their tails computed.
+    """An adaptive softmax's most probable class `inputs.shape[:-1]` of rows `x`: a row
+    whose best head entry is a shortlist class keeps it (a tail class has at most its
+    cluster's probability); only the other rows get their tails computed.
 
     Args:
-        head_log_probs: `x (n, input_dim) -> (n, shortlist + clusters)`, the
-            head's log-softmax.
-        full_log_prob: `rows (k, input_dim) -> (k, vocabulary_size)`, the full
-            log-distribution.
+        head_log_probs: `x -> (n, shortlist + clusters)`, the head's log-softmax.
+        full_log_prob: `rows (k, input_dim) -> (k, vocabulary_size)`.
         shortlist_size: the number of shortlist classes (the first cutoff).
         inputs: `(..., input_dim)`, whose leading shape the result takes.
         x: `inputs` flattened to rows `(n, input_dim)`.
@@ -132,17 +95,14 @@ def adaptive_predict(head_log_probs, full_log_prob, shortlist_size, inputs, x):
     rows = tf.where(best >= shortlist_size)[:, 0]
     rest = tf.cond(
         tf.size(rows) > 0,
-        lambda: tf.argmax(full_log_prob(tf.gather(x, rows)), axis=-1,
-                          output_type=tf.int32),
-        lambda: tf.zeros([0], tf.int32),
-    )
+        lambda: tf.argmax(full_log_prob(tf.gather(x, rows)), axis=-1, output_type=tf.int32),
+        lambda: tf.zeros([0], tf.int32))
     best = tf.tensor_scatter_nd_update(best, rows[:, None], rest)
     return tf.reshape(best, tf.shape(inputs)[:-1])
 
 
 def _adaptive_target_log_probs_torch(head_log_probs, tail_log_probs, bounds, x, t, keep):
-    """`adaptive_target_log_probs` in eager PyTorch, as `AdaptiveLogSoftmaxWithLoss`
-    computes it: each tail on its own rows, skipped (after one host sync) when empty."""
+    """`adaptive_target_log_probs` in eager PyTorch: an empty tail is skipped."""
     import torch
 
     cutoffs, shortlist_size = bounds[:-1], bounds[0]

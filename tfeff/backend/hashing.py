@@ -1,16 +1,8 @@
 """The counter-based integer hashes behind tfeff's seeded draws, on every backend.
 
-Two hashes, each pinned by saved models (changing one would change their draws):
-
-* `hash32` folds words into a 32-bit value (mixer 0x45D9F3B, from 0x243F6A88): ALONE's
-  filters and column assignments (`tfeff.layers.AloneEmbedding`), in NumPy or in
-  `keras.ops`, in int64 (products stay below 2**59) or uint32 (products wrap);
-  `high_product32` maps its values to `[0, c)`.
-* `hash_uniform` draws uniform floats from an index and a seed through `lowbias32`
-  (C. Wellons): the anchor draws of CoRe's attention, exact under XLA and in exports.
-
-Arithmetic is modulo 2**32: in uint32 where the backend has it, in int64 masked to 32
-bits on PyTorch (whose Keras uint32 is int64). Both give the same values.
+Both are pinned by saved models: `hash32` (ALONE's filters, `tfeff.layers.AloneEmbedding`)
+and `hash_uniform` through `lowbias32` (C. Wellons; CoRe's anchor draws). Arithmetic is
+modulo 2**32, in int64 masked to 32 bits on PyTorch (whose Keras uint32 is int64).
 """
 
 import keras
@@ -32,13 +24,9 @@ def _fold_mix32(x, xp, dtype):
 
 
 def hash32(*words, xp=np, dtype="int64"):
-    """`h(w_1, ..., w_n)`: fold `h <- mix32(h XOR (w_i mod 2**32))` from 0x243F6A88.
-
-    Args are Python ints or arrays of `dtype` that broadcast together. `xp`
-    is `numpy` or `keras.ops`; `dtype` "int64" (every product stays below
-    2**59) or "uint32" (products wrap mod 2**32): both give the same values,
-    in [0, 2**32).
-    """
+    """`h(w_1, ..., w_n)`: fold `h <- mix32(h XOR (w_i mod 2**32))` from 0x243F6A88, of
+    Python ints or broadcasting arrays of `dtype`, "int64" (products stay below 2**59) or
+    "uint32" (products wrap), in `xp` (`numpy` or `keras.ops`)."""
     mask = xp.array(_MASK32, dtype)
     h = xp.array(_HASH_START, dtype)
     for w in words:
@@ -73,12 +61,9 @@ def _wrap32(x):
 
 
 def _multiply32(x, constant):
-    """`x * constant mod 2**32` of x in [0, 2**32) and a Python int constant < 2**32.
-
-    Exact in uint32, whose products wrap, and in int64, whose products do not
-    (Keras' uint32 on PyTorch): the constant is split into 16-bit halves, so
-    no intermediate value reaches 2**49.
-    """
+    """`x * constant mod 2**32` of x in [0, 2**32) and a Python int constant < 2**32:
+    exact in int64 too (Keras' uint32 on PyTorch), the constant split into 16-bit halves
+    so that no intermediate value reaches 2**49."""
     low = ops.multiply(x, _u32(constant & 0xFFFF))
     high = ops.bitwise_and(ops.multiply(x, _u32(constant >> 16)), _u32(0xFFFF))
     return _wrap32(ops.add(low, ops.left_shift(high, _u32(16))))
@@ -96,13 +81,8 @@ def lowbias32(x):
 def hash_uniform(index, seed):
     """Uniform [0, 1) float32 noise, one value per integer `index`, keyed by `seed`.
 
-    A counter-based draw made of integer ops only, so eager execution,
-    `tf.function`, XLA and an exported SavedModel give bit-identical numbers
-    for the same `(index, seed)`, and so do TensorFlow, JAX (also under
-    `jax.jit`) and PyTorch: the arithmetic is modulo 2**32 in uint32 (int64
-    on PyTorch, masked). TensorFlow's stateless random ops do not: under XLA
-    they draw other numbers, with the default algorithm for any seed and with
-    Philox for a seed computed at run time.
+    Integer ops only, so eager, `tf.function`, XLA, a SavedModel, JAX and PyTorch give
+    bit-identical numbers (TensorFlow's stateless random ops draw others under XLA).
 
     Args:
         index: non-negative int tensor; each entry gets its own value.

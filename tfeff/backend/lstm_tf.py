@@ -1,17 +1,8 @@
 """MaskedBiLSTM's fused path on TensorFlow: cuDNN's LSTM with a recurrent projection.
 
-TensorFlow-only: `tf.raw_ops.CudnnRNNV3` with `num_proj`, one bidirectional
-call per layer, on a GPU (the op's graph also builds without one). TensorFlow
-is imported inside the functions alone, so that importing this module (as
-`tfeff.layers.masked_bi_lstm` does on every backend) imports no TensorFlow.
-Its PyTorch counterpart, with the same `bidirectional_lstmp` interface, is
-`tfeff.backend.lstm_torch`.
-
-`CudnnRNNV3` with `num_proj` is the LSTMP cell of `MaskedBiLSTM` (gates
-i, f, g, o; the projection inside the recurrence; no cell clipping). The
-weights are the layer's Keras variables, transposed into cuDNN's canonical
-matrices and copied into its parameter buffer differentiably, so gradients
-reach the variables and a checkpoint is the same on every path and backend.
+`tf.raw_ops.CudnnRNNV3` with `num_proj` is `MaskedBiLSTM`'s LSTMP cell; the layer's
+variables are copied into its parameter buffer differentiably. TensorFlow is imported
+inside the functions alone (this module is imported on every backend).
 """
 
 
@@ -25,21 +16,8 @@ def cudnn_available():
 def bidirectional_lstmp(x, lengths, cells, h0, c0):
     """Both directions of one LSTMP layer in one `CudnnRNNV3` call with `num_proj`.
 
-    Args:
-        x: `(batch, time, features)`, zero at padded positions.
-        lengths: int `(batch,)`, each row's number of real (leading) steps
-            (0 for a row with no real step).
-        cells: `(forward, backward)`, each a dict of `kernel` (features, 4U),
-            `recurrent_kernel` (P, 4U), `bias` (4U,), `projection_kernel`
-            (U, P) tensors, in `x`'s dtype.
-        h0: `(2, batch, P)`, c0: `(2, batch, U)`: initial states, forward
-            then backward.
-
-    Returns:
-        `(forward, backward, h, c)`: the outputs `(batch, time, P)` of each
-        direction in the input's time order; the final states `(2, batch, P)`
-        and `(2, batch, U)`, forward at each row's last real step, backward at
-        its first, the initial states for rows with no real step.
+    Arguments and returns as `tfeff.backend.lstm_torch.bidirectional_lstmp`'s, but
+    `lengths` is never None and the outputs at padded positions are not made zero.
     """
     import tensorflow as tf
 
@@ -65,18 +43,13 @@ def bidirectional_lstmp(x, lengths, cells, h0, c0):
     )
     outputs = tf.transpose(outputs, (1, 0, 2))  # (B, T, 2P)
     keep = empty[None, :, None]
-    h = tf.where(keep, h0, h)
-    c = tf.where(keep, c0, c)
+    h, c = tf.where(keep, h0, h), tf.where(keep, c0, c)
     return outputs[..., :proj], outputs[..., proj:], h, c
 
 
 def _canonical_to_params(weights, biases, units, input_size, proj):
-    """cuDNN's opaque parameter buffer from canonical weights, differentiably.
-
-    `CudnnRNNCanonicalToParamsV2` copies each tensor into its region of the
-    buffer and has no registered gradient; the adjoint of that copy is the
-    reverse copy, `CudnnRNNParamsToCanonicalV2`.
-    """
+    """cuDNN's parameter buffer from canonical weights, differentiably: the gradient of
+    `CudnnRNNCanonicalToParamsV2` (none registered) is the reverse copy."""
     import tensorflow as tf
 
     kwargs = dict(num_layers=1, num_units=units, input_size=input_size, rnn_mode="lstm",

@@ -7,14 +7,7 @@ MASKED_LOGIT = -1e9
 
 
 def masked_softmax(logits, mask):
-    """Softmax over the last axis where `mask`; rows with no True entry are zero.
-
-    Args:
-        logits: float tensor.
-        mask: boolean tensor broadcasting to `logits`.
-
-    Returns:
-        The probabilities, `logits`' shape and dtype.
-    """
+    """Softmax over the last axis of float `logits` where the boolean `mask` (broadcast)
+    is True; rows with no True entry are zero. `logits`' shape and dtype."""
     mask = ops.cast(mask, logits.dtype)
     return ops.softmax(logits + (1.0 - mask) * MASKED_LOGIT, axis=-1) * mask

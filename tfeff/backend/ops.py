@@ -1,13 +1,5 @@
-"""Small tensor ops whose best form depends on the backend.
-
-* `ids_dtype` and `hash_dtype`: the integer widths of ids and of the hashes of
-  `tfeff.backend.hashing` on the device (JAX has no int64 without x64).
-* `unique`: the distinct values of a 1-D tensor (a dynamic size on TensorFlow,
-  a static one elsewhere).
-* `scan_carries`: `tf.scan`'s semantics (every step's carry, stacked).
-* `reverse_sequence`: reversing each row's first `length` steps.
-
-TensorFlow is imported only inside the functions, on TensorFlow.
+"""Small tensor ops whose best form depends on the backend: integer widths, `unique`,
+`scan_carries`, `reverse_sequence`. TensorFlow is imported only inside the functions.
 """
 
 import keras
@@ -15,25 +7,18 @@ from keras import ops
 
 
 def ids_dtype():
-    """The dtype ids are cast to before a lookup: "int64" on TensorFlow, "int32"
-    elsewhere (JAX has no int64 without `jax_enable_x64`)."""
+    """The dtype of ids in a lookup (JAX has no int64 without `jax_enable_x64`)."""
     return "int64" if keras.backend.backend() == "tensorflow" else "int32"
 
 
 def hash_dtype():
-    """The dtype of `hashing.hash32` on the device: "int64" on TensorFlow, "uint32"
-    elsewhere (int64 on PyTorch, where Keras maps uint32 to it). Same values."""
+    """The dtype of `hashing.hash32` on the device (the same values in each)."""
     return "int64" if keras.backend.backend() == "tensorflow" else "uint32"
 
 
 def unique(flat):
-    """`(unique, index)` of 1-D int `flat`: `unique[index] == flat`.
-
-    TensorFlow: `tf.unique` (the distinct values only, in order of first
-    appearance: a dynamic size). Other backends need static shapes: `unique`
-    has one slot per entry, the distinct values first (sorted), then zeros,
-    and `index` is int32.
-    """
+    """`(unique, index)` of 1-D int `flat`: `unique[index] == flat`; off TensorFlow, one
+    slot per entry (static shapes), the distinct values first (sorted), then zeros."""
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
@@ -52,17 +37,9 @@ def unique(flat):
 
 
 def scan_carries(step, elems, initializer):
-    """Every step's carry, stacked: `tf.scan`'s semantics on every backend.
-
-    `step(carry, elem) -> carry`, carry a tuple of tensors. TensorFlow runs
-    `tf.scan` (`keras.ops.scan` there needs per-step outputs shaped like the
-    carry); JAX runs `keras.ops.scan`, whose stacked outputs are the carries
-    (a compiler drops the ones a caller does not use). PyTorch runs eagerly,
-    a Python loop either way: over `ops.unstack(elems)`, whose gradient is one
-    stack, where `keras.ops.scan`'s slice `elems[t]` per step costs a zero
-    tensor of all of `elems` in the backward pass (quadratic in time; 5x
-    slower training steps at 64 steps).
-    """
+    """Every step's carry (a tuple of tensors), stacked: `tf.scan`'s semantics. On PyTorch,
+    `keras.ops.scan`'s slice `elems[t]` per step would cost a zero tensor of all of `elems`
+    in the backward pass (5x slower steps at 64 steps), so it loops over `unstack`."""
     backend = keras.backend.backend()
     if backend == "tensorflow":
         import tensorflow as tf
@@ -84,12 +61,7 @@ def scan_carries(step, elems, initializer):
 
 
 def reverse_sequence(x, lengths):
-    """Reverse the first `lengths[b]` steps of each row of `x` (batch, time, ...).
-
-    TensorFlow: `tf.reverse_sequence` (lengths as int64). Elsewhere a
-    `take_along_axis` of the reversed positions (steps from `lengths[b]` on
-    stay in place).
-    """
+    """Reverse the first `lengths[b]` steps of each row of `x` (batch, time, ...)."""
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 

@@ -1,17 +1,11 @@
 """Feature-based evaluation: probes trained on frozen embedder outputs, and fine-tuning.
 
-As in the continuous-output paper (Li et al., 2019, Section 5), representations
-are compared by training small task models on frozen features. A probe is a
-learned `ScalarMix` over an exported embedder's layers followed by a linear
-layer or a small biLSTM, for token tagging (token accuracy and macro-F1 over
-tags) and sentence classification (accuracy and macro-F1 over labels).
-Features are computed once per embedder and task (`embed_tokens` for tagging,
-so output token i is input token i; `embed` for sentences), then each probe is
-trained with several seeds (`evaluate`); `table` reports mean ± standard
-deviation. `fine_tune` instead trains the encoder of a model directory with
-the classifier. `tfeff-evaluate` (`tfeff.bin.evaluate`) is the command line.
+As in Li et al. (2019, Section 5), a probe is a learned `ScalarMix` over an exported
+embedder's layers, then a linear layer or a small biLSTM, for token tagging and sentence
+classification. See docs/papers/elmo-c.md#features; `tfeff-evaluate` is the command line.
 """
 
+import collections
 import time
 
 import keras
@@ -33,15 +27,12 @@ def _pad_to(array, width, axis):
 
 
 def token_features(embedder, sentences, batch_size=64):
-    """`(layers [n, L+1, T, d], mask [n, T])` of pre-tokenized sentences, token-aligned:
-    position `j` of a row is word `j` of its sentence. `T` may be less than the longest
-    sentence (words past the export's `max_tokens` have no position); a word with no
-    model token has a false mask.
+    """`(layers [n, L+1, T, d], mask [n, T])` of pre-tokenized sentences: position `j`
+    of a row is word `j` (`T` stops at the export's `max_tokens`; a word with no model
+    token has a false mask).
 
     Raises:
-        ValueError: the embedder's `embed_tokens` does not return the given words one
-            for one (an export with `subword_pooling="none"` returns WordPiece pieces),
-            so its positions are not the words'.
+        ValueError: `embed_tokens` does not return the given words one for one.
     """
     fn = embedder.signatures["embed_tokens"]
     layers, masks = [], []
@@ -57,8 +48,7 @@ def token_features(embedder, sentences, batch_size=64):
 
 
 def _check_aligned(rows, tokens, start):
-    """Raises ValueError unless every output token of `embed_tokens` is the given word
-    at its position (an output row may stop early: truncation)."""
+    """ValueError unless each output token is the given word (a row may stop early)."""
     given = np.array([[w.encode("utf-8") for w in row] for row in rows], dtype=object)
     got = tokens.astype(object)
     width = max(given.shape[1], got.shape[1])
@@ -86,9 +76,7 @@ def sentence_features(embedder, sentences, batch_size=64):
 
 
 def truncated_sentences(embedder, sentences, batch_size=256):
-    """How many of `sentences` the embedder cuts to its `max_tokens` (its `tokenize`
-    signature's `truncated`); None for an export older than that output, or without a
-    `tokenize` signature."""
+    """How many of `sentences` the embedder cuts to its `max_tokens` (None: it won't say)."""
     if "tokenize" not in embedder.signatures:
         return None
     fn = embedder.signatures["tokenize"]
@@ -109,15 +97,13 @@ def _concat(layers, masks):
 
 def build_probe(num_layers, dim, num_classes, kind="linear", per_token=True, hidden=64,
                 layer_norm=True):
-    """ScalarMix over the layers, then a linear layer or a biLSTM (+ masked mean pool).
-    Over one layer the mix's layer weight is not trainable (its softmax is 1)."""
+    """ScalarMix over the layers, then a linear layer or a biLSTM (+ masked mean pool)."""
     layers = keras.Input((num_layers, None, dim), name="layers")
     mask = keras.Input((None,), dtype="bool", name="mask")
     mix = ScalarMix(num_layers, layer_norm=layer_norm, name="scalar_mix")
     x = mix(layers, mask=mask)
     if num_layers == 1:
-        # One layer (a fastText export): its softmax weight is 1 whatever it holds, so
-        # there is nothing to learn (an optimizer would find no gradient for it).
+        # One layer (a fastText export): its softmax weight is always 1, nothing to learn.
         mix.layer_weights.trainable = False
     if kind == "bilstm":
         x = keras.layers.Bidirectional(keras.layers.LSTM(hidden, return_sequences=True),
@@ -146,11 +132,8 @@ def macro_f1(gold, predicted, num_classes):
 
 def train_probe(train, test, num_classes, per_token, kind="linear", seed=0, epochs=10,
                 batch_size=32, learning_rate=1e-2):
-    """Trains one probe; returns `{"accuracy", "macro_f1"}` on `test`.
-
-    `train`/`test` are `(layers, mask, labels)`; for tagging `labels` is
-    `[n, T]` with -1 where there is no token to score.
-    """
+    """Trains one probe; returns `{"accuracy", "macro_f1"}` on `test`. `train`/`test` are
+    `(layers, mask, labels)`; tagging `labels` are `[n, T]`, -1 where nothing is scored."""
     keras.utils.set_random_seed(seed)
     (x_tr, m_tr, y_tr), (x_te, m_te, y_te) = train, test
     model = build_probe(x_tr.shape[1], x_tr.shape[3], num_classes, kind, per_token)
@@ -167,10 +150,8 @@ def train_probe(train, test, num_classes, per_token, kind="linear", seed=0, epoc
 
 
 def _predict(model, layers, mask, batch_size=256):
-    """The logits of `model` for every row, called eagerly a batch at a time.
-    `model.predict` would trace a new function for every probe it is given (one per
-    task, probe and seed) and call it once or twice, which TensorFlow reports as
-    excessive retracing."""
+    """The logits of every row, called eagerly a batch at a time (`model.predict` would
+    trace a new function per probe and seed: TensorFlow's excessive-retracing warning)."""
     return np.concatenate([
         keras.ops.convert_to_numpy(model({"layers": layers[b:b + batch_size],
                                           "mask": mask[b:b + batch_size]}, training=False))
@@ -181,14 +162,9 @@ def fine_tune(model_dir, train, test, num_classes, seed=0, epochs=3, batch_size=
               learning_rate=1e-3, log=None, module=None):
     """Fine-tunes a pre-trained encoder with a sentence classifier; `{"accuracy", "macro_f1"}`.
 
-    Unlike the probes, the encoder is not frozen: the model directory's latest
-    checkpoint is restored (`tfeff.export.model_dir_embedder`, the module an
-    export would write), and a `ScalarMix` over its layers, a masked mean pool
-    and a linear classifier are trained together with every trainable weight
-    of the encoder, as GLUE fine-tuning does (dropout off; the fixed fastText
-    input of ELMo-C stays fixed). `train`/`test` are `[(label_index, sentence)]`;
-    `module` is the directory's module if the caller has already built it
-    (it is trained in place).
+    The model directory's module (or `module`, trained in place) is trained with a
+    `ScalarMix`, a masked mean pool and a linear classifier, as GLUE fine-tuning does.
+    `train`/`test` are `[(label_index, sentence)]`.
     """
     check_split("fine-tuning", "the training examples", "the test examples", train, test,
                 [y for y, _ in train], [y for y, _ in test],
@@ -242,11 +218,8 @@ def fine_tune(model_dir, train, test, num_classes, seed=0, epochs=3, batch_size=
 
 
 def tagging_data(embedder, sentences, tag_index):
-    """Features and labels `[n, T]` (-1 where a token is not scored or has no vector).
-
-    A token past the export's `max_tokens` or without a model token gets no label:
-    `(labels >= 0).sum()` is the number of tokens scored, out of all the tokens of
-    `sentences`."""
+    """Features and labels `[n, T]`, -1 for a token past the export's `max_tokens` or
+    without a model token (`(labels >= 0).sum()` tokens are scored)."""
     layers, mask = token_features(embedder, [tokens for tokens, _ in sentences])
     labels = np.full(mask.shape, -1, np.int64)
     width = mask.shape[1]
@@ -259,8 +232,8 @@ def tagging_data(embedder, sentences, tag_index):
 
 def standardize(data):
     """Scales every (layer, dimension) to zero mean and unit variance over the training
-    tokens (the same statistics for test). fastText vectors trained briefly share one
-    dominant direction that would otherwise swamp a linear probe."""
+    tokens (also for test): briefly trained fastText vectors share one dominant
+    direction that would swamp a linear probe."""
     (x_tr, m_tr, y_tr), (x_te, m_te, y_te) = data
     tokens = x_tr.transpose(0, 2, 1, 3)[m_tr]  # (tokens, layers, dim)
     mean = tokens.mean(axis=0)[None, :, None, :]
@@ -275,28 +248,17 @@ def standardize(data):
 def evaluate(embedders, tasks, probes=("linear",), seeds=(0, 1, 2), epochs=10, log=print):
     """Every (task, embedder, probe) over `seeds`.
 
-    Every task is read and checked (`tfeff.evaluation.tasks.read_task`: the test file is
-    not the training file, at least two training classes, no unknown test class, not
-    only empty sentences), and every export's metadata is checked against the tasks
-    (tagging needs one vector per word: no `subword_pooling="none"`), before any
-    embedder is loaded. What an embedder gives no vector (tokens past its `max_tokens`
-    or without a model token; sentences without a token) and the sentences it cuts to
-    its `max_tokens` are counted, logged and kept in the rows (`missing`), and `table`
-    prints them; an embedder that gives no vector to any training or test item of a
-    task is refused.
+    Every task and export is checked before any embedder is loaded. Items an embedder
+    gives no vector and sentences it cuts are logged and kept in the rows (`missing`).
 
     Args:
         embedders: `{name: path}` of exported embedders.
-        tasks: `{name: ("tagging", train, test, tag_column) | ("classification", train,
-            test)}`, or `{name: Task}` already read (`read_tasks`).
+        tasks: `{name: spec}` (`read_task`), or `{name: Task}` already read.
 
     Returns:
-        A list of result rows `{task, embedder, probe, accuracy: [..], macro_f1: [..],
-        missing: {unit, train: [missing, total], test: [missing, total]} (for
-        classification also `truncated: {train, test}`: sentences cut to the export's
-        `max_tokens`, None where an older export does not say),
-        majority: {class, accuracy, macro_f1}}`; `majority` is the score of predicting
-        the most frequent training class for every test token or sentence.
+        A list of rows `{task, embedder, probe, accuracy: [..], macro_f1: [..],
+        missing: {unit, train: [lost, total], test: [lost, total], (truncated)},
+        majority}`, `majority` as `majority_baseline`'s.
 
     Raises:
         ValueError (`FormatError` for a task file): naming the file and what is wrong.
@@ -349,8 +311,7 @@ _MISSING_WHY = {
 
 
 def _check_embedder_fits(name, path, tasks):
-    """Refuses, before loading it, an export whose outputs cannot be aligned with a
-    tagging task's tokens (its metadata says `subword_pooling="none"`)."""
+    """Refuses an export with `subword_pooling="none"` before a tagging task loads it."""
     tagging = [t.name for t in tasks.values() if t.kind == "tagging"]
     if tagging and read_metadata(path).get("subword_pooling") == "none":
         raise ValueError(
@@ -360,8 +321,7 @@ def _check_embedder_fits(name, path, tasks):
 
 
 def _features(task, name, path, embedder):
-    """`([train, test] as (layers, mask, labels), missing)` of one task and embedder;
-    `missing` counts the items the embedder gives no vector (see `evaluate`)."""
+    """`([train, test] as (layers, mask, labels), missing)` (see `evaluate`)."""
     data, missing, index = [], {"unit": task.unit}, task.index
     for part, file, examples in (("train", task.train_path, task.train),
                                  ("test", task.test_path, task.test)):
@@ -391,10 +351,7 @@ def _features(task, name, path, embedder):
 def majority_baseline(task):
     """`{class, accuracy, macro_f1}` of predicting the training set's most frequent class
     (the first in sorted order on a tie) for every test token or sentence."""
-    train = task.labels(task.train)
-    counts = {c: 0 for c in task.classes}
-    for label in train:
-        counts[label] += 1
+    counts = collections.Counter(task.labels(task.train))
     top = max(task.classes, key=lambda c: counts[c])
     index = task.index
     gold = np.array([index[label] for label in task.labels(task.test)])
@@ -409,9 +366,7 @@ def _mean_std(values):
 
 
 def table(rows, seeds):
-    """Markdown: one row per embedder (and probe), accuracy / macro-F1 columns per task;
-    then the majority-class row (where the rows carry it), and notes on the tokens or
-    sentences an embedder gave no vector."""
+    """`evaluate`'s rows as a Markdown table, with the majority-class row and notes."""
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     keys = list(dict.fromkeys((r["embedder"], r["probe"]) for r in rows))
     by = {(r["task"], r["embedder"], r["probe"]): r for r in rows}
@@ -419,21 +374,15 @@ def table(rows, seeds):
         f"{t} acc | {t} macro-F1" for t in tasks) + " |"
     lines = [header, "|" + "---|" * (2 + 2 * len(tasks))]
     for embedder, probe in keys:
-        cells = []
-        for t in tasks:
-            r = by.get((t, embedder, probe))
-            cells += ([_mean_std(r["accuracy"]), _mean_std(r["macro_f1"])] if r else ["", ""])
+        cells = [_mean_std(by[t, embedder, probe][k]) if (t, embedder, probe) in by else ""
+                 for t in tasks for k in ("accuracy", "macro_f1")]
         lines.append(f"| {embedder} | {probe} | " + " | ".join(cells) + " |")
     majority = {r["task"]: r["majority"] for r in rows if r.get("majority")}
     if majority:
-        cells = []
-        for t in tasks:
-            m = majority.get(t)
-            cells += [f"{100 * m['accuracy']:.1f}", f"{100 * m['macro_f1']:.1f}"] if m \
-                else ["", ""]
+        cells = [f"{100 * majority[t][k]:.1f}" if t in majority else ""
+                 for t in tasks for k in ("accuracy", "macro_f1")]
         lines.append("| majority class | — | " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.append(f"Mean ± standard deviation over probe seeds {list(seeds)} (percent).")
+    lines += ["", f"Mean ± standard deviation over probe seeds {list(seeds)} (percent)."]
     if majority:
         lines.append("Majority class: the most frequent training tag or label, predicted for "
                      "every test token or sentence.")
@@ -443,11 +392,10 @@ def table(rows, seeds):
         if m["train"][0] or m["test"][0]:
             text = (f"{embedder} on {task}: {m['test'][0]} of {m['test'][1]} test {unit} "
                     f"and {m['train'][0]} of {m['train'][1]} training {unit} have no vector")
-            if unit == "tokens":
-                text += (" (past the export's max_tokens, or without a model token); the "
-                         "scores count the others only.")
-            else:
-                text += " (no token the export embeds); they are classified from no features."
+            tagging = unit == "tokens"
+            text += _MISSING_WHY["tagging" if tagging else "classification"] + (
+                "; the scores count the others only." if tagging
+                else "; they are classified from no features.")
             lines.append(f"Not embedded: {text}")
         cut = m.get("truncated", {})
         if cut.get("train") or cut.get("test"):

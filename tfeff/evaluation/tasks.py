@@ -1,11 +1,5 @@
 """Task files of the feature evaluations: token tagging (CoNLL) and sentence
-classification (TSV). Bad lines are a `FormatError` naming the file and line.
-
-`read_task` reads a task's training and test files and checks them against each
-other before anything is embedded: the test file must not be the training file
-(the same path or the same examples), the training file must hold at least two
-classes, every test class must be a training class, and a classification file
-must hold at least one non-empty sentence.
+classification (TSV), read and checked (`read_task`); errors are `FormatError`s.
 """
 
 import dataclasses
@@ -15,8 +9,7 @@ from tfeff.data import words
 
 
 class FormatError(ValueError):
-    """A task file that cannot be used (the message names the file, and the line where
-    there is one)."""
+    """A task file that cannot be used (the message names the file, and any line)."""
 
 
 def read_conll(path, tag_column=-1):
@@ -74,10 +67,8 @@ KINDS = ("tagging", "classification")
 class Task:
     """A task's two files, read and checked against each other (`read_task`).
 
-    `train` and `test` are what `read_conll` (`[(tokens, tags)]`) or `read_tsv`
-    (`[(label, sentence)]`) return; `classes` are the training file's tags or
-    labels, sorted (a class's index is its position); `overlap` counts the test
-    sentences that are also training sentences (word for word).
+    `train`, `test`: what `read_conll` or `read_tsv` return; `classes`: the training tags
+    or labels, sorted; `overlap`: the test sentences that are also training sentences.
     """
 
     name: str
@@ -92,12 +83,10 @@ class Task:
 
     @property
     def index(self):
-        """`{class: index}`."""
         return {c: i for i, c in enumerate(self.classes)}
 
     def labels(self, part):
-        """The gold classes of `part` (`self.train` or `self.test`), flat: one per token
-        (tagging) or sentence (classification)."""
+        """The gold classes of `part` (`self.train` or `self.test`), one per token or sentence."""
         if self.kind == "tagging":
             return [t for _, tags in part for t in tags]
         return [label for label, _ in part]
@@ -126,8 +115,7 @@ def check_split(name, train_path, test_path, train, test, train_labels, test_lab
         test: the test examples, in the same form.
         train_labels: the training set's gold classes, flat.
         test_labels: the test set's gold classes, flat.
-        train_texts: the training sentences as word tuples (to refuse a set of
-            only empty sentences, and to count the overlap), or None.
+        train_texts: the training sentences as word tuples (for emptiness, overlap), or None.
         test_texts: the test sentences as word tuples, or None.
         what: what a class is called (`"label"`, `"tag"`).
 
@@ -135,9 +123,8 @@ def check_split(name, train_path, test_path, train, test, train_labels, test_lab
         The number of test sentences that are also training sentences.
 
     Raises:
-        FormatError: naming the file: the test file is the training file (the same
-            path, or the same examples); the training set has one class; the test
-            set has a class the training set lacks; every sentence of a set is empty.
+        FormatError: naming the file: the test set is the training set, has an unknown
+            class, or the training set one class; every sentence of a set is empty.
     """
     where = f"task {name!r}"
     same = test_path == train_path or (os.path.exists(train_path) and os.path.exists(test_path)
@@ -172,8 +159,7 @@ def read_task(name, spec):
 
     Args:
         name: the task's name.
-        spec: `("tagging", train, test, tag_column)` or
-            `("classification", train, test)`.
+        spec: `("tagging", train, test, tag_column)` or `("classification", train, test)`.
 
     Returns:
         A `Task`.
@@ -186,12 +172,10 @@ def read_task(name, spec):
             len(spec) != (4 if spec[0] == "tagging" else 3):
         raise ValueError(f"task {name!r}: expected ('tagging', TRAIN, TEST, TAG_COLUMN) or "
                          f"('classification', TRAIN, TEST), got {spec!r}")
-    kind, train_path, test_path = spec[0], spec[1], spec[2]
+    kind, train_path, test_path = spec[:3]
     tag_column = spec[3] if kind == "tagging" else None
-    if kind == "tagging":
-        train, test = read_conll(train_path, tag_column), read_conll(test_path, tag_column)
-    else:
-        train, test = read_tsv(train_path), read_tsv(test_path)
+    read = (lambda path: read_conll(path, tag_column)) if kind == "tagging" else read_tsv
+    train, test = read(train_path), read(test_path)
     task = Task(name, kind, train_path, test_path, train, test, [], tag_column)
     train_labels = task.labels(train)
     overlap = check_split(name, train_path, test_path, train, test, train_labels,
@@ -201,7 +185,6 @@ def read_task(name, spec):
 
 
 def read_tasks(tasks):
-    """`{name: Task}` of `{name: spec}` (`read_task`); `Task` values pass as they are.
-    Every task is read and checked before the first is used."""
+    """`{name: Task}` of `{name: spec}` (`read_task`); `Task` values pass as they are."""
     return {name: spec if isinstance(spec, Task) else read_task(name, spec)
             for name, spec in tasks.items()}

@@ -1,8 +1,6 @@
 """The model families and their registry: `get_family(config)` -> the family's object.
 
-Adding a family is one module here (a `Family` subclass and its instance)
-and one line in `FAMILIES`, beside its config dataclass in
-`tfeff.config.FAMILIES`.
+Adding a family: docs/contributing/families.md.
 """
 
 from tfeff.training.families.base import DataArtifacts
@@ -21,8 +19,7 @@ def get_family(config_or_name):
     """The `Family` of a config (its `family`) or of a family name.
 
     Args:
-        config_or_name: a family config (any object with a `family`
-            attribute) or a family name (a key of `FAMILIES`).
+        config_or_name: a family config (with a `family` attribute) or a family name.
 
     Returns:
         The registered `Family` object.

@@ -1,12 +1,8 @@
 """What every model family provides (`Family`), and the resumable training they share.
 
-A family is one object with the same methods and return types as every
-other: prepare the data of a model directory (`DataArtifacts`), give the
-training and validation batches, build the model, restore it from a model
-directory (`RestoredModel`), evaluate it, and name what its embedder needs.
-`Family.pretrain` runs the shared part of every run (`start_run`, then
-`train_phase`, then the held-out evaluation written to `eval.json`); a family
-whose run has phases (CoRe's BERT) overrides it and calls the same pieces.
+`Family.pretrain` runs `start_run`, `train_phase`, then the held-out evaluation into
+`eval.json`; a family whose run has phases (CoRe's BERT) overrides it and calls the same
+pieces.
 """
 
 import dataclasses
@@ -39,14 +35,11 @@ class DataArtifacts:
         train_files: the training corpus globs.
         heldout_files: the held-out corpus globs (may be empty).
         vocabulary_path: `vocabulary.txt` (words, or WordPiece tokens).
-        vectors_path: the fixed vectors of every vocabulary entry
-            (`vocabulary_vectors.npy`), or None when the model uses none.
+        vectors_path: `vocabulary_vectors.npy`, or None when the model reads no vectors.
         word_vectors_path: the fastText model the vectors came from, or None.
-        documents: training token-id documents held in memory, for families
-            whose batches are addressed by step (Masked ELMo); else None.
+        documents: the training token-id documents held in memory (Masked ELMo), or None.
         heldout_documents: the held-out ones, likewise.
-        epoch_windows: the training windows of one epoch (`train.epochs`
-            counts them; families whose data has windows), or None.
+        epoch_windows: the training windows of one epoch (`train.epochs`), or None.
     """
 
     train_files: str
@@ -101,37 +94,19 @@ class Phase(NamedTuple):
 class Family:
     """One model family: its data, batches, model, restore, evaluation and embedder.
 
-    The contract (checked for every registered family by
-    `tests/training/test_families.py` and, end to end, by the demo-config runs):
-
-    * `name` is the config's `family`, `label` what logs call the model; the
-      family's config dataclass is registered in `tfeff.config.FAMILIES` under
-      the same name, and at least one `configs/demo_*.yaml` uses it.
-    * `prepare_data` returns a `DataArtifacts` (the helpers of
-      `tfeff.training.families.language_model` do a language model's, those of
-      `tfeff.training.families.masked_lm` a masked language model's);
-      `train_dataset` yields the batches `fit` consumes, from
-      input `position` on (`position_addressed`: the position alone resumes
-      them, no tf.data iterator is checkpointed).
-    * `build_model` returns an unbuilt Keras model whose `build()`, without
-      arguments, creates every variable (its shapes come from its config): the
-      optimizer and the checkpoint are made before any batch is seen.
-      `run_models` lists every model a run trains (phases). On a batch of
-      `example_batch` (the structure of `train_dataset`'s, random ids) a model
-      returns its outputs and `compute_loss(x=batch, y_pred=outputs)` its loss.
-    * `evaluate` returns JSON-able held-out results; `eval_summary` turns them
-      into the lines `tfeff-pretrain` prints (`summary_lines`).
-    * `embedder_options` gives the export module's arguments beside the model
-      (the module itself is the model's `embedder_kind`).
-
-    Subclasses implement `prepare_data`, `build_model`, `train_dataset`,
-    `example_batch` and `evaluate`; the rest has defaults every family shares.
+    The contract, checked for every registered family by `tests/training/test_families.py`
+    (each method: docs/contributing/families.md#3-the-family-module): `name` is the
+    config's `family` (its dataclass in `tfeff.config.FAMILIES`, used by a
+    `configs/demo_*.yaml`), `label` what logs call the model; `train_dataset` yields
+    `fit`'s batches from input `position` on (`position_addressed`: the position alone
+    resumes them, no tf.data iterator is checkpointed); `build_model` returns an unbuilt
+    model whose `build()` creates every variable; on `example_batch` a model returns its
+    outputs and `compute_loss(x=batch, y_pred=outputs)` its loss. Subclasses implement
+    `prepare_data`, `build_model`, `train_dataset`, `example_batch` and `evaluate`.
     """
 
     name = None
     label = None
-    # True when the batches are a function of the step (`train_dataset` starts at
-    # `position` itself, no tf.data iterator to save) and not sharded by file.
     position_addressed = False
 
     # -- data
@@ -148,8 +123,7 @@ class Family:
         return False
 
     def train_dataset(self, config, artifacts, position=0, file_shard=None):
-        """The repeated training batches from input `position` on (`file_shard`:
-        `tfeff.training.strategy.shard_files`)."""
+        """The repeated training batches from input `position` on."""
         raise NotImplementedError
 
     def validation_dataset(self, config, artifacts):
@@ -163,53 +137,40 @@ class Family:
         raise NotImplementedError
 
     def probe_vocabulary_size(self, config):
-        """A vocabulary size that `build_model` accepts for `config` before the data
-        exists (the model's own constraints, e.g. more ids than sampled negatives)."""
+        """A vocabulary size that `build_model` accepts for `config` before the data exists."""
         return max(16, getattr(config.data, "wordpiece_vocabulary_size", 0))
 
     def run_models(self, config, vocabulary_size, vectors_path=None):
-        """The unbuilt models a run of `config` trains, in order (`build_model`'s, one
-        unless the family trains in phases)."""
+        """The unbuilt models a run of `config` trains, in order."""
         return [self.build_model(config, vocabulary_size, vectors_path)]
 
     def probe_models(self, config):
-        """Unbuilt models with the layers of every model a run of `config` trains, made
-        before any data exists (a placeholder vocabulary, zero vectors): what
-        `train.jit_compile: true` is checked against at startup. Their sizes are not
-        the run's; the built model is checked again before training."""
+        """`run_models` before any data exists, for `check_compilation`."""
         size = self.probe_vocabulary_size(config)
         # One column: the probes are never built, their sizes do not matter.
         vectors = np.zeros((size, 1), "float32") if self.uses_vectors(config) else None
         return self.run_models(config, size, vectors)
 
     def example_batch(self, config, vocabulary_size, batch_size=2, length=9, seed=0):
-        """A batch of random ids with the structure `train_dataset` yields (NumPy, right
-        padded, `length` tokens a row at most): what a model of `config` computes its
-        outputs (`model(batch)`) and loss (`model.compute_loss(x=batch, y_pred=...)`)
-        on, when no corpus exists (tests, benchmarks)."""
+        """NumPy random ids in `train_dataset`'s structure, right padded."""
         raise NotImplementedError
 
     def check_compilation(self, config):
-        """ConfigError naming the layer when `train.jit_compile: true` asks XLA to
-        compile a model one of whose layers it cannot (`probe_models`)."""
+        """ConfigError naming the layer XLA cannot compile under `train.jit_compile: true`."""
         if config.train.jit_compile is not True:
             return
         for model in self.probe_models(config):
             precision_lib.check_jit_compile(True, model, self.label)
 
     def model_inputs(self, config, model_dir):
-        """`(vocabulary_size, vectors_path)` for `build_model`, read from a prepared
-        `model_dir` (FileNotFoundError naming the missing file)."""
+        """`(vocabulary_size, vectors_path)` for `build_model`, from a prepared `model_dir`."""
         vocabulary_path = file_path(model_dir, model_directory.VOCABULARY_FILE)
-        if not tf.io.gfile.exists(vocabulary_path):
-            raise FileNotFoundError(f"{model_dir} has no {model_directory.VOCABULARY_FILE}: "
-                                    "run tfeff-pretrain first")
-        vectors_path = None
-        if self.uses_vectors(config):
-            vectors_path = file_path(model_dir, model_directory.VECTORS_FILE)
-            if not tf.io.gfile.exists(vectors_path):
-                raise FileNotFoundError(f"{model_dir} has no {model_directory.VECTORS_FILE}: "
-                                        "run tfeff-pretrain first")
+        vectors_path = (file_path(model_dir, model_directory.VECTORS_FILE)
+                        if self.uses_vectors(config) else None)
+        for name, path in ((model_directory.VOCABULARY_FILE, vocabulary_path),
+                           (model_directory.VECTORS_FILE, vectors_path)):
+            if path is not None and not tf.io.gfile.exists(path):
+                raise FileNotFoundError(f"{model_dir} has no {name}: run tfeff-pretrain first")
         return len(data_lib.Vocabulary.load(vocabulary_path)), vectors_path
 
     def restore(self, model_dir, config=None, strategy=None, with_optimizer=False):
@@ -239,23 +200,18 @@ class Family:
         raise NotImplementedError
 
     def eval_summary(self, results):
-        """The held-out results of `evaluate` as the lines `tfeff-pretrain` prints and
-        logs after a finished run (a list of strings, each starting "held-out")."""
+        """The lines `tfeff-pretrain` prints of `evaluate`'s results (each "held-out...")."""
         return [f"held-out results: {json.dumps(results, sort_keys=True)}"]
 
     def summary_lines(self, results):
-        """Every line `tfeff-pretrain` prints after a finished run of `pretrain`'s
-        `results`: the step, then `eval_summary` of the held-out results (if any)."""
+        """Every line `tfeff-pretrain` prints after a run: the step, then `eval_summary`."""
         lines = [f"finished at step {results['step']}"]
         if results.get("eval"):
             lines += self.eval_summary(results["eval"])
         return lines
 
     def embedder_options(self, config, model_dir):
-        """`(options, extra_files)`: the keyword arguments of
-        `tfeff.export.embedder_module` beside the model (at least `embedder`, the
-        export module that embeds this family's model, `family` and `vocabulary`),
-        and the files an export copies beside the SavedModel (`{name: path}`)."""
+        """`(options of tfeff.export.embedder_module, {name: path} copied beside it)`."""
         vocabulary_path = file_path(model_dir, model_directory.VOCABULARY_FILE)
         return ({"family": self.name, "vocabulary": vocabulary_path},
                 {model_directory.VOCABULARY_FILE: vocabulary_path})
@@ -293,8 +249,7 @@ class Family:
         return results
 
     def finish(self, results, model, config, model_dir, artifacts, info):
-        """The chief's held-out evaluation into `results["eval"]` and `eval.json`
-        (not after a preemption, not without held-out data)."""
+        """The chief's held-out evaluation into `results["eval"]` and `eval.json`."""
         if not (artifacts.heldout_files and info.is_chief and not results["preempted"]):
             return
         results["eval"] = self.evaluate(model, config, artifacts)
@@ -307,8 +262,7 @@ class Family:
 
 
 def steps_from_epochs(config, artifacts):
-    """Sets `config.train.steps` from `train.epochs` (in place): the passes over the
-    corpus' `artifacts.epoch_windows` in batches of `data.batch_size`, rounded up."""
+    """Sets `config.train.steps` (in place) from `train.epochs` and `artifacts.epoch_windows`."""
     per_epoch = artifacts.epoch_windows / config.data.batch_size
     steps = max(1, math.ceil(config.train.epochs * per_epoch))
     if steps != config.train.steps:
@@ -324,12 +278,8 @@ def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=Non
                 verbose="auto", restore_fallback=False, label=None):
     """Builds, restores and trains `family`'s model of `config` in `model_dir`.
 
-    The model and its optimizer are built under `strategy`, the latest
-    checkpoint of `<model_dir>/checkpoints` restored, and `model.fit` run
-    through `ResumableTraining` to `stop_step` (default `train.steps`);
-    a final checkpoint is written unless the run was preempted. The model is
-    built under the dtype policy `train.precision` and its step compiled
-    with XLA per `train.jit_compile` (`tfeff.training.precision`).
+    Under `strategy` and `train.precision`, through `ResumableTraining`, to `stop_step`
+    (default `train.steps`); a final checkpoint is written unless the run was preempted.
 
     Args:
         build_options: more keyword arguments of `family.build_model`.
@@ -387,15 +337,13 @@ def train_phase(family, config, model_dir, artifacts, strategy, *, stop_step=Non
     return Phase(model, training.step, history, preempted, int(training.position.numpy()))
 
 
-# What a summary line flagged below its baseline points to.
+# Where a line flagging results below baseline points (for ELMo-C: its known cause).
 SUMMARY_HELP = "docs/guides/pretraining.md#reading-the-summary"
-# ... and for a continuous output (ELMo-C), the page section on its known cause.
 CONTINUOUS_HELP = "docs/papers/elmo-c.md#real-text"
 
 
 def below_baseline_line(names, continuous=False):
-    """The line that flags results below their baseline, or none; for a `continuous`
-    output (ranked by cosine to fixed fastText vectors) two lines with its known cause."""
+    """The line flagging results below their baseline, or none (two for `continuous`)."""
     if not names:
         return []
     flagged = f"held-out results below the unigram baseline ({', '.join(names)})"

@@ -1,24 +1,11 @@
 """The BERT family (`family: bert`): masked-LM pretraining, and CoRe's two phases in one run.
 
-With `core.coarse_steps` > 0 (and `model.relaxed` set), `BERT.pretrain`:
-
-1. trains the relaxed model in `<model_dir>/coarse/` (itself a complete
-   relaxed-BERT model directory: config, vocabulary, checkpoints) until
-   `core.coarse_steps`, or earlier when the loss plateaus (`PlateauStopper`);
-   the step and reason are written to `coarse/core_switch.json`;
-2. converts it in-process with `tfeff.models.relaxed_merge.merge_relaxed_bert` (checked
-   numerically) and saves the standard model at the switch step in
-   `<model_dir>/checkpoints/`, with a fresh optimizer whose step counter
-   continues, so the learning-rate schedule and the TensorBoard curves
-   (`<model_dir>/logs`, shared by both phases) are continuous;
-3. trains the standard model up to `train.steps`.
-
-A restart resumes in whichever phase the directory is: refined when
-`<model_dir>/checkpoints/` has a checkpoint, else the coarse phase (or its
-conversion, when `core_switch.json` says it has ended).
-
-Without `core.coarse_steps`, the run trains the configured model (relaxed
-or standard) in `<model_dir>` directly.
+With `core.coarse_steps` > 0, `BERT.pretrain` trains the relaxed model in
+`<model_dir>/coarse/` until `core.coarse_steps` or a loss plateau (`PlateauStopper`;
+`coarse/core_switch.json` says which), converts it (`merge_relaxed_bert`), saves the
+standard model at that step in `<model_dir>/checkpoints/` (its step counter continuing)
+and trains it to `train.steps`; a restart resumes in whichever phase the directory is in.
+See docs/papers/core.md#recipe.
 """
 
 import dataclasses
@@ -42,13 +29,12 @@ from tfeff.training import checkpoints
 from tfeff.training import evaluation
 from tfeff.training import model_directory
 from tfeff.training.callbacks import write_scalar
-from tfeff.training.families.base import Family
 from tfeff.training.families.masked_lm import MASKED_LM_NEVER_TARGETS
+from tfeff.training.families.masked_lm import MaskedLMFamily
 from tfeff.training.families.masked_lm import MaskedLMTally
 from tfeff.training.families.masked_lm import first_batches
 from tfeff.training.families.masked_lm import masked_lm_artifacts
 from tfeff.training.families.masked_lm import masked_lm_example_batch
-from tfeff.training.families.masked_lm import masked_lm_summary
 from tfeff.training.families.base import train_phase
 from tfeff.training.optimizers import make_optimizer
 from tfeff.training.strategy import barrier
@@ -62,10 +48,8 @@ _path = os.path.join
 
 def standard_config(config):
     """The config of the standard model that `config`'s relaxed model converts to."""
-    return dataclasses.replace(
-        config, model=dataclasses.replace(config.model, relaxed=None),
-        core=config_lib.CoreConfig(),
-    )
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, relaxed=None),
+                               core=config_lib.CoreConfig())
 
 
 def coarse_config(config):
@@ -87,17 +71,12 @@ def bert_dataset(config, files_glob, vocabulary_path, training, seed=None, batch
         mask_token_rate=d.mask_token_rate, random_token_rate=d.random_token_rate,
         lower_case=d.lower_case, use_nsp=config.model.use_nsp,
         shuffle_buffer=d.shuffle_buffer if training else 0, seed=seed, repeat=training,
-        on_invalid_utf8=d.on_invalid_utf8, drop_remainder=training,
-    )
+        on_invalid_utf8=d.on_invalid_utf8, drop_remainder=training)
 
 
 def save_converted(standard, config, model_dir, step, position=0, directory=None):
-    """Writes `standard` at `step` (fresh optimizer, step counter kept) to `model_dir/checkpoints`.
-
-    `position` is the coarse phase's input position: the refined phase reads on
-    from there instead of replaying the coarse phase's batches. `directory`
-    replaces `model_dir/checkpoints` (a multi-worker run's non-chief copy).
-    """
+    """Writes `standard` at `step` (fresh optimizer, step counter kept) to `model_dir/checkpoints`
+    (or `directory`), with the input `position` the refined phase reads on from."""
     optimizer = make_optimizer(config.train, config.data.batch_size)
     optimizer.build(standard.trainable_variables)
     optimizer.iterations.assign(step)
@@ -106,20 +85,15 @@ def save_converted(standard, config, model_dir, step, position=0, directory=None
         checkpoint.data_position = tf.Variable(position, dtype=tf.int64, trainable=False)
     manager = tf.train.CheckpointManager(
         checkpoint, directory or _path(model_dir, model_directory.CHECKPOINT_DIR),
-        max_to_keep=config.train.keep_checkpoints,
-    )
+        max_to_keep=config.train.keep_checkpoints)
     with checkpoints.signals_deferred():  # the files and the index, together
         return manager.save(checkpoint_number=step)
 
 
 class PlateauStopper(keras.callbacks.Callback):
-    """Stops training when the windowed training loss stops improving (CoRe, Section 5.5).
-
-    Every `window` steps the window's mean loss is compared with the best
-    earlier window mean; `patience` windows in a row that improve on it by
-    less than `threshold` (relative) stop training. `stopped_step` is the
-    step at which it stopped (None otherwise).
-    """
+    """Stops training at `stopped_step` (else None) after `patience` windows of `window`
+    steps whose mean loss improves on the best by less than `threshold` (relative)
+    (CoRe, Section 5.5)."""
 
     def __init__(self, window, patience, threshold):
         super().__init__()
@@ -161,12 +135,7 @@ def _read_json(path):
 
 
 def unigram_log_probs(config, train_files, vocabulary_path):
-    """Log-frequencies `(vocabulary_size,)` of the training tokens, add-one smoothed.
-
-    Counted over the first `eval.unigram_max_tokens` tokens of the training
-    files. `[PAD]`, `<unk>`, `[CLS]`, `[SEP]` and `[MASK]` are never targets and get
-    probability 0 (-inf); every other id at least one count.
-    """
+    """Add-one smoothed log-frequencies of the first `eval.unigram_max_tokens` tokens."""
     d = config.data
     counts, _ = data_lib.token_counts(
         train_files, vocabulary_path, lower_case=d.lower_case,
@@ -176,21 +145,15 @@ def unigram_log_probs(config, train_files, vocabulary_path):
 
 def evaluate_bert(model, config, heldout_files, vocabulary_path, exact_attention=None,
                   unigram=None):
-    """Held-out masked-LM loss, perplexity and top-1 accuracy (masks drawn with a fixed
-    seed) over every held-out batch, or the first `eval.max_batches` when it is set, and
-    whether that was all of them.
-
-    With `unigram` (`unigram_log_probs`), also the unigram perplexity and accuracy
-    (always the most frequent token) of the same targets: the context-free
-    baseline the model should beat by far.
-    """
+    """Held-out masked-LM loss, perplexity and top-1 accuracy (seeded masks) over the
+    first `eval.max_batches` held-out batches (0: all); with `unigram`
+    (`unigram_log_probs`), the unigram baseline's on the same targets."""
     tf.random.set_seed(config.train.seed)
     ds = bert_dataset(config, heldout_files, vocabulary_path, False, seed=config.train.seed)
     tally = MaskedLMTally(unigram)
     for batch in first_batches(ds, config.eval.max_batches, tally):
         logits = model(batch, training=False, exact_attention=exact_attention)["mlm_logits"]
-        weights = batch["masked_weights"].numpy()
-        ids = batch["masked_ids"].numpy()
+        weights, ids = batch["masked_weights"].numpy(), batch["masked_ids"].numpy()
         ce = keras.ops.convert_to_numpy(keras.losses.sparse_categorical_crossentropy(
             ids, logits, from_logits=True))
         tally.add((ce * weights).sum(), ids, weights,
@@ -198,7 +161,7 @@ def evaluate_bert(model, config, heldout_files, vocabulary_path, exact_attention
     return tally.results(len(vocabulary_lib.Vocabulary.load(vocabulary_path)))
 
 
-class BertFamily(Family):
+class BertFamily(MaskedLMFamily):
     name = "bert"
     label = "BERT"
 
@@ -209,8 +172,7 @@ class BertFamily(Family):
     def build_model(self, config, vocabulary_size, vectors_path=None, relaxed=None):
         """The `Bert` of `config` (relaxed per `checkpoint_is_relaxed` unless given)."""
         del vectors_path  # BERT reads no fixed vectors
-        if relaxed is None:
-            relaxed = checkpoint_is_relaxed(config)
+        relaxed = checkpoint_is_relaxed(config) if relaxed is None else relaxed
         return from_config.bert(config, vocabulary_size, relaxed)
 
     def run_models(self, config, vocabulary_size, vectors_path=None):
@@ -235,10 +197,7 @@ class BertFamily(Family):
                             seed=config.train.seed, batch_size=batch_size).skip(position)
 
     def validation_dataset(self, config, artifacts):
-        """Keras' validation at every checkpoint: the masked-LM loss (plus the NSP loss with
-        `model.use_nsp`, as in training) of the first `train.validation_steps` held-out
-        batches, re-read from the start each time (a finite dataset; the masks are keyed
-        by the seed and the batch index), so every point is on the same batches."""
+        """The first `train.validation_steps` held-out batches, the same every time."""
         if not artifacts.heldout_files or not config.train.validation_steps:
             return None
         return bert_dataset(config, artifacts.heldout_files, artifacts.vocabulary_path, False,
@@ -250,9 +209,6 @@ class BertFamily(Family):
             model, config, artifacts.heldout_files, artifacts.vocabulary_path,
             unigram=unigram_log_probs(config, artifacts.train_files, artifacts.vocabulary_path))
 
-    def eval_summary(self, results):
-        return masked_lm_summary(results)
-
     def summary_lines(self, results):
         """A two-phase run also reports where CoRe switched and why."""
         lines = super().summary_lines(results)
@@ -261,21 +217,15 @@ class BertFamily(Family):
                          f"({results['switch']['reason']})")
         return lines
 
-    def embedder_options(self, config, model_dir):
-        options, extra_files = super().embedder_options(config, model_dir)
-        options.update(tokenization="bert", lower_case=config.data.lower_case)
-        return options, extra_files
-
     def pretrain(self, config, model_dir, strategy="default", devices=None, verbose="auto",
                  restore_fallback=False, callbacks=()):
-        """Masked-LM pretraining of `config.model`; CoRe's two phases with `core.coarse_steps`.
+        """Masked-LM pretraining; CoRe's two phases with `core.coarse_steps`.
 
         Arguments and faults as `tfeff.training.pretrain`.
 
         Returns:
-            dict with `step`, `history` (per phase), `preempted`, `switch`
-            (two-phase runs: step and reason) and `eval` (held-out masked-LM
-            results).
+            dict with `step`, `history` (per phase), `preempted`, `switch` (two-phase
+            runs: step and reason) and `eval` (held-out masked-LM results).
         """
         strategy, info, artifacts = self.start(config, model_dir, strategy, devices)
         log_dir = _path(model_dir, "logs")
@@ -287,8 +237,7 @@ class BertFamily(Family):
             coarse_dir = _path(model_dir, COARSE_DIR)
             coarse_cfg = coarse_config(config)
             switch_path = _path(coarse_dir, SWITCH_FILE)
-
-            def prepare_coarse():
+            if info.is_chief:
                 tf.io.gfile.makedirs(coarse_dir)
                 config_lib.write_yaml(coarse_cfg,
                                       _path(coarse_dir, model_directory.CONFIG_FILE))
@@ -296,9 +245,6 @@ class BertFamily(Family):
                 if not tf.io.gfile.exists(coarse_vocab):  # a new temporary, renamed
                     with tf.io.gfile.GFile(artifacts.vocabulary_path) as f:
                         files.write_text_atomic(coarse_vocab, f.read())
-
-            if info.is_chief:
-                prepare_coarse()
             switch = _read_json(switch_path)
             if switch is None:
                 core = config.core
@@ -328,8 +274,7 @@ class BertFamily(Family):
                         f"{coarse_dir}: the latest checkpoint is at step {step} but "
                         f"{SWITCH_FILE} says the coarse phase ended at {switch['switch_step']}")
             with strategy.scope():
-                # Every worker builds and saves (its variables are created collectively);
-                # only the chief's copy is kept.
+                # Every worker builds and saves (collective variables); the chief's copy is kept.
                 standard = merge_relaxed_bert(relaxed_model)
                 scratch = None if info.is_chief else _path(
                     model_dir, model_directory.CHECKPOINT_DIR, f".worker-{info.index}")
@@ -357,9 +302,8 @@ class BertFamily(Family):
                             label="Relaxed BERT" if relaxed else "Standard BERT",
                             callbacks=callbacks, **phase_args)
         results["history"]["refined" if config.two_phase else "train"] = final.history
-        results["step"] = final.step
-        results["preempted"] = final.preempted
-        results["train_seconds"] = time.time() - t0
+        results.update(step=final.step, preempted=final.preempted,
+                       train_seconds=time.time() - t0)
         self.finish(results, final.model, config, model_dir, artifacts, info)
         return results
 

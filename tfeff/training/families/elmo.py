@@ -1,11 +1,4 @@
-"""The ELMo family (`family: elmo`): `ElmoLM` with any input embedding and output layer.
-
-Word models read fixed fastText vectors (`vocabulary_vectors.npy`, trained
-on the corpus or `fasttext.pretrained`); WordPiece models
-(`data.tokenization: wordpiece`) have no fixed vectors. Evaluation ranks
-the vocabulary for every held-out next/previous token (top-k accuracy
-against the unigram baseline; perplexity for softmax outputs).
-"""
+"""The ELMo family (`family: elmo`): `ElmoLM` with any input embedding and output layer."""
 
 import numpy as np
 import tensorflow as tf
@@ -31,15 +24,13 @@ class ElmoFamily(LanguageModelFamily):
         return from_config.elmo_lm(config, vocabulary_size, vectors_path)
 
     def embedder_options(self, config, model_dir):
-        """Word models also carry their vectors; a fixed input embedding carries the
-        in-graph fastText layer (and the centering mean) that embeds any word."""
+        """Also the vectors, and a fixed input embedding's fastText layer and mean."""
         options, extra_files = super().embedder_options(config, model_dir)
         vectors_path = file_path(model_dir, VECTORS_FILE)
         if tf.io.gfile.exists(vectors_path):
             extra_files[VECTORS_FILE] = vectors_path
         if config.model.input_embedding == "fixed":
-            word_vectors_path = config.fasttext.pretrained or file_path(model_dir,
-                                                                        FASTTEXT_FILE)
+            word_vectors_path = config.fasttext.pretrained or file_path(model_dir, FASTTEXT_FILE)
             mean_file = fasttext_tables.mean_path(vectors_path)
             options["fasttext_layer"] = FastTextEmbedding.from_file(word_vectors_path,
                                                                     name="fasttext")

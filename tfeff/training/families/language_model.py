@@ -1,10 +1,5 @@
 """What the next-word language-model families share (`ElmoLM`, `TransformerLM`): their
 data, batches, held-out evaluation and summary, and `LanguageModelFamily`.
-
-Causal language models predict the next (and previous) token. A family names only
-when its model reads fixed vectors (`uses_vectors`) and which model it builds
-(`build_model`). The data helpers read no `config.model`: the family checks its
-model's output layer against the data after calling them (`check_output_layer`).
 """
 
 import hashlib
@@ -32,30 +27,13 @@ from tfeff.training.model_directory import file_path
 from tfeff.training.strategy import shard_files
 
 
-def _count_words(data_cfg, train_files):
-    logging.info("Counting words of %s", train_files)
-    return data_lib.Vocabulary.build(
-        data_lib.text_lines(train_files, data_cfg.on_invalid_utf8),
-        min_count=data_cfg.min_count,
-        max_words_in_memory=data_cfg.max_words_in_memory,
-    )
-
-
-def _check_unknown_words(data_cfg, train_files, vocabulary_path, learned):
-    """Stops the run before fastText and training when the training text is mostly
-    `<unk>` under the vocabulary (`tfeff.data.check_unknown_rate`)."""
-    data_lib.check_unknown_rate(train_files, vocabulary_path, data_cfg.tokenization,
-                                on_invalid_utf8=data_cfg.on_invalid_utf8, learned=learned)
-
-
-# Bytes read from each end of a corpus file for its fingerprint (`_file_fingerprint`).
+# Bytes read from each end of a corpus file for its fingerprint.
 _FINGERPRINT_BYTES = 1 << 16
 
 
 def _file_fingerprint(path):
-    """`[path, size, modification time in ns, SHA-256 of its first and last 64 KiB]`:
-    what tells that a file changed without reading it all. An edit that keeps the size
-    changes the time (unless it is set back) or, near either end, the digest."""
+    """`[path, size, mtime in ns, SHA-256 of its first and last 64 KiB]`: an edit that
+    keeps the size changes the time (unless set back) or, near either end, the digest."""
     stat = tf.io.gfile.stat(path)
     digest = hashlib.sha256()
     with tf.io.gfile.GFile(path, "rb") as f:
@@ -67,28 +45,18 @@ def _file_fingerprint(path):
 
 
 def _saved_count(saved, counted_for, max_sequence_length):
-    """The windows `saved` (the parsed `EPOCH_FILE`) records for `counted_for`, or None
-    when it was counted for something else or does not hold a count that can be true:
-    windows and tokens positive integers, each window 1 to `max_sequence_length`
-    tokens. The file is tfeff's own, derived: anything else is counted again."""
+    """The windows `saved` (the parsed `EPOCH_FILE`) validly records for `counted_for`."""
     if not isinstance(saved, dict) or {k: saved.get(k) for k in counted_for} != counted_for:
         return None
     windows, tokens = saved.get("windows"), saved.get("tokens")
-    if not all(type(n) is int and n > 0 for n in (windows, tokens)):
-        return None
-    if not windows <= tokens <= windows * max_sequence_length:
-        return None
-    return windows
+    valid = (all(type(n) is int and n > 0 for n in (windows, tokens))
+             and windows <= tokens <= windows * max_sequence_length)
+    return windows if valid else None
 
 
 def epoch_windows(config, model_dir, train_files, vocabulary_path):
-    """`train.epochs`' unit: the training windows of one pass over the corpus
-    (`tfeff.data.count_windows`), counted once and kept in `<model_dir>/EPOCH_FILE`
-    with what they were counted for: the files (each one's size, modification time
-    and a digest of its ends, `_file_fingerprint`), the vocabulary's digest, the
-    window length, the tokenization and the UTF-8 policy. A change of any of them,
-    or a kept count that cannot be true (not a positive integer, or not between the
-    kept token count over `max_sequence_length` and the token count), counts again."""
+    """The training windows of one pass over the corpus (`train.epochs`' unit), kept in
+    `<model_dir>/EPOCH_FILE` with what they were counted for, which a new count needs."""
     d = config.data
     with tf.io.gfile.GFile(vocabulary_path, "rb") as f:
         vocabulary_digest = hashlib.sha256(f.read()).hexdigest()
@@ -118,14 +86,9 @@ def epoch_windows(config, model_dir, train_files, vocabulary_path):
 
 
 def lm_artifacts(config, model_dir, uses_vectors):
-    """Corpus, vocabulary, and (`uses_vectors`) fastText model and vocabulary vectors of
-    a language model on `config.data` (`data.tokenization`: words, or a learned
-    WordPiece vocabulary with no vectors), made if missing: a `DataArtifacts`; with
-    `train.epochs`, its `epoch_windows` counted (`epoch_windows`).
-
-    The training text is checked against the vocabulary before fastText trains
-    (`<unk>` rate). With held-out text, held-out words get vocabulary rows
-    (count 0) so that they can be ranked as targets through their subword vectors.
+    """Corpus, vocabulary and, with `uses_vectors`, fastText and vocabulary vectors, made if
+    missing: a `DataArtifacts`. Held-out words get vocabulary rows (count 0), ranked as
+    targets through their subword vectors.
 
     Raises:
         ValueError: a vectors table whose dimension is not `fasttext.dim`.
@@ -134,103 +97,84 @@ def lm_artifacts(config, model_dir, uses_vectors):
     train_files, heldout_files = corpus_files(data_cfg, model_dir)
     vocabulary_path = file_path(model_dir, VOCABULARY_FILE)
     learned = not tf.io.gfile.exists(vocabulary_path)
-    if data_cfg.tokenization == "wordpiece":
-        if learned:
-            words = _count_words(data_cfg, train_files)
+    wordpiece = data_cfg.tokenization == "wordpiece"
+    if learned:
+        logging.info("Counting words of %s", train_files)
+        vocab = data_lib.Vocabulary.build(
+            data_lib.text_lines(train_files, data_cfg.on_invalid_utf8),
+            min_count=data_cfg.min_count, max_words_in_memory=data_cfg.max_words_in_memory)
+        if wordpiece:
             logging.info("Learning a WordPiece vocabulary of about %d tokens",
                          data_cfg.wordpiece_vocabulary_size)
-            data_lib.learn_wordpiece_vocabulary(
-                words, data_cfg.wordpiece_vocabulary_size, vocabulary_path
-            )
-        _check_unknown_words(data_cfg, train_files, vocabulary_path, learned)
-        return _with_epochs(DataArtifacts(train_files, heldout_files, vocabulary_path),
-                            config, model_dir)
-    if learned:
-        vocab = _count_words(data_cfg, train_files)
-        if heldout_files:
-            vocab = vocab.with_extra_words(
-                data_lib.text_lines(heldout_files, data_cfg.on_invalid_utf8)
-            )
-        vocab.save(vocabulary_path)
-        logging.info("Vocabulary: %d words -> %s", len(vocab), vocabulary_path)
-    else:
+            data_lib.learn_wordpiece_vocabulary(vocab, data_cfg.wordpiece_vocabulary_size,
+                                                vocabulary_path)
+        else:
+            if heldout_files:
+                vocab = vocab.with_extra_words(
+                    data_lib.text_lines(heldout_files, data_cfg.on_invalid_utf8))
+            vocab.save(vocabulary_path)
+            logging.info("Vocabulary: %d words -> %s", len(vocab), vocabulary_path)
+    elif not wordpiece:
         vocab = data_lib.Vocabulary.load(vocabulary_path)
-    _check_unknown_words(data_cfg, train_files, vocabulary_path, learned)
-    artifacts = _with_epochs(DataArtifacts(train_files, heldout_files, vocabulary_path),
-                             config, model_dir)
+    data_lib.check_unknown_rate(train_files, vocabulary_path, data_cfg.tokenization,
+                                on_invalid_utf8=data_cfg.on_invalid_utf8, learned=learned)
+    artifacts = DataArtifacts(train_files, heldout_files, vocabulary_path)
+    if config.train.epochs:
+        artifacts.epoch_windows = epoch_windows(config, model_dir, train_files, vocabulary_path)
+    if wordpiece:  # `artifacts.vocabulary` loads the WordPieces
+        return artifacts
     artifacts.vocabulary = vocab
     if not uses_vectors:
         return artifacts
 
-    if ft_cfg.pretrained:
-        word_vectors_path = ft_cfg.pretrained
-    else:
-        word_vectors_path = file_path(model_dir, FASTTEXT_FILE)
-        if not tf.io.gfile.exists(word_vectors_path):
-            logging.info("Training %d-d fastText vectors on %s", ft_cfg.dim, train_files)
-            data_lib.train_fasttext(
-                train_files, word_vectors_path, dim=ft_cfg.dim, minn=ft_cfg.minn,
-                maxn=ft_cfg.maxn, bucket=ft_cfg.bucket, epoch=ft_cfg.epoch,
-                min_count=ft_cfg.min_count, threads=ft_cfg.threads, lr=ft_cfg.lr,
-                on_invalid_utf8=data_cfg.on_invalid_utf8,
-            )
+    word_vectors_path = ft_cfg.pretrained or file_path(model_dir, FASTTEXT_FILE)
+    if not ft_cfg.pretrained and not tf.io.gfile.exists(word_vectors_path):
+        logging.info("Training %d-d fastText vectors on %s", ft_cfg.dim, train_files)
+        data_lib.train_fasttext(
+            train_files, word_vectors_path, dim=ft_cfg.dim, minn=ft_cfg.minn,
+            maxn=ft_cfg.maxn, bucket=ft_cfg.bucket, epoch=ft_cfg.epoch,
+            min_count=ft_cfg.min_count, threads=ft_cfg.threads, lr=ft_cfg.lr,
+            on_invalid_utf8=data_cfg.on_invalid_utf8)
     vectors_path = file_path(model_dir, VECTORS_FILE)
     if not tf.io.gfile.exists(vectors_path):
         word_vectors = data_lib.WordVectors(word_vectors_path)
         data_lib.compute_vocabulary_vectors(
-            word_vectors, vocab, vectors_path, expected_dim=ft_cfg.dim, center=ft_cfg.center,
-        )
+            word_vectors, vocab, vectors_path, expected_dim=ft_cfg.dim, center=ft_cfg.center)
     else:
         table = data_lib.load_vocabulary_vectors(vectors_path, len(vocab))
         if table.shape[1] != ft_cfg.dim:
-            raise ValueError(
-                f"{vectors_path} has dimension {table.shape[1]}, the config asks for "
-                f"fasttext.dim={ft_cfg.dim}"
-            )
+            raise ValueError(f"{vectors_path} has dimension {table.shape[1]}, the config asks "
+                             f"for fasttext.dim={ft_cfg.dim}")
     artifacts.vectors_path, artifacts.word_vectors_path = vectors_path, word_vectors_path
     return artifacts
 
 
-def _with_epochs(artifacts, config, model_dir):
-    if config.train.epochs:
-        artifacts.epoch_windows = epoch_windows(config, model_dir, artifacts.train_files,
-                                                artifacts.vocabulary_path)
-    return artifacts
-
-
 def check_pretrained_vectors(config, model_dir, uses_vectors):
-    """Validates `fasttext.pretrained` before any work, unless the vocabulary vectors
-    are made already (a resume): a truncated or corrupt file is a `WordVectorsError`
-    naming it, not NaN losses later."""
+    """Validates `fasttext.pretrained` before any work unless the vocabulary vectors
+    exist (a resume): a corrupt file is a `WordVectorsError`, not NaN losses later."""
     path = config.fasttext.pretrained
     if path and uses_vectors and not tf.io.gfile.exists(file_path(model_dir, VECTORS_FILE)):
         data_lib.check_word_vectors_file(path)
 
 
 def check_output_layer(model_cfg, vocab):
-    """Checks an output layer's settings (`output_layer`, `adaptive_cutoffs`,
-    `num_sampled` of a model config) against the vocabulary (ConfigError)."""
-    m = model_cfg
-    size = len(vocab)
+    """ConfigError unless the output layer's settings of `model_cfg` fit the vocabulary."""
+    m, size = model_cfg, len(vocab)
     if m.output_layer == "adaptive" and m.adaptive_cutoffs[-1] >= size:
         raise config_lib.ConfigError(
             f"`model.adaptive_cutoffs` {m.adaptive_cutoffs} must lie inside (0, {size}): "
-            f"the vocabulary has {size} entries"
-        )
+            f"the vocabulary has {size} entries")
     if m.output_layer in ("sampled", "fixed") and m.num_sampled >= size:
         raise config_lib.ConfigError(
             f"`model.num_sampled`={m.num_sampled} must be smaller than the vocabulary "
-            f"({size} entries)"
-        )
+            f"({size} entries)")
     if m.output_layer in ("adaptive", "sampled", "fixed"):
         # Clusters and the log-uniform sampler assume frequency-ordered ids.
         check_frequency_sorted(vocab.counts, first_id=len(data_lib.SPECIALS))
 
 
 def lm_dataset(config, artifacts, position=0, file_shard=None, heldout=False):
-    """A language model's batches of `tfeff.data.lm_dataset`: the training batches
-    (repeated, shuffled, from input `position` on; `file_shard`: see `shard_files`),
-    or with `heldout` the held-out batches once, in file order."""
+    """The training batches from input `position` on, or the `heldout` ones once."""
     d = config.data
     common = dict(max_sequence_length=d.max_sequence_length, on_invalid_utf8=d.on_invalid_utf8,
                   wordpiece=d.tokenization == "wordpiece")
@@ -241,8 +185,7 @@ def lm_dataset(config, artifacts, position=0, file_shard=None, heldout=False):
     return data_lib.lm_dataset(
         files_, artifacts.vocabulary_path, batch_size=batch_size,
         shuffle_buffer=d.shuffle_buffer, seed=config.train.seed, repeat=True,
-        drop_remainder=True, **common,
-    ).skip(position)
+        drop_remainder=True, **common).skip(position)
 
 
 def lm_example_batch(vocabulary_size, batch_size=2, length=9, seed=0):
@@ -266,16 +209,9 @@ HELDOUT_COUNT_LIMIT = 50
 
 
 def evaluate_lm(model, config, artifacts):
-    """Held-out top-k accuracy and median rank (both directions) of a language model,
-    each beside its unigram baseline, and what was counted.
-
-    Continuous outputs (`model.is_continuous`) rank the vocabulary by cosine
-    with the prediction; softmax outputs rank it by `model.log_prob` and also
-    report perplexity (of words, or of WordPiece tokens for subword models:
-    not comparable) beside the unigram model's (add-one smoothed training
-    counts). `targets` were scored of the `heldout_targets` the held-out files
-    hold (the first `eval.max_targets`).
-    """
+    """Held-out top-k accuracy, median rank and (softmax) perplexity of the first
+    `eval.max_targets` targets, each beside its unigram baseline. Continuous outputs rank
+    the vocabulary by cosine with the prediction, softmax outputs by `model.log_prob`."""
     vocab = artifacts.vocabulary
     count_up_to = HELDOUT_COUNT_LIMIT * config.eval.max_targets
     predictions, target_ids, total = evaluation.collect_predictions(
@@ -288,9 +224,8 @@ def evaluate_lm(model, config, artifacts):
                "tokenization": config.data.tokenization}
     if model.is_continuous:
         table = data_lib.load_vocabulary_vectors(artifacts.vectors_path, len(vocab))
-        ranks = evaluation.target_ranks(
-            predictions, target_ids, table, chunk_size=config.eval.chunk_size
-        )
+        ranks = evaluation.target_ranks(predictions, target_ids, table,
+                                        chunk_size=config.eval.chunk_size)
     else:
         ranks, log_probs = evaluation.log_prob_ranks(model.log_prob, predictions, target_ids)
         results["perplexity"] = (float(np.exp(-np.mean(log_probs))) if len(log_probs)
@@ -311,11 +246,9 @@ def evaluate_lm(model, config, artifacts):
 
 
 def lm_summary(results):
-    """The held-out lines of `evaluate_lm`'s results: what was counted, top-k accuracy,
-    the median rank and (softmax outputs) perplexity against their unigram baselines,
-    and a line flagging an accuracy or perplexity below its baseline (the median rank
-    is not flagged: frequency alone ranks the frequent half of the targets well, so a
-    well-trained model's median rank can trail it)."""
+    """The held-out lines of `evaluate_lm`'s results beside their unigram baselines, and
+    a line flagging an accuracy or perplexity below its baseline (not the median rank:
+    frequency alone ranks the frequent half of the targets well)."""
     unit = "WordPiece tokens" if results["tokenization"] == "wordpiece" else "words"
     total = results.get("heldout_targets", results["targets"])
     of = "the" if results.get("heldout_counted_all", True) else "more than"
@@ -348,11 +281,7 @@ def lm_summary(results):
 
 
 class LanguageModelFamily(Family):
-    """A `Family` of next-word language models (`tfeff.models.LanguageModel`).
-
-    Subclasses implement `uses_vectors(config)` (True when the model reads the
-    vocabulary's fixed fastText vectors) and `build_model`.
-    """
+    """Next-word language models: subclasses implement `uses_vectors` and `build_model`."""
 
     def uses_vectors(self, config):
         raise NotImplementedError
@@ -361,8 +290,7 @@ class LanguageModelFamily(Family):
         check_pretrained_vectors(config, model_dir, self.uses_vectors(config))
 
     def prepare_data(self, config, model_dir):
-        """`lm_artifacts` (the fastText vectors of the vocabulary when the model
-        reads them), then the output layer's settings are checked against it."""
+        """`lm_artifacts`, then `check_output_layer`."""
         artifacts = lm_artifacts(config, model_dir, self.uses_vectors(config))
         check_output_layer(config.model, artifacts.vocabulary)
         return artifacts
@@ -390,8 +318,7 @@ class LanguageModelFamily(Family):
         return lm_summary(results)
 
     def embedder_options(self, config, model_dir):
-        """The family's module with the data's tokenization (words, `<unk>` for the
-        rest, or WordPieces)."""
+        """The family's module with the data's tokenization."""
         options, extra_files = super().embedder_options(config, model_dir)
         options["tokenization"] = config.data.tokenization
         return options, extra_files

@@ -1,19 +1,9 @@
 """The Masked ELMo family (`family: masked_elmo`): WordPiece documents, TBPTT streams,
 mask accumulation, masked perplexity.
 
-Layout of `model_dir` (beside `tfeff.training.model_directory`'s):
-
-    wordpiece_corpus.txt, fasttext.bin, vocabulary_vectors.npy
-                              (`model.output_layer: continuous` only: fastText
-                              trained on the WordPiece-tokenized corpus)
-    checkpoints/              model, optimizer and the carried LSTM states
-    eval.json                 held-out masked loss, perplexity, accuracy
-
-The batch of step s is a function of `(train.seed, s)` (see
-`tfeff.data.masked_elmo_dataset`) and the carried LSTM states are in the
-checkpoint, so a resumed run continues exactly where it stopped; under
-multi-worker training every worker builds the global batch and keeps its
-rows (the TBPTT streams are global).
+The batch of step s is a function of `(train.seed, s)` (`tfeff.data.masked_elmo_dataset`)
+and the carried LSTM states are in the checkpoint, so a resumed run continues exactly
+where it stopped; every worker builds the global batch and keeps its rows.
 """
 
 import logging
@@ -27,13 +17,12 @@ from tfeff.data.masked_elmo_dataset import epoch_windows
 from tfeff.models import from_config
 from tfeff.training import evaluation
 from tfeff.training import model_directory
-from tfeff.training.families.base import Family
 from tfeff.training.families.masked_lm import MASKED_LM_NEVER_TARGETS
+from tfeff.training.families.masked_lm import MaskedLMFamily
 from tfeff.training.families.masked_lm import MaskedLMTally
 from tfeff.training.families.masked_lm import first_batches
 from tfeff.training.families.masked_lm import masked_lm_artifacts
 from tfeff.training.families.masked_lm import masked_lm_example_batch
-from tfeff.training.families.masked_lm import masked_lm_summary
 from tfeff.training.model_directory import file_path
 
 
@@ -71,27 +60,19 @@ def masked_elmo_dataset(config, documents, vocabulary_size, training, start_step
         random_token_rate=d.random_token_rate, seed=config.train.seed + (0 if training else 1),
         repeat=training if repeat is None else repeat, start_step=start_step,
         reverse_half=d.reverse_half_streams and training,
-        name="training" if training else "held-out",
-    )
+        name="training" if training else "held-out")
 
 
 def unigram_log_probs(documents, vocabulary_size):
-    """Add-one smoothed log-frequencies `(vocabulary_size,)` of the tokens of the
-    training `documents` (`MASKED_LM_NEVER_TARGETS` get -inf)."""
+    """Add-one smoothed log-frequencies of the tokens of `documents`."""
     counts = np.bincount(np.concatenate(documents) if documents else np.zeros(0, np.int64),
                          minlength=vocabulary_size)[:vocabulary_size]
     return evaluation.unigram_log_probs(counts, MASKED_LM_NEVER_TARGETS)
 
 
 def evaluate_masked_elmo(model, config, documents, vocabulary_size, unigram=None):
-    """Held-out masked loss, and for a softmax output perplexity and top-1 accuracy
-    beside the unigram baseline's (`unigram_log_probs`, when given), over the first
-    `eval.max_batches` batches.
-
-    One mask set per batch (seeded: every call sees the same masks), windows
-    read in document order with carried states as in training but without
-    reversed streams, so each window's forward state comes from its left context.
-    """
+    """Held-out masked loss (softmax: also perplexity, accuracy and the `unigram`'s) of
+    the first `eval.max_batches` batches, one seeded mask set each, with carried states."""
     ds = masked_elmo_dataset(config, documents, vocabulary_size, training=False)
     tally = MaskedLMTally(unigram if not model.is_continuous else None)
     states = None
@@ -109,7 +90,7 @@ def evaluate_masked_elmo(model, config, documents, vocabulary_size, unigram=None
     return tally.results(vocabulary_size, softmax=not model.is_continuous)
 
 
-class MaskedElmoFamily(Family):
+class MaskedElmoFamily(MaskedLMFamily):
     name = "masked_elmo"
     label = "Masked ELMo"
     position_addressed = True  # batches are a function of the step; documents in memory
@@ -118,9 +99,7 @@ class MaskedElmoFamily(Family):
         return config.model.output_layer == "continuous"
 
     def prepare_data(self, config, model_dir):
-        """Learns the WordPiece vocabulary if missing and tokenizes the corpus into
-        `documents` (`tfeff.data.tokenize_documents`); for a continuous output also
-        trains fastText on the WordPiece-tokenized corpus and writes the table."""
+        """`masked_lm_artifacts` with `documents` (and WordPiece vectors if continuous)."""
         d = config.data
         artifacts = masked_lm_artifacts(config, model_dir)
 
@@ -149,16 +128,12 @@ class MaskedElmoFamily(Family):
                                    True, start_step=position)
 
     def example_batch(self, config, vocabulary_size, batch_size=2, length=9, seed=0):
-        """`model.mask_accumulation` mask sets of random WordPieces, every row a new
-        document (`reset`)."""
+        """`model.mask_accumulation` mask sets, every row a new document (`reset`)."""
         return masked_lm_example_batch(vocabulary_size, batch_size, length, seed,
                                        num_sets=config.model.mask_accumulation)
 
     def validation_dataset(self, config, artifacts):
-        """Keras' validation: masked loss of one mask set from zero states, at every
-        checkpoint (val_loss; exp(val_loss) is the masked perplexity of softmax outputs).
-        A finite dataset: Keras re-reads it from the start each time, so every point of
-        the curve is on the same batches and masks."""
+        """Masked loss of one mask set from zero states, the same batches every time."""
         if artifacts.heldout_documents is None or not config.train.validation_steps:
             return None
         return masked_elmo_dataset(config, artifacts.heldout_documents,
@@ -169,14 +144,6 @@ class MaskedElmoFamily(Family):
         return evaluate_masked_elmo(
             model, config, artifacts.heldout_documents, artifacts.vocabulary_size,
             unigram=unigram_log_probs(artifacts.documents, artifacts.vocabulary_size))
-
-    def eval_summary(self, results):
-        return masked_lm_summary(results)
-
-    def embedder_options(self, config, model_dir):
-        options, extra_files = super().embedder_options(config, model_dir)
-        options.update(tokenization="bert", lower_case=config.data.lower_case)
-        return options, extra_files
 
 
 MASKED_ELMO = MaskedElmoFamily()

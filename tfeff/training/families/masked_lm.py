@@ -9,15 +9,14 @@ from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.data.mlm_dataset import check_bert_vocabulary
 from tfeff.training import model_directory
 from tfeff.training.families.base import DataArtifacts
+from tfeff.training.families.base import Family
 from tfeff.training.families.base import below_baseline_line
 from tfeff.training.model_directory import VOCABULARY_FILE
 from tfeff.training.model_directory import file_path
 
 
 def masked_lm_artifacts(config, model_dir):
-    """The corpus and BERT-style WordPiece vocabulary (learned if missing, then checked
-    for its reserved ids and against the training text's `<unk>` rate) of the
-    masked-LM families: a `DataArtifacts`."""
+    """The corpus and BERT WordPiece vocabulary (learned if missing, checked): `DataArtifacts`."""
     d = config.data
     train_files, heldout_files = model_directory.corpus_files(d, model_dir)
     vocabulary_path = file_path(model_dir, VOCABULARY_FILE)
@@ -35,15 +34,9 @@ def masked_lm_artifacts(config, model_dir):
 
 def masked_lm_example_batch(vocabulary_size, batch_size=2, length=9, seed=0, num_sets=None,
                             predictions=2, bert=False):
-    """A batch like the masked-LM datasets': `[CLS]` ... `[SEP]` rows of random WordPiece
-    ids (the last shorter, right-padded) with `predictions` masked positions each.
-
-    BERT's (`bert=True`, `tfeff.data.mlm_dataset`): `token_ids`, `padding_mask`,
-    `segment_ids` and `masked_positions`, `masked_ids`, `masked_weights` `(batch, p)`.
-    Masked ELMo's (`num_sets` K mask sets, `tfeff.data.masked_elmo_dataset`):
-    `masked_token_ids` `(batch, K, time)`, the masked entries `(batch, K, p)`,
-    `padding_mask` and `reset`.
-    """
+    """A batch like `tfeff.data.mlm_dataset`'s (`bert`) or `masked_elmo_dataset`'s
+    (`num_sets` mask sets): `[CLS]` ... `[SEP]` rows of random WordPiece ids (the last
+    shorter, right-padded) with `predictions` masked positions each."""
     rng = np.random.default_rng(seed)
     first = vocabulary_lib.MASK_ID + 1
     ids = rng.integers(first, max(first + 1, min(vocabulary_size, 5000)),
@@ -70,35 +63,31 @@ def masked_lm_example_batch(vocabulary_size, batch_size=2, length=9, seed=0, num
                 "segment_ids": np.zeros_like(ids), "masked_positions": positions,
                 "masked_ids": targets, "masked_weights": weights}
     sets = [one_set() for _ in range(num_sets or 1)]
-    return {"masked_token_ids": np.stack([s[0] for s in sets], axis=1),
-            "masked_positions": np.stack([s[1] for s in sets], axis=1),
-            "masked_ids": np.stack([s[2] for s in sets], axis=1),
+    masked, positions, targets = (np.stack(parts, axis=1) for parts in zip(*sets))
+    return {"masked_token_ids": masked, "masked_positions": positions, "masked_ids": targets,
             "masked_weights": np.stack([weights] * len(sets), axis=1),
             "padding_mask": padding_mask.astype(np.int32),
             "reset": np.ones(batch_size, np.int32)}
 
 
-# Ids no masked-LM target can be: never masked (`<unk>` included: an unknown word is
-# never a target), so the unigram baseline gives them probability 0.
+# Ids never masked (`<unk>` included), so the unigram baseline gives them probability 0.
 MASKED_LM_NEVER_TARGETS = (vocabulary_lib.PAD_ID, vocabulary_lib.UNK_ID, vocabulary_lib.CLS_ID,
                            vocabulary_lib.SEP_ID, vocabulary_lib.MASK_ID)
 
 
 class MaskedLMTally:
-    """Sums a masked-LM evaluation over batches: the loss, the argmax hits, and the
-    unigram baseline's log-probabilities and hits on the same targets."""
+    """Sums a masked-LM evaluation (and the unigram baseline's) over batches."""
 
     def __init__(self, unigram=None):
         self.unigram = unigram
-        self.guess = (int(np.argmax(unigram)) if unigram is not None else None)
+        self.guess = int(np.argmax(unigram)) if unigram is not None else None
         self.loss = self.unigram_loss = 0.0
         self.correct = self.unigram_correct = 0
         self.count, self.batches = 0.0, 0
         self.complete = True  # `first_batches` says
 
     def add(self, loss_sum, ids, weights, predicted=None):
-        """One batch: the sum of its weighted losses, its target ids and weights
-        (NumPy), and the model's argmax ids (None for a continuous output)."""
+        """One batch (NumPy); `predicted`: the argmax ids, None for a continuous output."""
         hit = weights > 0
         self.batches += 1
         self.loss += float(loss_sum)
@@ -125,8 +114,7 @@ class MaskedLMTally:
 
 
 def first_batches(dataset, count, tally):
-    """The first `count` batches of `dataset` (0: all of them); `tally.complete` says
-    afterwards whether that was all of them (one batch more is read, not scored)."""
+    """The first `count` batches of `dataset` (0: all); `tally.complete` says if that was all."""
     tally.complete = True
     if not count:
         yield from dataset
@@ -139,9 +127,7 @@ def first_batches(dataset, count, tally):
 
 
 def masked_lm_summary(results):
-    """The held-out lines of a masked-LM family's results (`MaskedLMTally.results`):
-    what was counted, the loss, perplexity and accuracy beside the unigram baseline's,
-    and a line flagging any below it."""
+    """The held-out lines of `MaskedLMTally.results`, beside the unigram baseline's."""
     batches = results.get("batches")
     if batches is None:
         scope = "held-out"
@@ -169,3 +155,15 @@ def masked_lm_summary(results):
             if results["accuracy"] < results["unigram_accuracy"]:
                 below.append("accuracy")
     return lines + [line] + below_baseline_line(below)
+
+
+class MaskedLMFamily(Family):
+    """A `Family` of masked language models: their summary and WordPiece embedder."""
+
+    def eval_summary(self, results):
+        return masked_lm_summary(results)
+
+    def embedder_options(self, config, model_dir):
+        options, extra_files = super().embedder_options(config, model_dir)
+        options.update(tokenization="bert", lower_case=config.data.lower_case)
+        return options, extra_files

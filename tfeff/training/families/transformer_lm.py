@@ -1,12 +1,7 @@
 """The transformer LM family (`family: transformer_lm`): `TransformerLM`, ELMo's ends.
 
-Li et al.'s larger encoders (Table 5): a bidirectional transformer LM (a
-forward and a backward causal stack) or a GPT-like forward stack, with any of
-ELMo's input embeddings and output layers. The data, vectors and evaluation
-are a language model's (`tfeff.training.families.language_model`): word models read
-fixed fastText vectors when their input or output layer needs them,
-WordPiece models none; evaluation ranks the vocabulary for every held-out
-next (and previous) token against the unigram baseline.
+Li et al.'s larger encoders (Table 5): a bidirectional transformer LM (a forward and a
+backward causal stack) or a GPT-like forward stack, with ELMo's embeddings and outputs.
 """
 
 from tfeff.config.elmo import TABLE_OUTPUTS
