@@ -1,7 +1,6 @@
 """tfeff: cheap pretraining of contextual encoders, as Keras layers, models and binaries.
 
-`import tfeff` imports nothing heavy; its subpackages load on first use, so
-`tfeff.layers.AdaptiveSoftmax` works after a plain `import tfeff`.
+`import tfeff` imports nothing heavy: `tfeff.layers` and the others load on first use.
 """
 
 import importlib

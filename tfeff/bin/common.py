@@ -1,15 +1,9 @@
 """Shared helpers of the binaries: the error boundary, stop signals, `--help` and their flags.
 
-Importing it (and so a binary's module) imports neither TensorFlow nor Keras: a
-binary's `--help` answers at once, and the heavy imports happen in `main`.
-
-A binary stopped by Ctrl-C (SIGINT) or SIGTERM, at any point, unwinds like an
-error: every `finally` on the way out runs (temporaries removed, locks released,
-child processes stopped), then one `stopped by ...` line is printed and the
-binary exits with 128 plus the signal's number, as a shell reports a stopped
-command: 130 for Ctrl-C, 143 for SIGTERM (`run_app`; tfeff-pretrain exits 42
-instead, its resumable stop). A signal that is ignored (a background job of a
-script ignores Ctrl-C) stays ignored.
+Importing it imports neither TensorFlow nor Keras: a binary's `--help` answers at once. A
+binary stopped by Ctrl-C (SIGINT) or SIGTERM unwinds like an error (every `finally` runs),
+prints one `stopped by ...` line and exits with 128 plus the signal's number, as a shell
+reports it (`run_app`; tfeff-pretrain exits 42). An ignored signal stays ignored.
 """
 
 import errno
@@ -24,36 +18,26 @@ _HELP = ("-h", "-?", "--help", "--helpshort")
 
 
 def user_errors():
-    """Errors that mean "bad input" or a training fault that leaves the model
-    directory resumable: reported in one line, exit status 1."""
+    """Bad input (FormatError is a ValueError) or a resumable training fault: exit status 1."""
     from tfeff.config import ConfigError
     from tfeff.data import CorpusError
     from tfeff.training.errors import TrainingError
 
-    # tfeff.evaluation's FormatError (tfeff-evaluate) is a ValueError.
     return (ConfigError, CorpusError, FileNotFoundError, FileExistsError, ValueError,
             TrainingError)
 
 
 def _module_name(name):
-    """absl's name for a module's flags: `python -m` runs it as `__main__`, which absl
-    files under `sys.argv[0]`."""
+    """absl's name for a module's flags (`python -m` runs it as `__main__`: `sys.argv[0]`)."""
     return sys.argv[0] if name == "__main__" else name
 
 
 class Stopped(BaseException):
-    """SIGTERM, raised in the main thread as Ctrl-C raises KeyboardInterrupt:
-    not an `Exception`, so no `except Exception` takes it for an error, and every
-    `finally` and `except BaseException` cleanup on the way out runs."""
+    """SIGTERM, raised as Ctrl-C raises KeyboardInterrupt: no `except Exception` takes it."""
 
     def __init__(self, signum):
         super().__init__(signum)
         self.signum = signum
-
-
-# SIGTERM is raised as `Stopped`; SIGINT raises KeyboardInterrupt (Python's own handler).
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-STOPPED = "stopped by {signal}: nothing half-written is left; rerun the same command"
 
 
 def _raise_stopped(signum, frame):
@@ -61,18 +45,18 @@ def _raise_stopped(signum, frame):
     raise Stopped(signum)
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOPPED = "stopped by {signal}: nothing half-written is left; rerun the same command"
+
+
 def catch_stop_signals():
-    """Makes SIGTERM raise `Stopped` in the main thread (Ctrl-C's SIGINT raises
-    KeyboardInterrupt already, Python's own handler, which is kept). An ignored SIGTERM
-    stays ignored."""
+    """Makes SIGTERM raise `Stopped` in the main thread, unless it is ignored."""
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _raise_stopped)
 
 
 def stop_signal(error):
-    """The signal that stopped the binary, when `error` is its KeyboardInterrupt or
-    `Stopped`, or an error raised while one unwound (its `__context__` chain); else
-    None."""
+    """The signal whose KeyboardInterrupt or `Stopped` is `error` or in its `__context__`s."""
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
@@ -84,38 +68,22 @@ def stop_signal(error):
     return None
 
 
-def _signal_name(signum):
-    return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
-
-
 def report_stop(signum, stopped=STOPPED, status=None):
-    """Prints the one line of a binary stopped by `signum` (`stopped`, a message with
-    `{signal}` for the signal's name) and exits with `status`, by default 128 plus the
-    signal's number, as a shell reports a stopped command (130 for Ctrl-C, 143 for
-    SIGTERM). Further stop signals are ignored meanwhile: the line is written whole."""
+    """Prints `stopped` (`{signal}`: its name) and exits with `status` (default 128 + `signum`)."""
     for other in _STOP_SIGNALS:
         signal.signal(other, signal.SIG_IGN)
-    print(stopped.format(signal=_signal_name(signum)), file=sys.stderr)
+    name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+    print(stopped.format(signal=name), file=sys.stderr)
     sys.exit(128 + signum if status is None else status)
 
 
 def run_app(main, stopped=STOPPED, stop_status=None):
-    """`absl.app.run(main)`, but `--help` (`-h`, `--helpshort`) prints the binary's
-    docstring (its usage and examples) and its own flags only, and exits 0 before
-    anything heavy is imported; `--helpfull` is absl's, every library's flags. The
-    libraries' chatter on stderr is filtered out (`tfeff.bin.quiet`) unless
-    `--verbosity` is 1 or more.
-
-    Ctrl-C or SIGTERM at any point (importing, reading, writing, cleaning
-    up) unwinds the binary like an error (`catch_stop_signals`), then `report_stop`
-    prints `stopped` (`{signal}` is the signal's name) and exits with `stop_status`
-    (default: 128 plus the signal's number)."""
+    """`absl.app.run(main)`, but `--help` prints the binary's docstring and own flags at once,
+    stderr is filtered (`tfeff.bin.quiet`), and a stop signal is reported by `report_stop`."""
     if any(arg in _HELP for arg in sys.argv[1:]):
-        module = sys.modules[main.__module__]
-        print((module.__doc__ or "").strip())
-        print("\nFlags:")
-        print(flags.FLAGS.module_help(_module_name(main.__module__)))
-        print("\n--helpfull lists absl's and the libraries' flags too.")
+        print(f"{(sys.modules[main.__module__].__doc__ or '').strip()}\n\nFlags:\n"
+              f"{flags.FLAGS.module_help(_module_name(main.__module__))}\n\n"
+              "--helpfull lists absl's and the libraries' flags too.")
         sys.exit(0)
     catch_stop_signals()
     try:
@@ -130,18 +98,14 @@ def run_app(main, stopped=STOPPED, stop_status=None):
         report_stop(signum, stopped, stop_status)
 
 
-# TensorFlow's errors about files, devices and memory: the user's environment. The
-# others (InvalidArgument, Internal, ...) may be bugs and keep their traceback.
+# TensorFlow's errors of the user's environment; the others may be bugs (with a traceback).
 _ENVIRONMENT_OP_ERRORS = ("NotFoundError", "PermissionDeniedError", "FailedPreconditionError",
                           "ResourceExhaustedError", "DataLossError", "UnavailableError",
                           "AlreadyExistsError")
 
 
 def DEFINE_path(name, default, help, required=False):  # noqa: N802 (absl's naming)
-    """An absl string flag that names a file or directory: an empty or blank value (an
-    unset shell variable, `--model_dir=`) is refused before anything runs, instead of
-    meaning the current directory."""
-    # The binary's own flag (its --help, the reference), not this module's.
+    """An absl string flag naming a path: a blank value (an unset shell variable) is refused."""
     caller = _module_name(sys._getframe(1).f_globals["__name__"])
     holder = flags.DEFINE_string(name, default, help, required=required, module_name=caller)
     flags.register_validator(
@@ -160,17 +124,14 @@ def DEFINE_positive_float(name, default, help):  # noqa: N802 (absl's naming)
     return holder
 
 
-# OSErrors about the user's files and disks, not the binary: a permission, a read-only
-# or full file system, a directory where a file was expected and the like.
+# OSErrors about the user's files and disks, not the binary.
 _ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
                        errno.EISDIR, errno.ENOTDIR, errno.ENOENT, errno.EEXIST, errno.EBUSY,
                        errno.EIO, errno.EFBIG, errno.ENAMETOOLONG}
 
 
 def _environment_error(error):
-    """Whether `error` is the environment's (a directory given as a file, a permission,
-    a full or read-only disk, a device or the process out of memory), not a bug of the
-    binary."""
+    """Whether `error` is the environment's (a permission, a full disk, memory), not a bug."""
     if isinstance(error, MemoryError):
         return True
     if isinstance(error, OSError) and error.errno in _ENVIRONMENT_ERRNOS:
@@ -186,10 +147,7 @@ def _one_line(error):
 
 
 def run_main(fn):
-    """Runs `fn()`; reports user errors without a traceback and exits non-zero.
-
-    An error raised while a stop signal unwinds `fn` (`stop_signal`) is left to
-    `run_app`, which reports the stop."""
+    """Runs `fn()`; reports user errors in one line and exits 1 (a stop is `run_app`'s)."""
     try:
         fn()
     except Exception as e:  # noqa: BLE001  (re-raised unless the user's or environment's)

@@ -5,40 +5,18 @@ or write a standard BERT model directory as a keras-hub preset or a Hugging Face
     tfeff-convert-core --model_dir runs/standard --keras_hub_preset runs/standard-keras-hub
     tfeff-convert-core --model_dir runs/standard --hf_dir runs/standard-hf
 
-With `--output_dir`, the standard model is checked against the relaxed one
-run with exact attention before anything is written; on any mismatch the
-command exits non-zero and `--output_dir` is not created. `tfeff-pretrain
---model_dir runs/standard --config runs/standard/config.yaml` continues
-training it.
+With `--output_dir`, the standard model is checked against the relaxed one run with exact
+attention before anything is written (a mismatch exits non-zero, writing nothing);
+`tfeff-pretrain --model_dir runs/standard --config runs/standard/config.yaml` continues
+training it. `--keras_hub_preset` (for `keras_hub.models.BertMaskedLM.from_preset(DIR)`;
+needs `pip install -e '.[hub]'`) and `--hf_dir` (for `transformers.BertForPreTraining`, or
+`RoFormerForMaskedLM` for rotary positions; needs `pip install -e '.[hf]'`) take a standard
+BERT. Each output is written to `<output>.tmp-XXXXXXXX`, renamed into place when complete,
+while `<output>.lock` keeps a second command off it. See docs/guides/interop.md.
 
-With `--keras_hub_preset`, `--model_dir` holds a standard BERT with learned
-positions (a two-phase CoRe run after its switch, the output of
-`--output_dir`, or a standard run), and the preset gets a keras-hub
-`BertMaskedLM` with its preprocessor and tokenizer
-(`tfeff.convert.write_keras_hub_preset`):
-`keras_hub.models.BertMaskedLM.from_preset(DIR)` loads it. `--overwrite`
-replaces an earlier preset. It needs keras-hub (`pip install -e '.[hub]'`).
-
-With `--hf_dir`, the standard model of `--model_dir`, learned or rotary
-positions, is written as a Hugging Face directory
-(`tfeff.convert.write_hf_model_dir`): `model.safetensors`, `config.json`,
-`vocab.txt`, `tokenizer_config.json` (the casing of `data.lower_case`) and
-`special_tokens_map.json`, which `AutoTokenizer.from_pretrained(DIR)` and, with
-learned positions, `transformers.BertForPreTraining.from_pretrained(DIR)` load;
-a rotary model (the demo BERT's) is written as a RoFormer, which
-`transformers.RoFormerForMaskedLM.from_pretrained(DIR)` loads. It needs
-safetensors (`pip install -e '.[hf]'`); `--overwrite` replaces an earlier such
-directory.
-
-Every output is written to a temporary sibling, `<output>.tmp-XXXXXXXX`,
-renamed into place when complete, while `<output>.lock` keeps a second
-command off the same output; a run that was killed (SIGKILL, a power cut)
-leaves them, and the next run on that output removes them.
-
-Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the
-file or flag), 130 after Ctrl-C (SIGINT) and 143 after SIGTERM at any point,
-with one `stopped by ...` line: nothing half-written is left (no partial
-output, temporary directory or lock), and an earlier output is kept.
+Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the file or flag),
+130 after Ctrl-C (SIGINT) and 143 after SIGTERM, with one `stopped by ...` line: nothing
+half-written is left, and an earlier output is kept.
 """
 
 import importlib
@@ -57,14 +35,12 @@ _KERAS_HUB_PRESET = common.DEFINE_path(
     "of --model_dir (instead of --output_dir).")
 _HF_DIR = common.DEFINE_path(
     "hf_dir", None, "Hugging Face directory to write from the standard BERT of --model_dir "
-    "(weights, config.json, vocab.txt and the tokenizer files; a RoFormer for rotary "
-    "positions; instead of --output_dir).")
+    "(weights, config and tokenizer files; RoFormer for rotary positions).")
 _OVERWRITE = flags.DEFINE_bool(
-    "overwrite", False, "Replace an existing --keras_hub_preset or --hf_dir that this command "
-    "wrote.")
-_RTOL = common.DEFINE_positive_float("rtol", None, "Largest accepted relative error of the merge's "
-                           "check (--output_dir); default: derived from the model's size "
-                           "(float32 rounding along its longest path).")
+    "overwrite", False, "Replace an existing --keras_hub_preset or --hf_dir it wrote.")
+_RTOL = common.DEFINE_positive_float(
+    "rtol", None, "Largest accepted relative error of the merge's check (--output_dir); "
+    "default: derived from the model's size (float32 rounding along its longest path).")
 
 
 def _merge(model_dir, output_dir, rtol):
@@ -90,38 +66,35 @@ def _write_hf(model_dir, hf_dir, overwrite):
     print(f"wrote {model_dir} (step {step}) as the Hugging Face directory {hf_dir}")
 
 
-# What each output needs that tfeff itself does not: (module, extra).
+# What each output needs that tfeff does not: (module, extra).
 _NEEDS = {"keras_hub_preset": ("keras_hub", "hub"), "hf_dir": ("safetensors", "hf")}
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    outputs = {name: value for name, value in (("output_dir", _OUTPUT_DIR.value),
-                                               ("keras_hub_preset", _KERAS_HUB_PRESET.value),
-                                               ("hf_dir", _HF_DIR.value)) if value is not None}
+    outputs = {holder.name: holder.value for holder in (_OUTPUT_DIR, _KERAS_HUB_PRESET, _HF_DIR)
+               if holder.value is not None}
     if len(outputs) != 1:
         raise app.UsageError("Pass exactly one of --output_dir, --keras_hub_preset and "
                              "--hf_dir.")
     (output, path), = outputs.items()
-    if _OVERWRITE.value and output == "output_dir":
-        raise app.UsageError("--overwrite applies to --keras_hub_preset and --hf_dir only.")
-    if output != "output_dir":
-        if flags.FLAGS["rtol"].present:
-            raise app.UsageError(f"--rtol applies to --output_dir only (--{output} has no "
-                                 "merge to check).")
-        module, extra = _NEEDS[output]
-        try:
-            importlib.import_module(module)
-        except ImportError as e:
-            raise app.UsageError(f"--{output} needs {module}, which cannot be imported "
-                                 f"({e}): pip install -e '.[{extra}]' from a checkout of tfeff.")
     if output == "output_dir":
+        if _OVERWRITE.value:
+            raise app.UsageError("--overwrite applies to --keras_hub_preset and --hf_dir only.")
         common.run_main(lambda: _merge(_MODEL_DIR.value, path, _RTOL.value))
-    elif output == "keras_hub_preset":
-        common.run_main(lambda: _write_preset(_MODEL_DIR.value, path, _OVERWRITE.value))
-    else:
-        common.run_main(lambda: _write_hf(_MODEL_DIR.value, path, _OVERWRITE.value))
+        return
+    if flags.FLAGS["rtol"].present:
+        raise app.UsageError(f"--rtol applies to --output_dir only (--{output} has no merge to "
+                             "check).")
+    module, extra = _NEEDS[output]
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise app.UsageError(f"--{output} needs {module}, which cannot be imported ({e}): "
+                             f"pip install -e '.[{extra}]' from a checkout of tfeff.")
+    write = _write_preset if output == "keras_hub_preset" else _write_hf
+    common.run_main(lambda: write(_MODEL_DIR.value, path, _OVERWRITE.value))
 
 
 def run():

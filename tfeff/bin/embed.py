@@ -3,15 +3,13 @@ r"""tfeff-embed: embed a text file (one sentence per line) with an exported embe
     tfeff-embed --embedder runs/demo/export --input sentences.txt --output runs/embeddings \
         [--format npy|hdf5] [--layers 0,2] [--on_invalid_utf8 error|skip|replace]
 
-Streams the file in chunks sorted by length, writes one array per layer plus
-offsets and tokens (see tfeff.export.embed_file), shows a progress bar, and
-resumes an interrupted run from `<output>.partial` (--noresume starts over).
+Streams the file in chunks sorted by length, writes one array per layer plus offsets and
+tokens (see tfeff.export.embed_file), shows a progress bar, and resumes an interrupted run
+from `<output>.partial` (--noresume starts over).
 
-Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the
-file or flag), 130 after Ctrl-C (SIGINT) and 143 after SIGTERM at any point,
-with one `stopped by ...` line: the lines embedded so far stay in
-`<output>.partial` (nothing half-written), and rerunning the same command
-resumes after them.
+Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the file or flag),
+130 after Ctrl-C (SIGINT) and 143 after SIGTERM, with one `stopped by ...` line: the lines
+embedded so far stay in `<output>.partial`, and rerunning the same command resumes.
 """
 
 from absl import app
@@ -62,8 +60,7 @@ def main(argv):
 
 
 def run():
-    common.run_app(main, stopped="stopped by {signal}: nothing half-written is left; rerun "
-                   "the same command to resume")
+    common.run_app(main, stopped=common.STOPPED + " to resume")
 
 
 if __name__ == "__main__":

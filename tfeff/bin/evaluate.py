@@ -6,26 +6,18 @@ r"""tfeff-evaluate: train probes on the frozen features of exported embedders, p
     tfeff-evaluate --embedder elmo=runs/demo/export --tagging ner=train.conll,test.conll \
         --probe linear,bilstm --seeds 0,1 --epochs 5
 
-As in the continuous-output paper (Li et al., 2019, Section 5), representations
-are compared by training small task models on frozen features: a probe is a
-learned `ScalarMix` over the embedder's layers followed by a linear layer or a
-small biLSTM (`--probe`). Tagging tasks are CoNLL files (one token per line,
-the tag in `--tag_column`, blank lines between sentences, `#` lines are
-comments), scored by token accuracy and macro-F1 over tags; classification
-tasks are TSV files (`label<TAB>sentence`), scored by accuracy and macro-F1
-over labels. A task is named after its training file (`pos_train` above)
-unless written `NAME=TRAIN,TEST`.
+As in Li et al. (2019), Section 5, a probe (a learned `ScalarMix` over the embedder's
+layers, then a linear layer or a small biLSTM: `--probe`) is trained on frozen features,
+once per seed. Tagging tasks are CoNLL files (a token a line, the tag in `--tag_column`,
+blank lines between sentences, `#` comments), classification tasks TSV files
+(`label<TAB>sentence`); both are scored by accuracy and macro-F1. A task is named after its
+training file (`pos_train` above) unless written `NAME=TRAIN,TEST`. The Markdown table (mean
+± standard deviation over the seeds, in percent, and a `majority class` row) goes to stdout
+and `--output`, the progress to stderr. See docs/guides/export.md.
 
-Features are computed once per embedder and task, then every probe is trained
-once per seed of `--seeds` (see tfeff.evaluation). The Markdown table, one row
-per embedder and probe and the mean ± standard deviation over the seeds in
-percent, goes to stdout and, with `--output`, to a file; a last row, `majority
-class`, scores the training file's most frequent tag or label predicted for
-every test token or sentence. The progress lines go to stderr.
-
-Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the
-file or flag), 130 after Ctrl-C (SIGINT) and 143 after SIGTERM at any point,
-with one `stopped by ...` line: no table is written (nor half-written).
+Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the file or flag),
+130 after Ctrl-C (SIGINT) and 143 after SIGTERM, with one `stopped by ...` line: no table is
+written (nor half-written).
 """
 
 import os
@@ -38,11 +30,9 @@ from absl import logging
 from tfeff.bin import common
 
 _EMBEDDER = flags.DEFINE_multi_string(
-    "embedder", [], "`NAME=PATH`: a tfeff-export SavedModel and its name in the table "
-    "(repeatable).")
+    "embedder", [], "`NAME=PATH`: a tfeff-export SavedModel, named in the table (repeatable).")
 _TAGGING = flags.DEFINE_multi_string(
-    "tagging", [], "`[NAME=]TRAIN,TEST`: CoNLL training and test files of a tagging task "
-    "(repeatable).")
+    "tagging", [], "`[NAME=]TRAIN,TEST`: a tagging task's CoNLL files (repeatable).")
 _TAG_COLUMN = flags.DEFINE_integer(
     "tag_column", -1, "Column of the tag in the CoNLL files (0 is the word; negative counts "
     "from the end: -1 is the last).")
@@ -50,8 +40,7 @@ _CLASSIFICATION = flags.DEFINE_multi_string(
     "classification", [], "`[NAME=]TRAIN,TEST`: TSV training and test files of a sentence "
     "classification task, one `label<TAB>sentence` a line (repeatable).")
 _PROBE = flags.DEFINE_list("probe", ["linear"], "Probes to train: linear, bilstm, or both.")
-_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the probes (integers); each "
-                           "probe is trained once per seed.")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds: each probe is trained once per seed.")
 _EPOCHS = flags.DEFINE_integer("epochs", 10, "Training epochs of each probe.")
 _OUTPUT = common.DEFINE_path("output", None, "Markdown file to write the table to (its "
                              "directory is created).")
@@ -78,8 +67,7 @@ def _embedders():
 
 
 def _tasks():
-    """`{name: spec}` of --tagging and --classification, as `tfeff.evaluation.evaluate`
-    takes them; the files must exist."""
+    """`{name: spec}` of --tagging and --classification for `tfeff.evaluation.evaluate`."""
     tasks = {}
     for kind, specs in (("tagging", _TAGGING.value), ("classification", _CLASSIFICATION.value)):
         for spec in specs:
@@ -101,16 +89,14 @@ def _tasks():
 
 
 def _arguments():
-    """`(embedders, tasks, probes, seeds)` from the flags; ValueError (naming the flag) for
-    a bad value, before anything heavy is imported."""
+    """`(embedders, tasks, probes, seeds)` from the flags; ValueError naming a bad one."""
     embedders, tasks = _embedders(), _tasks()
     if not embedders or not tasks:
         raise ValueError("give at least one --embedder and one --tagging or --classification")
     if _TAGGING.value and _TAG_COLUMN.value == 0:
         raise ValueError("--tag_column 0 is the word column; give the tag's column")
     probes = _PROBE.value
-    unknown = [p for p in probes if p not in _PROBES]
-    if unknown or not probes or len(set(probes)) != len(probes):
+    if not probes or not set(probes) <= set(_PROBES) or len(set(probes)) != len(probes):
         raise ValueError(f"--probe wants linear, bilstm or both (linear,bilstm), got "
                          f"{','.join(probes)!r}")
     try:
@@ -129,8 +115,7 @@ _TABLE_HEADER = "| features | probe |"  # the first line of every table it write
 
 
 def _not_a_table(path):
-    """None when the file `path` is a table tfeff-evaluate wrote (its header line), else
-    what it is instead."""
+    """None when `path` is a table tfeff-evaluate wrote (its header line), else what it is."""
     try:
         with open(path, encoding="utf-8") as f:
             first = f.readline(len(_TABLE_HEADER))
@@ -140,10 +125,8 @@ def _not_a_table(path):
 
 
 def _check_output(path, embedders, tasks):
-    """Refuses an --output that is one of the task files, a directory, a file inside an
-    embedder, or an existing file: without --overwrite any, with it any but a table
-    tfeff-evaluate wrote. Run before any probe is trained, and again before the table is
-    written."""
+    """Refuses an --output that is a task file, a directory, a file inside an embedder, or
+    an existing file (with --overwrite, other than a table tfeff-evaluate wrote)."""
     from tfeff.data import files
 
     inputs = {os.path.realpath(p) for spec in tasks.values() for p in spec[1:3]}

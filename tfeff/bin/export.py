@@ -3,15 +3,12 @@
     tfeff-export --model_dir runs/demo --output runs/demo/export [--overwrite]
     tfeff-export --fasttext runs/demo/fasttext.bin --output runs/fasttext_export
 
-Every model family exports (ELMo, Masked ELMo, BERT); see tfeff.export.embedder
-for the signatures. WordPiece embedders need `import tensorflow_text` before
-`tf.saved_model.load` (tfeff.export.load_embedder does it).
+Every model family exports (signatures: tfeff.export.embedder); WordPiece embedders need
+`import tensorflow_text` before `tf.saved_model.load` (tfeff.export.load_embedder does it).
 
-Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the
-file or flag), 130 after Ctrl-C (SIGINT) and 143 after SIGTERM at any point,
-with one `stopped by ...` line: nothing half-written is left (no partial
-export, temporary directory or lock), and an earlier export at `--output` is
-kept.
+Exit status: 0 on success, 1 on bad input (one `error: ...` line naming the file or flag),
+130 after Ctrl-C (SIGINT) and 143 after SIGTERM, with one `stopped by ...` line: nothing
+half-written is left, and an earlier export at `--output` is kept.
 """
 
 from absl import app
@@ -52,18 +49,15 @@ def main(argv):
                             max_tokens=_MAX_TOKENS.value)
             print(f"exported {_FASTTEXT.value} to {_OUTPUT.value}")
             return
-        step = export_model_dir(
-            _MODEL_DIR.value, _OUTPUT.value, overwrite=_OVERWRITE.value,
-            max_tokens=_MAX_TOKENS.value, subword_pooling=_POOLING.value,
-        )
+        step = export_model_dir(_MODEL_DIR.value, _OUTPUT.value, overwrite=_OVERWRITE.value,
+                                max_tokens=_MAX_TOKENS.value, subword_pooling=_POOLING.value)
         print(f"exported step {step} to {_OUTPUT.value}")
 
     common.run_main(body)
 
 
 def run():
-    common.run_app(main, stopped="stopped by {signal}: nothing half-written is left; rerun "
-                   "the same command to export")
+    common.run_app(main, stopped=common.STOPPED + " to export")
 
 
 if __name__ == "__main__":

@@ -4,13 +4,11 @@ r"""tfeff-pretrain: prepare data, pretrain, evaluate. Resumes from `--model_dir`
         [--override train.steps=2000 ...] [--strategy default|mirrored|multi_worker] \
         [--on_nan stop|skip] [--restore_fallback] [--deterministic]
 
-Exit status: 0 when training finished, 1 on bad input or a training fault
-(the message says what happened and the directory stays resumable), 42
-(`PREEMPTED_EXIT_CODE`) after SIGTERM or Ctrl-C (SIGINT) at any point,
-with one line saying so: during a training step the step is finished and a
-checkpoint saved (a second Ctrl-C stops at once, keeping the previous one);
-anywhere else (data, fastText, building, the evaluation) the run stops at once
-and nothing half-written is left. Rerunning the same command resumes.
+Exit status: 0 when training finished, 1 on bad input or a training fault (the directory
+stays resumable), 42 (`PREEMPTED_EXIT_CODE`) after SIGTERM or Ctrl-C (SIGINT), with one
+line: in training, the step is finished and a checkpoint saved (a second Ctrl-C stops at
+once, keeping the previous one); elsewhere the run stops at once and nothing half-written
+is left. Rerunning the same command resumes.
 """
 
 import sys
@@ -24,12 +22,10 @@ FLAGS = common.DEFINE_path("config", None, "YAML config file.", required=True)
 _MODEL_DIR = common.DEFINE_path("model_dir", None, "Output/resume directory.", required=True)
 _OVERRIDE = flags.DEFINE_multi_string("override", [], "key.sub=value (repeatable).")
 _STRATEGY = flags.DEFINE_enum(
-    "strategy", "default", ["default", "mirrored", "multi_worker"], "tf.distribute strategy."
-)
+    "strategy", "default", ["default", "mirrored", "multi_worker"], "tf.distribute strategy.")
 _ON_NAN = flags.DEFINE_enum(
-    "on_nan", None, ["stop", "skip"],
-    "A step with NaN/Inf loss or gradients: stop (naming the step) or skip its update "
-    "(sets train.on_nan).")
+    "on_nan", None, ["stop", "skip"], "A step with NaN/Inf loss or gradients: stop (naming "
+    "the step) or skip its update (sets train.on_nan).")
 _RESTORE_FALLBACK = flags.DEFINE_bool(
     "restore_fallback", False,
     "If the latest checkpoint is corrupted or truncated, restore the newest readable one.")
@@ -37,12 +33,9 @@ _DETERMINISTIC = flags.DEFINE_bool(
     "deterministic", None,
     "Enable TensorFlow op determinism (sets train.deterministic): bit-identical resumes on CPU.")
 
-# tfeff.training.fault_tolerance.PREEMPTED_EXIT_CODE (that module imports TensorFlow,
-# which `--help` does not): the status of every stop, in training or not.
+# tfeff.training.fault_tolerance's, without importing TensorFlow: every stop's status.
 PREEMPTED_EXIT_CODE = 42
-# A stop outside a training step (which saves a checkpoint and stops by itself): the
-# binaries' stop signals unwind the run (`common.run_app`), so every `finally` removes
-# its temporaries and a child process (fastText's) is killed on the way out.
+# A stop outside a training step (which saves a checkpoint and stops by itself).
 _STOPPED = ("stopped by {signal} outside a training step (preparing the data, building, "
             "evaluating; or a second Ctrl-C): nothing half-written is left; rerun the same "
             "command to resume")
@@ -68,7 +61,6 @@ def main(argv):
             print(f"preempted: saved the checkpoint of step {results['step']}; rerun the same "
                   "command to resume", file=sys.stderr)
             sys.exit(PREEMPTED_EXIT_CODE)
-        # The family says what its results mean (`Family.summary_lines`).
         for line in get_family(config).summary_lines(results):
             print(line)
 

@@ -45,28 +45,21 @@ def config_from_dict(data, overrides=None):
     """Builds the family's config from a dict (`family` selects the dataclass).
 
     Args:
-        data: the config as nested dicts (a parsed YAML file), with `family`.
-        overrides: optional `key.sub=value` strings applied first
-            (`tfeff.config.base.apply_overrides`: a string key's value is taken
-            as written, any other key's is parsed as YAML; a mapping is merged
-            into its section).
+        data: the config as nested dicts (a parsed YAML file), with `family`; not changed.
+        overrides: optional `key.sub=value` strings applied first (`base.apply_overrides`).
 
     Returns:
         The validated config dataclass of the family (`FAMILIES`).
 
     Raises:
-        ConfigError: `family` is unknown (a malformed override, an unknown
-            key, a wrong type or an impossible value raises it too, naming the
-            key).
+        ConfigError: `family` is unknown (or, naming the key, a bad override, key or value).
     """
-    # The caller's dict stays as it was; the family's dataclass gives the keys' types.
     data = base.apply_overrides(copy.deepcopy(data), overrides, schema=_family_config)
-    family = data.get("family")
-    if _family_config(data) is None:
-        raise ConfigError(
-            f"`family` must be one of {tuple(FAMILIES)}, got {base.shown(family)}"
-        )
-    config = base.from_dict(FAMILIES[family], data)
+    cls = _family_config(data)
+    if cls is None:
+        raise ConfigError(f"`family` must be one of {tuple(FAMILIES)}, got "
+                          f"{base.shown(data.get('family'))}")
+    config = base.from_dict(cls, data)
     _validate_all(config)
     return config
 
@@ -81,22 +74,16 @@ def load_config(path, overrides=None, saved=False):
     """Reads a YAML config, applies `key.sub=value` overrides, validates it.
 
     Args:
-        path: the YAML file (local, or any `tf.io.gfile` path where TensorFlow
-            is installed).
-        overrides: optional `key.sub=value` strings, as `config_from_dict`
-            applies them.
-        saved: the file is one tfeff wrote (a model directory's `config.yaml`):
-            keys a run would ignore are not refused there
-            (`tfeff.config.base.reading_saved_config`), so that directories
-            written before such a check still resume and export.
+        path: the YAML file (local, or any `tf.io.gfile` path where TensorFlow is installed).
+        overrides: optional `key.sub=value` strings, as `config_from_dict` applies them.
+        saved: the file is a model directory's `config.yaml`, which tfeff wrote: keys a run
+            would ignore are not refused (`tfeff.config.base.reading_saved_config`).
 
     Returns:
         The validated config dataclass of the file's `family`.
 
     Raises:
-        ConfigError: the config is invalid, naming the offending key and the
-            file, or the override that made it invalid (a missing, unreadable
-            or non-YAML file raises it too).
+        ConfigError: a missing or invalid file, naming the key and the file (or override).
     """
     data = base.read_yaml(path)
     try:
@@ -118,8 +105,7 @@ def load_config(path, overrides=None, saved=False):
 
 
 def _override_of(message, overrides):
-    """The last of `overrides` whose key is a key the error `message` names in
-    backticks (or a section above or below it), or None."""
+    """The last of `overrides` whose key is, or is above or below, one `message` names."""
     named = re.findall(r"`([A-Za-z_][\w.]*)", message)
     for override in reversed(overrides):
         key = override.split("=", 1)[0].strip()
@@ -145,7 +131,7 @@ def to_dict(config):
     Returns:
         A dict of plain values and nested dicts.
     """
-    return base.to_dict(config)
+    return dataclasses.asdict(config)
 
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Configuration of an ALONE input embedding (`input_embedding: alone`), shared by model families."""
+"""Configuration of an ALONE input embedding (`input_embedding: alone`), shared by families."""
 
 import dataclasses
 
@@ -6,26 +6,22 @@ from tfeff.config.base import ConfigError
 from tfeff.config.base import join
 from tfeff.config.base import one_of
 from tfeff.config.base import positive
+from tfeff.config.base import positive_keys
 
 
 @dataclasses.dataclass
 class AloneConfig:
     """`tfeff.layers.AloneEmbedding` settings (defaults: the paper's, Takase & Kobayashi 2020).
 
-    `base_dim` 0 means the embedding size. `seed` determines the filters:
-    it is part of the model, like its weights (a checkpoint restored with
-    another seed is rejected).
-
     Args:
-        base_dim: size D_o of the shared vector and the filters; 0: the
-            embedding size.
+        base_dim: size D_o of the shared vector and the filters; 0: the embedding size.
         intermediate_dim: inner size D_inter of the FFN.
         num_codebooks: M, the number of codebooks (paper: 8).
         codebook_size: c, columns per codebook, below 2**31 (paper: 64).
         filter_type: `binary` or `real`.
         zero_probability: the binary filters' zero rate, in (0, 1) (paper: 0.5).
         dropout_rate: dropout after the FFN's ReLU, in [0, 1).
-        seed: the non-negative seed of the filters.
+        seed: the filters' non-negative seed, part of the model (restoring with another fails).
     """
 
     base_dim: int = 0
@@ -39,8 +35,7 @@ class AloneConfig:
 
     def validate(self, prefix):
         positive(self.base_dim, join(prefix, "base_dim"), allow_zero=True)
-        for name in ("intermediate_dim", "num_codebooks", "codebook_size"):
-            positive(getattr(self, name), join(prefix, name))
+        positive_keys(self, prefix, "intermediate_dim", "num_codebooks", "codebook_size")
         if self.codebook_size >= 2**31:
             raise ConfigError(f"`{join(prefix, 'codebook_size')}` must be < 2**31")
         one_of(self.filter_type, ("binary", "real"), join(prefix, "filter_type"))
@@ -52,7 +47,4 @@ class AloneConfig:
 
     def layer_kwargs(self):
         """`AloneEmbedding` keyword arguments (no `base_dim` when 0: the model's default)."""
-        kwargs = dataclasses.asdict(self)
-        if not self.base_dim:
-            del kwargs["base_dim"]
-        return kwargs
+        return {k: v for k, v in dataclasses.asdict(self).items() if v or k != "base_dim"}

@@ -1,16 +1,10 @@
 """Strict conversion between nested dataclasses, dicts and YAML.
 
-Unknown keys are rejected with their full dotted name (and the closest valid
-key), values are type-checked, and each dataclass can `validate()` its own
-values. Overrides are `dotted.key=value` strings (`apply_overrides`): a string
-key's value is taken as written, any other key's is parsed as YAML, and a mapping
-is merged into the section it names.
-
-YAML is read with two changes to PyYAML's safe loader: a key given twice in one
-mapping is an error naming the key and both lines (PyYAML would silently keep
-the last, e.g. a whole second `train:` section), and numbers in exponent form
-without a decimal point (`1e-3`, `5E4`) are numbers, as in YAML 1.2 and as a
-user means them (PyYAML reads them as strings).
+Unknown keys are rejected with their dotted name (and the closest valid key), values are
+type-checked, and each dataclass can `validate()` its own values; overrides are
+`dotted.key=value` strings (`apply_overrides`). PyYAML's safe loader is changed twice: a
+key given twice in one mapping is an error naming both lines (PyYAML would keep the last),
+and `1e-3` or `5E4` is a number, as in YAML 1.2 (PyYAML reads a string).
 """
 
 import contextlib
@@ -26,8 +20,7 @@ import typing
 
 import yaml
 
-# YAML 1.2's float, plus `.inf`/`.nan` (refused later, by key); PyYAML's 1.1
-# pattern needs a "." in the mantissa, so `1e-3` would be the string "1e-3".
+# YAML 1.2's float (PyYAML's 1.1 pattern reads `1e-3` as a string); `.inf`/`.nan` refused later.
 _FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
     |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
@@ -70,8 +63,7 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456
 class _Dumper(yaml.SafeDumper):
     """PyYAML's safe dumper, quoting every string `_Loader` would read as a number."""
 
-
-_Dumper.yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
+    yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
 
 
 def load_yaml(text):
@@ -79,21 +71,17 @@ def load_yaml(text):
     return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
 
 
-# The longest config file read: configs are a few kilobytes of hand-written YAML, and
-# PyYAML takes seconds and gigabytes over megabytes.
+# Configs are kilobytes of YAML; PyYAML takes seconds and gigabytes over megabytes.
 MAX_CONFIG_BYTES = 1 << 20
-# The longest message of a ConfigError (a value in it is shortened by `shown` first).
 _MAX_MESSAGE = 2000
 
 
 class ConfigError(ValueError):
     """A configuration problem; the message names the key (and the file).
 
-    A message is one bounded line: values are echoed through `shown`, and a message
-    longer than `_MAX_MESSAGE` characters keeps its start and end.
-
     Args:
-        message: what is wrong, naming the key (and the file).
+        message: what is wrong, naming the key (and the file); over `_MAX_MESSAGE`
+            characters, its start and end are kept.
         *args: more arguments, kept as `ValueError` keeps them.
     """
 
@@ -112,9 +100,7 @@ _SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 4
 
 
 def shown(value):
-    """`repr(value)` for a message, bounded: a long string, a huge number or a deep
-    or wide structure (a YAML alias bomb) is shortened without building its whole
-    repr. Every value a config message echoes goes through it."""
+    """`repr(value)` for a message, shortened without building a huge repr (an alias bomb)."""
     return _SHOWN.repr(value)
 
 
@@ -125,8 +111,7 @@ def clipped(text, limit=120):
 
 
 def _kind(value):
-    """What a non-scalar value is, for a message, without its content: `a list of 9
-    items`, `a mapping of 2 keys`."""
+    """What a value is, without its content: `a list of 9 items`, `a mapping of 2 keys`."""
     if isinstance(value, dict):
         return f"a mapping of {len(value)} key{'s' * (len(value) != 1)}"
     if isinstance(value, (list, tuple)):
@@ -147,8 +132,7 @@ def _unwrap_optional(tp):
     return tp, False
 
 
-_SCALAR_TYPES = {bool: "true or false", int: "an integer", float: "a number",
-                 str: "a string"}
+_SCALAR_TYPES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 def _convert(value, tp, key):
@@ -170,9 +154,9 @@ def _convert(value, tp, key):
     if tp in _SCALAR_TYPES and isinstance(value, (dict, list, tuple)):
         # Before any formatting: a structure's repr may be enormous (a YAML alias bomb).
         raise ConfigError(f"`{key}` must be {_SCALAR_TYPES[tp]}, got {_kind(value)}")
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"`{key}` must be true or false, got {shown(value)}")
+    if tp in (bool, str):
+        if not isinstance(value, tp):
+            raise ConfigError(f"`{key}` must be {_SCALAR_TYPES[tp]}, got {shown(value)}")
         return value
     if tp is int:
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
@@ -188,10 +172,6 @@ def _convert(value, tp, key):
         if not math.isfinite(value):
             raise ConfigError(f"`{key}` must be a finite number, got {shown(value)}")
         return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"`{key}` must be a string, got {shown(value)}")
-        return value
     if isinstance(value, (dict, list, tuple)):  # a Union of scalars (jit_compile)
         raise ConfigError(f"`{key}` must be a single value, got {_kind(value)}")
     return value
@@ -206,51 +186,32 @@ def from_dict(cls, data, prefix=""):
     for key in data:
         if key not in names:
             key = clipped(key, 80)
-            full = f"{prefix}.{key}" if prefix else key
             close = difflib.get_close_matches(key, names, n=1)
-            hint = f" Did you mean `{(prefix + '.' if prefix else '') + close[0]}`?" if close else ""
+            hint = f" Did you mean `{join(prefix, close[0])}`?" if close else ""
             raise ConfigError(
-                f"Unknown config key `{full}`.{hint} Valid keys here: {', '.join(names)}"
-            )
-    kwargs = {}
-    for name in names:
-        if name in data:
-            full = f"{prefix}.{name}" if prefix else name
-            kwargs[name] = _convert(data[name], hints[name], full)
-    obj = cls(**kwargs)
-    validate = getattr(obj, "validate", None)
-    if validate is not None:
-        validate(prefix)
+                f"Unknown config key `{join(prefix, key)}`.{hint} Valid keys here: "
+                f"{', '.join(names)}")
+    obj = cls(**{name: _convert(data[name], hints[name], join(prefix, name))
+                 for name in names if name in data})
+    if hasattr(obj, "validate"):
+        obj.validate(prefix)
     return obj
 
 
-def to_dict(obj):
-    return dataclasses.asdict(obj)
-
-
 def key_type(cls, parts):
-    """The declared type of the dotted key `parts` in dataclass `cls` (Optional
-    unwrapped), or None when a part of it is not a field of a section."""
+    """The type of the dotted key `parts` in dataclass `cls` (Optional unwrapped), or None."""
     tp = cls
     for part in parts:
         tp = _unwrap_optional(tp)[0]
-        if not _is_dataclass_type(tp):
+        tp = typing.get_type_hints(tp).get(part) if _is_dataclass_type(tp) else None
+        if tp is None:
             return None
-        hints = typing.get_type_hints(tp)
-        if part not in hints:
-            return None
-        tp = hints[part]
     return _unwrap_optional(tp)[0]
 
 
 def override_value(raw, tp):
-    """The value of an override `key=raw` for a key of type `tp` (None: unknown).
-
-    A string key takes `raw` as written (surrounding spaces aside), so that a path
-    such as `*.txt`, `[ab].txt` or `{a,b}.txt` is that path, not YAML; a value in
-    quotes is YAML's quoted string (`''`, the empty string; `'  x'`). Any other
-    key's value is parsed as YAML (`4`, `1e-3`, `true`, `null`, `[1, 2]`,
-    `{units: 48}`)."""
+    """The value of an override `key=raw` for a key of type `tp` (None: unknown): a string
+    key's is `raw` stripped (a path such as `{a,b}.txt`; a quoted one is YAML's), else YAML."""
     text = raw.strip()
     if tp is str and not text.startswith(("'", '"')):
         return text
@@ -258,40 +219,23 @@ def override_value(raw, tp):
 
 
 def _merged(section, value):
-    """`value` merged into the mapping `section` (a new dict; nested mappings merged
-    too), or `value` itself when either is not a mapping."""
+    """`value` merged into the mapping `section` (a new dict, recursively), or `value`."""
     if not (isinstance(section, dict) and isinstance(value, dict)):
         return value
-    out = dict(section)
-    for k, v in value.items():
-        out[k] = _merged(out.get(k), v)
-    return out
+    return {**section, **{k: _merged(section.get(k), v) for k, v in value.items()}}
 
 
 def apply_overrides(data, overrides, schema=None):
-    """Applies `a.b=value` strings to a nested dict, in order.
+    """Applies `key.sub=value` strings (`override_value`) in order to `data`, and returns it.
 
-    The value of a string key is taken as written; any other key's is parsed as
-    YAML (`override_value`). A mapping given for a section is merged into it:
-    `model={units: 48}` sets `model.units` and keeps the section's other keys.
-
-    Args:
-        data: the config as nested dicts (changed in place and returned).
-        overrides: `key.sub=value` strings.
-        schema: `schema(data)` -> the config dataclass that `data` (as overridden
-            so far) builds, or None when unknown: the keys' types. Without it
-            every value is parsed as YAML.
-
-    Raises:
-        ConfigError: an override without `=`, a value that is not valid YAML, or
-            a key below one that is not a section.
+    A mapping given for a section is merged into it (`model={units: 48}`). `schema(data)`
+    gives the config dataclass that `data` builds (the keys' types), or None (all YAML).
     """
     for override in overrides or []:
         if "=" not in override:
             raise ConfigError(f"Override `{clipped(override)}` is not of the form key.sub=value.")
         key, raw = override.split("=", 1)
-        key = key.strip()
-        parts = key.split(".")
+        parts = key.strip().split(".")
         root = schema(data) if schema is not None else None
         try:
             value = override_value(raw, key_type(root, parts) if root is not None else None)
@@ -306,17 +250,14 @@ def apply_overrides(data, overrides, schema=None):
                 node[part] = dict(node[part])  # not a section aliased elsewhere (`*anchor`)
             node = node[part]
             if not isinstance(node, dict):
-                raise ConfigError(
-                    f"Override `{clipped(override)}`: `{'.'.join(parts[: i + 1])}` is not a "
-                    "section."
-                )
+                raise ConfigError(f"Override `{clipped(override)}`: "
+                                  f"`{'.'.join(parts[: i + 1])}` is not a section.")
         node[parts[-1]] = _merged(node.get(parts[-1]), value)
     return data
 
 
 def _gfile():
-    """TensorFlow's file API (local paths, gs://, ...), or None where TensorFlow is not
-    installed (a JAX or PyTorch machine: local files only)."""
+    """TensorFlow's file API (gs://, ...), or None where TensorFlow is not installed."""
     try:
         import tensorflow as tf
     except ImportError:
@@ -325,26 +266,19 @@ def _gfile():
 
 
 def _read_bytes(path):
-    """The bytes of `path` (a remote path, `gs://...`, through TensorFlow's gfile; a local
-    one without importing TensorFlow); ConfigError naming the path when it is missing, a
-    directory or unreadable."""
+    """The bytes of `path` (a remote one through TensorFlow's gfile); ConfigError if unreadable."""
     gfile = _gfile() if "://" in str(path) else None
     if gfile is None and "://" in str(path):
         raise ConfigError(f"{path}: a remote path needs TensorFlow's file systems "
                           "(pip install tensorflow)")
-    exists, isdir = ((gfile.exists, gfile.isdir) if gfile is not None
-                     else (os.path.exists, os.path.isdir))
-    if not exists(path):
+    files = gfile or os.path
+    if not files.exists(path):
         raise ConfigError(f"Config file not found: {path}")
-    if isdir(path):
+    if files.isdir(path):
         raise ConfigError(f"{path} is a directory, not a YAML config file")
     try:
-        if gfile is None:
-            with open(path, "rb") as f:
-                raw = f.read(MAX_CONFIG_BYTES + 1)
-        else:
-            with gfile.GFile(path, "rb") as f:
-                raw = f.read(MAX_CONFIG_BYTES + 1)
+        with (open if gfile is None else gfile.GFile)(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except Exception as e:  # OSError, or TensorFlow's OpError (no TensorFlow import here)
         if not isinstance(e, OSError) and type(e).__module__.split(".")[0] != "tensorflow":
             raise
@@ -376,24 +310,22 @@ def read_yaml(path):
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
     except ValueError as e:  # Python's own limits (an integer of over 4,300 digits)
         raise ConfigError(f"{path}: not a usable YAML value: {e}") from e
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
+    if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections.")
-    return data
+    return data or {}
 
 
 def write_yaml(obj, path):
     """Writes a config dataclass to a YAML file, atomically.
 
     Args:
-        obj: a config dataclass (`to_dict` gives what is written).
-        path: the file to write (any `tf.io.gfile` path: model directories
-            may be remote).
+        obj: a config dataclass (`tfeff.config.to_dict` gives what is written).
+        path: the file to write (any `tf.io.gfile` path: model directories may be remote).
     """
     from tfeff.data import files  # TensorFlow's gfile: model directories may be remote
 
-    files.write_text_atomic(path, yaml.dump(to_dict(obj), Dumper=_Dumper, sort_keys=False))
+    files.write_text_atomic(
+        path, yaml.dump(dataclasses.asdict(obj), Dumper=_Dumper, sort_keys=False))
 
 
 def positive(value, key, allow_zero=False):
@@ -401,8 +333,13 @@ def positive(value, key, allow_zero=False):
         raise ConfigError(f"`{key}` must be a finite number, got {shown(value)}")
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(
-            f"`{key}` must be {'non-negative' if allow_zero else 'positive'}, got {shown(value)}"
-        )
+            f"`{key}` must be {'non-negative' if allow_zero else 'positive'}, got {shown(value)}")
+
+
+def positive_keys(section, prefix, *names, allow_zero=False):
+    """`positive` for the keys `names` of the config dataclass `section`."""
+    for name in names:
+        positive(getattr(section, name), join(prefix, name), allow_zero)
 
 
 def fraction_or_none(value, key):
@@ -425,21 +362,19 @@ MAX_SEED = 2**32 - 1
 
 
 def seed_range(value, key):
-    """Refuses a seed outside [0, 2**32 - 1], the range every consumer of it accepts."""
+    """Refuses a seed outside [0, MAX_SEED]."""
     if not 0 <= value <= MAX_SEED:
         raise ConfigError(f"`{key}` must be an integer in [0, {MAX_SEED}] (a seed), got "
                           f"{shown(value)}")
 
 
-# True while a config that tfeff wrote (a model directory's config.yaml) is read back.
 _READING_SAVED = contextvars.ContextVar("tfeff_reading_saved_config", default=False)
 
 
 @contextlib.contextmanager
 def reading_saved_config():
-    """Reads back what tfeff wrote: the checks of what a user asks that a run may
-    not ignore (`only_with`, `TrainConfig.validate_steps`) are for the configs users
-    give. A model directory written before such a check must still resume and export."""
+    """Reads back what tfeff wrote: `only_with` and `TrainConfig.validate_steps` check users'
+    configs only, so that a model directory written before such a check still resumes."""
     token = _READING_SAVED.set(True)
     try:
         yield
@@ -453,24 +388,9 @@ def checking_requests():
 
 
 def only_with(section, prefix, rules):
-    """Refuses a key of `section` that has no effect under the section's choices.
-
-    A key that applies to one choice of another key only (Adam's epsilon to
-    `optimizer: adam`, the exponential decay's rate to `decay: exponential`) must
-    keep its default under any other choice: a value there would be accepted and
-    silently ignored.
-
-    Args:
-        section: a config dataclass.
-        prefix: its dotted name (`train`).
-        rules: `{key: (choice_key, allowed_choices, owner)}`: `key` applies only
-            where `choice_key` is one of `allowed_choices`; `owner` names what it
-            belongs to in the message (`Adam's`).
-
-    Raises:
-        ConfigError: naming the key, its value, the choice it has no effect under
-            and its default.
-    """
+    """Refuses a key of the config dataclass `section` (dotted name `prefix`) that differs
+    from its default where it has no effect: `rules` maps a key to `(choice_key,
+    allowed_choices, owner)`, where it applies and whose it is in the message (`Adam's`)."""
     defaults = {f.name: f.default for f in dataclasses.fields(section)}
     for key, (choice_key, allowed, owner) in rules.items():
         value, choice = getattr(section, key), getattr(section, choice_key)

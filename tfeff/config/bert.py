@@ -1,4 +1,4 @@
-"""Configuration of the BERT family: standard BERT and CoRe's two-phase (relaxed, then standard) pretraining."""
+"""Configuration of the BERT family: BERT, and CoRe's two phases (relaxed, then standard)."""
 
 import dataclasses
 from typing import Optional
@@ -8,8 +8,9 @@ from tfeff.config.base import ConfigError
 from tfeff.config.base import join
 from tfeff.config.base import one_of
 from tfeff.config.base import positive
+from tfeff.config.base import positive_keys
 from tfeff.config.elmo import SyntheticCorpusConfig
-from tfeff.config.elmo import validate_corpus_source
+from tfeff.config.elmo import validate_data_section
 from tfeff.config.train import TrainConfig
 
 ACTIVATIONS = ("gelu", "gelu_approximate", "relu")
@@ -18,58 +19,43 @@ INPUT_EMBEDDINGS = ("trainable", "alone")
 POSITION_EMBEDDINGS = ("learned", "rotary")
 
 
-def validate_masked_lm_data(data_config, prefix):
+def validate_masked_lm_data(data, prefix):
     """Checks the WordPiece and masking keys shared by the masked-LM families' data sections."""
-    d = data_config
-    if d.wordpiece_vocabulary_size < 10:
+    if data.wordpiece_vocabulary_size < 10:
         raise ConfigError(f"`{join(prefix, 'wordpiece_vocabulary_size')}` must be >= 10")
-    if not 0 < d.max_predictions_per_seq <= d.max_sequence_length:
+    if not 0 < data.max_predictions_per_seq <= data.max_sequence_length:
         raise ConfigError(
             f"`{join(prefix, 'max_predictions_per_seq')}` must be in [1, max_sequence_length]")
-    if not 0 < d.mask_rate < 1:
+    if not 0 < data.mask_rate < 1:
         raise ConfigError(f"`{join(prefix, 'mask_rate')}` must be in (0, 1)")
     for name in ("mask_token_rate", "random_token_rate"):
-        if not 0 <= getattr(d, name) <= 1:
+        if not 0 <= getattr(data, name) <= 1:
             raise ConfigError(f"`{join(prefix, name)}` must be in [0, 1]")
-    if d.mask_token_rate + d.random_token_rate > 1:
+    if data.mask_token_rate + data.random_token_rate > 1:
         raise ConfigError(
             f"`{join(prefix, 'mask_token_rate')}` + `random_token_rate` must be <= 1")
-    positive(d.max_words_in_memory, join(prefix, "max_words_in_memory"))
+    positive(data.max_words_in_memory, join(prefix, "max_words_in_memory"))
 
 
 @dataclasses.dataclass
 class BertDataConfig:
-    """Corpus, WordPiece vocabulary, packing and masking (`tfeff.data.mlm_dataset`).
-
-    Either `train_files` or `synthetic` must be set. The vocabulary of about
-    `wordpiece_vocabulary_size` tokens is learned from the training corpus.
+    """Corpus, learned WordPiece vocabulary, packing and masking (`tfeff.data.mlm_dataset`).
 
     Args:
-        train_files: glob(s) of the training text files (comma-separated),
-            one sentence per line; or set `synthetic`.
-        heldout_files: glob(s) of the held-out text files; empty: no held-out
-            evaluation.
-        synthetic: the generated demo corpus instead of `train_files` (it
-            writes its own held-out file).
-        max_sequence_length: n, the sequence length with `[CLS]` and `[SEP]`,
-            >= 8.
+        train_files: glob(s) of the training text files (comma-separated), a sentence a line.
+        heldout_files: glob(s) of the held-out text files; empty: no held-out evaluation.
+        synthetic: the generated demo corpus (with its own held-out file) instead of files.
+        max_sequence_length: n, the sequence length with `[CLS]` and `[SEP]`, >= 8.
         batch_size: sequences per step, the global batch.
         shuffle_buffer: windows held for shuffling; 0 disables shuffling.
-        on_invalid_utf8: lines that are not UTF-8: `error` (naming file and
-            line), `skip` or `replace`.
-        wordpiece_vocabulary_size: approximate size of the learned WordPiece
-            vocabulary (reserved tokens included), >= 10.
-        lower_case: lower-case and strip accents before WordPiece (uncased
-            BERT).
-        max_predictions_per_seq: the most masked positions per sequence, in
-            `[1, max_sequence_length]`.
-        mask_rate: fraction of a sequence's non-special tokens masked, in
-            (0, 1).
+        on_invalid_utf8: a line that is not UTF-8: `error` (naming it), `skip` or `replace`.
+        wordpiece_vocabulary_size: approximate WordPiece vocabulary size (with specials), >= 10.
+        lower_case: lower-case and strip accents before WordPiece (uncased BERT).
+        max_predictions_per_seq: the most masked positions per sequence, in [1, n].
+        mask_rate: fraction of a sequence's non-special tokens masked, in (0, 1).
         mask_token_rate: fraction of the masked positions replaced by `[MASK]`.
-        random_token_rate: fraction replaced by a random token (the rest keep
-            their token); `mask_token_rate + random_token_rate` <= 1.
-        max_words_in_memory: bound on the distinct words held while counting
-            the words the vocabulary is learned from.
+        random_token_rate: fraction replaced by a random token (the rest kept); the two <= 1.
+        max_words_in_memory: bound on the distinct words held while counting the corpus.
     """
 
     train_files: str = ""
@@ -88,12 +74,8 @@ class BertDataConfig:
     max_words_in_memory: int = 10_000_000
 
     def validate(self, prefix):
-        validate_corpus_source(self, prefix)
-        if self.max_sequence_length < 8:
-            raise ConfigError(f"`{join(prefix, 'max_sequence_length')}` must be >= 8")
-        positive(self.batch_size, join(prefix, "batch_size"))
+        validate_data_section(self, prefix, min_length=8)
         positive(self.shuffle_buffer, join(prefix, "shuffle_buffer"), allow_zero=True)
-        one_of(self.on_invalid_utf8, ("error", "skip", "replace"), join(prefix, "on_invalid_utf8"))
         validate_masked_lm_data(self, prefix)
 
 
@@ -102,10 +84,8 @@ class RelaxedConfig:
     """CoRe's relaxed model (`tfeff.models.BertBackbone(relaxed=...)`). 0 keeps that part standard.
 
     Args:
-        num_anchors: anchor queries of the anchor attention (paper: 32); 0:
-            standard attention.
-        ffn_rank: rank of the factorized feed-forward kernels (paper: 64); 0:
-            standard feed-forward layers.
+        num_anchors: anchor queries of the anchor attention (paper: 32); 0: standard attention.
+        ffn_rank: rank of the factorized feed-forward kernels (paper: 64); 0: standard ones.
         anchor_selection: `random` or `strided`.
     """
 
@@ -114,8 +94,7 @@ class RelaxedConfig:
     anchor_selection: str = "random"
 
     def validate(self, prefix):
-        positive(self.num_anchors, join(prefix, "num_anchors"), allow_zero=True)
-        positive(self.ffn_rank, join(prefix, "ffn_rank"), allow_zero=True)
+        positive_keys(self, prefix, "num_anchors", "ffn_rank", allow_zero=True)
         if not (self.num_anchors or self.ffn_rank):
             raise ConfigError(f"`{prefix}` needs num_anchors or ffn_rank > 0")
         one_of(self.anchor_selection, ANCHOR_SELECTIONS, join(prefix, "anchor_selection"))
@@ -124,15 +103,6 @@ class RelaxedConfig:
 @dataclasses.dataclass
 class BertModelConfig:
     """BERT sizes (defaults: BERT-Base) and CoRe's `relaxed` layers.
-
-    `position_embedding`: `learned` (BERT's absolute position table, the
-    layout of converted checkpoints) or `rotary` (rotary position embedding
-    in the attention; learns far faster at small sizes, but the keras-hub and
-    Hugging Face BERT converters refuse it).
-
-    `relaxed` set: the model trained first is CoRe's relaxed BERT; with
-    `core.coarse_steps` (or the plateau rule) it is converted to a standard
-    BERT during the run, else the whole run trains the relaxed model.
 
     Args:
         num_layers: transformer layers.
@@ -143,10 +113,11 @@ class BertModelConfig:
         activation: `gelu`, `gelu_approximate` or `relu`.
         layer_norm_epsilon: layer norm epsilon, > 0.
         use_nsp: add the next-sentence-prediction task.
-        relaxed: CoRe's relaxed layers (`RelaxedConfig`), or null for a
-            standard BERT.
+        relaxed: CoRe's relaxed layers (`RelaxedConfig`) of the model trained first, converted
+            to a standard BERT at `core.coarse_steps` (or by the plateau rule); null: standard.
         input_embedding: `trainable` or `alone`.
-        position_embedding: `learned` or `rotary` (see above).
+        position_embedding: `learned` (BERT's table, the layout of converted checkpoints) or
+            `rotary` (learns far faster at small sizes; the BERT converters refuse it).
         alone: the ALONE embedding (`input_embedding: alone`).
     """
 
@@ -164,8 +135,7 @@ class BertModelConfig:
     alone: AloneConfig = dataclasses.field(default_factory=AloneConfig)
 
     def validate(self, prefix):
-        for name in ("num_layers", "hidden_dim", "num_heads", "intermediate_dim"):
-            positive(getattr(self, name), join(prefix, name))
+        positive_keys(self, prefix, "num_layers", "hidden_dim", "num_heads", "intermediate_dim")
         if self.hidden_dim % self.num_heads:
             raise ConfigError(f"`{join(prefix, 'hidden_dim')}` must be a multiple of num_heads")
         if not 0 <= self.dropout_rate < 1:
@@ -180,18 +150,10 @@ class BertModelConfig:
 class CoreConfig:
     """CoRe's two phases: relaxed (coarse) for `coarse_steps`, then standard (refined).
 
-    The coarse phase also ends early when the training loss plateaus
-    (paper Section 5.5): every `plateau_window` steps the mean loss of the
-    window is compared with the best earlier window mean; after
-    `plateau_patience` windows in a row that improve on it by less than
-    `plateau_threshold` (relative), the model is converted. Patience 0
-    disables the rule. `coarse_steps: 0` means no switch.
-
     Args:
-        coarse_steps: the step the relaxed phase ends at, below `train.steps`;
-            0: no switch.
-        plateau_patience: windows without enough improvement that end the
-            relaxed phase early; 0 disables the rule.
+        coarse_steps: the step the relaxed phase ends at, below `train.steps`; 0: no switch.
+        plateau_patience: windows in a row improving on the best earlier window's mean loss by
+            less than `plateau_threshold` that end the relaxed phase (paper Section 5.5); 0: off.
         plateau_window: steps per window of the plateau rule.
         plateau_threshold: the relative improvement a window must make.
     """
@@ -202,8 +164,7 @@ class CoreConfig:
     plateau_threshold: float = 0.01
 
     def validate(self, prefix):
-        positive(self.coarse_steps, join(prefix, "coarse_steps"), allow_zero=True)
-        positive(self.plateau_patience, join(prefix, "plateau_patience"), allow_zero=True)
+        positive_keys(self, prefix, "coarse_steps", "plateau_patience", allow_zero=True)
         positive(self.plateau_window, join(prefix, "plateau_window"))
         positive(self.plateau_threshold, join(prefix, "plateau_threshold"), allow_zero=True)
 
@@ -214,16 +175,11 @@ class CoreConfig:
 
 @dataclasses.dataclass
 class BertEvalConfig:
-    """Held-out masked-LM loss, perplexity and accuracy over every held-out batch
-    (or the first `max_batches`).
-
-    Next to them, the unigram perplexity: the held-out targets scored by the
-    token frequencies of the first `unigram_max_tokens` training tokens
-    (add-one smoothed), the baseline a model that ignores context reaches.
+    """Held-out masked-LM loss, perplexity and accuracy, and the unigram perplexity.
 
     Args:
         max_batches: held-out batches evaluated after training; 0: all of them.
-        unigram_max_tokens: training tokens counted for the unigram baseline.
+        unigram_max_tokens: training tokens counted (add-one smoothed) for the unigram baseline.
     """
 
     max_batches: int = 0
@@ -240,8 +196,7 @@ class BertConfig:
 
     Args:
         family: `bert`.
-        data: the `data` section (`BertDataConfig`; default: the synthetic
-            corpus).
+        data: the `data` section (`BertDataConfig`; default: the synthetic corpus).
         model: the `model` section (`BertModelConfig`).
         core: the `core` section (`CoreConfig`): CoRe's two phases.
         train: the `train` section (`tfeff.config.TrainConfig`).

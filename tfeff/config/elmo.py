@@ -9,12 +9,12 @@ from tfeff.config.base import fraction_or_none
 from tfeff.config.base import join
 from tfeff.config.base import one_of
 from tfeff.config.base import positive
+from tfeff.config.base import positive_keys
 from tfeff.config.base import shown
 from tfeff.config.train import TrainConfig
 from tfeff.config.train import check_rnmt_batch
 
-# The next-word language models' output layers and input embeddings (the config's
-# choices, and `tfeff.models.LanguageModel`'s).
+# The next-word language models' output layers (and `tfeff.models.LanguageModel`'s).
 OUTPUT_LAYERS = ("continuous", "full", "adaptive", "sampled", "fixed")
 # Those that score the vocabulary's fixed vectors (word models only), and the others.
 TABLE_OUTPUTS = ("continuous", "fixed")
@@ -27,8 +27,7 @@ DIRECTION_LOSSES = ("sum", "mean")
 
 
 def check_subword_ends(config, prefix):
-    """WordPiece data (`data.tokenization: wordpiece`) have no fixed vectors: a language
-    model's input and output must not need them (ELMo and the transformer LM)."""
+    """Refuses a model that needs fixed vectors on WordPiece data (`data.tokenization`)."""
     if config.data.tokenization != "wordpiece":
         return
     tokenization = f"`{join(join(prefix, 'data'), 'tokenization')}: wordpiece`"
@@ -45,9 +44,7 @@ def output_problem(output_layer, input_embedding, tie_output, adaptive_cutoffs,
                    has_fixed_vectors=True, key=str):
     """Why a language model's output settings cannot go together, or None.
 
-    The one statement of these rules: the config's validation and the models'
-    constructors both ask it (`key` spells an argument's name: `model.x` in a
-    config, `x` in a constructor).
+    The configs and the models' constructors both ask it; `key` spells an argument's name.
     """
     if output_layer == "adaptive" and not adaptive_cutoffs:
         return (f"`{key('adaptive_cutoffs')}` must list the cluster boundaries (e.g. "
@@ -70,71 +67,56 @@ class SyntheticCorpusConfig:
         num_heldout_sentences: sentences of the held-out file, > 0.
         seed: the language and its sentences are a function of this seed.
         lexicon_size: number of content words, 20 to 1,000,000.
-        paragraph_sentences: mean sentences per paragraph (document); 0: no
-            paragraph breaks.
+        paragraph_sentences: mean sentences per paragraph (document); 0: no paragraph breaks.
     """
 
     num_train_sentences: int = 40000
     num_heldout_sentences: int = 2000
     seed: int = 0
     lexicon_size: int = 3000
-    # Sentences per paragraph (document), on average; 0: no paragraph breaks.
     paragraph_sentences: int = 0
 
     def validate(self, prefix):
-        positive(self.paragraph_sentences, join(prefix, "paragraph_sentences"), allow_zero=True)
-        positive(self.seed, join(prefix, "seed"), allow_zero=True)
-        positive(self.num_train_sentences, join(prefix, "num_train_sentences"))
-        positive(self.num_heldout_sentences, join(prefix, "num_heldout_sentences"))
+        positive_keys(self, prefix, "paragraph_sentences", "seed", allow_zero=True)
+        positive_keys(self, prefix, "num_train_sentences", "num_heldout_sentences")
         if not 20 <= self.lexicon_size <= 1_000_000:
-            raise ConfigError(
-                f"`{join(prefix, 'lexicon_size')}` must be between 20 and 1,000,000 (the "
-                f"generator makes every word before the first sentence). Received: "
-                f"{self.lexicon_size:,}")
+            raise ConfigError(f"`{join(prefix, 'lexicon_size')}` must be between 20 and "
+                              "1,000,000 (the generator makes every word before the first "
+                              f"sentence). Received: {self.lexicon_size:,}")
 
 
-def validate_corpus_source(data_config, prefix):
-    """Exactly one of `train_files` and `synthetic` must be set (any family's data section)."""
+def validate_data_section(data_config, prefix, min_length):
+    """Checks the keys of every family's data section (one of `train_files` and `synthetic`)."""
     if not data_config.train_files and data_config.synthetic is None:
-        raise ConfigError(
-            f"Set `{join(prefix, 'train_files')}` (a glob of text files) or "
-            f"`{join(prefix, 'synthetic')}` (the generated demo corpus)."
-        )
+        raise ConfigError(f"Set `{join(prefix, 'train_files')}` (a glob of text files) or "
+                          f"`{join(prefix, 'synthetic')}` (the generated demo corpus).")
     if data_config.train_files and data_config.synthetic is not None:
-        raise ConfigError(
-            f"Set only one of `{join(prefix, 'train_files')}` and "
-            f"`{join(prefix, 'synthetic')}`."
-        )
+        raise ConfigError(f"Set only one of `{join(prefix, 'train_files')}` and "
+                          f"`{join(prefix, 'synthetic')}`.")
+    if data_config.max_sequence_length < min_length:
+        raise ConfigError(f"`{join(prefix, 'max_sequence_length')}` must be >= {min_length}")
+    positive(data_config.batch_size, join(prefix, "batch_size"))
+    one_of(data_config.on_invalid_utf8, ("error", "skip", "replace"),
+           join(prefix, "on_invalid_utf8"))
 
 
 @dataclasses.dataclass
 class DataConfig:
     """Corpus, tokenization and batching. Either `train_files` or `synthetic` must be set.
 
-    `tokenization: wordpiece` learns a WordPiece vocabulary of about
-    `wordpiece_vocabulary_size` tokens from the corpus (the subword LM).
-
     Args:
-        train_files: glob(s) of the training text files (comma-separated),
-            one sentence per line; or set `synthetic`.
-        heldout_files: glob(s) of the held-out text files; empty: no held-out
-            evaluation.
-        synthetic: the generated demo corpus instead of `train_files` (it
-            writes its own held-out file).
-        max_sequence_length: the longest window in tokens, boundaries
-            included, >= 2; longer sentences are cut into several windows.
-        batch_size: windows per step, the global batch (split across
-            replicas).
+        train_files: glob(s) of the training text files (comma-separated), a sentence a line.
+        heldout_files: glob(s) of the held-out text files; empty: no held-out evaluation.
+        synthetic: the generated demo corpus (with its own held-out file) instead of files.
+        max_sequence_length: the longest window in tokens, boundaries included, >= 2; a longer
+            sentence is cut into several windows.
+        batch_size: windows per step, the global batch (split across replicas).
         shuffle_buffer: windows held for shuffling; 0 disables shuffling.
-        min_count: words seen fewer times are left out of the vocabulary
-            (they map to `<unk>`).
-        max_words_in_memory: bound on the distinct words held while counting
-            the vocabulary (the rarest are pruned beyond it).
-        on_invalid_utf8: lines that are not UTF-8: `error` (naming file and
-            line), `skip` or `replace`.
-        tokenization: `word` or `wordpiece`.
-        wordpiece_vocabulary_size: approximate size of the learned WordPiece
-            vocabulary (`tokenization: wordpiece`), >= 10.
+        min_count: words seen fewer times are left out of the vocabulary (`<unk>`).
+        max_words_in_memory: bound on the distinct words held while counting (rarest pruned).
+        on_invalid_utf8: a line that is not UTF-8: `error` (naming it), `skip` or `replace`.
+        tokenization: `word`, or `wordpiece` (a vocabulary learned from the corpus).
+        wordpiece_vocabulary_size: approximate WordPiece vocabulary size, >= 10.
     """
 
     train_files: str = ""
@@ -150,14 +132,9 @@ class DataConfig:
     wordpiece_vocabulary_size: int = 8000
 
     def validate(self, prefix):
-        validate_corpus_source(self, prefix)
-        if self.max_sequence_length < 2:
-            raise ConfigError(f"`{join(prefix, 'max_sequence_length')}` must be >= 2")
-        positive(self.batch_size, join(prefix, "batch_size"))
+        validate_data_section(self, prefix, min_length=2)
         positive(self.shuffle_buffer, join(prefix, "shuffle_buffer"), allow_zero=True)
-        positive(self.min_count, join(prefix, "min_count"))
-        positive(self.max_words_in_memory, join(prefix, "max_words_in_memory"))
-        one_of(self.on_invalid_utf8, ("error", "skip", "replace"), join(prefix, "on_invalid_utf8"))
+        positive_keys(self, prefix, "min_count", "max_words_in_memory")
         one_of(self.tokenization, TOKENIZATIONS, join(prefix, "tokenization"))
         if self.wordpiece_vocabulary_size < 10:
             raise ConfigError(f"`{join(prefix, 'wordpiece_vocabulary_size')}` must be >= 10")
@@ -167,13 +144,9 @@ class DataConfig:
 class FastTextConfig:
     """Word vectors: train skipgram with subwords, or load `pretrained` (.bin/.vec).
 
-    `center` subtracts the mean word vector from the fixed table (and, in
-    exported models, from every computed vector).
-
     Args:
-        pretrained: path of a fastText `.bin` model or `.vec` file to use;
-            empty: train one on the training corpus.
-        center: subtract the mean word vector (see above).
+        pretrained: a fastText `.bin` model or `.vec` file; empty: train one on the corpus.
+        center: subtract the mean word vector from the fixed table (and exports' vectors).
         dim: vector size (fastText's `-dim`); a `pretrained` file must have it.
         minn: shortest character n-gram (`-minn`), 0 for none.
         maxn: longest character n-gram (`-maxn`), >= `minn` or 0.
@@ -196,11 +169,8 @@ class FastTextConfig:
     threads: int = 1
 
     def validate(self, prefix):
-        for name in ("dim", "epoch", "lr", "min_count", "threads"):
-            positive(getattr(self, name), join(prefix, name))
-        positive(self.minn, join(prefix, "minn"), allow_zero=True)
-        positive(self.maxn, join(prefix, "maxn"), allow_zero=True)
-        positive(self.bucket, join(prefix, "bucket"), allow_zero=True)
+        positive_keys(self, prefix, "dim", "epoch", "lr", "min_count", "threads")
+        positive_keys(self, prefix, "minn", "maxn", "bucket", allow_zero=True)
         if self.maxn and self.maxn < self.minn:
             raise ConfigError(f"`{join(prefix, 'maxn')}` must be >= minn or 0")
 
@@ -209,49 +179,30 @@ class FastTextConfig:
 class ElmoModelConfig:
     """Sizes of the biLM (paper: 2 layers, 4096 cells, 512 projection) and its ends.
 
-    `output_layer` is one of `continuous` (ELMo-C), `full`, `adaptive`
-    (ELMo-A, with `adaptive_cutoffs` and `adaptive_div_value`), `sampled`
-    (`num_sampled` log-uniform negatives) or `fixed` (sampled softmax against
-    the frozen fastText table). `input_embedding` is `fixed` (fastText
-    vectors), `trainable` (an `embedding_dim`-feature table, 0 =
-    projection_dim) or `alone` (ALONE, `tfeff.layers.AloneEmbedding`, set up
-    by `alone`; its parameters do not grow with the vocabulary). `tie_output`
-    shares a trainable or ALONE input embedding with a `full` softmax.
-
     Args:
         num_layers: LSTM layers per direction.
         units: LSTM cell size.
-        projection_dim: LSTM projection (and token-projection) size; 0: plain
-            LSTMs without a projection, whose width is `units` (Li et al.'s
-            Table 5 LSTM rows).
+        projection_dim: LSTM (and token) projection size; 0: none (Li et al.'s Table 5 LSTMs).
         dropout_rate: dropout after each LSTM layer, in [0, 1).
-        layer_norm: layer normalization after each LSTM layer (Li et al.'s
-            addition to ELMo's encoder; ELMo has none).
-        output_layer: `continuous`, `full`, `adaptive`, `sampled` or `fixed`.
+        layer_norm: layer norm after each LSTM layer (Li et al.'s addition; ELMo has none).
+        output_layer: `continuous` (ELMo-C), `full`, `adaptive` (ELMo-A), `sampled`
+            (log-uniform negatives) or `fixed` (sampled softmax on the frozen fastText table).
         output_loss: `cosine`, `l2` or `vmf` (`continuous` only).
         vmf_regularization1: lambda_1 of the `vmf` loss, >= 0.
         vmf_regularization2: lambda_2 of the `vmf` loss, in (0, 1].
-        input_embedding: `fixed`, `trainable` or `alone`.
-        embedding_dim: size of a trainable or ALONE input embedding; 0:
-            `projection_dim`.
-        tie_output: use the trainable or ALONE input embedding as the `full`
-            softmax's output matrix.
-        adaptive_cutoffs: increasing cluster boundaries of `adaptive`
-            (required there).
+        input_embedding: `fixed` (fastText vectors), `trainable` or `alone` (ALONE's codebooks).
+        embedding_dim: size of a trainable or ALONE input embedding; 0: `projection_dim`.
+        tie_output: use the trainable or ALONE input embedding as the `full` softmax's matrix.
+        adaptive_cutoffs: increasing cluster boundaries of `adaptive` (required there).
         adaptive_div_value: projection divisor of `adaptive`.
-        adaptive_tail_capacity: null, or the share in (0, 1] of the rows each
-            cluster of `adaptive` computes on JAX and under `torch.compile`
-            (a little above the largest share of targets a cluster takes; the
-            numbers never change, only the cost); null: every row.
+        adaptive_tail_capacity: null (all), or the share in (0, 1] of rows each `adaptive` cluster
+            computes on JAX and `torch.compile` (above the largest share of targets it takes).
         num_sampled: negatives per step of `sampled` and `fixed`.
         alone: the ALONE embedding (`input_embedding: alone`).
-        cell_clip: each LSTM's cell state is clipped to [-cell_clip,
-            cell_clip] (ELMo: 3); 0 disables it.
-        proj_clip: each LSTM's projected state is clipped to [-proj_clip,
-            proj_clip] (ELMo: 3); 0 disables it.
-        direction_loss: `sum` or `mean` (ELMo's bilm-tf) of the forward and
-            backward losses; with `train.clipnorm`, the mean meets the clipping
-            bound at twice the gradient norm of the sum.
+        cell_clip: clip each LSTM's cell state to [-cell_clip, cell_clip] (ELMo: 3); 0: none.
+        proj_clip: clip each LSTM's projected state to [-proj_clip, proj_clip] (ELMo: 3); 0: none.
+        direction_loss: `sum` or `mean` (ELMo's bilm-tf) of the two directions' losses; with
+            `train.clipnorm`, the mean meets the bound at twice the gradient norm of the sum.
     """
 
     num_layers: int = 2
@@ -276,8 +227,7 @@ class ElmoModelConfig:
     direction_loss: str = "sum"
 
     def validate(self, prefix):
-        for name in ("num_layers", "units"):
-            positive(getattr(self, name), join(prefix, name))
+        positive_keys(self, prefix, "num_layers", "units")
         positive(self.projection_dim, join(prefix, "projection_dim"), allow_zero=True)
         if not self.projection_dim and self.proj_clip:
             raise ConfigError(
@@ -289,8 +239,7 @@ class ElmoModelConfig:
         one_of(self.input_embedding, INPUT_EMBEDDINGS, join(prefix, "input_embedding"))
         positive(self.embedding_dim, join(prefix, "embedding_dim"), allow_zero=True)
         positive(self.num_sampled, join(prefix, "num_sampled"))
-        positive(self.cell_clip, join(prefix, "cell_clip"), allow_zero=True)
-        positive(self.proj_clip, join(prefix, "proj_clip"), allow_zero=True)
+        positive_keys(self, prefix, "cell_clip", "proj_clip", allow_zero=True)
         one_of(self.direction_loss, DIRECTION_LOSSES, join(prefix, "direction_loss"))
         positive(self.adaptive_div_value, join(prefix, "adaptive_div_value"))
         fraction_or_none(self.adaptive_tail_capacity, join(prefix, "adaptive_tail_capacity"))
@@ -300,10 +249,8 @@ class ElmoModelConfig:
         if problem:
             raise ConfigError(problem)
         if cutoffs and (cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0):
-            raise ConfigError(
-                f"`{join(prefix, 'adaptive_cutoffs')}` must be increasing positive integers, "
-                f"got {shown(cutoffs)}"
-            )
+            raise ConfigError(f"`{join(prefix, 'adaptive_cutoffs')}` must be increasing "
+                              f"positive integers, got {shown(cutoffs)}")
         one_of(self.output_loss, ("cosine", "l2", "vmf"), join(prefix, "output_loss"))
         positive(self.vmf_regularization1, join(prefix, "vmf_regularization1"), allow_zero=True)
         if not 0 < self.vmf_regularization2 <= 1:
@@ -317,8 +264,7 @@ class EvalConfig:
     Args:
         top_k: the k values reported (at least one).
         max_targets: held-out targets scored at most.
-        chunk_size: rows of the vector table scored at once (continuous
-            outputs).
+        chunk_size: rows of the vector table scored at once (continuous outputs).
     """
 
     top_k: List[int] = dataclasses.field(default_factory=lambda: [1, 10])
@@ -330,8 +276,7 @@ class EvalConfig:
             raise ConfigError(f"`{join(prefix, 'top_k')}` must list at least one k")
         for i, k in enumerate(self.top_k):
             positive(k, f"{join(prefix, 'top_k')}[{i}]")
-        positive(self.max_targets, join(prefix, "max_targets"))
-        positive(self.chunk_size, join(prefix, "chunk_size"))
+        positive_keys(self, prefix, "max_targets", "chunk_size")
 
 
 @dataclasses.dataclass
@@ -348,7 +293,8 @@ class ElmoConfig:
     """
 
     family: str = "elmo"
-    data: DataConfig = dataclasses.field(default_factory=lambda: DataConfig(synthetic=SyntheticCorpusConfig()))
+    data: DataConfig = dataclasses.field(
+        default_factory=lambda: DataConfig(synthetic=SyntheticCorpusConfig()))
     fasttext: FastTextConfig = dataclasses.field(default_factory=FastTextConfig)
     model: ElmoModelConfig = dataclasses.field(default_factory=ElmoModelConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)

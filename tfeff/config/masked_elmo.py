@@ -9,10 +9,11 @@ from tfeff.config.base import fraction_or_none
 from tfeff.config.base import join
 from tfeff.config.base import one_of
 from tfeff.config.base import positive
+from tfeff.config.base import positive_keys
 from tfeff.config.bert import validate_masked_lm_data
 from tfeff.config.elmo import FastTextConfig
 from tfeff.config.elmo import SyntheticCorpusConfig
-from tfeff.config.elmo import validate_corpus_source
+from tfeff.config.elmo import validate_data_section
 from tfeff.config.train import TrainConfig
 
 OUTPUT_LAYERS = ("full", "adaptive", "continuous")
@@ -22,39 +23,24 @@ USE_CUDNN = ("auto", True, False)
 
 @dataclasses.dataclass
 class MaskedElmoDataConfig:
-    """Paragraph corpus, WordPiece vocabulary, TBPTT streams and masking.
-
-    Documents are paragraphs (runs of non-blank lines, one sentence per line);
-    `tfeff.data.masked_elmo_dataset` explains the streams. Either
-    `train_files` or `synthetic` must be set; the synthetic corpus is written
-    in paragraphs of about `synthetic.paragraph_sentences` sentences.
+    """Paragraph corpus, WordPiece, TBPTT streams, masking (`tfeff.data.masked_elmo_dataset`).
 
     Args:
-        train_files: glob(s) of the training text files (comma-separated),
-            one sentence per line, paragraphs separated by blank lines; or set
-            `synthetic`.
-        heldout_files: glob(s) of the held-out text files; empty: no held-out
-            evaluation.
-        synthetic: the generated demo corpus instead of `train_files` (it
-            writes its own held-out file).
+        train_files: glob(s) of the training text files (comma-separated), a sentence a line,
+            documents (paragraphs) separated by blank lines.
+        heldout_files: glob(s) of the held-out text files; empty: no held-out evaluation.
+        synthetic: the generated demo corpus (with its own held-out file) instead of files.
         max_sequence_length: the window length in tokens, >= 4.
         batch_size: streams (rows) per step, the global batch.
-        on_invalid_utf8: lines that are not UTF-8: `error` (naming file and
-            line), `skip` or `replace`.
-        wordpiece_vocabulary_size: approximate size of the learned WordPiece
-            vocabulary (reserved tokens included), >= 10 (paper: 28,745).
+        on_invalid_utf8: a line that is not UTF-8: `error` (naming it), `skip` or `replace`.
+        wordpiece_vocabulary_size: approximate WordPiece vocabulary size, >= 10 (paper: 28,745).
         lower_case: lower-case and strip accents before WordPiece.
-        max_predictions_per_seq: the most masked positions per sequence, in
-            `[1, max_sequence_length]`.
-        mask_rate: fraction of a sequence's non-special tokens masked, in
-            (0, 1).
+        max_predictions_per_seq: the most masked positions per sequence, in [1, the length].
+        mask_rate: fraction of a sequence's non-special tokens masked, in (0, 1).
         mask_token_rate: fraction of the masked positions replaced by `[MASK]`.
-        random_token_rate: fraction replaced by a random token (the rest keep
-            their token); `mask_token_rate + random_token_rate` <= 1.
-        max_words_in_memory: bound on the distinct words held while counting
-            the words the vocabulary is learned from.
-        reverse_half_streams: walk the odd streams' windows in reverse order
-            (bidirectional TBPTT).
+        random_token_rate: fraction replaced by a random token (the rest kept); the two <= 1.
+        max_words_in_memory: bound on the distinct words held while counting the corpus.
+        reverse_half_streams: walk the odd streams' windows backwards (bidirectional TBPTT).
     """
 
     train_files: str = ""
@@ -73,11 +59,7 @@ class MaskedElmoDataConfig:
     max_words_in_memory: int = 10_000_000
 
     def validate(self, prefix):
-        validate_corpus_source(self, prefix)
-        if self.max_sequence_length < 4:
-            raise ConfigError(f"`{join(prefix, 'max_sequence_length')}` must be >= 4")
-        positive(self.batch_size, join(prefix, "batch_size"))
-        one_of(self.on_invalid_utf8, ("error", "skip", "replace"), join(prefix, "on_invalid_utf8"))
+        validate_data_section(self, prefix, min_length=4)
         validate_masked_lm_data(self, prefix)
 
 
@@ -85,32 +67,22 @@ class MaskedElmoDataConfig:
 class MaskedElmoModelConfig:
     """Sizes (paper: 2 layers, 4096 cells, 384 per direction) and training tricks.
 
-    `mask_accumulation`: mask sets per batch whose gradients are averaged
-    (paper: 4). `tbptt`: carry LSTM states between batches (bidirectional
-    TBPTT with `data.reverse_half_streams`).
-
     Args:
         num_layers: layers of the `MaskedBiLSTM`.
         units: LSTM cell size.
         projection_dim: projection size per direction.
-        dropout_rate: dropout on the embeddings and each LSTM output, in
-            [0, 1).
+        dropout_rate: dropout on the embeddings and each LSTM output, in [0, 1).
         output_layer: `full` (the softmax tied to the input embedding), `adaptive` or
             `continuous`; `softmax`, its earlier name, is read as `full`.
         output_loss: `cosine`, `l2` or `vmf` (`continuous` only).
-        adaptive_cutoffs: increasing cluster boundaries of `adaptive`
-            (required there), below `data.wordpiece_vocabulary_size`.
+        adaptive_cutoffs: increasing `adaptive` cluster boundaries (required), < vocabulary size.
         adaptive_div_value: projection divisor of `adaptive`.
-        adaptive_tail_capacity: null, or the share in (0, 1] of the rows each
-            cluster of `adaptive` computes on JAX and under `torch.compile`
-            (a little above the largest share of targets a cluster takes; the
-            numbers never change, only the cost); null: every row.
+        adaptive_tail_capacity: null, or the share in (0, 1] of rows an `adaptive` cluster scores.
         input_embedding: `trainable` or `alone`.
         alone: the ALONE embedding (`input_embedding: alone`).
         use_cudnn: the `MaskedBiLSTM` switch: `auto`, `true` or `false`.
-        mask_accumulation: mask sets per batch (see above); times
-            `data.mask_rate` at most 1.
-        tbptt: carry LSTM states between batches (see above).
+        mask_accumulation: mask sets per batch, gradients averaged (paper: 4); x mask_rate <= 1.
+        tbptt: carry LSTM states between batches (bidirectional with `data.reverse_half_streams`).
     """
 
     num_layers: int = 2
@@ -129,8 +101,7 @@ class MaskedElmoModelConfig:
     tbptt: bool = True
 
     def validate(self, prefix):
-        for name in ("num_layers", "units", "projection_dim", "mask_accumulation"):
-            positive(getattr(self, name), join(prefix, name))
+        positive_keys(self, prefix, "num_layers", "units", "projection_dim", "mask_accumulation")
         if not 0 <= self.dropout_rate < 1:
             raise ConfigError(f"`{join(prefix, 'dropout_rate')}` must be in [0, 1)")
         if self.output_layer == "softmax":  # its earlier name, still in saved configs
@@ -144,20 +115,17 @@ class MaskedElmoModelConfig:
         if self.output_layer == "adaptive":
             cutoffs = self.adaptive_cutoffs
             if not cutoffs or list(cutoffs) != sorted(set(cutoffs)) or cutoffs[0] <= 0:
-                raise ConfigError(
-                    f"`{join(prefix, 'adaptive_cutoffs')}` must be increasing positive ids "
-                    "for output_layer: adaptive")
+                raise ConfigError(f"`{join(prefix, 'adaptive_cutoffs')}` must be increasing "
+                                  "positive ids for output_layer: adaptive")
 
 
 @dataclasses.dataclass
 class MaskedElmoEvalConfig:
-    """Held-out masked perplexity over `max_batches` batches.
-
-    One seeded mask set per batch; streams read in document order, LSTM states
-    carried between windows of a document (with `model.tbptt`).
+    """Held-out masked perplexity over `max_batches` batches, one seeded mask set per batch.
 
     Args:
-        max_batches: held-out batches evaluated.
+        max_batches: held-out batches evaluated (streams in document order, LSTM states
+            carried within a document with `model.tbptt`).
     """
 
     max_batches: int = 50
@@ -170,16 +138,12 @@ class MaskedElmoEvalConfig:
 class MaskedElmoConfig:
     """A Masked ELMo experiment: `family: masked_elmo` in YAML.
 
-    `fasttext` is used by `model.output_layer: continuous` only: the target
-    vectors of the WordPiece vocabulary come from fastText trained on the
-    WordPiece-tokenized corpus.
-
     Args:
         family: `masked_elmo`.
-        data: the `data` section (`MaskedElmoDataConfig`; default: the
-            synthetic corpus in paragraphs of about 8 sentences).
+        data: the `data` section (`MaskedElmoDataConfig`; default: the synthetic corpus).
         model: the `model` section (`MaskedElmoModelConfig`).
-        fasttext: the `fasttext` section (`tfeff.config.FastTextConfig`).
+        fasttext: the `fasttext` section (`tfeff.config.FastTextConfig`), for
+            `model.output_layer: continuous` only: fastText trained on the WordPiece corpus.
         train: the `train` section (`tfeff.config.TrainConfig`).
         eval: the `eval` section (`MaskedElmoEvalConfig`).
     """
@@ -196,11 +160,9 @@ class MaskedElmoConfig:
     def validate(self, prefix):
         one_of(self.family, ("masked_elmo",), join(prefix, "family"))
         if self.model.mask_accumulation * self.data.mask_rate > 1:
-            raise ConfigError(
-                f"`{join(prefix, 'model.mask_accumulation')}` x `data.mask_rate` must be "
-                "<= 1: the mask sets of a batch are disjoint")
+            raise ConfigError(f"`{join(prefix, 'model.mask_accumulation')}` x `data.mask_rate` "
+                              "must be <= 1: the mask sets of a batch are disjoint")
         if self.model.output_layer == "adaptive" and \
                 self.model.adaptive_cutoffs[-1] >= self.data.wordpiece_vocabulary_size:
-            raise ConfigError(
-                f"`{join(prefix, 'model.adaptive_cutoffs')}` must be below "
-                "data.wordpiece_vocabulary_size")
+            raise ConfigError(f"`{join(prefix, 'model.adaptive_cutoffs')}` must be below "
+                              "data.wordpiece_vocabulary_size")
