@@ -1,8 +1,6 @@
-"""Deprecated: `tfeff.convert.relaxed_to_standard` (this module's name in tfeff 0.1.0,
-where "core" meant CoRe).
+"""Deprecated: `tfeff.convert.relaxed_to_standard`'s name in tfeff 0.1.0; importing it warns.
 
-Kept for one release so that `from tfeff.convert.core import convert_model_dir` goes
-on working; importing it warns. The names are also `tfeff.convert`'s own.
+Kept for one release so that `from tfeff.convert.core import convert_model_dir` works.
 """
 
 import warnings

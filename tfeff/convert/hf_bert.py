@@ -1,11 +1,8 @@
 """Hugging Face BERT layout: `config.json` + `model.safetensors` (+ the tokenizer's files).
 
-`write_hf_bert(bert, directory)` writes what `transformers.BertForPreTraining
-.from_pretrained(directory)` loads (a rotary `Bert`: what
-`RoFormerForMaskedLM.from_pretrained` loads, `tfeff.convert.hf_roformer`);
-`read_hf_bert(directory)` builds a tfeff `Bert` from a BERT directory
-(`BertForPreTraining`, `BertForMaskedLM` or a bare `BertModel`), so a BERT
-trained elsewhere can be continued with `tfeff-pretrain`.
+`write_hf_bert` writes what `transformers.BertForPreTraining.from_pretrained` loads (rotary:
+`RoFormerForMaskedLM`, `tfeff.convert.hf_roformer`); `read_hf_bert` builds a tfeff `Bert` from
+a BERT directory (`BertForPreTraining`, `BertForMaskedLM` or a bare `BertModel`).
 
 Parameter names and shapes (PyTorch `Linear` weights are `(out, in)`, the
 transpose of Keras kernels; d = hidden, f = intermediate, V = vocabulary):
@@ -16,8 +13,7 @@ transpose of Keras kernels; d = hidden, f = intermediate, V = vocabulary):
 | `bert.embeddings.position_embeddings.weight` | (n, d) | `position_embedding/embeddings` |
 | `bert.embeddings.token_type_embeddings.weight` | (2, d) | `segment_embedding/embeddings` |
 | `bert.embeddings.LayerNorm.{weight,bias}` | (d,) | `embeddings_norm/{gamma,beta}` |
-| `bert.encoder.layer.{i}.attention.self.{query,key,value}.weight` | (d, d) | `self_attention/{query,key,value}/kernel` (d, h, d/h) |
-| `bert.encoder.layer.{i}.attention.self.{query,key,value}.bias` | (d,) | `.../bias` (h, d/h) |
+| `bert.encoder.layer.{i}.attention.self.{query,key,value}.{weight,bias}` | (d, d), (d,) | `self_attention/{query,key,value}/{kernel (d, h, d/h), bias (h, d/h)}` |
 | `bert.encoder.layer.{i}.attention.output.dense.{weight,bias}` | (d, d), (d,) | `self_attention/attention_output/{kernel (h, d/h, d), bias}` |
 | `bert.encoder.layer.{i}.attention.output.LayerNorm.{weight,bias}` | (d,) | `attention_norm` |
 | `bert.encoder.layer.{i}.intermediate.dense.{weight,bias}` | (f, d), (f,) | `intermediate_dense` |
@@ -29,12 +25,8 @@ transpose of Keras kernels; d = hidden, f = intermediate, V = vocabulary):
 | `cls.predictions.bias` | (V,) | `mlm_bias` (the decoder is tied to the word embeddings) |
 | `cls.seq_relationship.{weight,bias}` | (2, d), (2,) | `nsp_dense` (with NSP) |
 
-An ALONE input embedding is written as its computed table (the vectors the
-model uses at inference); read back, it is an ordinary trainable embedding.
-
-The weights file is read and written with the format's own `safetensors`
-package (`pip install -e '.[hf]'`): memory-mapped reads and its checked
-header; BF16 tensors are widened to float32 on reading.
+An ALONE input embedding is written as its computed table. The weights file is read and
+written with the `safetensors` package (`pip install -e '.[hf]'`); BF16 is read as float32.
 """
 
 import json
@@ -74,48 +66,41 @@ def _np(variable):
 
 
 def _pairs(bert):
-    """`(hf name, tfeff variable, to_hf, from_hf)` for every tensor of a standard Bert
-    (the position table only with learned positions)."""
+    """`(hf name, tfeff variable, to_hf, from_hf)` for every tensor of a standard Bert."""
     backbone = bert.backbone
     d = backbone.hidden_dim
-    t = (lambda w: w.T, lambda w: w.T)
-    same = (lambda w: w, lambda w: w)
     out = []
 
+    def add(name, variable, to_hf=lambda w: w, from_hf=lambda w: w):
+        out.append((name, variable, to_hf, from_hf))
+
     def norm(hf, layer):
-        out.append((f"{hf}.weight", layer.gamma, *same))
-        out.append((f"{hf}.bias", layer.beta, *same))
+        add(f"{hf}.weight", layer.gamma)
+        add(f"{hf}.bias", layer.beta)
 
     def dense(hf, layer):
-        out.append((f"{hf}.weight", layer.kernel, *t))
-        out.append((f"{hf}.bias", layer.bias, *same))
+        add(f"{hf}.weight", layer.kernel, np.transpose, np.transpose)
+        add(f"{hf}.bias", layer.bias)
 
     e = "bert.embeddings"
-    out.append((f"{e}.word_embeddings.weight", None, *same))  # filled from the layer
+    add(f"{e}.word_embeddings.weight", None)  # filled from the layer
     if backbone.position_embedding is not None:
-        out.append((f"{e}.position_embeddings.weight", backbone.position_embedding.embeddings,
-                    *same))
-    out.append((f"{e}.token_type_embeddings.weight", backbone.segment_embedding.embeddings,
-                *same))
+        add(f"{e}.position_embeddings.weight", backbone.position_embedding.embeddings)
+    add(f"{e}.token_type_embeddings.weight", backbone.segment_embedding.embeddings)
     norm(f"{e}.LayerNorm", backbone.embeddings_norm)
     for i, layer in enumerate(backbone.transformer_layers):
         p = f"bert.encoder.layer.{i}"
         att = layer.self_attention
         for name, sub in (("query", att.query_dense), ("key", att.key_dense),
                           ("value", att.value_dense)):
-            shape = tuple(sub.kernel.shape)
-            out.append((f"{p}.attention.self.{name}.weight", sub.kernel,
-                        lambda w: w.reshape(d, -1).T,
-                        lambda w, s=shape: w.T.reshape(s)))
-            bshape = tuple(sub.bias.shape)
-            out.append((f"{p}.attention.self.{name}.bias", sub.bias,
-                        lambda w: w.reshape(-1), lambda w, s=bshape: w.reshape(s)))
+            add(f"{p}.attention.self.{name}.weight", sub.kernel, lambda w: w.reshape(d, -1).T,
+                lambda w, s=tuple(sub.kernel.shape): w.T.reshape(s))
+            add(f"{p}.attention.self.{name}.bias", sub.bias, lambda w: w.reshape(-1),
+                lambda w, s=tuple(sub.bias.shape): w.reshape(s))
         o = att.output_dense
-        oshape = tuple(o.kernel.shape)
-        out.append((f"{p}.attention.output.dense.weight", o.kernel,
-                    lambda w: w.reshape(-1, w.shape[-1]).T,
-                    lambda w, s=oshape: w.T.reshape(s)))
-        out.append((f"{p}.attention.output.dense.bias", o.bias, *same))
+        add(f"{p}.attention.output.dense.weight", o.kernel, lambda w: w.reshape(-1, d).T,
+            lambda w, s=tuple(o.kernel.shape): w.T.reshape(s))
+        add(f"{p}.attention.output.dense.bias", o.bias)
         norm(f"{p}.attention.output.LayerNorm", layer.attention_norm)
         dense(f"{p}.intermediate.dense", layer.intermediate_dense)
         dense(f"{p}.output.dense", layer.output_dense)
@@ -125,21 +110,13 @@ def _pairs(bert):
         dense("cls.seq_relationship", bert.nsp_dense)
     dense("cls.predictions.transform.dense", bert.mlm_dense)
     norm("cls.predictions.transform.LayerNorm", bert.mlm_norm)
-    out.append(("cls.predictions.bias", bert.mlm_bias, *same))
+    add("cls.predictions.bias", bert.mlm_bias)
     return out
 
 
 def hf_config(bert):
-    """The Hugging Face `config.json` of a tfeff `Bert`.
-
-    Args:
-        bert: a standard tfeff `Bert`.
-
-    Returns:
-        The dict that `write_hf_bert` writes as `config.json`
-        (`BertForPreTraining`, `hidden_act` from `bert.backbone.activation`; with rotary
-        positions `RoFormerForMaskedLM`'s, `hf_roformer.roformer_config`).
-    """
+    """The `config.json` dict of a standard tfeff `Bert`: `BertForPreTraining`'s, or with
+    rotary positions `RoFormerForMaskedLM`'s (`hf_roformer.roformer_config`)."""
     backbone = bert.backbone
     config = {
         "architectures": ["BertForPreTraining"],
@@ -167,19 +144,10 @@ def hf_config(bert):
 
 def tokenizer_files(bert, lower_case):
     """`{file name: dict}` of the JSON files `transformers` reads beside `vocab.txt`:
-    `tokenizer_config.json` (BERT's tokenizer class, the model's length, and the
-    casing of tfeff's tokenizer: without it `AutoTokenizer` lower-cases, splitting a
-    cased vocabulary's "European" into `e ##ur ##op ##ea ##n`) and
-    `special_tokens_map.json` (BERT's names of the reserved ids 0-4).
-
-    Args:
-        bert: the `Bert` whose vocabulary is written.
-        lower_case: whether tfeff's tokenizer lower-cased and stripped accents
-            (`data.lower_case`); Hugging Face's `do_lower_case` does both.
-    """
-    pad, unk, cls, sep, mask = BERT_RESERVED_NAMES
-    special = {"pad_token": pad, "unk_token": unk, "cls_token": cls, "sep_token": sep,
-               "mask_token": mask}
+    `tokenizer_config.json` (the casing of tfeff's tokenizer, `lower_case`: without it
+    `AutoTokenizer` lower-cases a cased vocabulary) and `special_tokens_map.json`."""
+    special = dict(zip(("pad_token", "unk_token", "cls_token", "sep_token", "mask_token"),
+                       BERT_RESERVED_NAMES))
     config = {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(lower_case),
               "strip_accents": None, "tokenize_chinese_chars": True,
               "model_max_length": bert.backbone.max_sequence_length,
@@ -187,26 +155,24 @@ def tokenizer_files(bert, lower_case):
     return {TOKENIZER_CONFIG_FILE: config, SPECIAL_TOKENS_FILE: special}
 
 
-def _not_hf_bert(path):
-    """None when `path` holds what `write_hf_bert` writes and nothing else."""
+def _not_only(path, written, required, which):
+    """None when the directory `path` holds only `written` names, `required` among them;
+    else what it is instead (`"it holds X, which " + which`, ...)."""
     if not os.path.isdir(path):
         return "a file, not a directory"
     names = set(os.listdir(path))
     # Visible names first (a model directory's own hidden files say less).
-    other = sorted(names - _WRITTEN,
-                   key=lambda name: (name.startswith("."), name))
+    other = sorted(names - written, key=lambda name: (name.startswith("."), name))
     if other:
-        return f"it holds {', '.join(other[:5])}, which write_hf_bert does not write"
-    if not {CONFIG_FILE, WEIGHTS_FILE} <= names:
-        return f"it lacks {CONFIG_FILE} or {WEIGHTS_FILE}"
+        return f"it holds {', '.join(other[:5])}, which {which}"
+    if not required <= names:
+        return f"it lacks {' or '.join(sorted(required))}"
     return None
 
 
 def bert_vocabulary(vocabulary_path, vocabulary_size):
-    """`(tokens, problem)`: a tfeff BERT vocabulary's tokens in id order, the reserved ones
-    under BERT's names (`[PAD] [UNK] [CLS] [SEP] [MASK]`), and None; or None and what is
-    wrong with the file (not a BERT vocabulary, another size than the model's, or an
-    ordinary token that would become a second reserved one)."""
+    """`(tokens, None)`: a tfeff BERT vocabulary's tokens in id order, the reserved ones under
+    BERT's names (`[PAD] [UNK] [CLS] [SEP] [MASK]`); or `(None, what is wrong with it)`."""
     words = list(Vocabulary.load(vocabulary_path).words)
     if len(words) <= MASK_ID or words[MASK_ID] != MASK:
         return None, f"{vocabulary_path}: not a BERT vocabulary (id {MASK_ID} must be {MASK})"
@@ -222,42 +188,27 @@ def bert_vocabulary(vocabulary_path, vocabulary_size):
 
 def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False, lower_case=False):
     """Writes a standard `Bert` as a Hugging Face directory: BERT's, or RoFormer's for
-    rotary positions.
-
-    A `Bert` with learned positions is written in the layout of
-    `transformers.BertForPreTraining`; one with rotary positions
-    (`position_embedding="rotary"`) in that of `transformers.RoFormerForMaskedLM`,
-    which rotates queries and keys as tfeff does (`tfeff.convert.hf_roformer`: the
-    same tensors, query and key features reordered, no pooler or next-sentence head).
+    rotary positions (`tfeff.convert.hf_roformer`: no pooler or next-sentence head).
 
     Args:
-        bert: a built standard (not relaxed) `Bert`; convert a relaxed one
-            with `merge_relaxed_bert` first.
-        directory: output directory (written to a temporary sibling, then
-            renamed: `tfeff.convert.staging`); its modes follow the umask, as
-            any directory and file the process creates.
-        vocabulary_path: optional tfeff vocabulary file, written as
-            `vocab.txt` with BERT's names for the reserved tokens, with the
-            tokenizer files `AutoTokenizer.from_pretrained(directory)` reads
-            (`tokenizer_files`).
-        overwrite: replace an existing directory that `write_hf_bert` wrote
-            (nothing else: see `tfeff.data.files.check_output`).
+        bert: a built standard (not relaxed: `merge_relaxed_bert` first) `Bert`.
+        directory: output directory (staged and renamed: `tfeff.convert.staging`).
+        vocabulary_path: optional tfeff vocabulary file, written as `vocab.txt` with BERT's
+            names for the reserved tokens, and the tokenizer files (`tokenizer_files`).
+        overwrite: replace a directory that `write_hf_bert` wrote (nothing else).
         lower_case: the model was trained on lower-cased, accent-stripped text
             (`data.lower_case`): the tokenizer files say so.
 
     Returns:
         `directory`.
 
-    A `directory` that is, contains or lies inside `vocabulary_path` raises a
-    ValueError naming both; an existing `directory` without `overwrite`, or
-    one holding other files than `write_hf_bert` writes, a FileExistsError;
-    all before anything is written. Without the `safetensors` package an
-    ImportError says how to install it (`pip install -e '.[hf]'`).
+    Before anything is written, a `directory` that is, contains or lies inside
+    `vocabulary_path` raises a ValueError; an existing one without `overwrite`, or holding
+    other files, a FileExistsError. Without `safetensors`, an ImportError says how to install.
 
     Raises:
-        ValueError: `bert` is relaxed, rotates with another base than
-            RoFormer's 10000, or `vocabulary_path` is not a BERT vocabulary of the
-            model's size.
+        ValueError: `bert` is relaxed, rotates with another base than RoFormer's 10000, or
+            `vocabulary_path` is not a BERT vocabulary of the model's size.
     """
     backbone = bert.backbone
     if backbone.is_relaxed:
@@ -265,17 +216,18 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False, lower_
                          "tfeff.convert.merge_relaxed_bert first.")
     rotary = backbone.position_embedding_type == "rotary"
     head_dim = backbone.hidden_dim // backbone.num_heads
-    if rotary:
-        for layer in backbone.transformer_layers:
-            wavelength = layer.self_attention.max_wavelength
-            if wavelength != hf_roformer.MAX_WAVELENGTH:
-                raise ValueError(
-                    f"write_hf_bert writes a rotary Bert as Hugging Face's RoFormer, whose "
-                    f"rotary base is {hf_roformer.MAX_WAVELENGTH}; {layer.name} rotates with "
-                    f"max_wavelength={wavelength}.")
+    for layer in backbone.transformer_layers if rotary else ():
+        wavelength = layer.self_attention.max_wavelength
+        if wavelength != hf_roformer.MAX_WAVELENGTH:
+            raise ValueError(
+                f"write_hf_bert writes a rotary Bert as Hugging Face's RoFormer, whose "
+                f"rotary base is {hf_roformer.MAX_WAVELENGTH}; {layer.name} rotates with "
+                f"max_wavelength={wavelength}.")
     recheck = files.check_output(
         directory, {"vocabulary file (vocabulary_path)": vocabulary_path},
-        overwrite=overwrite, kind="a Hugging Face BERT directory", foreign=_not_hf_bert)
+        overwrite=overwrite, kind="a Hugging Face BERT directory",
+        foreign=lambda path: _not_only(path, _WRITTEN, {CONFIG_FILE, WEIGHTS_FILE},
+                                      "write_hf_bert does not write"))
     words = None
     if vocabulary_path:
         words, problem = bert_vocabulary(vocabulary_path, backbone.vocabulary_size)
@@ -290,15 +242,13 @@ def write_hf_bert(bert, directory, vocabulary_path=None, overwrite=False, lower_
                          "the model's are not written")
     tensors = {}
     for name, variable, to_hf, _ in pairs:
-        if variable is None:
+        if variable is None:  # the word embeddings
             if backbone.input_embedding == "alone":
                 logging.info("Writing the ALONE embedding as its computed table")
-                value = _np(backbone.token_embedding.embedding_table(training=False))
+                variable = backbone.token_embedding.embedding_table(training=False)
             else:
-                value = _np(backbone.token_embedding.embeddings)
-        else:
-            value = _np(variable)
-        tensors[name] = np.ascontiguousarray(to_hf(value))
+                variable = backbone.token_embedding.embeddings
+        tensors[name] = np.ascontiguousarray(to_hf(_np(variable)))
     if rotary:
         tensors[hf_roformer.POSITIONS] = hf_roformer.sinusoidal_table(
             config["max_position_embeddings"], head_dim)
@@ -328,18 +278,8 @@ def _safetensors():
 
 
 def read_weights(path):
-    """Reads every tensor of a safetensors file.
-
-    Args:
-        path: the safetensors file.
-
-    Returns:
-        `{name: NumPy array}`; BF16 tensors are widened to float32.
-
-    Raises:
-        ValueError: `path` is not a readable safetensors file (truncated, bad
-            header); the message names the file.
-    """
+    """`{name: NumPy array}` of a safetensors file, BF16 widened to float32 (ValueError
+    naming `path` when it is not a readable safetensors file)."""
     safetensors = _safetensors()
     try:
         with safetensors.safe_open(os.fspath(path), framework="np") as f:
@@ -353,26 +293,21 @@ def read_weights(path):
 def read_hf_bert(directory, name="bert"):
     """Builds a tfeff `Bert` from a Hugging Face BERT directory.
 
-    Every tensor of the file must be used (tied copies and buffers aside)
-    and every shape must match; a checkpoint without the pretraining heads
-    (a bare `BertModel`) gets freshly initialized heads, which is logged.
+    Every tensor must be used (tied copies and buffers aside); a bare `BertModel` gets
+    freshly initialized heads, which is logged.
 
     Args:
-        directory: a Hugging Face BERT directory (`config.json` and
-            `model.safetensors`), e.g. one `write_hf_bert` wrote or a
-            `BertForMaskedLM` saved with `save_pretrained`.
+        directory: a Hugging Face BERT directory (`config.json`, `model.safetensors`).
         name: the name of the returned model.
 
     Returns:
-        The built tfeff `Bert` (with NSP when the file holds
-        `cls.seq_relationship`).
+        The built tfeff `Bert` (with NSP when the file holds `cls.seq_relationship`).
 
     Raises:
         FileNotFoundError: `directory` lacks `config.json` or `model.safetensors`.
         ValueError: another `model_type`, a `position_embedding_type` other than
-            `absolute`, an unsupported `hidden_act`, an unreadable weights
-            file, or a missing, misshapen or unused tensor (naming the file and
-            tensor).
+            `absolute`, an unsupported `hidden_act`, an unreadable weights file, or a missing,
+            misshapen or unused tensor (naming the file and tensor).
     """
     config_path = os.path.join(directory, CONFIG_FILE)
     weights_path = os.path.join(directory, WEIGHTS_FILE)
@@ -429,10 +364,8 @@ def read_hf_bert(directory, name="bert"):
 
 
 def standard_bert_problem(config, model_dir, what, holder, rotary=False):
-    """Why `model_dir` (its `config`) does not hold a standard BERT with learned
-    positions (or rotary ones, where `rotary`), which `what` (e.g. "keras-hub presets")
-    are written from and `holder` (e.g. "keras-hub's BertBackbone") can hold, naming
-    the config key; or None."""
+    """Why `model_dir` holds no standard BERT with learned (or, with `rotary`, rotary)
+    positions that `holder` can hold, naming the config key; or None."""
     from tfeff.training import checkpoints
     from tfeff.training import model_directory
     from tfeff.training.families import bert as bp
@@ -461,19 +394,13 @@ def standard_bert_problem(config, model_dir, what, holder, rotary=False):
 
 
 def write_hf_model_dir(model_dir, directory, overwrite=False):
-    """Writes the standard BERT of a model directory as a Hugging Face directory: the
-    weights and `config.json` (`write_hf_bert`: BERT's layout, or RoFormer's for rotary
-    positions), `vocab.txt` and the tokenizer files with the directory's
-    `data.lower_case`, so that `transformers.AutoTokenizer.from_pretrained(directory)`
-    tokenizes as tfeff did (but for a literal `<unk>`, which it splits: write `[UNK]` in
-    its text) and `BertForPreTraining.from_pretrained(directory)` (rotary:
-    `RoFormerForMaskedLM.from_pretrained(directory)`) computes what the tfeff model
-    computes (`tfeff-convert-core --hf_dir`).
+    """Writes the standard BERT of a model directory as a Hugging Face directory
+    (`tfeff-convert-core --hf_dir`): `write_hf_bert` with the directory's vocabulary and
+    `data.lower_case`. See docs/guides/interop.md#hugging-face.
 
     Args:
-        model_dir: a standard BERT model directory (`family: bert`), learned or rotary
-            positions: a standard run, a two-phase CoRe run after its switch, or
-            the output of `tfeff-convert-core --output_dir`.
+        model_dir: a standard BERT model directory (`family: bert`): a standard run, a
+            two-phase CoRe run after its switch, or `tfeff-convert-core --output_dir`'s.
         directory: the Hugging Face directory to write (see `write_hf_bert`).
         overwrite: replace an earlier such directory.
 
@@ -481,8 +408,7 @@ def write_hf_model_dir(model_dir, directory, overwrite=False):
         The step of the checkpoint written.
 
     Raises:
-        ConversionError: `model_dir` holds no standard BERT (the message names the
-            config key and what to do).
+        ConversionError: `model_dir` holds no standard BERT (naming the config key).
     """
     from tfeff.models.relaxed_merge import ConversionError
     from tfeff.training import model_directory
@@ -494,7 +420,6 @@ def write_hf_model_dir(model_dir, directory, overwrite=False):
     if problem:
         raise ConversionError(problem)
     bert, _, step, _ = bp.BERT.restore(model_dir, config)
-    write_hf_bert(bert, directory,
-                  os.path.join(model_dir, model_directory.VOCABULARY_FILE),
+    write_hf_bert(bert, directory, os.path.join(model_dir, model_directory.VOCABULARY_FILE),
                   overwrite=overwrite, lower_case=config.data.lower_case)
     return step

@@ -1,19 +1,9 @@
 """Interop with keras-hub's `BertBackbone` (optional: `pip install -e '.[hub]'`).
 
-keras-hub's `BertBackbone` runs its feed-forward networks with the tanh
-approximation of GELU and layer norms with epsilon 1e-12, both fixed. A tfeff
-`Bert` with `activation="gelu_approximate"` (and the default
-`layer_norm_epsilon=1e-12`) therefore converts exactly; one with BERT's erf
-GELU (`"gelu"`, the default) converts with a warning, its sequence output
-differing slightly (docs/guides/interop.md gives the measured relative
-errors); a ReLU one does not convert.
-keras-hub's backbone has no masked-LM head: `from_keras_hub` initializes
-tfeff's; `write_keras_hub_preset` (`tfeff.convert.keras_hub_preset`) carries
-it into a `BertMaskedLM`.
-
-keras-hub's encoder exposes no accessors for its sublayers, whose weights the
-conversion copies: `_layer_pairs` reads its private attributes
-(`_self_attention_layer`, ...).
+keras-hub's `BertBackbone` fixes tanh-approximated GELU and layer-norm epsilon 1e-12: a
+tfeff `Bert` with those converts exactly, one with erf GELU approximately (with a warning),
+a ReLU one not at all (docs/guides/interop.md#what-converts-exactly-or-not). keras-hub's
+encoder has no accessors for its sublayers: `_layer_pairs` reads its private attributes.
 """
 
 import logging
@@ -39,26 +29,21 @@ def import_keras_hub():
 
 
 def exact_in_keras_hub(bert):
-    """Whether keras-hub's `BertBackbone` computes exactly `bert`'s sequence output:
-    `bert` uses keras-hub's activation and layer-norm epsilon."""
+    """Whether `bert` uses keras-hub's activation and layer-norm epsilon."""
     return (bert.backbone.activation == KERAS_HUB_ACTIVATION
             and bert.backbone.layer_norm_epsilon == KERAS_HUB_LAYER_NORM_EPSILON)
 
 
 def _layer_pairs(bert, backbone):
     """`(tfeff layer, keras-hub layer)` pairs whose weights correspond one to one."""
-    pairs = [
-        (bert.backbone.segment_embedding, backbone.segment_embedding),
-        (bert.backbone.embeddings_norm, backbone.embeddings_layer_norm),
-    ]
+    pairs = [(bert.backbone.segment_embedding, backbone.segment_embedding),
+             (bert.backbone.embeddings_norm, backbone.embeddings_layer_norm)]
     for ours, theirs in zip(bert.backbone.transformer_layers, backbone.transformer_layers):
-        pairs += [
-            (ours.self_attention, theirs._self_attention_layer),
-            (ours.attention_norm, theirs._self_attention_layer_norm),
-            (ours.intermediate_dense, theirs._feedforward_intermediate_dense),
-            (ours.output_dense, theirs._feedforward_output_dense),
-            (ours.output_norm, theirs._feedforward_layer_norm),
-        ]
+        pairs += [(ours.self_attention, theirs._self_attention_layer),
+                  (ours.attention_norm, theirs._self_attention_layer_norm),
+                  (ours.intermediate_dense, theirs._feedforward_intermediate_dense),
+                  (ours.output_dense, theirs._feedforward_output_dense),
+                  (ours.output_norm, theirs._feedforward_layer_norm)]
     if bert.use_nsp:
         pairs.append((bert.pooler, backbone.pooled_dense))
     return pairs
@@ -78,30 +63,20 @@ def copy_weights(source_weights, target_weights, what):
 def to_keras_hub(bert):
     """A `keras_hub.models.BertBackbone` with the weights of a standard `Bert`.
 
-    The backbone's `sequence_output` equals `bert`'s at real tokens: exactly
-    when `bert` uses `activation="gelu_approximate"` and
-    `layer_norm_epsilon=1e-12` (keras-hub's fixed choices), only approximately
-    (relative error of the order of 1e-4) with BERT's erf `"gelu"`, which is
-    logged as a warning. Its `pooled_output` equals `bert`'s only with
-    `use_nsp`; without it the backbone's pooler is freshly initialized. An
-    ALONE input embedding (`input_embedding="alone"`) is written as its
-    computed table, as `write_hf_bert` does. The masked-LM and next-sentence
-    heads have no place in the backbone (`write_keras_hub_preset` carries the
-    masked-LM head).
+    Its `sequence_output` equals `bert`'s at real tokens (exactly or approximately: see
+    docs/guides/interop.md#what-converts-exactly-or-not); its `pooled_output` only with
+    `use_nsp`, else the pooler is fresh. An ALONE input embedding is written as its computed
+    table; the heads are left out. Without keras-hub, an ImportError says how to install it.
 
     Args:
-        bert: a built standard (not relaxed) tfeff `Bert` with learned
-            position embeddings.
+        bert: a built standard (not relaxed) tfeff `Bert` with learned positions.
 
     Returns:
         The `keras_hub.models.BertBackbone`.
 
-    Without keras-hub installed, an ImportError says how to install it.
-
     Raises:
-        ValueError: `bert` is relaxed (merge it with `merge_relaxed_bert`
-            first), has rotary positions (`model.position_embedding`) or uses
-            ReLU (`model.activation`); also when a weight's shape does not match.
+        ValueError: `bert` is relaxed, has rotary positions or uses ReLU (naming the config
+            key), or a weight's shape does not match.
     """
     keras_hub = import_keras_hub()
     encoder = bert.backbone
@@ -145,10 +120,9 @@ def to_keras_hub(bert):
 def from_keras_hub(backbone, name="bert"):
     """A tfeff `Bert` with the weights of a keras-hub `BertBackbone`.
 
-    The model uses keras-hub's activation (`gelu_approximate`) and has a
-    pooler (`use_nsp=True`, from the backbone's `pooled_dense`), so its
-    `sequence_output` and `pooled_output` equal the backbone's. The masked-LM
-    and next-sentence heads are freshly initialized: a backbone has neither.
+    With keras-hub's activation and `use_nsp=True` (the pooler), its `sequence_output` and
+    `pooled_output` equal the backbone's; the heads are freshly initialized. A misshapen
+    weight raises a ValueError naming it; without keras-hub, an ImportError.
 
     Args:
         backbone: a `keras_hub.models.BertBackbone`.
@@ -156,9 +130,6 @@ def from_keras_hub(backbone, name="bert"):
 
     Returns:
         The built tfeff `Bert`.
-
-    A weight whose shape does not match raises a ValueError naming it; without
-    keras-hub installed, an ImportError says how to install it.
     """
     import_keras_hub()
     bert = Bert(BertBackbone(

@@ -1,7 +1,6 @@
 """`tfeff-convert-core`'s library function: a relaxed BERT model directory -> a standard one.
 
-The merge itself (`merge_relaxed_bert`, its plan and its output check) lives
-in `tfeff.models.relaxed_merge`, below training; this module re-exports it.
+The merge itself lives in `tfeff.models.relaxed_merge`; this module re-exports it.
 """
 
 import os
@@ -24,39 +23,28 @@ __all__ = ["ConversionError", "convert_model_dir", "merge_relaxed_bert"]
 def convert_model_dir(model_dir, output_dir, rtol=None):
     """Converts a relaxed BERT model directory into a standard one (`tfeff-convert-core`).
 
-    `output_dir` gets `config.yaml` (the same config with `model.relaxed`
-    removed), the vocabulary and the corpus (when generated), and a
-    checkpoint of the standard model at the relaxed model's step with a
-    fresh optimizer, so `tfeff-pretrain --model_dir OUTPUT` continues from it.
-    Everything is written to a temporary sibling and renamed at the end
-    (`tfeff.convert.staging`): on any failure nothing is left at `output_dir`.
+    `output_dir` gets `config.yaml` without `model.relaxed`, the vocabulary, the generated
+    corpus, and a checkpoint of the standard model at the relaxed model's step with a fresh
+    optimizer, which `tfeff-pretrain` continues. It is staged (`tfeff.convert.staging`); one
+    that is, contains or lies inside `model_dir` raises a ValueError.
 
     Args:
         model_dir: a relaxed BERT model directory: `model.relaxed` set and no
             `core.coarse_steps` (e.g. a two-phase run's `coarse/`).
-        output_dir: the standard model directory to write; it must not exist or
-            be empty.
-        rtol: the largest accepted relative error of the check (the standard
-            model against the relaxed one run with exact attention). Default:
-            derived from the model's size, the float32 rounding bound of
-            `merge_relaxed_bert`'s check (`check_tolerances`).
+        output_dir: the standard model directory to write; absent or empty.
+        rtol: the check's largest relative error (the standard model against the relaxed
+            one with exact attention); default: `check_tolerances`' float32 bound.
 
     Returns:
         `(step, errors)`: the step and the check's relative errors.
 
-    An `output_dir` that is, contains or lies inside `model_dir` raises a
-    ValueError naming both, before anything is read.
-
     Raises:
-        FileNotFoundError: `model_dir` has no `config.yaml` (or, when restored,
-            no checkpoint).
+        FileNotFoundError: `model_dir` has no `config.yaml` (or no checkpoint).
         FileExistsError: `output_dir` exists and is not empty.
-        ConversionError: `model_dir` holds another family, a two-phase run or
-            a standard BERT; also when the merged model fails its check.
+        ConversionError: `model_dir` holds no relaxed BERT, or the merge fails its check.
     """
     config_path = os.path.join(model_dir, model_directory.CONFIG_FILE)
-    # A model directory inside the relaxed one would count as its checkpoints; one
-    # holding it would bury it: the output lies apart from the input.
+    # Inside the relaxed directory the output would count as its checkpoints.
     files.check_not_an_input(output_dir, {"model directory (model_dir, --model_dir)": model_dir})
     if not tf.io.gfile.exists(config_path):
         raise FileNotFoundError(f"{model_dir} is not a tfeff model directory (no config.yaml)")

@@ -1,33 +1,24 @@
 """Embeds a text file (one sentence per line) with an exported embedder: `tfeff-embed`.
 
-Output directory layout (`output_format="npy"`):
+Output directory layout (`output_format="npy"`; a line ends at `\\n`, `\\r\\n` or `\\r`):
 
-* `layer_<k>.npy`: float `(total_tokens, dim)`, the tokens of every line in
-  order; `offsets.npy`: int64 `(lines + 1,)`, line `i` (0-based) owns rows
-  `offsets[i]:offsets[i + 1]`. Blank lines and skipped lines own no rows, so
-  line numbers never shift. Files open with `np.load(..., mmap_mode="r")`.
-* `tokens.txt`: line `i` holds line `i`'s tokens, space-separated (the
-  embedder's tokens: truncated to its `max_tokens`, split as its tokenizer does).
-* `embeddings.json`: the embedder, input, sizes, layers, the skipped (or
-  replaced) lines and the lines cut to the embedder's `max_tokens`
-  (`truncated_lines`, 1-based; also logged as a warning).
+* `layer_<k>.npy`: float `(total_tokens, dim)`, the tokens of every line in order;
+  `offsets.npy`: int64 `(lines + 1,)`, line `i` (0-based) owns rows
+  `offsets[i]:offsets[i + 1]` (blank and skipped lines own none, so line numbers never
+  shift). Both open with `np.load(..., mmap_mode="r")`. With `output_format="hdf5"`,
+  `embeddings.h5` holds the same arrays as datasets (`layer_<k>`, `offsets`).
+* `tokens.txt`: line `i`'s tokens as the embedder split and truncated them, space-separated.
+* `embeddings.json`: the embedder, input, sizes, layers, the skipped (or replaced) lines
+  and the lines cut to the embedder's `max_tokens` (`truncated_lines`, 1-based).
 
-A line ends at `\\n`, `\\r\\n` or a lone `\\r`, as everywhere in tfeff.
-
-With `output_format="hdf5"`, `embeddings.h5` holds the same arrays as datasets
-(`layer_<k>`, `offsets`) next to `tokens.txt` and `embeddings.json`.
-
-Streaming and bounded memory: a first pass tokenizes the file (no model) to
-size the outputs; the second pass embeds `chunk_lines` lines at a time,
-sorted by length within the chunk and batched, and writes each sentence
-in place. Everything is written under `<output>.partial/`; after every chunk a
-progress record is saved, so an interrupted run continues where it stopped
-(`resume=True`) and the directory is renamed to `output` only when complete.
+A first pass tokenizes the file to size the outputs, the second embeds and commits it chunk
+by chunk in `<output>.partial/` (docs/guides/export.md#embedding-a-file-tfeff-embed).
 """
 
 import array
 import errno
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -64,37 +55,26 @@ def _lines(path, on_invalid_utf8, bad_lines, quiet=False):
                         f"{where}. Fix the file, or pass --on_invalid_utf8=skip (embed it as an "
                         "empty line) or =replace (embed it with U+FFFD).") from e
                 bad_lines.append(index + 1)
+                skip = on_invalid_utf8 == "skip"
                 if len(bad_lines) <= _MAX_REPORTED and not quiet:
-                    action = "skipped (no tokens)" if on_invalid_utf8 == "skip" else \
-                        "invalid bytes replaced by U+FFFD"
-                    logging.warning("%s; %s", where, action)
-                if on_invalid_utf8 == "skip":
-                    text = ""
-                else:
-                    text = raw.decode("utf-8", errors="replace")
+                    logging.warning("%s; %s", where, "skipped (no tokens)" if skip
+                                    else "invalid bytes replaced by U+FFFD")
+                text = "" if skip else raw.decode("utf-8", errors="replace")
             yield index, text.strip()
 
 
 def _chunks(iterable, size):
-    chunk = []
-    for item in iterable:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+    items = iter(iterable)
+    return iter(lambda: list(itertools.islice(items, size)), [])
 
 
 def _fingerprint(input_path, embedder_path, settings):
     stat = tf.io.gfile.stat(input_path)
-    pb = os.path.join(embedder_path, "saved_model.pb")
-    h = hashlib.sha256()
-    with tf.io.gfile.GFile(pb, "rb") as f:
-        h.update(f.read())
+    with tf.io.gfile.GFile(os.path.join(embedder_path, "saved_model.pb"), "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
     return {"input": os.path.abspath(input_path), "input_bytes": stat.length,
             "input_mtime_ns": int(stat.mtime_nsec), "embedder": os.path.abspath(embedder_path),
-            "embedder_sha256": h.hexdigest(), **settings}
+            "embedder_sha256": digest, **settings}
 
 
 class _Progress:
@@ -121,9 +101,8 @@ class _Progress:
 
 
 def _reserve(path):
-    """Allocates the disk blocks of the (sparse) memory-mapped file `path` now: a disk
-    too small for it fails here with ENOSPC, naming it, instead of a bus error (SIGBUS)
-    when a write through the map finds no block."""
+    """Allocates the blocks of the memory-mapped file `path` now: a full disk fails here,
+    naming it, instead of with SIGBUS when a write through the map finds no block."""
     try:
         with open(path, "r+b") as f:
             os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
@@ -143,8 +122,7 @@ class _Writer:
         if output_format == "hdf5":
             import h5py
 
-            path = os.path.join(directory, HDF5_FILE)
-            self.h5 = h5py.File(path, "w" if create else "r+")
+            self.h5 = h5py.File(os.path.join(directory, HDF5_FILE), "w" if create else "r+")
             if create:
                 for k in layers:
                     self.h5.create_dataset(f"layer_{k}", (total, dim), dtype=dtype,
@@ -167,11 +145,8 @@ class _Writer:
             self.arrays[k][start:start + n] = vectors[k]
 
     def flush(self):
-        if self.h5 is not None:
-            self.h5.flush()
-        else:
-            for a in self.arrays.values():
-                a.flush()
+        for a in [self.h5] if self.h5 is not None else self.arrays.values():
+            a.flush()
 
     def close(self):
         self.flush()
@@ -187,8 +162,7 @@ _EMBED_FILE = re.compile(r"(layer_\d+\.npy|offsets\.npy|tokens\.txt|progress\.js
 
 def _not_embed_output(path, finished=True):
     """None when the directory `path` holds only files an embed job writes (and, when
-    `finished`, its `embeddings.json`); else what it is instead. `--overwrite` replaces
-    nothing else: not an embedder, a model directory, or a directory of other files."""
+    `finished`, its `embeddings.json`); else what it is instead."""
     if not os.path.isdir(path):
         return "a file, not a directory"
     names = sorted(os.listdir(path))
@@ -211,8 +185,7 @@ def _read_json(path):
 
 
 def _tokenize_pass(embedder, input_path, directory, on_invalid_utf8, batch_size):
-    """Pass 1: tokens per line -> offsets.npy and tokens.txt; returns (lines, bad lines,
-    the 1-based numbers of the lines cut to the embedder's `max_tokens`)."""
+    """Pass 1: offsets.npy and tokens.txt; `(lines, bad lines, truncated lines)`."""
     bad, truncated = [], []
     counts = array.array("q")  # 8 bytes per line, whatever the file size
     with open(os.path.join(directory, "tokens.txt"), "w", encoding="utf-8") as out:
@@ -240,31 +213,26 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
     Args:
         embedder_path: a `tfeff-export` SavedModel directory.
         input_path: UTF-8 text, one sentence per line (a regular file).
-        output: the output directory (see the module docstring for its layout);
-            not the embedder or the input, nor a directory holding or inside them.
+        output: the output directory (layout: the module docstring).
         output_format: `"npy"` or `"hdf5"`.
         layers: indices of the layers to write (default all).
-        batch_size: sentences per `embed` call (sorted by length within a chunk).
+        batch_size: sentences per `embed` call.
         chunk_lines: lines read, embedded and committed at a time.
-        on_invalid_utf8: `"error"` (stop, naming the line), `"skip"` (the line
-            is embedded as empty; listed in `embeddings.json`) or `"replace"`.
+        on_invalid_utf8: `"error"` (stop), `"skip"` (embed the line as empty) or `"replace"`.
         dtype: `"float32"` or `"float16"` for the stored vectors.
-        resume: continue an interrupted run found in `<output>.partial`
-            (only if the input, embedder and settings are unchanged).
-        overwrite: replace an existing `output` that an earlier `embed_file`
-            wrote (only the files it writes: never an embedder, a model
-            directory or a directory holding other files).
+        resume: continue an interrupted run of the same job in `<output>.partial`.
+        overwrite: replace an `output` that an earlier `embed_file` wrote (nothing else).
         progress: show a progress bar (default: when stderr is a terminal).
 
     Returns:
         The metadata written to `embeddings.json`.
 
     Raises:
-        ValueError: bad settings; `input_path` is not a regular file; `output`
-            (or `<output>.partial`) is, contains or lies inside the embedder or
-            the input.
-        FileExistsError: `output` exists and `overwrite` is off, or it (or
-            `<output>.partial`) holds what `embed_file` does not write.
+        ValueError: bad settings; `input_path` is not a regular file; `output` or
+            `<output>.partial` is, contains or lies inside the embedder or the input.
+        FileNotFoundError: `input_path` does not exist.
+        FileExistsError: `output` exists without `overwrite`, or it or `<output>.partial`
+            holds what `embed_file` does not write.
     """
     if output_format not in FORMATS:
         raise ValueError(f"`output_format` must be one of {FORMATS}. Received: {output_format!r}")
@@ -303,13 +271,12 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
         raise ValueError(
             f"{embedder_path} has no `tokenize` signature: it was exported by an older "
             "tfeff; export it again with tfeff-export.")
-    num_layers, dim = meta["num_layers"], meta["dim"]
+    num_layers = meta["num_layers"]
     layers = list(range(num_layers)) if layers is None else sorted(set(int(k) for k in layers))
     if not layers or layers[0] < 0 or layers[-1] >= num_layers:
         raise ValueError(f"`layers` must be indices in [0, {num_layers}). Received: {layers}")
 
-    # One writer per output: a second run on the same --output is refused at once (its
-    # .partial would be shared); the lock file goes when this run ends.
+    # A second run on the same output would share its .partial: refused at once.
     with files.exclusive_output(output, "tfeff-embed"):
         return _embed_locked(embedder, meta, input_path, embedder_path, output, partial,
                              recheck, output_format, layers, dtype, on_invalid_utf8,
@@ -319,7 +286,6 @@ def embed_file(embedder_path, input_path, output, *, output_format="npy", layers
 def _embed_locked(embedder, meta, input_path, embedder_path, output, partial, recheck,
                   output_format, layers, dtype, on_invalid_utf8, batch_size, chunk_lines,
                   resume, progress):
-    """`embed_file`'s work once the output is locked (`layers`: the checked indices)."""
     dim = meta["dim"]
     settings = {"format": output_format, "layers": layers, "dtype": dtype,
                 "on_invalid_utf8": on_invalid_utf8}
@@ -339,11 +305,7 @@ def _embed_locked(embedder, meta, input_path, embedder_path, output, partial, re
         try:
             lines, bad, truncated = _tokenize_pass(embedder, input_path, partial,
                                                    on_invalid_utf8, batch_size)
-        except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)  # nothing half-written is left
-            raise
-        offsets = np.load(os.path.join(partial, "offsets.npy"))
-        try:
+            offsets = np.load(os.path.join(partial, "offsets.npy"))
             writer = _Writer(partial, output_format, layers, int(offsets[-1]), dim, dtype,
                              True)
         except BaseException:

@@ -1,40 +1,19 @@
 """SavedModel embedders that take raw text (TensorFlow-only): the modules, and the
 factory that picks one for a model (`embedder_module`).
 
-Every model family exports the same interface, so downstream code never
-needs to know which model it holds:
+Every model family exports the same signatures (docs/guides/export.md#signatures): `embed`
+and `embed_tokens` (for pre-tokenized input, `""` as padding: output word `i` is input word
+`i`) -> `layers` float32 `[batch, num_layers + 1, words, dim]` (layer 0: the context-free
+token layer), `mask` and `tokens` `[batch, words]`; `tokenize` -> `tokens`, `mask`,
+`truncated`, without running the model; and for continuous-output ELMo `predict` ->
+`forward` / `backward` (the predicted next / previous word), `mask`, `tokens`.
 
-* `embed(sentences: tf.string[batch])` -> `layers` float32
-  `[batch, num_layers + 1, tokens, dim]` (layer 0 is the context-free token
-  layer), `mask` bool `[batch, tokens]`, `tokens` string `[batch, tokens]`.
-* `embed_tokens(tokens: tf.string[batch, n])`: the same for pre-tokenized
-  input, one word per cell, `""` as padding; output token `i` is input
-  word `i` (what token-tagging tasks need). A word that the tokenizer turns
-  into nothing (e.g. only control characters) keeps its slot with a false
-  mask and zero vectors.
-* `tokenize(sentences)` -> `tokens`, `mask`: the words `embed` would return,
-  without running the model (cheap: what `tfeff-embed` uses to size files).
-* `predict(sentences)` (continuous-output ELMo only) -> `forward` /
-  `backward` `[batch, tokens, embedding_dim]`: the predicted fixed-space
-  vectors of the next / previous word, `mask`, `tokens`.
-
-Tokenization happens in-graph (`tfeff.export.tokenization`).
-
-Outputs are always per word. For WordPiece models a word's vector is its first
-piece's (`subword_pooling="first"`, as the continuous-output paper does for
-ELMo-Sub), the mean of its pieces (`"mean"`), or the pieces themselves
-(`"none"`: `tokens` are then the WordPiece strings).
-
-Each sentence is wrapped in the model's boundary tokens (`<s> ... </s>`,
-i.e. `[CLS] ... [SEP]`), which are removed from the outputs. Sentences are
-truncated to the leading whole words whose model tokens fit in `max_tokens`
-(words for word-level models, pieces for WordPiece models; at most
-`max_sequence_length - 2` for BERT). Empty or whitespace-only sentences give
-rows with an all-false mask and zeros, not an error. An empty batch (no
-sentences, `tf.constant([], tf.string)`) gives empty outputs of the same rank:
-`layers` `[0, num_layers + 1, 0, dim]`, `mask` and `tokens` `[0, 0]`.
-
-Writing and loading exports: `tfeff.export.saved_embedder`.
+A WordPiece word's vector is its first piece's (`subword_pooling="first"`, as the
+continuous-output paper does for ELMo-Sub), the mean of its pieces (`"mean"`), or the pieces
+themselves (`"none"`). Sentences keep their leading whole words whose model tokens fit in
+`max_tokens`; empty ones give an all-false mask and zeros, an empty batch empty outputs of
+the same rank. Tokenization is in-graph (`tfeff.export.tokenization`); writing and loading
+exports: `tfeff.export.saved_embedder`.
 """
 
 import os
@@ -56,17 +35,9 @@ _BOUNDARY_WORDS = (vocabulary_lib.BOS, vocabulary_lib.EOS)
 
 
 def pool_words(per_token, pieces, how):
-    """Word vectors from token vectors.
-
-    Args:
-        per_token: `[batch, layers, 1 + tokens + 1, dim]`; token `j` of a row
-            is at position `1 + j` (after the opening boundary).
-        pieces: ragged `[batch, words, pieces]`.
-        how: `"first"` or `"mean"`.
-
-    Returns:
-        `(vectors [batch, layers, words, dim], has_pieces [batch, words])`.
-    """
+    """`(vectors [batch, layers, words, dim], has_pieces [batch, words])` of `per_token`
+    `[batch, layers, 1 + tokens + 1, dim]` (token j at 1 + j), ragged `pieces`
+    `[batch, words, pieces]`, pooled `how` (`"first"` or `"mean"`)."""
     flat = pieces.merge_dims(1, 2)  # [batch, tokens]
     row = flat.value_rowids()
     k = tf.range(tf.shape(row, out_type=tf.int64)[0])
@@ -90,30 +61,26 @@ def pool_words(per_token, pieces, how):
 
 
 class EmbedderModule(tf.Module):
-    """The exported module. Subclasses say how model tokens become the layer stack.
+    """The exported module (the interface: docs/guides/export.md#signatures).
 
-    Subclasses implement `_stack(tokens)`: ragged `[batch, tokens]` model
-    tokens -> `(stack, extras)` with `stack` `[batch, layers, 1 + time + 1,
-    dim]` (token `j` at position `1 + j`, boundaries around) and `extras` a
-    dict of other per-position tensors `[batch, 1, time + 2, d]` (predictions).
+    Subclasses implement `_stack(tokens)`: ragged `[batch, tokens]` model tokens ->
+    `(stack [batch, layers, 1 + time + 1, dim], extras)`, token `j` at `1 + j` between the
+    boundaries, `extras` a dict of per-position tensors `[batch, 1, time + 2, d]`.
 
     Args:
-        tokenization: the in-graph `Tokenization` (sentences to words to
-            model tokens).
+        tokenization: the in-graph `Tokenization`.
         num_layers: layers of the stack (the token layer included).
         dim: size of each layer's vectors.
-        max_tokens: the most model tokens embedded per sentence, a positive
-            int (see the module docstring).
-        subword_pooling: `"first"`, `"mean"` or `"none"` (WordPiece models
-            only; others use `"first"`).
+        max_tokens: the most model tokens embedded per sentence, a positive int.
+        subword_pooling: `"first"`, `"mean"` or `"none"` (WordPiece models only).
         name: the module's name.
 
     Raises:
-        ValueError: `subword_pooling` is unknown, or `max_tokens` is not a
-            positive integer.
+        ValueError: `subword_pooling` is unknown, or `max_tokens` not a positive integer.
     """
 
     family = None
+    has_predictions = False
 
     def __init__(self, tokenization, num_layers, dim, max_tokens, subword_pooling="first",
                  name="embedder"):
@@ -142,17 +109,13 @@ class EmbedderModule(tf.Module):
         self.embed = tf.function(self._embed, input_signature=[sentences])
         self.embed_tokens = tf.function(self._embed_tokens, input_signature=[tokens])
         self.tokenize = tf.function(self._tokenize, input_signature=[sentences])
-        self.predict = None
-        if self.has_predictions:
-            self.predict = tf.function(self._predict, input_signature=[sentences])
-
-    has_predictions = False
+        self.predict = (tf.function(self._predict, input_signature=[sentences])
+                        if self.has_predictions else None)
 
     def signatures(self):
-        out = {"embed": self.embed, "embed_tokens": self.embed_tokens, "tokenize": self.tokenize}
-        if self.predict is not None:
-            out["predict"] = self.predict
-        return out
+        out = {"embed": self.embed, "embed_tokens": self.embed_tokens, "tokenize": self.tokenize,
+               "predict": self.predict}
+        return {name: function for name, function in out.items() if function is not None}
 
     def metadata(self):
         return {
@@ -169,8 +132,6 @@ class EmbedderModule(tf.Module):
             "signatures": sorted(self.signatures()),
         }
 
-    # Tokenization -----------------------------------------------------------------------
-
     def _split(self, words):
         # No more than max_tokens words can fit: a huge line is not tokenized further.
         words = words[:, :self.max_tokens]
@@ -186,13 +147,11 @@ class EmbedderModule(tf.Module):
         return self._split(self.tokenization.words(sentences))
 
     def _given_words(self, tokens):
-        """Rows of a `[batch, n]` token matrix up to their last non-empty cell."""
+        # Rows of a `[batch, n]` token matrix up to their last non-empty cell.
         nonempty = tf.cast(tokens != "", tf.int32)
         lengths = tf.reduce_sum(tf.cast(tf.cumsum(nonempty, axis=1, reverse=True) > 0,
                                         tf.int64), axis=1)
         return self._split(tf.RaggedTensor.from_tensor(tokens, lengths=lengths))
-
-    # Outputs ----------------------------------------------------------------------------
 
     def _run(self, words, pieces):
         flat = pieces.merge_dims(1, 2)
@@ -252,8 +211,6 @@ class EmbedderModule(tf.Module):
         _, mask, tokens, extras = self._run(words, pieces)
         return {k: v[:n] for k, v in {**extras, "mask": mask, "tokens": tokens}.items()}
 
-    # Helpers for subclasses --------------------------------------------------------------
-
     @staticmethod
     def _with_boundaries(flat, strings=False):
         """Dense `[batch, 1 + time + 1]` tokens with boundaries, and the mask."""
@@ -299,9 +256,8 @@ class ElmoEmbedderModule(EmbedderModule):
         if self.model.backbone.input_embedding == "fixed":
             tokens, mask = self._with_boundaries(flat, strings=True)
             vectors = self.fasttext(tokens) - self.vector_mean
-            # A literal <unk> (or <pad>) is the unknown word, whose fixed vector in
-            # training is zero (the table's reserved rows), not fastText's vector of
-            # the string "<unk>".
+            # A literal <unk> (or <pad>) is the unknown word, whose fixed vector in training
+            # is zero (the table's reserved rows), not fastText's vector of "<unk>".
             unknown = tf.logical_or(tf.equal(tokens, vocabulary_lib.UNK),
                                     tf.equal(tokens, vocabulary_lib.PAD))
             vectors = tf.where(unknown[:, :, None], tf.zeros_like(vectors), vectors)
@@ -317,32 +273,20 @@ class ElmoEmbedderModule(EmbedderModule):
 
 
 class TokenIdsEmbedderModule(EmbedderModule):
-    """Any model that embeds token ids layer by layer: `MaskedElmo`, `Bert` (standard,
-    relaxed or converted), and a new family's model, with no code here.
-
-    The model's side of the contract (the "embeddable model"):
-
-    * `embedding_layers(token_ids, padding_mask, training=False)`: every layer
-      for int32 `[batch, time]` ids, boundary tokens included, as
-      `[batch, embedding_num_layers, time, embedding_dim]`;
-    * `embedding_num_layers`, `embedding_dim` and `vocabulary_size`;
-    * optionally `max_embedding_tokens`: the most tokens it embeds between the
-      boundary tokens (default and maximum of `max_tokens`), or None.
+    """Any model that embeds token ids layer by layer (`MaskedElmo`, `Bert`, a new family's):
+    the "embeddable" contract of docs/contributing/families.md (`embedding_layers`,
+    `embedding_num_layers`, `embedding_dim`, `vocabulary_size`, `max_embedding_tokens`).
 
     Args:
         model: the embeddable model.
         tokenization: the in-graph `Tokenization` of the model's vocabulary.
-        family: the family name written to the export's metadata (`"bert"`,
-            `"masked_elmo"`, ...).
-        max_tokens: the most model tokens embedded per sentence; None: the
-            model's `max_embedding_tokens`, else `DEFAULT_MAX_TOKENS`.
-        subword_pooling: `"first"`, `"mean"` or `"none"` (see the module
-            docstring).
+        family: the family name of the export's metadata (`"bert"`, ...).
+        max_tokens: None: the model's `max_embedding_tokens` (also the most allowed), else 256.
+        subword_pooling: `"first"`, `"mean"` or `"none"`.
 
     Raises:
-        ValueError: `max_tokens` is more than the model's
-            `max_embedding_tokens` (or, from `EmbedderModule`, is not a
-            positive integer, or `subword_pooling` is unknown).
+        ValueError: `max_tokens` is more than the model's `max_embedding_tokens` (or, from
+            `EmbedderModule`, not a positive integer, or `subword_pooling` is unknown).
     """
 
     def __init__(self, model, tokenization, family, max_tokens=None, subword_pooling="first"):
@@ -393,59 +337,39 @@ def _vocabulary_words(vocabulary):
 EMBEDDERS = ("elmo", "token_ids", "fasttext")
 
 
-def _snake_case(name):
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
-
-
 def embedder_module(model, *, embedder=None, family=None, vocabulary=None,
                     fasttext_layer=None, vector_mean=None, tokenization=None, lower_case=False,
                     max_tokens=None, subword_pooling="first"):
     """The `EmbedderModule` of a model: what `export_embedder` saves.
 
-    `embedder` names the module (one of `EMBEDDERS`): `"elmo"` for an `ElmoLM`
-    (any input embedding, the predictions of a continuous output),
-    `"fasttext"` for a `FastTextEmbedding`, `"token_ids"` for any model with
-    `embedding_layers` (`TokenIdsEmbedderModule`). None takes the model's
-    `embedder_kind` (every tfeff task and `FastTextEmbedding` names its own),
-    else `"token_ids"` for another model with `embedding_layers`.
-
     Args:
-        model: an `ElmoLM`, any model with `embedding_layers`, or a
-            `FastTextEmbedding` (as for `export_embedder`).
-        embedder: which module embeds (one of `EMBEDDERS`); None picks by the model.
-        family: the `family` of the metadata (`"token_ids"` modules; default:
-            the model's class name in snake case).
-        vocabulary: the model's vocabulary (a `Vocabulary`, its file, or a list
-            of tokens in id order); needed by every model except ELMo with the
-            fixed fastText input.
+        model: an `ElmoLM`, any model with `embedding_layers` (`MaskedElmo`, `Bert`, ...:
+            `TokenIdsEmbedderModule`), or a `FastTextEmbedding` (one layer).
+        embedder: one of `EMBEDDERS`; None: the model's `embedder_kind`, else `"token_ids"`.
+        family: the metadata's `family` (`"token_ids"`; default: the class name, snake case).
+        vocabulary: a `Vocabulary`, its file, or the tokens in id order; needed by every
+            model except ELMo with the fixed fastText input.
         fasttext_layer: `FastTextEmbedding` of an ELMo's fixed input vectors.
         vector_mean: the mean subtracted from the fixed vectors (`fasttext.center`).
-        tokenization: one of `TOKENIZATIONS` (see `export_embedder`); default:
-            the model's `embedding_tokenization`, else `"word"`.
+        tokenization: one of `TOKENIZATIONS` as in pre-training (ElmoLM `"word"` or
+            `"wordpiece"`, BERT `"bert"`); default: `model.embedding_tokenization` or `"word"`.
         lower_case: `"bert"` tokenization: as `data.lower_case` in pre-training.
-        max_tokens: longest input in model tokens (boundaries excluded); None:
-            the default (see `export_embedder`).
+        max_tokens: longest input in model tokens (boundaries excluded; longer sentences keep
+            their leading whole words); default 256, BERT's (and its maximum) its length - 2.
         subword_pooling: WordPiece models: `"first"`, `"mean"` or `"none"`.
 
     Returns:
         The `EmbedderModule` (not saved).
 
     Raises:
-        TypeError: `embedder` is None and the model is none of the kinds
-            above.
-        ValueError: `embedder` or `tokenization` is unknown, an `ElmoLM` is
-            given `"bert"` tokenization, the vocabulary is missing where needed,
-            or its size differs from the model's.
+        TypeError: `embedder` is None and the model is none of the kinds above.
+        ValueError: `embedder` or `tokenization` is unknown, an `ElmoLM` is given `"bert"`
+            tokenization, the vocabulary is missing where needed, or of another size.
     """
     if embedder is None:
-        # The model names its module (`embedder_kind`; `ElmoLM`: "elmo",
-        # `FastTextEmbedding`: "fasttext"); any other model with `embedding_layers` is
-        # embedded layer by layer.
         embedder = getattr(model, "embedder_kind", None)
         if not isinstance(embedder, str):
-            embedder = None
-        if embedder is None and hasattr(model, "embedding_layers"):
-            embedder = "token_ids"
+            embedder = "token_ids" if hasattr(model, "embedding_layers") else None
         if embedder is None:
             raise TypeError(
                 "export_embedder takes an ElmoLM, a FastTextEmbedding or a model with "
@@ -454,8 +378,9 @@ def embedder_module(model, *, embedder=None, family=None, vocabulary=None,
     if embedder not in EMBEDDERS:
         raise ValueError(f"Received an invalid value for `embedder`, expected one of "
                          f"{EMBEDDERS}. Received: embedder={embedder!r}")
+    given_or_default = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens  # 0 is refused
     if embedder == "fasttext":
-        return FastTextEmbedderModule(model, _default_max_tokens(max_tokens))
+        return FastTextEmbedderModule(model, given_or_default)
     if tokenization is None:
         tokenization = getattr(model, "embedding_tokenization", "word")
     if tokenization not in TOKENIZATIONS:
@@ -476,20 +401,15 @@ def embedder_module(model, *, embedder=None, family=None, vocabulary=None,
                     "the `vocabulary` it was trained with.")
             _check_size(words, model.backbone.vocabulary_size)
         return ElmoEmbedderModule(model, Tokenization(kind, words), fasttext_layer, vector_mean,
-                                  _default_max_tokens(max_tokens), subword_pooling)
+                                  given_or_default, subword_pooling)
     if words is None:
         raise ValueError(f"A {type(model).__name__} embedder needs its `vocabulary`.")
     # A task's vocabulary is its backbone's; a model of its own may hold it itself.
     _check_size(words, getattr(model, "backbone", model).vocabulary_size)
     tok = Tokenization("ids" if tokenization == "word" else "wordpiece", words,
                        basic=tokenization == "bert", lower_case=lower_case)
-    return TokenIdsEmbedderModule(model, tok, family or _snake_case(type(model).__name__),
-                                  max_tokens, subword_pooling)
-
-
-def _default_max_tokens(max_tokens):
-    """`None` means the default; any other value (0 included) is checked as given."""
-    return DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    family = family or re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", type(model).__name__).lower()
+    return TokenIdsEmbedderModule(model, tok, family, max_tokens, subword_pooling)
 
 
 def _check_size(words, vocabulary_size):

@@ -1,5 +1,4 @@
-"""Export from a model directory: restore the latest checkpoint and write an embedder
-(or hand back the in-memory module, for fine-tuning)."""
+"""Export from a model directory: restore the latest checkpoint and write an embedder."""
 
 import tensorflow as tf
 
@@ -12,16 +11,13 @@ from tfeff.training.families import get_family
 
 
 def model_dir_embedder(model_dir, max_tokens=None, subword_pooling="first"):
-    """The in-memory embedder of a model directory's latest checkpoint, unexported.
-
-    The module `export_model_dir` would write, with the restored Keras model
-    still live (`module.model`): what fine-tuning the encoder needs.
+    """The module `export_model_dir` would write, unexported: its Keras model (`module.model`)
+    is live, for fine-tuning the encoder.
 
     Args:
         model_dir: a tfeff model directory (`config.yaml` and checkpoints).
-        max_tokens: longest input in model tokens (see `export_embedder`);
-            None: the default.
-        subword_pooling: WordPiece models: `"first"`, `"mean"` or `"none"`.
+        max_tokens: see `embedder_module`.
+        subword_pooling: see `embedder_module`.
 
     Returns:
         `(module, extra_files, step)`: the `EmbedderModule`, the files an
@@ -44,30 +40,19 @@ def export_model_dir(model_dir, output, overwrite=False, max_tokens=None,
                      subword_pooling="first"):
     """Exports the latest checkpoint of any tfeff model directory as a SavedModel embedder.
 
-    ELMo (every input and output layer, word or WordPiece tokens), Masked ELMo
-    and BERT (standard, relaxed, or converted by CoRe) directories export; the
-    tokenization is the one the model was trained with (`config.yaml`).
-
-    The output path is checked before any work (`check_export_path`): an
-    `output` that is or contains `model_dir` (which may hold its export), or
-    is, contains or lies inside a file the export reads, raises `ValueError`;
-    an existing `output` raises `FileExistsError` when `overwrite` is off, or
-    when it is not an export: `overwrite` never replaces a model directory or
-    other data.
+    Every family exports, tokenized as in training (`config.yaml`). `output` is checked
+    before any work (`check_export_path`: `ValueError`, `FileExistsError`).
 
     Args:
         model_dir: a tfeff model directory (`config.yaml` and checkpoints).
         output: the export directory to write.
         overwrite: replace an existing export (only an export).
-        max_tokens: longest input in model tokens (see `export_embedder`);
-            None: the default.
-        subword_pooling: WordPiece models: `"first"`, `"mean"` or `"none"`.
+        max_tokens: see `embedder_module`.
+        subword_pooling: see `embedder_module`.
 
     Returns:
         The exported checkpoint's step.
     """
-    # Before any work: the model directory (and a config's pre-trained fastText file)
-    # is never written over, whatever `overwrite` says.
     config = model_directory.load_model_dir_config(model_dir)
     pretrained = getattr(getattr(config, "fasttext", None), "pretrained", "") or None
     check_export_path(output, {"model directory (model_dir)": model_dir,
@@ -78,15 +63,11 @@ def export_model_dir(model_dir, output, overwrite=False, max_tokens=None,
 
 
 def export_fasttext(fasttext_path, output, overwrite=False, max_tokens=None):
-    """Exports fastText vectors alone as a one-layer embedder.
-
-    The embedder has the same signatures as the others: the context-free
-    baseline of feature evaluations. The output path is checked as by
-    `export_model_dir` (`ValueError`, `FileExistsError`).
+    """Exports fastText vectors alone as a one-layer embedder (the context-free baseline);
+    `output` is checked as by `export_model_dir`.
 
     Args:
-        fasttext_path: a fastText `.bin` model (with subwords) or a `.vec`
-            file.
+        fasttext_path: a fastText `.bin` model (with subwords) or a `.vec` file.
         output: the export directory to write.
         overwrite: replace an existing export (only an export).
         max_tokens: longest input in words; None: the default (256).

@@ -1,13 +1,8 @@
 """Writing and reading SavedModel embedders (TensorFlow-only).
 
-`export_embedder` saves an embedder module (`tfeff.export.embedder`) atomically,
-with its metadata in `assets.extra/embedder.json` (`read_metadata`); export
-paths are checked first (`check_export_path`).
-
-Loading: plain `tf.saved_model.load(path)`; no tfeff needed. WordPiece
-embedders use tensorflow-text ops, so `import tensorflow_text` must come
-first (`load_embedder` does it; `assets.extra/embedder.json` says whether it
-is needed).
+`export_embedder` saves an embedder module (`tfeff.export.embedder`) atomically, with its
+metadata in `assets.extra/embedder.json` (`read_metadata`); `load_embedder` loads and
+checks one (what it takes without tfeff: docs/guides/export.md#loading-an-export).
 """
 
 import json
@@ -37,46 +32,27 @@ def export_embedder(model, path, *, embedder=None, family=None, vocabulary=None,
                     overwrite=False):
     """Writes a SavedModel embedder of `model` to `path`, atomically.
 
-    The SavedModel is written to a temporary sibling, reloaded, and its
-    signatures are checked against the in-memory module on probe sentences
-    (empty ones included); only then is it renamed into place. A failed export
-    leaves no partial directory and never touches an existing one unless
-    `overwrite` is set and the new export succeeded.
+    The SavedModel is written to a temporary sibling, checked on reload against the module,
+    then renamed into place: a failed export leaves nothing, and any earlier one as it was.
+    `path` is checked first (`check_export_path`), the other arguments as by `embedder_module`.
 
     Args:
-        model: an `ElmoLM`, any model with `embedding_layers` (`MaskedElmo`,
-            `Bert` standard or relaxed, ...: see `TokenIdsEmbedderModule`), or a
-            `FastTextEmbedding` (fastText vectors alone, one layer).
+        model: see `embedder_module`.
         path: output directory.
-        embedder: which module embeds (one of `EMBEDDERS`); None picks by the model.
-        family: the `family` of the metadata (`"token_ids"` modules; default:
-            the model's class name in snake case).
-        vocabulary: the model's vocabulary (a `Vocabulary`, its file, or a list
-            of tokens in id order); needed by every model except ELMo with the
-            fixed fastText input.
-        fasttext_layer: `FastTextEmbedding` of an ELMo's fixed input vectors.
-        vector_mean: the mean subtracted from the fixed vectors (`fasttext.center`).
-        tokenization: one of `TOKENIZATIONS`, as in pre-training: ElmoLM
-            `"word"` or `"wordpiece"` (ELMo-Sub, `data.tokenization`); Masked
-            ELMo and BERT `"bert"`. Default: the model's `embedding_tokenization`,
-            else `"word"`.
-        lower_case: `"bert"` tokenization: as `data.lower_case` in pre-training.
-        max_tokens: longest input in model tokens (boundaries excluded); longer
-            sentences keep their leading whole words that fit. Default 256;
-            BERT's default and maximum is `max_sequence_length - 2`.
-        subword_pooling: WordPiece models: `"first"`, `"mean"` or `"none"`.
+        embedder: see `embedder_module`.
+        family: see `embedder_module`.
+        vocabulary: see `embedder_module`.
+        fasttext_layer: see `embedder_module`.
+        vector_mean: see `embedder_module`.
+        tokenization: see `embedder_module`.
+        lower_case: see `embedder_module`.
+        max_tokens: see `embedder_module`.
+        subword_pooling: see `embedder_module`.
         extra_files: `{name: source_path}` copied to `assets.extra/`.
-        overwrite: replace an existing export (only an export: see
-            `check_export_path`).
+        overwrite: replace an existing export (only an export: `check_export_path`).
 
     Returns:
         The embedder's metadata (also in `assets.extra/embedder.json`).
-
-    The path is checked first (`check_export_path`): a `path` that is,
-    contains or lies inside a file the export reads raises `ValueError`; an
-    existing `path` raises `FileExistsError` when `overwrite` is off, or when
-    it is not an export (e.g. a model directory). The arguments are then
-    checked as by `embedder_module`.
     """
     sources = dict(extra_files or {})
     if isinstance(vocabulary, (str, os.PathLike)):
@@ -90,26 +66,21 @@ def export_embedder(model, path, *, embedder=None, family=None, vocabulary=None,
         subword_pooling=subword_pooling)
     metadata = module.metadata()
     with files.exclusive_output(path, "tfeff-export"):
-        _write_export(module, path, metadata, extra_files, recheck)
+        tmp = files.temporary_sibling(path)
+        try:
+            tf.saved_model.save(module, tmp, signatures=module.signatures())
+            extra = os.path.join(tmp, EXTRA_DIR)
+            tf.io.gfile.makedirs(extra)
+            for name, source in (extra_files or {}).items():
+                tf.io.gfile.copy(source, os.path.join(extra, name), overwrite=True)
+            with tf.io.gfile.GFile(os.path.join(extra, METADATA_FILE), "w") as f:
+                f.write(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+            _check_reload(module, tmp)
+            files.move_directory_into_place(tmp, path, recheck)
+        finally:
+            if tf.io.gfile.exists(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
     return metadata
-
-
-def _write_export(module, path, metadata, extra_files, recheck):
-    """`export_embedder`'s writing, through a temporary sibling of `path`."""
-    tmp = files.temporary_sibling(path)
-    try:
-        tf.saved_model.save(module, tmp, signatures=module.signatures())
-        extra = os.path.join(tmp, EXTRA_DIR)
-        tf.io.gfile.makedirs(extra)
-        for name, source in (extra_files or {}).items():
-            tf.io.gfile.copy(source, os.path.join(extra, name), overwrite=True)
-        with tf.io.gfile.GFile(os.path.join(extra, METADATA_FILE), "w") as f:
-            f.write(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
-        _check_reload(module, tmp)
-        files.move_directory_into_place(tmp, path, recheck)
-    finally:
-        if tf.io.gfile.exists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _not_an_export(path):
@@ -130,11 +101,9 @@ def _not_an_export(path):
 def check_export_path(path, inputs, overwrite):
     """Refuses an export path that would destroy an input or what is not an export.
 
-    `path` must not be, contain or lie inside an input (a model directory may
-    hold its export: `runs/demo/export`); an existing `path` is replaced only
-    with `overwrite` and only when it is an export `export_embedder` wrote
-    (`saved_model.pb` and `assets.extra/embedder.json`, no model-directory
-    files), never a model directory or anything else.
+    `path` must not be, contain or lie inside an input (a model directory may hold its export);
+    an existing `path` is replaced only with `overwrite`, and only an export (`ValueError`,
+    `FileExistsError`: `tfeff.data.files.check_output`).
 
     Args:
         path: the export directory.
@@ -144,9 +113,6 @@ def check_export_path(path, inputs, overwrite):
 
     Returns:
         The check again, as a function (see `tfeff.data.files.check_output`).
-
-    A refused path raises `ValueError` or `FileExistsError`, as
-    `tfeff.data.files.check_output` does.
     """
     return files.check_output(path, inputs, overwrite=overwrite, kind="an export",
                        foreign=_not_an_export,
@@ -156,14 +122,11 @@ def check_export_path(path, inputs, overwrite):
 def _check_reload(module, path):
     """The reloaded SavedModel must compute what the module computes.
 
-    It runs the module's own graph on the same weights in the same process: the same
-    operations on the same kernels, so the same float32 values, except where a kernel
-    adds in an order of its own (on GPUs, the atomic adds of `unsorted_segment_mean`:
-    `"mean"` pooling of a word's pieces, at most `max_tokens`). Two orders of a sum of K
-    terms differ by at most 2 K u of their size (u = 2**-24, float32's unit roundoff;
-    Higham, *Accuracy and Stability of Numerical Algorithms*, eq. (3.4)): the bound is
-    2 * max_tokens * u times the output's largest value, 3e-5 of it for the default
-    256. A reload that lost or mixed up a weight or the tokenizer differs by far more.
+    The same graph and kernels give the same float32 values, except where a kernel adds in
+    an order of its own (GPU atomics in `"mean"` pooling, at most `max_tokens` pieces). Two
+    orders of a sum of K terms differ by at most 2 K u of their size (u = 2**-24; Higham,
+    *Accuracy and Stability of Numerical Algorithms*, eq. (3.4)): 3e-5 of the largest
+    output for K = 256. A lost or mixed-up weight differs by far more.
     """
     loaded = tf.saved_model.load(path)
     if set(loaded.signatures) != set(module.signatures()):
@@ -231,8 +194,7 @@ def read_metadata(path, required=False):
 
 
 def check_metadata_matches(path, meta, loaded):
-    """Raises ValueError naming `embedder.json` when its `num_layers` or `dim` is not what
-    the SavedModel's `embed` signature returns (its static shape)."""
+    """ValueError when `meta`'s `num_layers` or `dim` is not what `embed` returns."""
     shape = loaded.signatures["embed"].structured_outputs["layers"].shape
     for key, axis in (("num_layers", 1), ("dim", -1)):
         actual = shape[axis] if shape.rank else None
@@ -243,10 +205,8 @@ def check_metadata_matches(path, meta, loaded):
                 "export; export again with tfeff-export.")
 
 
-# The interface every tfeff embedder exports (`EmbedderModule.signatures`): each
-# signature's input and the outputs it must have. `embed` and `embed_tokens` are
-# required (every export has them); `tokenize` is checked where present (tfeff-embed
-# asks for it and names the exports without it).
+# Each signature's input and required outputs (`EmbedderModule.signatures`); `tokenize` is
+# checked where present (tfeff-embed names the exports without it).
 _INTERFACE = {"embed": ("sentences", {"layers", "mask", "tokens"}),
               "embed_tokens": ("tokens", {"layers", "mask", "tokens"}),
               "tokenize": ("sentences", {"tokens", "mask"})}
@@ -281,27 +241,20 @@ def _empty_file(path):
 
 
 def load_embedder(path):
-    """Loads an exported embedder with `tf.saved_model.load`, and checks it is one.
-
-    Imports tensorflow-text first when the embedder's tokenizer needs its ops
-    (WordPiece models); a process without tfeff does the same by hand:
-    `import tensorflow_text` then `tf.saved_model.load(path)`.
+    """Loads an exported embedder (tensorflow-text first where needed) and checks it is one.
 
     Args:
         path: the export directory (`export_embedder`).
 
     Returns:
-        The loaded SavedModel, with its `embed`, `embed_tokens`, `tokenize`
-        (and, where exported, `predict`) signatures.
+        The loaded SavedModel (signatures `embed`, `embed_tokens`, `tokenize`, maybe `predict`).
 
     Raises:
         FileNotFoundError: `path` holds no `saved_model.pb`.
-        ValueError: naming `path` and what is wrong: a SavedModel that does not
-            load (a damaged or truncated `saved_model.pb`, missing or corrupted
-            `variables/`), one that is not a tfeff embedder (a signature of the
-            interface missing or with other inputs or outputs: another
-            program's SavedModel), or an unreadable `assets.extra/embedder.json`
-            (`read_metadata`).
+        ValueError: naming `path` and what is wrong: a SavedModel that does not load
+            (damaged `saved_model.pb` or `variables/`), or that is not a tfeff embedder (a
+            signature missing or with other inputs or outputs), or an unreadable
+            `assets.extra/embedder.json`.
     """
     if not tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
         raise FileNotFoundError(f"{path} is not a SavedModel directory: it has no "
@@ -312,10 +265,8 @@ def load_embedder(path):
         loaded = tf.saved_model.load(path)
     except PermissionError:
         raise  # the user's environment, reported as such by the binaries
-    # What a damaged SavedModel raises: an unparsable or empty saved_model.pb (OSError,
-    # ValueError), missing variables (FileNotFoundError), a truncated or corrupted
-    # variables file (IndexError, DataLossError and other op errors), a graph that
-    # does not fit the objects (KeyError, TypeError, AttributeError).
+    # What a damaged saved_model.pb (OSError, ValueError), variables file (FileNotFoundError,
+    # IndexError, op errors) or graph (KeyError, TypeError, AttributeError) raises.
     except (OSError, ValueError, LookupError, TypeError, AttributeError,
             tf.errors.OpError) as e:
         reason = (getattr(e, "message", None) or str(e)).strip()

@@ -1,16 +1,9 @@
 """In-graph tokenization of the SavedModel embedders (TensorFlow-only).
 
-`Tokenization` turns sentences into words and words into model tokens inside
-the exported graph (`tfeff.export.embedder` runs it):
-
-* word-level ELMo: whitespace split; the fastText input (`FastTextEmbedding`)
-  embeds any word, a trainable/ALONE input maps unknown words to `<unk>`.
-  A literal `<unk>` or `<pad>` in the text is the unknown word, as in
-  pre-training: the zero vector of the fixed input, the `<unk>` id otherwise;
-* ELMo-Sub: whitespace split, then WordPiece;
-* Masked ELMo and BERT: BERT's basic tokenizer (punctuation and CJK split,
-  optional lower-casing; a literal `<unk>` stays whole and is the unknown id)
-  and WordPiece, exactly as in pre-training.
+`Tokenization` turns sentences into words and words into model tokens inside the exported
+graph, as in pre-training: word-level ELMo splits at whitespace (a literal `<unk>` or `<pad>`
+is the unknown word), ELMo-Sub then applies WordPiece, Masked ELMo and BERT apply BERT's
+basic tokenizer (punctuation and CJK split, optional lower-casing) and WordPiece.
 """
 
 import tensorflow as tf
@@ -18,8 +11,7 @@ import tensorflow as tf
 from tfeff.data import vocabulary as vocabulary_lib
 from tfeff.data.pipeline import unknown_for_padding
 
-# How text becomes model tokens: whitespace-split words (`"word"`), whitespace then
-# WordPiece (`"wordpiece"`, ELMo-Sub), or BERT's basic tokenizer then WordPiece (`"bert"`).
+# Whitespace words; whitespace then WordPiece (ELMo-Sub); BERT's basic tokenizer then WordPiece.
 TOKENIZATIONS = ("word", "wordpiece", "bert")
 
 
@@ -27,9 +19,8 @@ class Tokenization(tf.Module):
     """Sentences -> words -> model tokens, in-graph.
 
     Args:
-        pieces: `"strings"` (the words themselves, for a fastText input),
-            `"ids"` (one vocabulary id per word, `<unk>` for the rest) or
-            `"wordpiece"`.
+        pieces: `"strings"` (the words, for a fastText input), `"ids"` (one vocabulary id per
+            word, `<unk>` for the rest) or `"wordpiece"`.
         vocabulary: list of tokens in id order (`"ids"` and `"wordpiece"`).
         basic: split with BERT's basic tokenizer instead of whitespace.
         lower_case: the basic tokenizer's lower-casing and accent stripping.
@@ -60,12 +51,10 @@ class Tokenization(tf.Module):
 
             self.wordpiece = wordpiece_lib.wordpiece_tokenizer(self.table)
             # Piece strings, for subword_pooling="none" (word-level kinds output words).
-            self.id_to_token = tf.Variable(self.vocabulary, trainable=False,
-                                           name="vocabulary")
+            self.id_to_token = tf.Variable(self.vocabulary, trainable=False, name="vocabulary")
 
     def words(self, sentences):
-        """Ragged `[batch, words]` strings of a `[batch]` string tensor, split as in
-        pre-training (`tfeff.data.words`; the basic tokenizer sees the same whitespace)."""
+        """Ragged `[batch, words]` strings of `[batch]` sentences, split as in pre-training."""
         from tfeff.data import words as words_lib
 
         if self.basic is not None:  # normalizes the whitespace itself
@@ -80,12 +69,11 @@ class Tokenization(tf.Module):
         elif self.kind == "ids":
             ids = unknown_for_padding(tf.cast(self.table.lookup(flat), tf.int32))
             values = tf.RaggedTensor.from_tensor(ids[:, None])
-        else:
-            if self.basic is not None:  # a pre-tokenized word may still split ("don't")
-                values = self.wordpiece.tokenize(self.basic.tokenize(flat)).merge_dims(1, 2)
-                values = tf.cast(values, tf.int32)
-            else:  # as the LM pipeline: a literal <pad> is <unk>
-                values = unknown_for_padding(tf.cast(self.wordpiece.tokenize(flat), tf.int32))
+        elif self.basic is not None:  # a pre-tokenized word may still split ("don't")
+            values = self.wordpiece.tokenize(self.basic.tokenize(flat)).merge_dims(1, 2)
+            values = tf.cast(values, tf.int32)
+        else:  # as the LM pipeline: a literal <pad> is <unk>
+            values = unknown_for_padding(tf.cast(self.wordpiece.tokenize(flat), tf.int32))
         return words.with_flat_values(values)
 
     def token_strings(self, pieces_flat):
@@ -96,8 +84,7 @@ class Tokenization(tf.Module):
 
 
 def _keep_fitting_words(words, pieces, budget, subwords):
-    """The leading words of each row whose tokens fit in `budget` (rows hold at most
-    `budget` words already)."""
+    """The leading words of each row whose tokens fit in `budget` (no row has more words)."""
     if not subwords:
         return words, pieces
     counts = pieces.row_lengths(axis=2)  # ragged [batch, words]
