@@ -2,7 +2,8 @@
 
 Every layer but `FastTextEmbedding` (TensorFlow string ops: `TENSORFLOW_ONLY`) is
 `keras.ops` code for every backend. Off TensorFlow that one is imported on first use
-(so `import tfeff.layers` imports no TensorFlow) and left out of `import *`.
+(so `import tfeff.layers` imports no TensorFlow) and left out of `import *`; without
+TensorFlow installed, asking for it raises an ImportError that says so.
 """
 
 import importlib

@@ -33,8 +33,8 @@ class ContinuousOutput(OutputHead, keras.layers.Layer):
             `"vmf"` (von Mises-Fisher negative log-likelihood).
         use_projection: if True, a `Dense(embedding_dim)` maps the hidden state
             to the prediction; if False the hidden state (of `embedding_dim`) is it.
-        vmf_regularization1: lambda_1 of the vMF loss (penalty on ||e_hat||).
-        vmf_regularization2: lambda_2 of the vMF loss (scale of the dot product).
+        vmf_regularization1: lambda_1 of the vMF loss (penalty on ||e_hat||), >= 0.
+        vmf_regularization2: lambda_2 of the vMF loss (scale of the dot product), in (0, 1].
         kernel_initializer: initializer of the projection kernel.
         target_embedding: optional `FixedEmbedding` `(vocabulary_size,
             embedding_dim)` of the target vectors (not a weight), needed by

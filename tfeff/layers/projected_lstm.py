@@ -54,8 +54,8 @@ class ProjectedLSTM(keras.layers.Layer):
 
     Call arguments:
         inputs: float `(batch, time, features)`; time length 0 gives an empty output.
-        mask: optional boolean `(batch, time)`, right-padded. Another dtype,
-            rank or mask shape raises a `ValueError`.
+        mask: optional boolean `(batch, time)`, right-padded (cast to bool). Non-float
+            inputs, another rank or mask shape raise a `ValueError`.
 
     Returns:
         `(batch, time, projection_dim or units)`.

@@ -88,9 +88,11 @@ class RotaryMultiHeadAttention(keras.layers.MultiHeadAttention):
         if kwargs.get("attention_axes") is not None:
             raise ValueError("`RotaryMultiHeadAttention` attends over axis 1 only. Received: "
                              f"attention_axes={kwargs['attention_axes']!r}")
-        max_wavelength = check_max_wavelength(max_wavelength, key_dim=key_dim)
+        if key_dim % 2:
+            raise ValueError(
+                f"`key_dim` must be even for rotary positions. Received: key_dim={key_dim}")
         super().__init__(num_heads, key_dim, **kwargs)
-        self.max_wavelength = max_wavelength
+        self.max_wavelength = check_max_wavelength(max_wavelength)
 
     def build(self, query_shape, value_shape, key_shape=None):
         check_attention_shapes(self, query_shape, value_shape, key_shape)

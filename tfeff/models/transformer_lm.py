@@ -51,6 +51,8 @@ class TransformerLM(LanguageModel):
     >>> ids = np.array([[2, 5, 6, 3, 0]], "int32")
     >>> sorted(lm(ids))
     ['backward', 'forward']
+    >>> tuple(lm.embedding_layers(ids, ids > 0).shape)
+    (1, 2, 5, 16)
     """
 
     compact_targets = False
