@@ -31,7 +31,7 @@ def _who(layer):
     return f"{type(layer).__name__} `{layer.name}`"
 
 
-def _static_shape(x):
+def static_shape(x):
     """`x`'s shape as known now (None for unknown sizes), or None if the rank is unknown."""
     shape = getattr(x, "shape", None)
     if shape is None:
@@ -75,7 +75,7 @@ def check_rank_of_shape(layer, shape, axes, what="inputs", hint=None):
 def check_rank(layer, x, axes, what="inputs", hint=None):
     """`x`, checked to have one dimension per name in `axes` (`("batch", "time", ...)`);
     `hint`, a sentence, is added to the message (default: how to add a missing batch axis)."""
-    shape = _static_shape(x)
+    shape = static_shape(x)
     if shape is not None:
         check_rank_of_shape(layer, shape, axes, what, hint)
     return x
@@ -87,8 +87,8 @@ def check_dims(layer, x, expected, what, requirement, reference=None,
     None (any size), an int (that size) or `(name, axis)`: the size of `reference`'s
     dimension `axis` (`("batch", 0)`). `requirement` is the message's sentence that says so.
     """
-    shape = _static_shape(x)
-    reference_shape = None if reference is None else _static_shape(reference)
+    shape = static_shape(x)
+    reference_shape = None if reference is None else static_shape(reference)
     received = f"{what}.shape={shape}"
     if reference is not None:
         received += f", {reference_what}.shape={reference_shape}"
@@ -155,10 +155,10 @@ def check_sequence_length(layer, x, max_length, what="token_ids"):
     positions (unchecked, GPUs and JAX would silently read zeros or the last one)."""
     message = (f"{_who(layer)} has {max_length} learned positions (`max_sequence_length`); "
                f"`{what}` must have at most {max_length} positions.")
-    length = (_static_shape(x) or (None, None))[1]
+    length = (static_shape(x) or (None, None))[1]
     if length is not None:
         if length > max_length:
-            raise ValueError(f"{message} Received: {what}.shape={_static_shape(x)}")
+            raise ValueError(f"{message} Received: {what}.shape={static_shape(x)}")
         return x
     if _in_tf_graph():
         import tensorflow as tf

@@ -30,7 +30,7 @@ Log-softmaxes are computed in float32 whatever the compute dtype.
 import keras
 from keras import ops
 
-from tfeff.backend.checks import _static_shape
+from tfeff.backend.checks import static_shape
 from tfeff.backend.checks import check_ids
 from tfeff.layers.output_head import OutputHead
 
@@ -66,12 +66,12 @@ def finish(target_log_probs, keep, targets):
 def check_targets_shape(layer, inputs, targets, mask=None):
     """Raises ValueError unless `targets` and `mask` have the shape of `inputs[..., 0]`
     (sizes unknown on either side are not compared)."""
-    inputs_shape = _static_shape(inputs)
+    inputs_shape = static_shape(inputs)
     if inputs_shape is None:
         return
     expected = inputs_shape[:-1]
     for what, value in (("targets", targets), ("mask", mask)):
-        shape = None if value is None else _static_shape(value)
+        shape = None if value is None else static_shape(value)
         if shape is None:
             continue
         if len(shape) != len(expected) or any(
